@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Side-by-side CPU training throughput: Ember vs PyTorch (fp32) on the same machine, model shapes, batch and threads,
+# so Ember's CPU backend is judged against the peer a user would pick. Prints one table with tokens/s and the ratio.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$(pwd)
+
+# Knobs (environment): the config whose model and batch shapes are measured, steps, warm-up steps left out of the
+# mean, threads, the build directory; BENCH_<KEY> overrides one shape (BENCH_N_LAYER, BENCH_SEQ_LEN, ...).
+CONFIG=${BENCH_CONFIG:-configs/demo.ini}
+STEPS=${BENCH_STEPS:-30}
+WARMUP=${BENCH_WARMUP:-5}
+THREADS=${BENCH_THREADS:-$(nproc)}
+BUILD_DIR=${EMBER_BUILD_DIR:-build}
+PYTHON=/usr/bin/python3   # Debian's python: python3-torch is installed for it, not for a pyenv/venv python
+
+die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
+
+[[ -f "$CONFIG" ]] || die "config '$CONFIG' not found" "set BENCH_CONFIG to an INI file under configs/"
+[[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ && "$THREADS" =~ ^[0-9]+$ ]] ||
+  die "BENCH_STEPS, BENCH_WARMUP and BENCH_THREADS must be non-negative integers" "e.g. BENCH_STEPS=30 BENCH_WARMUP=5"
+(( STEPS > WARMUP )) || die "BENCH_STEPS=$STEPS leaves no step after BENCH_WARMUP=$WARMUP" "raise BENCH_STEPS"
+(( THREADS > 0 )) || die "BENCH_THREADS must be at least 1" "leave it unset to use all $(nproc) cores"
+
+bash scripts/setup.sh
+
+# --- PyTorch (Debian's python3-torch) ---
+if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
+  echo "bench: installing python3-torch"
+  if [[ $(id -u) -eq 0 ]]; then SUDO=(); elif command -v sudo >/dev/null 2>&1; then SUDO=(sudo); else
+    die "PyTorch is not importable by $PYTHON and this script can neither act as root nor use sudo" \
+        "as root, run: apt-get update && apt-get install -y --no-install-recommends python3-torch"
+  fi
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends python3-torch
+  "$PYTHON" -c "import torch" || die "python3-torch was installed but '$PYTHON -c \"import torch\"' still fails" \
+    "check the error above; a broken numpy or a conflicting pip torch in ~/.local can shadow Debian's"
+fi
+
+# --- Ember (Release; an existing build directory is reused) ---
+if [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+  [[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
+    "use another directory: EMBER_BUILD_DIR=build-release $0"
+else
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember >/dev/null
+EMBER="$ROOT/$BUILD_DIR/ember"
+[[ "$BUILD_DIR" == /* ]] && EMBER="$BUILD_DIR/ember"
+
+# --- shapes: from the config (missing keys take Ember's defaults, src/model/model_config.h and
+# src/train/run_config.h), then BENCH_* overrides. Both trainers get every value explicitly. ---
+read -r N_LAYER N_HEAD N_EMBD BLOCK_SIZE VOCAB_SIZE BATCH_SIZE SEQ_LEN GRAD_ACCUM < <("$PYTHON" - "$CONFIG" <<'PY'
+import configparser, os, sys
+ini = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
+ini.read(sys.argv[1])
+keys = [("model", "n_layer", 2), ("model", "n_head", 2), ("model", "n_embd", 32), ("model", "block_size", 64),
+        ("model", "vocab_size", 256), ("training", "batch_size", 8), ("training", "seq_len", 64),
+        ("training", "grad_accum_steps", 1)]
+values = []
+for section, key, default in keys:
+    env = "BENCH_" + ("GRAD_ACCUM" if key == "grad_accum_steps" else key.upper())
+    value = os.environ.get(env) or ini.get(section, key, fallback=str(default))
+    values.append(str(int(value)))
+print(" ".join(values))
+PY
+)
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-bench.XXXXXX")
+# Kept after a failure, so the logs and the data behind the printed commands can be inspected.
+cleanup() { local rc=$?; if (( rc == 0 )); then rm -rf "$WORK"; else echo "bench: work directory kept: $WORK" >&2; fi; }
+trap cleanup EXIT
+
+# A small real-text corpus (this project's sources, plus the system's licence texts when present); the loader wraps
+# around, so its size does not matter, only that prep and the data path run as in a real job.
+mkdir -p "$WORK/corpus"
+for item in README.md docs src configs scripts; do [[ -e "$item" ]] && cp -R "$item" "$WORK/corpus/"; done
+[[ -d /usr/share/common-licenses ]] && cp -RL /usr/share/common-licenses "$WORK/corpus/licenses" 2>/dev/null || true
+"$EMBER" prep --input "$WORK/corpus" --output "$WORK/data" --tokenizer bytes --val-fraction 0.05 >"$WORK/prep.log" 2>&1 ||
+  { cat "$WORK/prep.log" >&2; die "ember prep failed (log above)" "check that $BUILD_DIR/ember is up to date"; }
+
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+EMBER_CMD=("$EMBER" train --config "$CONFIG" --training.steps="$STEPS" --eval.every=0 --checkpoint.interval=0
+  --run.dir="$WORK/run" --data.dir="$WORK/data" --training.threads="$THREADS"
+  --model.n_layer="$N_LAYER" --model.n_head="$N_HEAD" --model.n_embd="$N_EMBD" --model.block_size="$BLOCK_SIZE"
+  --model.vocab_size="$VOCAB_SIZE" --training.batch_size="$BATCH_SIZE" --training.seq_len="$SEQ_LEN"
+  --training.grad_accum_steps="$GRAD_ACCUM")
+TORCH_CMD=("$PYTHON" scripts/bench/torch_gpt2.py --n-layer "$N_LAYER" --n-head "$N_HEAD" --n-embd "$N_EMBD"
+  --block-size "$BLOCK_SIZE" --vocab-size "$VOCAB_SIZE" --batch-size "$BATCH_SIZE" --seq-len "$SEQ_LEN"
+  --grad-accum "$GRAD_ACCUM" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS")
+
+echo "bench: ember, $STEPS steps (log: ember.log)"
+"${EMBER_CMD[@]}" >"$WORK/ember.log" 2>&1 ||
+  { tail -n 40 "$WORK/ember.log" >&2; die "ember train failed (last lines above)" "rerun the command by hand: ${EMBER_CMD[*]}"; }
+EMBER_TPS=$("$PYTHON" - "$WORK/run/metrics.jsonl" "$WARMUP" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+rows = sorted((r for r in rows if "tokens_per_s" in r), key=lambda r: r["step"])[int(sys.argv[2]):]
+if not rows:
+    sys.exit("error: no steps after the warm-up in " + sys.argv[1])
+print(f"{sum(r['tokens_per_s'] for r in rows) / len(rows):.1f}")
+PY
+)
+
+echo "bench: torch, $STEPS steps"
+"${TORCH_CMD[@]}" >"$WORK/torch.log" 2>&1 ||
+  { tail -n 40 "$WORK/torch.log" >&2; die "torch_gpt2.py failed (last lines above)" "rerun the command by hand: ${TORCH_CMD[*]}"; }
+TORCH_TPS=$(sed -n 's/^tokens_per_s //p' "$WORK/torch.log" | tail -n 1)
+TORCH_INFO=$(head -n 1 "$WORK/torch.log")
+
+CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
+[[ -n "$CPU_MODEL" ]] || CPU_MODEL=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
+RATIO=$("$PYTHON" -c "print(f'{$EMBER_TPS / $TORCH_TPS:.2f}')")
+
+relative() { local s="$*"; echo "${s//$ROOT\//}"; }
+cat <<TABLE
+
+| item              | value |
+|-------------------|-------|
+| date              | $(date -u +%Y-%m-%dT%H:%M:%SZ) |
+| machine           | ${CPU_MODEL:-unknown}, nproc $(nproc) |
+| threads           | $THREADS |
+| model             | n_layer $N_LAYER, n_head $N_HEAD, n_embd $N_EMBD, block_size $BLOCK_SIZE, vocab_size $VOCAB_SIZE |
+| batch             | B $BATCH_SIZE, T $SEQ_LEN, grad_accum $GRAD_ACCUM |
+| steps             | $STEPS ($WARMUP warm-up steps left out of the mean) |
+| ember tokens/s    | $EMBER_TPS |
+| torch tokens/s    | $TORCH_TPS |
+| ratio ember/torch | $RATIO |
+| torch             | $TORCH_INFO |
+
+command: $(relative "BENCH_CONFIG=$CONFIG BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_THREADS=$THREADS" scripts/bench/cpu-vs-torch.sh)
+ember:   $(relative "OMP_NUM_THREADS=$THREADS ${EMBER_CMD[*]}")
+torch:   $(relative "OMP_NUM_THREADS=$THREADS ${TORCH_CMD[*]}")
+TABLE

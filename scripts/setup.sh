@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Ember needs to build, test and run (compiler, CMake, Open MPI, parallel HDF5, Boost,
+# OpenBLAS, nlohmann-json, GoogleTest, Python with numpy/h5py). Idempotent: quiet and does nothing when all are present.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
+  libboost-program-options-dev libopenblas-dev nlohmann-json3-dev
+  libgtest-dev googletest
+  python3 python3-numpy python3-h5py
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+  SUDO=(sudo)
+else
+  echo "error: setup: missing packages ${missing[*]}, and this script is neither root nor able to use sudo" >&2
+  echo "hint: as root, run: apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "setup: installing missing packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -q
+"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

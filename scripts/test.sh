@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds Ember (Release, into build/) and runs every ctest suite: unit, mpi (np 1/2/4), e2e.
+# The exit code is ctest's, so CI and people see the same verdict; ctest prints its own summary at the end.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+
+# The test suites start mpirun; in containers and CI that often happens as root, which Open MPI refuses by default.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# Debian's python has numpy and h5py (python3-numpy, python3-h5py); a python earlier on PATH (pyenv, venv) may not.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
+cmake --build build -j"$(nproc)"
+
+status=0
+ctest --test-dir build --output-on-failure -j2 --timeout 900 || status=$?
+exit "$status"

@@ -1,0 +1,58 @@
+// Shared command-line plumbing (implementation).
+#include "app/cli.h"
+
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace po = boost::program_options;
+
+namespace ember {
+
+bool parse_command(int argc, char** argv, const po::options_description& desc, const char* usage,
+                   po::variables_map& vm) {
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n\n" << desc << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw_error(std::string("ember ") + argv[0] + ": " + e.what(),
+                std::string("see `ember ") + argv[0] + " --help` for the options");
+  }
+  return true;
+}
+
+void require_option(const po::variables_map& vm, const char* name, const char* hint) {
+  if (!vm.count(name)) throw_error(std::string("missing required option --") + name, hint);
+}
+
+LoadedModel load_model(const std::string& checkpoint, Backend& backend, int max_B, int max_T) {
+  LoadedModel out;
+  out.meta = read_checkpoint_meta(checkpoint);
+  const int T = max_T > 0 ? max_T : out.meta.model.block_size;
+  if (T > out.meta.model.block_size)
+    throw_error("sequence length " + std::to_string(T) + " exceeds the checkpoint's block_size " +
+                    std::to_string(out.meta.model.block_size),
+                "use a sequence length of at most block_size");
+  out.model = std::make_unique<GPT>(out.meta.model, backend, max_B, T, /*with_grads=*/false);
+  std::vector<float> params(out.model->table().total_numel());
+  load_checkpoint(checkpoint, out.model->table(), {params.data(), nullptr, nullptr}, out.meta);
+  backend.copy_to_device(out.model->params(), params.data(), params.size() * sizeof(float));
+  return out;
+}
+
+std::string ini_value(const std::string& ini_text, const std::string& key, const std::string& fallback) {
+  std::istringstream in(ini_text);
+  po::options_description none;
+  const po::parsed_options parsed = po::parse_config_file(in, none, /*allow_unregistered=*/true);
+  for (const po::option& o : parsed.options)
+    if (o.string_key == key && !o.value.empty()) return o.value.front();
+  return fallback;
+}
+
+}  // namespace ember

@@ -1,0 +1,75 @@
+// `ember eval`: mean cross-entropy (nats/token) and bits per byte of a checkpoint on a data split, evaluated over
+// the split's samples in order, so any reader of the shards and the checkpoint can reproduce the number.
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "core/error.h"
+#include "data/data_loader.h"
+#include "data/tokenizer.h"
+
+namespace po = boost::program_options;
+
+namespace ember {
+
+int cmd_eval(int argc, char** argv) {
+  std::string checkpoint, data, split;
+  int batch_size = 0, seq_len = 0, max_batches = 0;
+  po::options_description desc("ember eval options");
+  desc.add_options()("help,h", "print this help")("checkpoint", po::value(&checkpoint), "checkpoint file (.h5)")(
+      "data", po::value(&data), "directory of shards (from `ember prep`)")(
+      "split", po::value(&split)->default_value("val"), "shard prefix: val or train")(
+      "batch-size", po::value(&batch_size)->default_value(8), "sequences per batch")(
+      "seq-len", po::value(&seq_len)->default_value(0), "sequence length (0: the model's block_size)")(
+      "max-batches", po::value(&max_batches)->default_value(0), "evaluate at most N batches (0: all full batches)")(
+      "json", "print one JSON object instead of text");
+  po::variables_map vm;
+  if (!parse_command(argc, argv, desc, "usage: ember eval --checkpoint F --data DIR [--json]", vm)) return EXIT_CODE_OK;
+  require_option(vm, "checkpoint", "give the checkpoint to evaluate, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
+  require_option(vm, "data", "give a directory made by `ember prep`, e.g. --data data/demo");
+  if (batch_size < 1 || seq_len < 0 || max_batches < 0)
+    throw_error("--batch-size must be >= 1, --seq-len and --max-batches >= 0", "fix the option values");
+
+  auto backend = make_cpu_backend();
+  LoadedModel loaded = load_model(checkpoint, *backend, batch_size, seq_len);
+  const ModelConfig& mc = loaded.meta.model;
+  const int T = seq_len > 0 ? seq_len : mc.block_size;
+  auto tokenizer = make_tokenizer(ini_value(loaded.meta.config_ini, "data.tokenizer", "bytes"));
+  DataLoader loader(data, split, T, mc.vocab_size, 0, /*shuffle=*/false);
+  uint64_t batches = loader.num_samples() / uint64_t(batch_size);
+  if (batches == 0)
+    throw_error("data " + data + ": split '" + split + "' has " + std::to_string(loader.num_samples()) +
+                    " samples of length " + std::to_string(T) + ", fewer than one batch of " +
+                    std::to_string(batch_size),
+                "lower --batch-size or --seq-len, or prepare more data");
+  if (max_batches > 0) batches = std::min<uint64_t>(batches, uint64_t(max_batches));
+
+  std::vector<int32_t> inputs(size_t(batch_size) * T), targets(inputs.size());
+  double loss_sum = 0.0;
+  size_t bytes = 0;
+  for (uint64_t k = 0; k < batches; ++k) {
+    loader.batch_at(k * batch_size, inputs.data(), targets.data(), batch_size);
+    loss_sum += loaded.model->forward(inputs.data(), targets.data(), batch_size, T);
+    bytes += tokenizer->decode(targets).size();
+  }
+  const double loss = loss_sum / double(batches);
+  const double tokens = double(batches) * batch_size * T;
+  // Bits per byte: total nats over the targets, in bits, divided by the bytes those targets decode to.
+  const double bpb = loss * tokens / (std::log(2.0) * double(bytes));
+  if (vm.count("json")) {
+    nlohmann::json out = {{"checkpoint", checkpoint}, {"step", loaded.meta.step}, {"split", split},
+                          {"loss", loss},             {"bits_per_byte", bpb},     {"tokens", int64_t(tokens)},
+                          {"batch_size", batch_size}, {"seq_len", T},             {"batches", batches}};
+    printf("%s\n", out.dump().c_str());
+  } else {
+    printf("%s (step %lld) on %s/%s: loss %.6f nats/token | %.4f bits/byte | %.0f tokens\n", checkpoint.c_str(),
+           (long long)loaded.meta.step, data.c_str(), split.c_str(), loss, bpb, tokens);
+  }
+  return EXIT_CODE_OK;
+}
+
+}  // namespace ember

@@ -1,0 +1,17 @@
+// The ember subcommands: each takes argv starting at its own name and returns the process exit code.
+#pragma once
+
+namespace ember {
+
+int cmd_train(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+int cmd_prep(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+
+// Exit codes shared by every subcommand (documented in the README).
+constexpr int EXIT_CODE_OK = 0;
+constexpr int EXIT_CODE_ERROR = 1;  // bad input or a failed check; the message says which
+constexpr int EXIT_CODE_USAGE = 2;  // unknown subcommand or option
+
+}  // namespace ember

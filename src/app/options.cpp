@@ -1,0 +1,209 @@
+// Option definitions (implementation): a single table of bindings drives parsing, validation and rendering, so a
+// key cannot be parsed under one name and rendered under another.
+#include "app/options.h"
+
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace po = boost::program_options;
+
+namespace ember {
+namespace {
+
+std::string format_value(int v) { return std::to_string(v); }
+std::string format_value(uint64_t v) { return std::to_string(v); }
+std::string format_value(float v) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.9g", v);  // 9 significant digits round-trip any float
+  return buf;
+}
+std::string format_value(const std::string& v) { return v; }
+
+// One bound key: how to declare it to Boost, render it, and check its range.
+struct Binding {
+  std::string key;  // "section.key"
+  std::function<void(po::options_description&)> declare;
+  std::function<std::string()> render;
+  std::function<std::string()> check;  // "" when valid, else what the value must be
+};
+
+template <class T>
+Binding bind_key(const char* key, T* field, const char* help, std::function<std::string(T)> check = nullptr) {
+  Binding b;
+  b.key = key;
+  b.declare = [=](po::options_description& d) {
+    d.add_options()(key, po::value<T>(field)->default_value(*field, format_value(*field)), help);
+  };
+  b.render = [=] { return format_value(*field); };
+  b.check = [=] { return check ? check(*field) : std::string(); };
+  return b;
+}
+
+std::function<std::string(int)> at_least(int lo) {
+  return [=](int v) { return v >= lo ? "" : "must be >= " + std::to_string(lo); };
+}
+std::function<std::string(int)> in_range(int lo, int hi) {
+  return [=](int v) {
+    return v >= lo && v <= hi ? "" : "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  };
+}
+
+std::vector<Binding> bindings(RunConfig& c) {
+  std::vector<Binding> b;
+  b.push_back(bind_key("model.n_layer", &c.model.n_layer, "transformer blocks", at_least(1)));
+  b.push_back(bind_key("model.n_head", &c.model.n_head, "attention heads per block", at_least(1)));
+  b.push_back(bind_key<int>("model.n_embd", &c.model.n_embd, "embedding width C (a multiple of n_head)", [&c](int v) {
+    if (v < 1) return std::string("must be >= 1");
+    if (c.model.n_head >= 1 && v % c.model.n_head != 0)
+      return "must be a multiple of model.n_head = " + std::to_string(c.model.n_head);
+    return std::string();
+  }));
+  b.push_back(bind_key("model.block_size", &c.model.block_size, "maximum sequence length", in_range(1, 1 << 20)));
+  b.push_back(bind_key("model.vocab_size", &c.model.vocab_size, "vocabulary size (256 for the byte tokenizer)",
+                   in_range(2, 65536)));
+  b.push_back(bind_key("training.batch_size", &c.training.batch_size, "micro-batch size B", at_least(1)));
+  b.push_back(bind_key<int>("training.seq_len", &c.training.seq_len, "sequence length T (<= model.block_size)",
+                        [&c](int v) {
+                          if (v < 1) return std::string("must be >= 1");
+                          if (v > c.model.block_size)
+                            return "must be <= model.block_size = " + std::to_string(c.model.block_size);
+                          return std::string();
+                        }));
+  b.push_back(bind_key("training.grad_accum_steps", &c.training.grad_accum_steps, "micro-batches per optimizer step",
+                   at_least(1)));
+  b.push_back(bind_key("training.steps", &c.training.steps, "optimizer steps of the whole run", at_least(1)));
+  b.push_back(bind_key("training.seed", &c.training.seed, "seed of initialisation and data order"));
+  b.push_back(bind_key<float>("training.max_norm", &c.training.max_norm, "clip gradients to this L2 norm (0: off)",
+                          [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
+  b.push_back(bind_key("training.threads", &c.training.threads, "CPU threads (0: all cores)", at_least(0)));
+  b.push_back(bind_key<float>("optimizer.lr", &c.optimizer.lr, "peak learning rate",
+                          [](float v) { return v > 0 && v < 10 ? "" : "must be in (0, 10)"; }));
+  b.push_back(bind_key<float>("optimizer.min_lr", &c.optimizer.min_lr, "learning rate at the end of the cosine decay",
+                          [&c](float v) { return v >= 0 && v <= c.optimizer.lr ? "" : "must be in [0, optimizer.lr]"; }));
+  b.push_back(bind_key("optimizer.warmup_steps", &c.optimizer.warmup_steps, "linear warm-up steps", at_least(0)));
+  b.push_back(bind_key<float>("optimizer.weight_decay", &c.optimizer.weight_decay, "AdamW weight decay (matrices only)",
+                          [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
+  auto beta = [](float v) { return v >= 0 && v < 1 ? "" : "must be in [0, 1)"; };
+  b.push_back(bind_key<float>("optimizer.beta1", &c.optimizer.beta1, "AdamW beta1", beta));
+  b.push_back(bind_key<float>("optimizer.beta2", &c.optimizer.beta2, "AdamW beta2", beta));
+  b.push_back(bind_key<float>("optimizer.eps", &c.optimizer.eps, "AdamW epsilon",
+                          [](float v) { return v > 0 ? "" : "must be > 0"; }));
+  b.push_back(bind_key("data.dir", &c.data.dir, "directory of train_*.bin and val_*.bin shards (from `ember prep`)"));
+  b.push_back(bind_key<std::string>("data.tokenizer", &c.data.tokenizer, "tokenizer the shards were made with",
+                                [](const std::string& v) { return v == "bytes" ? "" : "must be one of: bytes"; }));
+  b.push_back(bind_key("eval.every", &c.eval.every, "validation loss every N steps (0: at the end only)", at_least(0)));
+  b.push_back(bind_key("eval.batches", &c.eval.batches, "validation batches per evaluation", at_least(1)));
+  b.push_back(bind_key("checkpoint.folder", &c.checkpoint.folder, "checkpoint directory (default <run.dir>/checkpoints)"));
+  b.push_back(bind_key("checkpoint.interval", &c.checkpoint.interval, "save every N steps (0: at the end only)",
+                   at_least(0)));
+  b.push_back(bind_key("checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k, "checkpoints kept (0: all)",
+                   at_least(0)));
+  b.push_back(bind_key("checkpoint.resume", &c.checkpoint.resume, "\"\", \"auto\" or a checkpoint path"));
+  b.push_back(bind_key("run.dir", &c.run.dir, "run directory: metrics.jsonl and checkpoints"));
+  b.push_back(bind_key("run.log_every", &c.run.log_every, "progress line every N steps", at_least(1)));
+  return b;
+}
+
+// A key given twice on the command line takes its last value, as with most command-line tools, so scripts can
+// append overrides to a common argument list.
+po::parsed_options last_occurrence_wins(po::parsed_options parsed) {
+  std::vector<po::option> kept;
+  for (auto it = parsed.options.rbegin(); it != parsed.options.rend(); ++it) {
+    bool seen = false;
+    for (const po::option& o : kept) seen = seen || (o.string_key == it->string_key && !o.string_key.empty());
+    if (!seen) kept.insert(kept.begin(), *it);
+  }
+  parsed.options = std::move(kept);
+  return parsed;
+}
+
+std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+}  // namespace
+
+std::string render_config_ini(const RunConfig& config) {
+  RunConfig copy = config;
+  std::ostringstream out;
+  std::string section;
+  for (const Binding& b : bindings(copy)) {
+    if (section_of(b.key) != section) {
+      if (!section.empty()) out << "\n";
+      section = section_of(b.key);
+      out << "[" << section << "]\n";
+    }
+    out << b.key.substr(b.key.find('.') + 1) << " = " << b.render() << "\n";
+  }
+  return out.str();
+}
+
+std::string config_help() {
+  RunConfig c;
+  po::options_description desc("config keys (INI [section] key = value, or --section.key=value)");
+  for (const Binding& b : bindings(c)) b.declare(desc);
+  std::ostringstream out;
+  out << desc;
+  return out.str();
+}
+
+ParsedRun parse_train_args(int argc, char** argv) {
+  ParsedRun parsed;
+  RunConfig& c = parsed.config;
+  std::vector<Binding> table = bindings(c);
+  po::options_description keys("config keys");
+  for (const Binding& b : table) b.declare(keys);
+  std::string config_file, resume;
+  po::options_description cli("ember train options");
+  cli.add_options()("help,h", "print this help")("config", po::value<std::string>(&config_file),
+                                                  "INI file with [section] key = value lines")(
+      "resume", po::value<std::string>(&resume), "auto (newest valid checkpoint, if any) or a checkpoint path")(
+      "stop-after", po::value<int>(&parsed.stop_after)->default_value(0),
+      "stop after N optimizer steps in this invocation, writing a checkpoint");
+  po::options_description all;
+  all.add(cli).add(keys);
+
+  po::variables_map vm;
+  const char* source = "command line";
+  try {
+    po::store(last_occurrence_wins(po::command_line_parser(argc, argv).options(all).run()), vm);
+    if (vm.count("help")) {
+      parsed.help = true;
+      return parsed;
+    }
+    if (vm.count("config")) {
+      config_file = vm["config"].as<std::string>();
+      std::ifstream in(config_file);
+      if (!in)
+        throw_error("config file " + config_file + ": cannot open",
+                    "give an existing INI file, e.g. --config configs/tiny.ini");
+      source = nullptr;
+      po::store(po::parse_config_file(in, keys, /*allow_unregistered=*/false), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    const std::string where = source ? "command line" : "config file " + config_file;
+    throw_error(where + ": " + e.what(), "see `ember train --help` for every key, its type and its default");
+  }
+  if (parsed.stop_after < 0)
+    throw_error("--stop-after " + std::to_string(parsed.stop_after) + ": must be >= 0", "give a step count");
+  if (vm.count("resume")) c.checkpoint.resume = resume;
+  for (const Binding& b : table) {
+    const std::string problem = b.check();
+    if (!problem.empty()) {
+      const std::string from = vm.count(b.key) && !vm[b.key].defaulted() ? "" : " (default)";
+      throw_error("config: " + b.key + " = " + b.render() + from + " " + problem,
+                  "fix " + b.key + " in the config file or pass --" + b.key + "=VALUE");
+    }
+  }
+  parsed.config_ini = render_config_ini(c);
+  return parsed;
+}
+
+}  // namespace ember

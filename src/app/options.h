@@ -1,0 +1,30 @@
+// Option definitions: every RunConfig field bound to its "section.key" name once, for the INI file, the command
+// line, range checks and rendering back to INI text. Defaults < INI file < command line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "train/run_config.h"
+
+namespace ember {
+
+struct ParsedRun {
+  RunConfig config;
+  std::string config_ini;  // the resolved configuration rendered as INI text
+  bool help = false;
+  int stop_after = 0;      // --stop-after: optimizer steps in this invocation (0 = until training.steps)
+};
+
+// Parses `ember train` arguments (argv[0] is "train"): --config FILE, --section.key=value overrides,
+// --resume auto|PATH, --stop-after N, --help. Unknown keys, wrong types and out-of-range values throw ember::Error
+// naming the key (and the file) with a hint.
+ParsedRun parse_train_args(int argc, char** argv);
+
+// Renders a config as INI text, one [section] per struct, every key present.
+std::string render_config_ini(const RunConfig& config);
+
+// The help text of every config key, grouped by section.
+std::string config_help();
+
+}  // namespace ember

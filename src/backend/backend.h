@@ -1,0 +1,135 @@
+// The op interface every backend implements. Model code is written once against it; the CPU backend is the
+// reference, a CUDA backend implements the same ops. All pointers are backend memory (from alloc()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ember {
+
+// Conventions shared by every op:
+//  - Shapes are row-major; the shape of each argument is in its trailing comment.
+//  - Matrices use the Hugging Face Conv1D orientation: weight (IC, OC), so out = inp @ weight + bias.
+//  - Backward ops ACCUMULATE (+=) into every gradient argument (activation and parameter gradients alike),
+//    so gradient accumulation and residual branches need no extra adds. Callers zero gradients first.
+//  - Token ids are int32.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // --- memory ---
+  virtual void* alloc(size_t bytes) = 0;  // zero-filled, 64-byte aligned
+  virtual void free(void* ptr) = 0;
+  virtual void copy_to_device(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* ptr, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // --- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---
+  virtual void encoder_forward(float* out,         // (B, T, C)
+                               const int32_t* inp,  // (B, T)
+                               const float* wte,    // (V, C)
+                               const float* wpe,    // (maxT, C)
+                               int B, int T, int C) = 0;
+  virtual void encoder_backward(float* dwte,          // (V, C) +=
+                                float* dwpe,          // (maxT, C) +=
+                                const float* dout,    // (B, T, C)
+                                const int32_t* inp,   // (B, T)
+                                int B, int T, int C) = 0;
+
+  // --- layernorm over the last dim, eps 1e-5; saves per-row mean and reciprocal std for backward ---
+  virtual void layernorm_forward(float* out,         // (N, C)
+                                 float* mean,        // (N)
+                                 float* rstd,        // (N)
+                                 const float* inp,   // (N, C)
+                                 const float* weight,  // (C)
+                                 const float* bias,    // (C)
+                                 int N, int C) = 0;
+  virtual void layernorm_backward(float* dinp,          // (N, C) +=
+                                  float* dweight,       // (C) +=
+                                  float* dbias,         // (C) +=
+                                  const float* dout,    // (N, C)
+                                  const float* inp,     // (N, C)
+                                  const float* weight,  // (C)
+                                  const float* mean,    // (N)
+                                  const float* rstd,    // (N)
+                                  int N, int C) = 0;
+
+  // --- out = inp @ weight + bias (bias may be null) ---
+  virtual void matmul_forward(float* out,           // (N, OC)
+                              const float* inp,     // (N, IC)
+                              const float* weight,  // (IC, OC)
+                              const float* bias,    // (OC) or null
+                              int N, int IC, int OC) = 0;
+  // dinp += dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null).
+  virtual void matmul_backward(float* dinp,          // (N, IC) +=
+                               float* dweight,       // (IC, OC) +=
+                               float* dbias,         // (OC) += or null
+                               const float* dout,    // (N, OC)
+                               const float* inp,     // (N, IC)
+                               const float* weight,  // (IC, OC)
+                               int N, int IC, int OC) = 0;
+  // Logits against the tied embedding: out = inp @ wte^T, i.e. weight stored (V, C). Used for the lm_head.
+  virtual void matmul_forward_transposed(float* out,         // (N, V)
+                                         const float* inp,   // (N, C)
+                                         const float* wte,   // (V, C)
+                                         int N, int C, int V) = 0;
+  // dinp += dout @ wte; dwte += dout^T @ inp.
+  virtual void matmul_backward_transposed(float* dinp,        // (N, C) +=
+                                          float* dwte,        // (V, C) +=
+                                          const float* dout,  // (N, V)
+                                          const float* inp,   // (N, C)
+                                          const float* wte,   // (V, C)
+                                          int N, int C, int V) = 0;
+
+  // --- causal multi-head self-attention, flash style: never stores the (T, T) matrix ---
+  // qkv holds q, k, v side by side on the last dim (each C = NH * HS). Scores are scaled by 1/sqrt(HS).
+  // lse saves the log-sum-exp of each row of scaled scores for the backward pass.
+  virtual void attention_forward(float* out,        // (B, T, C)
+                                 float* lse,        // (B, NH, T)
+                                 const float* qkv,  // (B, T, 3C)
+                                 int B, int T, int C, int NH) = 0;
+  virtual void attention_backward(float* dqkv,       // (B, T, 3C) +=
+                                  const float* dout,  // (B, T, C)
+                                  const float* qkv,   // (B, T, 3C)
+                                  const float* out,   // (B, T, C)
+                                  const float* lse,   // (B, NH, T)
+                                  int B, int T, int C, int NH) = 0;
+
+  // --- tanh-approximate GELU ---
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;                      // (n)
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;  // dinp += (n)
+
+  // --- elementwise ---
+  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;   // out = a + b
+  virtual void accumulate(float* dst, const float* src, size_t n) = 0;          // dst += src
+  virtual void scale(float* x, float s, size_t n) = 0;                          // x *= s
+
+  // --- softmax cross-entropy over V classes; targets in [0, V) ---
+  virtual void crossentropy_forward(float* losses,          // (N) per-row -log p[target]
+                                    const float* logits,    // (N, V)
+                                    const int32_t* targets,  // (N)
+                                    int N, int V) = 0;
+  // dlogits = dloss * (softmax(logits) - onehot(target)); OVERWRITES dlogits, which may alias logits.
+  virtual void crossentropy_backward(float* dlogits,          // (N, V)
+                                     const float* logits,     // (N, V)
+                                     const int32_t* targets,  // (N)
+                                     float dloss, int N, int V) = 0;
+  // Row-wise softmax with temperature, for sampling: probs = softmax(logits / temperature).
+  virtual void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) = 0;
+
+  // --- reductions and optimizer ---
+  virtual double sum_squares(const float* x, size_t n) = 0;  // sum of x^2 in fp64
+  // AdamW with bias correction; t is the 1-based step. Decoupled weight decay: p -= lr * wd * p.
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                            float beta2, float eps, float weight_decay, int t) = 0;
+};
+
+// The CPU backend (OpenMP + OpenBLAS), always built; it is the reference for every other backend.
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace ember

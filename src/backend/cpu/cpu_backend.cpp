@@ -1,0 +1,70 @@
+// CPU backend (core): construction, host memory and the plain elementwise ops (add, accumulate, scale).
+// The other op families live in their own cpu_<family>.cpp files next to this one.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/cpu_common.h"
+#include "core/error.h"
+
+namespace ember {
+
+using cpu::kMinParallelWork;
+
+CpuBackend::CpuBackend() {
+  // All parallelism is OpenMP with static splits; GEMMs are sliced per thread (cpu_gemm.cpp) and attention calls
+  // small GEMMs from inside parallel loops. OpenBLAS threads would oversubscribe the cores and fight OpenMP's
+  // spin-waiting workers, so OpenBLAS runs on the calling thread only. This setting is process-wide.
+  openblas_set_num_threads(1);
+}
+
+std::string CpuBackend::name() const { return "cpu"; }
+
+void* CpuBackend::alloc(size_t bytes) {
+  // aligned_alloc wants a size that is a multiple of the alignment; a zero-byte request still gets a valid pointer.
+  const size_t rounded = (bytes + 63) / 64 * 64 + (bytes == 0 ? 64 : 0);
+  void* ptr = std::aligned_alloc(64, rounded);
+  if (!ptr)
+    throw_error("CPU backend: out of host memory allocating " + std::to_string(bytes) + " bytes",
+                "hint: reduce batch_size or seq_len, or use a smaller model config");
+  std::memset(ptr, 0, rounded);
+  return ptr;
+}
+
+void CpuBackend::free(void* ptr) { std::free(ptr); }
+
+void CpuBackend::copy_to_device(void* dst, const void* src_host, size_t bytes) {
+  if (bytes) std::memcpy(dst, src_host, bytes);
+}
+void CpuBackend::copy_to_host(void* dst_host, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst_host, src, bytes);
+}
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) std::memmove(dst, src, bytes);
+}
+void CpuBackend::zero(void* ptr, size_t bytes) {
+  if (bytes) std::memset(ptr, 0, bytes);
+}
+void CpuBackend::synchronize() {}  // every op has finished when it returns
+
+void CpuBackend::add(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void CpuBackend::accumulate(float* dst, const float* src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void CpuBackend::scale(float* x, float s, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
+  for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace ember

@@ -1,0 +1,53 @@
+// Errors and check macros (implementation): formats the failure location and the library's own message.
+#include "core/error.h"
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <sstream>
+
+namespace ember {
+
+void throw_error(const std::string& message, const std::string& hint) { throw Error(message, hint); }
+
+std::string error_location(const char* file, int line) {
+  int initialized = 0, finalized = 0, rank = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  std::ostringstream s;
+  s << file << ":" << line << " (rank " << rank << " on " << host << ")";
+  return s.str();
+}
+
+void fail_check(const char* lib, const char* stmt, const std::string& detail, const char* file, int line,
+                const char* hint) {
+  std::ostringstream s;
+  s << lib << " check failed: " << stmt << " at " << error_location(file, line);
+  if (!detail.empty()) s << ": " << detail;
+  throw Error(s.str(), hint);
+}
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, len);
+}
+
+static herr_t collect_hdf5_error(unsigned n, const H5E_error2_t* err, void* client) {
+  auto* out = static_cast<std::string*>(client);
+  if (n == 0 && err->desc) *out = err->desc;  // the innermost frame says what went wrong
+  return 0;
+}
+
+std::string hdf5_error_string() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_hdf5_error, &msg);
+  return msg.empty() ? "HDF5 call failed" : msg;
+}
+
+}  // namespace ember

@@ -1,0 +1,181 @@
+// The GPT-2 model (implementation): forward and backward as sequences of Backend ops, layer by layer.
+// Residual stream gradients accumulate in one buffer because every backward op adds into its outputs.
+#include "model/gpt.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace ember {
+
+float* GPT::alloc_floats(size_t n) {
+  void* ptr = backend_.alloc(n * sizeof(float));
+  allocations_.push_back(ptr);
+  return static_cast<float*>(ptr);
+}
+
+GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads)
+    : config_(config), backend_(backend), table_(config), max_B_(max_B), max_T_(max_T) {
+  EMBER_ASSERT(max_T >= 1 && max_T <= config.block_size, "max_T must be in [1, block_size]");
+  EMBER_ASSERT(max_B >= 1, "max_B must be positive");
+  EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
+  const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
+  params_ = alloc_floats(table_.total_numel());
+  inputs_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
+  targets_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
+  allocations_.push_back(inputs_);
+  allocations_.push_back(targets_);
+  encoded_ = alloc_floats(BT * C);
+  attproj_ = alloc_floats(BT * C);
+  fcproj_ = alloc_floats(BT * C);
+  layers_.resize(config.n_layer);
+  for (auto& a : layers_) {
+    a.ln1 = alloc_floats(BT * C);
+    a.ln1_mean = alloc_floats(BT);
+    a.ln1_rstd = alloc_floats(BT);
+    a.qkv = alloc_floats(BT * 3 * C);
+    a.atty = alloc_floats(BT * C);
+    a.lse = alloc_floats(BT * NH);
+    a.residual2 = alloc_floats(BT * C);
+    a.ln2 = alloc_floats(BT * C);
+    a.ln2_mean = alloc_floats(BT);
+    a.ln2_rstd = alloc_floats(BT);
+    a.fch = alloc_floats(BT * 4 * C);
+    a.fch_gelu = alloc_floats(BT * 4 * C);
+    a.residual3 = alloc_floats(BT * C);
+  }
+  lnf_ = alloc_floats(BT * C);
+  lnf_mean_ = alloc_floats(BT);
+  lnf_rstd_ = alloc_floats(BT);
+  logits_ = alloc_floats(BT * V);
+  losses_ = alloc_floats(BT);
+  losses_host_.resize(BT);
+  if (with_grads) {
+    grads_ = alloc_floats(table_.total_numel());
+    dresidual_ = alloc_floats(BT * C);
+    dC_ = alloc_floats(BT * C);
+    d3C_ = alloc_floats(BT * 3 * C);
+    d4C_a_ = alloc_floats(BT * 4 * C);
+    d4C_b_ = alloc_floats(BT * 4 * C);
+  }
+}
+
+GPT::~GPT() {
+  for (void* ptr : allocations_) backend_.free(ptr);
+}
+
+void GPT::init_weights(uint64_t seed) {
+  std::vector<float> host(table_.total_numel(), 0.0f);
+  const float residual_std = 0.02f / std::sqrt(2.0f * float(config_.n_layer));
+  const auto& params = table_.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& info = params[i];
+    float* dst = host.data() + info.offset;
+    const std::string& n = info.name;
+    auto ends_with = [&](const char* suffix) {
+      std::string s(suffix);
+      return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+    };
+    if (info.shape.size() >= 2) {
+      const bool residual_proj = ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight");
+      const float std = residual_proj ? residual_std : 0.02f;
+      Philox rng(seed, 0, uint32_t(i), RNG_PURPOSE_INIT);
+      for (size_t k = 0; k < info.numel; ++k) dst[k] = std * rng.normal();
+    } else if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || ends_with("ln_f.weight")) {
+      for (size_t k = 0; k < info.numel; ++k) dst[k] = 1.0f;
+    }  // biases stay zero
+  }
+  backend_.copy_to_device(params_, host.data(), host.size() * sizeof(float));
+}
+
+double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  EMBER_ASSERT(B >= 1 && B <= max_B_ && T >= 1 && T <= max_T_, "batch shape exceeds the allocated (max_B, max_T)");
+  B_ = B;
+  T_ = T;
+  have_targets_ = targets != nullptr;
+  const int C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, N = B * T;
+  Backend& be = backend_;
+  be.copy_to_device(inputs_, inputs, size_t(N) * sizeof(int32_t));
+  if (targets) be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
+
+  be.encoder_forward(encoded_, inputs_, p(table_.wte()), p(table_.wpe()), B, T, C);
+  const float* residual = encoded_;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    LayerActs& a = layers_[l];
+    auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, P(BLOCK_PARAM_LN1_W), P(BLOCK_PARAM_LN1_B), N, C);
+    be.matmul_forward(a.qkv, a.ln1, P(BLOCK_PARAM_QKV_W), P(BLOCK_PARAM_QKV_B), N, C, 3 * C);
+    be.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);
+    be.matmul_forward(attproj_, a.atty, P(BLOCK_PARAM_PROJ_W), P(BLOCK_PARAM_PROJ_B), N, C, C);
+    be.add(a.residual2, residual, attproj_, size_t(N) * C);
+    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, P(BLOCK_PARAM_LN2_W), P(BLOCK_PARAM_LN2_B), N, C);
+    be.matmul_forward(a.fch, a.ln2, P(BLOCK_PARAM_FC_W), P(BLOCK_PARAM_FC_B), N, C, 4 * C);
+    be.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * C);
+    be.matmul_forward(fcproj_, a.fch_gelu, P(BLOCK_PARAM_FCPROJ_W), P(BLOCK_PARAM_FCPROJ_B), N, 4 * C, C);
+    be.add(a.residual3, a.residual2, fcproj_, size_t(N) * C);
+    residual = a.residual3;
+  }
+  be.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, p(table_.ln_f_weight()), p(table_.ln_f_bias()), N, C);
+  be.matmul_forward_transposed(logits_, lnf_, p(table_.wte()), N, C, V);
+  if (!targets) return 0.0;
+
+  be.crossentropy_forward(losses_, logits_, targets_, N, V);
+  be.copy_to_host(losses_host_.data(), losses_, size_t(N) * sizeof(float));
+  double sum = 0.0;
+  for (int i = 0; i < N; ++i) sum += losses_host_[i];
+  return sum / N;
+}
+
+void GPT::zero_grad() {
+  EMBER_ASSERT(grads_ != nullptr, "model was built without gradients");
+  backend_.zero(grads_, table_.total_numel() * sizeof(float));
+}
+
+void GPT::backward(float loss_scale) {
+  EMBER_ASSERT(grads_ != nullptr, "model was built without gradients");
+  EMBER_ASSERT(have_targets_, "backward needs a forward with targets");
+  const int B = B_, T = T_, C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, N = B * T;
+  Backend& be = backend_;
+  const size_t NC = size_t(N) * C;
+
+  // Mean loss over N tokens: each token's loss has weight loss_scale / N.
+  be.crossentropy_backward(logits_, logits_, targets_, loss_scale / float(N), N, V);
+  be.zero(dresidual_, NC * sizeof(float));
+  be.zero(dC_, NC * sizeof(float));
+  be.matmul_backward_transposed(dC_, g(table_.wte()), logits_, lnf_, p(table_.wte()), N, C, V);
+  const float* last = config_.n_layer > 0 ? layers_.back().residual3 : encoded_;
+  be.layernorm_backward(dresidual_, g(table_.ln_f_weight()), g(table_.ln_f_bias()), dC_, last,
+                        p(table_.ln_f_weight()), lnf_mean_, lnf_rstd_, N, C);
+
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    LayerActs& a = layers_[l];
+    const float* residual = l == 0 ? encoded_ : layers_[l - 1].residual3;
+    auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
+    auto G = [&](BlockParam bp) { return g(table_.block(l, bp)); };
+    // MLP branch: residual3 = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))).
+    be.zero(d4C_a_, NC * 4 * sizeof(float));
+    be.matmul_backward(d4C_a_, G(BLOCK_PARAM_FCPROJ_W), G(BLOCK_PARAM_FCPROJ_B), dresidual_, a.fch_gelu,
+                       P(BLOCK_PARAM_FCPROJ_W), N, 4 * C, C);
+    be.zero(d4C_b_, NC * 4 * sizeof(float));
+    be.gelu_backward(d4C_b_, a.fch, d4C_a_, NC * 4);
+    be.zero(dC_, NC * sizeof(float));
+    be.matmul_backward(dC_, G(BLOCK_PARAM_FC_W), G(BLOCK_PARAM_FC_B), d4C_b_, a.ln2, P(BLOCK_PARAM_FC_W), N, C, 4 * C);
+    be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN2_W), G(BLOCK_PARAM_LN2_B), dC_, a.residual2,
+                          P(BLOCK_PARAM_LN2_W), a.ln2_mean, a.ln2_rstd, N, C);
+    // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
+    be.zero(dC_, NC * sizeof(float));
+    be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, P(BLOCK_PARAM_PROJ_W),
+                       N, C, C);
+    be.zero(d3C_, NC * 3 * sizeof(float));
+    be.attention_backward(d3C_, dC_, a.qkv, a.atty, a.lse, B, T, C, NH);
+    be.zero(dC_, NC * sizeof(float));
+    be.matmul_backward(dC_, G(BLOCK_PARAM_QKV_W), G(BLOCK_PARAM_QKV_B), d3C_, a.ln1, P(BLOCK_PARAM_QKV_W), N, C,
+                       3 * C);
+    be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN1_W), G(BLOCK_PARAM_LN1_B), dC_, residual,
+                          P(BLOCK_PARAM_LN1_W), a.ln1_mean, a.ln1_rstd, N, C);
+  }
+  be.encoder_backward(g(table_.wte()), g(table_.wpe()), dresidual_, inputs_, B, T, C);
+}
+
+}  // namespace ember

@@ -1,0 +1,83 @@
+// The GPT-2 model written against the Backend interface: parameters, gradients and activations in backend memory,
+// forward to mean cross-entropy and backward into the gradient arena. No backend-specific code here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_config.h"
+#include "model/param_table.h"
+
+namespace ember {
+
+class GPT {
+ public:
+  // Allocates parameters, gradients and activations for batches up to (max_B, max_T); max_T <= block_size.
+  // with_grads = false skips the gradient arena and backward buffers (eval, generate).
+  GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ParamTable& table() const { return table_; }
+  Backend& backend() { return backend_; }
+  float* params() { return params_; }  // (table().total_numel()) backend memory
+  float* grads() { return grads_; }    // same layout as params()
+
+  // GPT-2 initialisation from Philox keyed by (seed, parameter index): N(0, 0.02) for matrices and embeddings,
+  // residual projections scaled by 1/sqrt(2 n_layer), zero biases, LayerNorm weights 1.
+  void init_weights(uint64_t seed);
+
+  // Forward over host token ids inputs (B, T). With targets (B, T) it computes per-token losses and returns their
+  // mean (nats/token); without, it returns 0 and only the logits are valid.
+  double forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Backward of the last forward's mean loss multiplied by loss_scale (1/grad_accum_steps), accumulated (+=)
+  // into grads(). The last forward must have had targets. Overwrites the logits with their gradient.
+  void backward(float loss_scale);
+  void zero_grad();
+
+  const float* logits() const { return logits_; }  // (B, T, V) backend memory, after forward
+
+ private:
+  struct LayerActs {
+    float *ln1, *ln1_mean, *ln1_rstd;  // (B, T, C), (B, T), (B, T)
+    float *qkv, *atty, *lse;           // (B, T, 3C), (B, T, C), (B, NH, T)
+    float *residual2;                  // (B, T, C) after the attention branch
+    float *ln2, *ln2_mean, *ln2_rstd;  // (B, T, C), (B, T), (B, T)
+    float *fch, *fch_gelu;             // (B, T, 4C)
+    float *residual3;                  // (B, T, C) block output
+  };
+  float* p(const ParamInfo& info) { return params_ + info.offset; }
+  float* g(const ParamInfo& info) { return grads_ + info.offset; }
+  float* alloc_floats(size_t n);
+
+  ModelConfig config_;
+  Backend& backend_;
+  ParamTable table_;
+  int max_B_, max_T_;
+  int B_ = 0, T_ = 0;
+  bool have_targets_ = false;
+  std::vector<void*> allocations_;
+
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  int32_t *inputs_ = nullptr, *targets_ = nullptr;  // (B, T)
+  float* encoded_ = nullptr;                         // (B, T, C) block 0 input
+  float* attproj_ = nullptr;                         // (B, T, C) scratch: attention projection output
+  float* fcproj_ = nullptr;                          // (B, T, C) scratch: MLP projection output
+  std::vector<LayerActs> layers_;
+  float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T, C), (B, T), (B, T)
+  float* logits_ = nullptr;                                            // (B, T, V)
+  float* losses_ = nullptr;                                            // (B, T)
+  std::vector<float> losses_host_;
+  // Backward scratch, each zeroed before use because backward ops accumulate.
+  float* dresidual_ = nullptr;  // (B, T, C) gradient of the residual stream
+  float* dC_ = nullptr;         // (B, T, C)
+  float* d3C_ = nullptr;        // (B, T, 3C)
+  float* d4C_a_ = nullptr;      // (B, T, 4C)
+  float* d4C_b_ = nullptr;      // (B, T, 4C)
+};
+
+}  // namespace ember

@@ -1,0 +1,49 @@
+// The parameter table: every GPT parameter's Hugging Face GPT2LMHeadModel name, shape and offset in one fp32 arena.
+// Gradients and optimizer state mirror the arena; checkpoints, communication and sharding walk this table.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace ember {
+
+struct ParamInfo {
+  std::string name;            // Hugging Face key, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;  // Hugging Face shape (Conv1D orientation for linear layers: (in, out))
+  size_t offset = 0;           // in floats, from the start of the arena
+  size_t numel = 0;
+  bool decay = false;          // AdamW weight decay applies (matrices only, as GPT-2/nanoGPT do)
+  int layer = -1;              // transformer block index, -1 for embeddings and the final LayerNorm
+};
+
+// Which tensor of a block (or of the model) a table row is; fixed order, used to index ParamTable::block().
+enum BlockParam {
+  BLOCK_PARAM_LN1_W, BLOCK_PARAM_LN1_B, BLOCK_PARAM_QKV_W, BLOCK_PARAM_QKV_B, BLOCK_PARAM_PROJ_W, BLOCK_PARAM_PROJ_B,
+  BLOCK_PARAM_LN2_W, BLOCK_PARAM_LN2_B, BLOCK_PARAM_FC_W, BLOCK_PARAM_FC_B, BLOCK_PARAM_FCPROJ_W, BLOCK_PARAM_FCPROJ_B,
+  BLOCK_PARAM_COUNT
+};
+
+class ParamTable {
+ public:
+  explicit ParamTable(const ModelConfig& config);
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  size_t total_numel() const { return total_; }
+  const ParamInfo& wte() const { return params_[0]; }
+  const ParamInfo& wpe() const { return params_[1]; }
+  const ParamInfo& block(int layer, BlockParam p) const { return params_[2 + size_t(layer) * BLOCK_PARAM_COUNT + p]; }
+  const ParamInfo& ln_f_weight() const { return params_[params_.size() - 2]; }
+  const ParamInfo& ln_f_bias() const { return params_[params_.size() - 1]; }
+  // The row named `name`, or null.
+  const ParamInfo* find(const std::string& name) const;
+
+ private:
+  std::vector<ParamInfo> params_;
+  size_t total_ = 0;
+};
+
+}  // namespace ember

@@ -1,0 +1,51 @@
+// The metrics file (implementation): truncation on resume goes through a temp file and rename, so a crash
+// midway never loses the records that were already there.
+#include "train/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace ember {
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_up_to_step) : path_(path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec)
+    throw_error("metrics directory " + fs::path(path).parent_path().string() + ": " + ec.message(),
+                "set run.dir to a writable directory");
+  if (keep_up_to_step > 0 && fs::exists(path)) {
+    const std::string tmp = path + ".tmp";
+    {
+      std::ifstream in(path);
+      std::ofstream out(tmp, std::ios::trunc);
+      std::string line;
+      while (std::getline(in, line)) {
+        auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (!rec.is_discarded() && rec.contains("step") && rec["step"].get<int64_t>() <= keep_up_to_step)
+          out << line << "\n";
+      }
+      if (!out) throw_error("metrics file " + tmp + ": write failed", "check free disk space in run.dir");
+    }
+    fs::rename(tmp, path);
+  }
+  file_ = fopen(path.c_str(), keep_up_to_step > 0 ? "a" : "w");
+  if (!file_) throw_error("metrics file " + path + ": " + strerror(errno), "set run.dir to a writable directory");
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) fclose(file_);
+}
+
+void MetricsWriter::write(const nlohmann::json& record) {
+  const std::string line = record.dump() + "\n";
+  if (fwrite(line.data(), 1, line.size(), file_) != line.size() || fflush(file_) != 0)
+    throw_error("metrics file " + path_ + ": write failed (" + strerror(errno) + ")",
+                "check free disk space in run.dir");
+}
+
+}  // namespace ember

@@ -1,0 +1,66 @@
+// The resolved run configuration: one struct per INI section. Defaults live here; src/app/options.cpp binds each
+// field to its "section.key" option, checks ranges, and renders the whole thing back to INI text for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/model_config.h"
+
+namespace ember {
+
+struct TrainingConfig {
+  int batch_size = 8;          // micro-batch B (sequences per forward/backward)
+  int seq_len = 64;            // T, at most model.block_size
+  int grad_accum_steps = 1;    // micro-batches per optimizer step
+  int steps = 100;             // optimizer steps in the whole run
+  uint64_t seed = 1337;
+  float max_norm = 1.0f;       // clip gradients to this global L2 norm; 0 disables clipping
+  int threads = 0;             // OpenMP threads; 0 = all cores
+};
+
+struct OptimizerConfig {
+  float lr = 6e-4f;            // peak learning rate
+  float min_lr = 6e-5f;        // floor reached at the end of the cosine decay
+  int warmup_steps = 10;       // linear warm-up from lr/warmup_steps to lr
+  float weight_decay = 0.1f;   // decoupled; matrices only
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+};
+
+struct DataConfig {
+  std::string dir = "data/demo";  // directory with train_*.bin and val_*.bin shards
+  std::string tokenizer = "bytes";
+};
+
+struct EvalConfig {
+  int every = 50;    // validation loss every this many steps (0: only at the end)
+  int batches = 8;   // validation batches of training.batch_size sequences
+};
+
+struct CheckpointConfig {
+  std::string folder;          // default: <run.dir>/checkpoints
+  int interval = 0;            // save every this many steps (0: only at the end)
+  int keep_latest_k = 3;       // keep the newest K checkpoints
+  std::string resume;          // "", "auto" (newest valid in folder, if any) or a checkpoint path
+};
+
+struct RunSection {
+  std::string dir = "runs/default";  // metrics.jsonl and (by default) checkpoints go here
+  int log_every = 10;                // progress line every this many steps
+};
+
+struct RunConfig {
+  ModelConfig model;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  RunSection run;
+
+  std::string checkpoint_folder() const { return checkpoint.folder.empty() ? run.dir + "/checkpoints" : checkpoint.folder; }
+};
+
+}  // namespace ember

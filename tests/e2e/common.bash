@@ -1,0 +1,35 @@
+# Shared helpers for the e2e scripts: arguments, a fresh work directory, failure reporting and error checks.
+# Each script is called as: script.sh EMBER_BINARY SOURCE_DIR WORK_DIR
+set -euo pipefail
+EMBER=$1
+SRC=$2
+WORK=$3
+PYTHON=${EMBER_PYTHON:-python3}
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK"
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# expect_error NAME PATTERN CMD...: CMD must exit non-zero, print "error: ..." naming PATTERN and a "hint:" line.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  local rc=0
+  "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
+  [ "$rc" -ne 0 ] || fail "$name: exit 0, expected an error"
+  grep -q "^error: .*$pattern" "$WORK/$name.err" || { cat "$WORK/$name.err" >&2; fail "$name: no 'error: ...$pattern' line"; }
+  grep -q "^hint: " "$WORK/$name.err" || { cat "$WORK/$name.err" >&2; fail "$name: no hint line"; }
+  [ "$(grep -c '^error: ' "$WORK/$name.err")" -eq 1 ] || { cat "$WORK/$name.err" >&2; fail "$name: more than one error line"; }
+  echo "ok: $name -> $(grep '^error: ' "$WORK/$name.err")"
+}
+
+# losses FILE: the "loss" of every record in a metrics.jsonl, one per line, as printed (exact).
+losses() {
+  "$PYTHON" -c 'import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); print(r["step"], repr(r["loss"]))' "$1"
+}

@@ -1,0 +1,499 @@
+// Checkpoint tests: bitwise round trip, the documented HDF5 layout, atomic save/keep-K/latest, resume resolution,
+// and clear errors for wrong configs, corrupted, truncated and foreign files and unwritable folders.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "model/model_config.h"
+#include "model/param_table.h"
+#include "train/checkpoint.h"
+
+namespace ember {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block_size = 16;
+  c.vocab_size = 64;
+  return c;
+}
+
+// Arenas for one model: parameters and both AdamW moments, random inside every tensor and zero in the alignment
+// padding between tensors (so a whole-arena memcmp also proves that load leaves the padding alone).
+struct Arenas {
+  std::vector<float> params, m, v;
+  explicit Arenas(const ParamTable& t) : params(t.total_numel(), 0.0f), m(t.total_numel(), 0.0f), v(t.total_numel(), 0.0f) {}
+  CheckpointTensors tensors() { return CheckpointTensors{params.data(), m.data(), v.data()}; }
+};
+
+Arenas random_arenas(const ParamTable& t, uint32_t step) {
+  Arenas a(t);
+  Philox rng(1234, 0, step, RNG_PURPOSE_TEST);
+  for (const ParamInfo& p : t.params())
+    for (size_t i = 0; i < p.numel; ++i) {
+      a.params[p.offset + i] = rng.normal();
+      a.m[p.offset + i] = 0.01f * rng.normal();
+      a.v[p.offset + i] = 1e-4f * rng.uniform();
+    }
+  return a;
+}
+
+CheckpointMeta make_meta(const ModelConfig& c, int64_t step) {
+  CheckpointMeta m;
+  m.step = step;
+  m.tokens_seen = step * 1024 + 7;
+  m.world_size = 1;
+  m.mode = "sync";
+  m.config_ini = "[model]\nn_layer = " + std::to_string(c.n_layer) + "\nn_embd = " + std::to_string(c.n_embd) + "\n";
+  m.model = c;
+  m.optimizer_step = step;
+  m.beta1 = 0.9f;
+  m.beta2 = 0.95f;
+  m.eps = 1e-8f;
+  m.weight_decay = 0.1f;
+  m.lr = 3e-4f;
+  m.data_cursor = uint64_t(step) * 8 + 3;
+  m.rng_offset = (uint64_t(1) << 40) + uint64_t(step);  // needs all 64 bits
+  return m;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_text(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << s;
+}
+
+// Runs `fn`, expects an ember::Error whose message contains every string of `in_what` and whose hint is non-empty;
+// returns the error for further checks.
+Error expect_error(const std::function<void()>& fn, const std::vector<std::string>& in_what) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    for (const std::string& s : in_what) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << "'" << s << "' not in: " << e.what();
+    EXPECT_FALSE(e.hint().empty()) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message is not one line: " << e.what();
+    return e;
+  }
+  ADD_FAILURE() << "expected ember::Error";
+  return Error("", "");
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("ember_ckpt_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path dir_;
+};
+
+TEST_F(CheckpointTest, RoundTripIsBitwise) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas src = random_arenas(t, 1);
+  const CheckpointMeta meta = make_meta(c, 10);
+  const std::string folder = (dir_ / "ckpt").string();
+  const std::string path = save_checkpoint(folder, meta, t, src.tensors(), 3);
+  EXPECT_EQ(path, checkpoint_path(folder, 10));
+  EXPECT_EQ(fs::path(path).filename(), "step_00000010.h5");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  Arenas dst(t);
+  CheckpointMeta got;
+  load_checkpoint(path, t, dst.tensors(), got);
+  const size_t bytes = t.total_numel() * sizeof(float);
+  EXPECT_EQ(std::memcmp(src.params.data(), dst.params.data(), bytes), 0);
+  EXPECT_EQ(std::memcmp(src.m.data(), dst.m.data(), bytes), 0);
+  EXPECT_EQ(std::memcmp(src.v.data(), dst.v.data(), bytes), 0);
+
+  EXPECT_EQ(got.step, meta.step);
+  EXPECT_EQ(got.tokens_seen, meta.tokens_seen);
+  EXPECT_EQ(got.world_size, meta.world_size);
+  EXPECT_EQ(got.mode, meta.mode);
+  EXPECT_EQ(got.config_ini, meta.config_ini);
+  EXPECT_EQ(got.model, meta.model);
+  EXPECT_EQ(got.optimizer_step, meta.optimizer_step);
+  EXPECT_EQ(got.beta1, meta.beta1);
+  EXPECT_EQ(got.beta2, meta.beta2);
+  EXPECT_EQ(got.eps, meta.eps);
+  EXPECT_EQ(got.weight_decay, meta.weight_decay);
+  EXPECT_EQ(got.lr, meta.lr);
+  EXPECT_EQ(got.data_cursor, meta.data_cursor);
+  EXPECT_EQ(got.rng_offset, meta.rng_offset);
+  EXPECT_EQ(got.version, EMBER_VERSION);
+  ASSERT_EQ(got.created.size(), 20u) << got.created;  // 2024-05-20T12:34:56Z
+  EXPECT_EQ(got.created[10], 'T');
+  EXPECT_EQ(got.created.back(), 'Z');
+
+  const CheckpointMeta only_meta = read_checkpoint_meta(path);
+  EXPECT_EQ(only_meta.step, meta.step);
+  EXPECT_EQ(only_meta.created, got.created);
+  EXPECT_EQ(only_meta.config_ini, meta.config_ini);
+
+  // Weights only (eval, generate): the moment arenas are not needed and stay untouched.
+  std::vector<float> weights(t.total_numel(), 0.0f);
+  CheckpointMeta got2;
+  load_checkpoint(path, t, CheckpointTensors{weights.data(), nullptr, nullptr}, got2);
+  EXPECT_EQ(std::memcmp(src.params.data(), weights.data(), bytes), 0);
+}
+
+TEST_F(CheckpointTest, LayoutFollowsHuggingFaceNames) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas src = random_arenas(t, 2);
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 3), t, src.tensors(), 0);
+
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  auto dims_of = [&](const char* name) {
+    std::vector<hsize_t> dims;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    EXPECT_GE(d, 0) << name;
+    if (d < 0) return dims;
+    hid_t s = H5Dget_space(d);
+    dims.resize(size_t(H5Sget_simple_extent_ndims(s)));
+    H5Sget_simple_extent_dims(s, dims.data(), nullptr);
+    H5Sclose(s);
+    H5Dclose(d);
+    return dims;
+  };
+  const hsize_t C = hsize_t(c.n_embd), V = hsize_t(c.vocab_size), T = hsize_t(c.block_size);
+  EXPECT_EQ(dims_of("/model/transformer/h/0/attn/c_attn/weight"), (std::vector<hsize_t>{C, 3 * C}));
+  EXPECT_EQ(dims_of("/model/transformer/h/1/mlp/c_proj/weight"), (std::vector<hsize_t>{4 * C, C}));
+  EXPECT_EQ(dims_of("/model/transformer/wte/weight"), (std::vector<hsize_t>{V, C}));
+  EXPECT_EQ(dims_of("/model/transformer/wpe/weight"), (std::vector<hsize_t>{T, C}));
+  EXPECT_EQ(dims_of("/model/transformer/ln_f/bias"), (std::vector<hsize_t>{C}));
+  EXPECT_EQ(dims_of("/optimizer/exp_avg/transformer/h/0/attn/c_attn/weight"), (std::vector<hsize_t>{C, 3 * C}));
+  EXPECT_EQ(dims_of("/optimizer/exp_avg_sq/transformer/wte/weight"), (std::vector<hsize_t>{V, C}));
+  EXPECT_EQ(H5Lexists(f, "/model/lm_head", H5P_DEFAULT), 0);  // tied to wte, not stored
+
+  // Values land at the documented place: wte row 5 equals the arena slice.
+  {
+    hid_t d = H5Dopen2(f, "/model/transformer/wte/weight", H5P_DEFAULT);
+    std::vector<float> wte(t.wte().numel);
+    ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, wte.data()), 0);
+    H5Dclose(d);
+    EXPECT_EQ(std::memcmp(wte.data() + 5 * C, src.params.data() + t.wte().offset + 5 * C, C * sizeof(float)), 0);
+  }
+
+  // Every tensor dataset is chunked with the Fletcher32 filter.
+  for (const char* name : {"/model/transformer/wte/weight", "/model/transformer/h/0/ln_1/weight",
+                           "/optimizer/exp_avg_sq/transformer/h/1/attn/c_attn/bias"}) {
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    ASSERT_GE(d, 0) << name;
+    hid_t dcpl = H5Dget_create_plist(d);
+    EXPECT_EQ(H5Pget_layout(dcpl), H5D_CHUNKED) << name;
+    bool fletcher = false;
+    const int n = H5Pget_nfilters(dcpl);
+    for (int i = 0; i < n; ++i) {
+      unsigned flags = 0, cd[8];
+      size_t ncd = 8;
+      char fname[64];
+      if (H5Pget_filter2(dcpl, unsigned(i), &flags, &ncd, cd, sizeof(fname), fname, nullptr) == H5Z_FILTER_FLETCHER32)
+        fletcher = true;
+    }
+    EXPECT_TRUE(fletcher) << name;
+    H5Pclose(dcpl);
+    H5Dclose(d);
+  }
+
+  // Root attributes and per-rank state.
+  auto read_i64 = [&](const char* obj, const char* name) {
+    int64_t v = -1;
+    hid_t a = H5Aopen_by_name(f, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(a, 0) << obj << " " << name;
+    if (a >= 0) {
+      H5Aread(a, H5T_NATIVE_INT64, &v);
+      H5Aclose(a);
+    }
+    return v;
+  };
+  EXPECT_EQ(read_i64("/", "format_version"), CHECKPOINT_FORMAT_VERSION);
+  EXPECT_EQ(read_i64("/", "step"), 3);
+  EXPECT_EQ(read_i64("/", "n_embd"), c.n_embd);
+  EXPECT_EQ(read_i64("/", "n_head"), c.n_head);
+  EXPECT_EQ(read_i64("/optimizer", "step"), 3);
+  EXPECT_EQ(read_i64("/ranks/0", "data_cursor"), 3 * 8 + 3);
+  {
+    hid_t a = H5Aopen_by_name(f, "/", "format", H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(a, 0);
+    hid_t type = H5Aget_type(a);
+    char* s = nullptr;
+    ASSERT_GE(H5Aread(a, type, &s), 0);
+    EXPECT_STREQ(s, CHECKPOINT_FORMAT);
+    H5free_memory(s);
+    H5Tclose(type);
+    H5Aclose(a);
+  }
+  EXPECT_GT(H5Lexists(f, "/config", H5P_DEFAULT), 0);
+  H5Fclose(f);
+}
+
+TEST_F(CheckpointTest, KeepsNewestKAndLatestNamesNewest) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 3);
+  for (int64_t step : {100, 200, 300, 400, 500}) save_checkpoint(dir_.string(), make_meta(c, step), t, a.tensors(), 2);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000400.h5", "step_00000500.h5"}));
+  EXPECT_EQ(read_text(dir_ / "latest"), "step_00000500.h5\n");
+
+  // A resumed run saving a lower step than files left over keeps its own file: `latest` names it.
+  save_checkpoint(dir_.string(), make_meta(c, 450), t, a.tensors(), 1);
+  EXPECT_TRUE(fs::exists(dir_ / "step_00000450.h5"));
+  EXPECT_TRUE(fs::exists(dir_ / "step_00000500.h5"));
+  EXPECT_FALSE(fs::exists(dir_ / "step_00000400.h5"));
+  EXPECT_EQ(read_text(dir_ / "latest"), "step_00000450.h5\n");
+
+  // keep_latest_k <= 0 keeps everything; a stale temp file from an interrupted save is cleaned up.
+  const fs::path all = dir_ / "all";
+  fs::create_directories(all);
+  write_text(all / "step_00000007.h5.tmp", "partial");
+  for (int64_t step : {1, 2, 3}) save_checkpoint(all.string(), make_meta(c, step), t, a.tensors(), 0);
+  EXPECT_TRUE(fs::exists(all / "step_00000001.h5"));
+  EXPECT_TRUE(fs::exists(all / "step_00000003.h5"));
+  EXPECT_FALSE(fs::exists(all / "step_00000007.h5.tmp"));
+  EXPECT_EQ(read_text(all / "latest"), "step_00000003.h5\n");
+}
+
+TEST_F(CheckpointTest, ResolveResume) {
+  const std::string folder = (dir_ / "ckpt").string();
+  EXPECT_EQ(resolve_resume(folder, ""), "");
+  EXPECT_EQ(resolve_resume(folder, "auto"), "");  // folder does not exist yet: fresh start
+  fs::create_directories(folder);
+  EXPECT_EQ(resolve_resume(folder, "auto"), "");  // empty folder
+
+  // Without `latest`, the highest step number wins (not the lexically last name: 9 digits past 99999999).
+  write_text(fs::path(folder) / "step_99999999.h5", "x");
+  write_text(fs::path(folder) / "step_100000000.h5", "x");
+  write_text(fs::path(folder) / "step_00000005.h5", "x");
+  EXPECT_EQ(resolve_resume(folder, "auto"), (fs::path(folder) / "step_100000000.h5").string());
+
+  write_text(fs::path(folder) / "latest", "step_00000005.h5\n");
+  EXPECT_EQ(resolve_resume(folder, "auto"), (fs::path(folder) / "step_00000005.h5").string());
+
+  write_text(fs::path(folder) / "latest", "step_00000077.h5\n");  // names a deleted file: fall back
+  EXPECT_EQ(resolve_resume(folder, "auto"), (fs::path(folder) / "step_100000000.h5").string());
+
+  const std::string explicit_path = (fs::path(folder) / "step_00000005.h5").string();
+  EXPECT_EQ(resolve_resume(folder, explicit_path), explicit_path);
+  const std::string missing = (dir_ / "nope" / "step_00000001.h5").string();
+  expect_error([&] { resolve_resume(folder, missing); }, {missing, "does not exist"});
+  expect_error([&] { resolve_resume(folder, folder); }, {folder, "not a file"});
+}
+
+TEST_F(CheckpointTest, ShapeMismatchNamesDatasetAndShapes) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 4);
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 1), t, a.tensors(), 0);
+
+  ModelConfig wide = c;
+  wide.n_embd = 48;
+  const ParamTable t48(wide);
+  Arenas b(t48);
+  const std::vector<float> before = b.params;
+  CheckpointMeta got;
+  const Error e = expect_error([&] { load_checkpoint(path, t48, b.tensors(), got); },
+                               {path, "/model/transformer/wte/weight", "[64, 32]", "[64, 48]"});
+  EXPECT_NE(e.hint().find("different model config"), std::string::npos) << e.hint();
+  EXPECT_NE(e.hint().find("n_layer=2"), std::string::npos) << e.hint();
+  EXPECT_NE(e.hint().find("n_embd=32"), std::string::npos) << e.hint();
+  EXPECT_EQ(b.params, before);  // shapes are checked before anything is read
+
+  // Same widths, fewer blocks: every dataset of the smaller table fits, but the extra blocks must not be dropped.
+  ModelConfig shallow = c;
+  shallow.n_layer = 1;
+  const ParamTable t1(shallow);
+  Arenas s(t1);
+  expect_error([&] { load_checkpoint(path, t1, s.tensors(), got); }, {path, "n_layer=2", "n_layer=1"});
+}
+
+TEST_F(CheckpointTest, CorruptedDataIsDetectedByChecksum) {
+  ModelConfig c = small_config();
+  c.vocab_size = 2048;  // wte = 2048 x 32 = 64K floats, one 256 KiB chunk
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 5);
+  // A marker no random draw produces, in the middle of wte, to find the chunk's bytes in the file.
+  const size_t mid = t.wte().offset + t.wte().numel / 2;
+  for (int i = 0; i < 16; ++i) a.params[mid + size_t(i)] = 1000.0f + 0.125f * float(i);
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 1), t, a.tensors(), 0);
+
+  std::string bytes = read_text(path);
+  const std::string marker(reinterpret_cast<const char*>(&a.params[mid]), 16 * sizeof(float));
+  const size_t at = bytes.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(bytes.find(marker, at + 1), std::string::npos) << "marker must be unique";
+  for (size_t i = 0; i < 8; ++i) bytes[at + 20 + i] = char(~bytes[at + 20 + i]);
+  write_text(path, bytes);
+
+  Arenas b(t);
+  CheckpointMeta got;
+  const Error e = expect_error([&] { load_checkpoint(path, t, b.tensors(), got); },
+                               {path, "/model/transformer/wte/weight", "corrupted (checksum mismatch)"});
+  EXPECT_NE(e.hint().find("earlier checkpoint"), std::string::npos) << e.hint();
+  // Metadata is intact, so the meta-only read still works.
+  EXPECT_EQ(read_checkpoint_meta(path).step, 1);
+}
+
+TEST_F(CheckpointTest, TruncatedAndForeignFilesGiveClearErrors) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 6);
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 1), t, a.tensors(), 0);
+  Arenas b(t);
+  CheckpointMeta got;
+
+  const std::string half = (dir_ / "half.h5").string();
+  fs::copy_file(path, half);
+  fs::resize_file(half, fs::file_size(half) / 2);
+  expect_error([&] { load_checkpoint(half, t, b.tensors(), got); }, {half, "is truncated"});
+  expect_error([&] { read_checkpoint_meta(half); }, {half});
+
+  const std::string stub = (dir_ / "stub.h5").string();
+  fs::copy_file(path, stub);
+  fs::resize_file(stub, 4);
+  expect_error([&] { read_checkpoint_meta(stub); }, {stub, "not an HDF5 file"});
+
+  const std::string text = (dir_ / "notes.txt").string();
+  write_text(text, "this is not a checkpoint\n");
+  expect_error([&] { load_checkpoint(text, t, b.tensors(), got); }, {text, "not an HDF5 file"});
+
+  const std::string missing = (dir_ / "missing.h5").string();
+  expect_error([&] { read_checkpoint_meta(missing); }, {missing});
+
+  // A valid HDF5 file without our format attribute.
+  const std::string other = (dir_ / "other.h5").string();
+  {
+    hid_t f = H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    H5Fclose(f);
+  }
+  expect_error([&] { read_checkpoint_meta(other); }, {other, "not an ember checkpoint (format attribute missing)"});
+
+  // A newer format version.
+  const std::string future = (dir_ / "future.h5").string();
+  fs::copy_file(path, future);
+  {
+    hid_t f = H5Fopen(future.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t attr = H5Aopen(f, "format_version", H5P_DEFAULT);
+    const int64_t v = CHECKPOINT_FORMAT_VERSION + 1;
+    ASSERT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &v), 0);
+    H5Aclose(attr);
+    H5Fclose(f);
+  }
+  expect_error([&] { load_checkpoint(future, t, b.tensors(), got); }, {future, "format_version 2", "not supported"});
+}
+
+TEST_F(CheckpointTest, UnwritableFolderFailsAndKeepsEarlierCheckpoint) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 7);
+  const fs::path good = dir_ / "good";
+  const std::string first = save_checkpoint(good.string(), make_meta(c, 10), t, a.tensors(), 1);
+  const std::string first_bytes = read_text(first);
+
+  write_text(dir_ / "blocker", "a regular file where a folder should be");
+  const std::string bad = (dir_ / "blocker" / "ckpt").string();
+  const Error e = expect_error([&] { save_checkpoint(bad, make_meta(c, 20), t, a.tensors(), 1); }, {bad});
+  EXPECT_NE(e.hint().find("permissions"), std::string::npos) << e.hint();
+
+  EXPECT_EQ(read_text(first), first_bytes);
+  EXPECT_EQ(read_text(good / "latest"), "step_00000010.h5\n");
+  Arenas b(t);
+  CheckpointMeta got;
+  load_checkpoint(first, t, b.tensors(), got);
+  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), t.total_numel() * sizeof(float)), 0);
+}
+
+// Saves at step 10, then fails a save at step 20 in the same folder through `fail`; afterwards the folder must
+// hold exactly what it held before (step 10 intact, `latest` unchanged, no temp files).
+void expect_failed_save_changes_nothing(const fs::path& folder, const std::function<void()>& fail) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 8);
+  const std::string first = save_checkpoint(folder.string(), make_meta(c, 10), t, a.tensors(), 1);
+  const std::string first_bytes = read_text(first);
+  fail();
+  EXPECT_EQ(read_text(first), first_bytes);
+  EXPECT_EQ(read_text(folder / "latest"), "step_00000010.h5\n");
+  EXPECT_FALSE(fs::exists(folder / "step_00000020.h5.tmp"));
+  EXPECT_FALSE(fs::exists(folder / "latest.tmp"));
+  EXPECT_EQ(resolve_resume(folder.string(), "auto"), first);
+}
+
+TEST_F(CheckpointTest, FailedRenameLeavesLatestAlone) {
+  const fs::path folder = dir_ / "ckpt";
+  expect_failed_save_changes_nothing(folder, [&] {
+    // A non-empty directory squatting on the final name makes the rename fail after the file is fully written.
+    fs::create_directories(folder / "step_00000020.h5" / "x");
+    const ModelConfig c = small_config();
+    const ParamTable t(c);
+    Arenas a = random_arenas(t, 9);
+    expect_error([&] { save_checkpoint(folder.string(), make_meta(c, 20), t, a.tensors(), 1); },
+                 {"step_00000020.h5"});
+    EXPECT_TRUE(fs::is_directory(folder / "step_00000020.h5" / "x"));
+  });
+}
+
+TEST_F(CheckpointTest, FullDiskLeavesLatestAlone) {
+  const fs::path folder = dir_ / "ckpt";
+  expect_failed_save_changes_nothing(folder, [&] {
+    // Emulate a full disk: the file-size limit makes writes past 16 KiB fail with EFBIG (SIGXFSZ ignored).
+    ModelConfig c = small_config();
+    c.vocab_size = 2048;  // a checkpoint far larger than the limit
+    const ParamTable t(c);
+    Arenas a = random_arenas(t, 10);
+    struct rlimit old {};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+    auto old_handler = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = old;
+    small.rlim_cur = 16 * 1024;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+    bool threw = false;
+    try {
+      save_checkpoint(folder.string(), make_meta(c, 20), t, a.tensors(), 1);
+    } catch (const Error& e) {
+      threw = true;
+      EXPECT_NE(std::string(e.what()).find("step_00000020.h5"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ulimit -f"), std::string::npos) << e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+    EXPECT_TRUE(threw);
+  });
+}
+
+}  // namespace
+}  // namespace ember

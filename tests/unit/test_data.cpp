@@ -1,0 +1,556 @@
+// Tests for the data layer: byte tokenizer, shard format and its errors, DataLoader order/determinism/resume, prep.
+// Shards are built with tokens equal to their global position, so every batch says exactly where it came from.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/data_loader.h"
+#include "data/prep.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+namespace ember {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test, removed afterwards; the pid and a counter keep parallel ctest runs apart.
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = fs::path(::testing::TempDir()) /
+            ("ember_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// A shard file with an arbitrary header and body, to exercise the reader's checks.
+void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count, size_t body_tokens) {
+  std::vector<int32_t> header(SHARD_HEADER_INTS, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), SHARD_HEADER_BYTES);
+  bytes.append(body_tokens * 2, '\x01');
+  write_bytes(path, bytes);
+}
+
+// Runs fn, expects an ember::Error whose one-line message contains every needle and which carries a hint.
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an ember::Error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "message is not one line: " << msg;
+    for (const std::string& needle : needles)
+      EXPECT_NE(msg.find(needle), std::string::npos) << msg << "\n  lacks: " << needle;
+    EXPECT_FALSE(e.hint().empty()) << msg;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tokenizer
+
+TEST(ByteTokenizer, RoundTripsAllBytes) {
+  ByteTokenizer tok;
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(char(b));
+  const std::vector<int32_t> ids = tok.encode(all);
+  ASSERT_EQ(ids.size(), 256u);
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(ids[b], b);
+  EXPECT_EQ(tok.decode(ids), all);
+  EXPECT_EQ(tok.vocab_size(), 256);
+  EXPECT_EQ(tok.name(), "bytes");
+}
+
+TEST(ByteTokenizer, RoundTripsUtf8) {
+  ByteTokenizer tok;
+  // "héllo wörld ✓ 日本": two-, three-byte sequences.
+  const std::string text = "h\xC3\xA9llo w\xC3\xB6rld \xE2\x9C\x93 \xE6\x97\xA5\xE6\x9C\xAC";
+  const std::vector<int32_t> ids = tok.encode(text);
+  ASSERT_EQ(ids.size(), text.size());
+  EXPECT_EQ(ids[1], 0xC3);  // multi-byte sequences map to ids >= 128, never negative
+  EXPECT_EQ(ids[2], 0xA9);
+  EXPECT_EQ(tok.decode(ids), text);
+  EXPECT_TRUE(tok.encode("").empty());
+}
+
+TEST(ByteTokenizer, DecodeRejectsIdsOutsideVocab) {
+  ByteTokenizer tok;
+  expect_error([&] { tok.decode({65, 256}); }, {"256"});
+  expect_error([&] { tok.decode({-1}); }, {"-1"});
+}
+
+TEST(ByteTokenizer, FactoryKnowsBytesOnly) {
+  EXPECT_EQ(make_tokenizer("bytes")->name(), "bytes");
+  try {
+    make_tokenizer("gpt9");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "unknown tokenizer 'gpt9'");
+    EXPECT_NE(e.hint().find("bytes"), std::string::npos) << e.hint();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shard format
+
+TEST(Shard, RoundTripWithExactHeader) {
+  TempDir dir;
+  const std::string path = dir / "train_000000.bin";
+  std::vector<uint16_t> tokens(1001);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i * 65 + 7);  // reaches past 32767: unsigned
+  write_shard(path, tokens);
+
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(read_shard_header(path), tokens.size());
+  EXPECT_EQ(read_shard(path), tokens);
+
+  const std::string raw = read_bytes(path);
+  ASSERT_EQ(raw.size(), SHARD_HEADER_BYTES + 2 * tokens.size());
+  std::vector<int32_t> header(SHARD_HEADER_INTS);
+  std::memcpy(header.data(), raw.data(), SHARD_HEADER_BYTES);
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 1);
+  EXPECT_EQ(header[2], 1001);
+  for (size_t i = 3; i < SHARD_HEADER_INTS; ++i) EXPECT_EQ(header[i], 0) << "header int " << i;
+  uint16_t t5 = 0;
+  std::memcpy(&t5, raw.data() + SHARD_HEADER_BYTES + 10, 2);
+  EXPECT_EQ(t5, tokens[5]);
+}
+
+TEST(Shard, EmptyShardRoundTrips) {
+  TempDir dir;
+  const std::string path = dir / "val_000000.bin";
+  write_shard(path, {});
+  EXPECT_EQ(read_shard_header(path), 0u);
+  EXPECT_TRUE(read_shard(path).empty());
+}
+
+TEST(Shard, OverwriteReplacesContent) {
+  TempDir dir;
+  const std::string path = dir / "a.bin";
+  write_shard(path, {1, 2, 3, 4});
+  write_shard(path, {9});
+  EXPECT_EQ(read_shard(path), std::vector<uint16_t>{9});
+}
+
+TEST(Shard, WrongMagicNamesFile) {
+  TempDir dir;
+  const std::string path = dir / "train_000000.bin";
+  write_raw_shard(path, 12345, 1, 4, 4);
+  expect_error([&] { read_shard_header(path); }, {path, "bad magic 12345", "20240520"});
+  expect_error([&] { read_shard(path); }, {path, "bad magic"});
+}
+
+TEST(Shard, WrongVersionNamesFile) {
+  TempDir dir;
+  const std::string path = dir / "train_000000.bin";
+  write_raw_shard(path, SHARD_MAGIC, 7, 4, 4);
+  expect_error([&] { read_shard_header(path); }, {path, "version 7"});
+}
+
+TEST(Shard, TruncatedBodyNamesFile) {
+  TempDir dir;
+  const std::string path = dir / "train_000000.bin";
+  write_raw_shard(path, SHARD_MAGIC, SHARD_VERSION, 100, 99);
+  expect_error([&] { read_shard_header(path); }, {path, "truncated", "100 tokens"});
+}
+
+TEST(Shard, TrailingBytesNameFile) {
+  TempDir dir;
+  const std::string path = dir / "train_000000.bin";
+  write_raw_shard(path, SHARD_MAGIC, SHARD_VERSION, 100, 101);
+  expect_error([&] { read_shard_header(path); }, {path, "trailing"});
+  // An odd trailing byte too.
+  write_bytes(path, read_bytes(path) + "x");
+  expect_error([&] { read_shard_header(path); }, {path, "trailing"});
+}
+
+TEST(Shard, ShortHeaderNamesFile) {
+  TempDir dir;
+  const std::string path = dir / "train_000000.bin";
+  write_bytes(path, std::string(100, '\0'));
+  expect_error([&] { read_shard_header(path); }, {path, "header"});
+}
+
+TEST(Shard, MissingFileNamesFile) {
+  TempDir dir;
+  const std::string path = dir / "train_000042.bin";
+  expect_error([&] { read_shard_header(path); }, {path});
+  expect_error([&] { read_shard(path); }, {path});
+}
+
+TEST(Shard, ListShardsFiltersAndSorts) {
+  TempDir dir;
+  write_shard(dir / "train_000001.bin", {1});
+  write_shard(dir / "train_000000.bin", {1});
+  write_shard(dir / "val_000000.bin", {1});
+  write_bytes(dir / "train_000002.bin.tmp", "x");
+  write_bytes(dir / "notes.txt", "x");
+  fs::create_directories(dir / "train_dir.bin");  // a directory is not a shard
+  EXPECT_EQ(list_shards(dir.str(), "train"),
+            (std::vector<std::string>{dir / "train_000000.bin", dir / "train_000001.bin"}));
+  EXPECT_EQ(list_shards(dir.str(), "val"), std::vector<std::string>{dir / "val_000000.bin"});
+  EXPECT_TRUE(list_shards(dir.str(), "test").empty());
+  expect_error([&] { list_shards(dir / "nope", "train"); }, {dir / "nope"});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// DataLoader
+
+constexpr int LT = 7;  // odd seq_len on purpose: no sample boundary lines up with a power of two
+
+// Shards of these lengths (the 3-token one holds no sample) with token = global position, vocab 1000.
+struct LoaderFixture {
+  TempDir dir;
+  std::vector<int> starts;  // first token of every sample, in sequential order
+  uint64_t tokens = 0;
+  LoaderFixture() {
+    const std::vector<size_t> lengths = {50, 3, 64, 22};
+    uint16_t next = 0;
+    for (size_t k = 0; k < lengths.size(); ++k) {
+      std::vector<uint16_t> shard(lengths[k]);
+      for (auto& t : shard) t = next++;
+      for (size_t s = 0; s < (lengths[k] - 1) / LT; ++s) starts.push_back(shard[s * LT]);
+      write_shard(dir / ("train_00000" + std::to_string(k) + ".bin"), shard);
+      tokens += lengths[k];
+    }
+  }
+};
+
+using Batch = std::pair<std::vector<int32_t>, std::vector<int32_t>>;
+
+Batch batch_at(const DataLoader& dl, uint64_t g, int B) {
+  Batch b{std::vector<int32_t>(size_t(B) * LT), std::vector<int32_t>(size_t(B) * LT)};
+  dl.batch_at(g, b.first.data(), b.second.data(), B);
+  return b;
+}
+
+Batch next_batch(DataLoader& dl, int B) {
+  Batch b{std::vector<int32_t>(size_t(B) * LT), std::vector<int32_t>(size_t(B) * LT)};
+  dl.next_batch(b.first.data(), b.second.data(), B);
+  return b;
+}
+
+// The first token of each sample in the epoch that starts at global index e * n.
+std::vector<int> epoch_order(const DataLoader& dl, uint64_t epoch) {
+  std::vector<int> order;
+  const uint64_t n = dl.num_samples();
+  for (uint64_t g = epoch * n; g < (epoch + 1) * n; ++g) order.push_back(batch_at(dl, g, 1).first[0]);
+  return order;
+}
+
+TEST(DataLoader, CountsSamplesAndTokens) {
+  LoaderFixture fx;
+  DataLoader dl(fx.dir.str(), "train", LT, 1000, 1, true);
+  EXPECT_EQ(dl.num_samples(), 49u / 7 + 0 + 63u / 7 + 21u / 7);
+  EXPECT_EQ(dl.num_samples(), fx.starts.size());
+  EXPECT_EQ(dl.num_tokens(), fx.tokens);
+  EXPECT_EQ(dl.cursor(), 0u);
+}
+
+TEST(DataLoader, TargetsAreInputsShiftedByOne) {
+  LoaderFixture fx;
+  DataLoader dl(fx.dir.str(), "train", LT, 1000, 3, true);
+  const int B = 5;
+  for (uint64_t g = 0; g < 3 * dl.num_samples(); g += B) {
+    const Batch b = batch_at(dl, g, B);
+    for (int r = 0; r < B; ++r)
+      for (int t = 0; t < LT; ++t) {
+        const size_t i = size_t(r) * LT + t;
+        // Tokens are global positions and samples never cross shards, so each row counts up by one.
+        EXPECT_EQ(b.first[i], b.first[size_t(r) * LT] + t);
+        EXPECT_EQ(b.second[i], b.first[i] + 1);
+        if (t + 1 < LT) {
+          EXPECT_EQ(b.second[i], b.first[i + 1]);
+        }
+      }
+  }
+}
+
+TEST(DataLoader, EverySampleOncePerEpoch) {
+  LoaderFixture fx;
+  DataLoader dl(fx.dir.str(), "train", LT, 1000, 1234, true);
+  std::vector<int> expected = fx.starts;
+  std::sort(expected.begin(), expected.end());
+  std::vector<std::vector<int>> orders;
+  for (uint64_t e = 0; e < 3; ++e) {
+    std::vector<int> order = epoch_order(dl, e);
+    orders.push_back(order);
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(order, expected) << "epoch " << e;
+  }
+  // 19! orders: two equal epochs would mean the epoch is not part of the key.
+  EXPECT_NE(orders[0], orders[1]);
+  EXPECT_NE(orders[1], orders[2]);
+  EXPECT_NE(orders[0], fx.starts) << "shuffled order equals the sequential one";
+}
+
+TEST(DataLoader, SequentialWhenNotShuffled) {
+  LoaderFixture fx;
+  DataLoader dl(fx.dir.str(), "train", LT, 1000, 99, false);
+  EXPECT_EQ(epoch_order(dl, 0), fx.starts);
+  EXPECT_EQ(epoch_order(dl, 4), fx.starts);
+}
+
+TEST(DataLoader, DeterministicAcrossLoadersAndCallHistory) {
+  LoaderFixture fx;
+  DataLoader a(fx.dir.str(), "train", LT, 1000, 42, true);
+  DataLoader b(fx.dir.str(), "train", LT, 1000, 42, true);
+  const uint64_t n = a.num_samples();
+  // Give `a` a different history: it has cached a later epoch's permutation before the comparisons start.
+  for (int i = 0; i < 9; ++i) next_batch(a, 4);
+  batch_at(a, 5 * n + 3, 2);
+  // g across the epoch-0/1 boundary (n - 2 .. n + 1) and far-away epochs, in scrambled order.
+  for (uint64_t g : {n - 2, uint64_t(0), 3 * n + 5, uint64_t(7), n - 1, 2 * n - 3, uint64_t(1000003)}) {
+    EXPECT_EQ(batch_at(a, g, 4), batch_at(b, g, 4)) << "g = " << g;
+  }
+  // A batch that spans the boundary holds the tail of epoch 0 then the head of epoch 1.
+  const Batch span = batch_at(a, n - 2, 4);
+  const std::vector<int> e0 = epoch_order(b, 0), e1 = epoch_order(b, 1);
+  EXPECT_EQ(span.first[0], e0[n - 2]);
+  EXPECT_EQ(span.first[LT], e0[n - 1]);
+  EXPECT_EQ(span.first[2 * LT], e1[0]);
+  EXPECT_EQ(span.first[3 * LT], e1[1]);
+
+  DataLoader c(fx.dir.str(), "train", LT, 1000, 43, true);
+  EXPECT_NE(epoch_order(a, 0), epoch_order(c, 0)) << "a different seed gave the same order";
+}
+
+TEST(DataLoader, CursorResumeMatchesContinuousRun) {
+  LoaderFixture fx;
+  const int B = 4, steps = 12;  // 48 samples: crosses two epoch boundaries of 19
+  DataLoader continuous(fx.dir.str(), "train", LT, 1000, 7, true);
+  std::vector<Batch> expected;
+  for (int s = 0; s < steps; ++s) expected.push_back(next_batch(continuous, B));
+  EXPECT_EQ(continuous.cursor(), uint64_t(B) * steps);
+
+  uint64_t saved = 0;
+  {
+    DataLoader first(fx.dir.str(), "train", LT, 1000, 7, true);
+    for (int s = 0; s < 5; ++s) EXPECT_EQ(next_batch(first, B), expected[s]) << "step " << s;
+    saved = first.cursor();
+  }
+  DataLoader resumed(fx.dir.str(), "train", LT, 1000, 7, true);
+  resumed.set_cursor(saved);
+  for (int s = 5; s < steps; ++s) EXPECT_EQ(next_batch(resumed, B), expected[s]) << "step " << s;
+
+  // batch_at leaves the cursor alone.
+  const uint64_t before = resumed.cursor();
+  batch_at(resumed, 3, B);
+  EXPECT_EQ(resumed.cursor(), before);
+}
+
+TEST(DataLoader, TokenAboveVocabIsAnError) {
+  TempDir dir;
+  write_shard(dir / "train_000000.bin", std::vector<uint16_t>(40, 5));
+  std::vector<uint16_t> bad(40, 7);
+  bad[17] = 300;
+  write_shard(dir / "train_000001.bin", bad);
+  expect_error([&] { DataLoader dl(dir.str(), "train", 4, 256, 1, true); },
+               {dir / "train_000001.bin", "300", "256", "vocab"});
+  DataLoader ok(dir.str(), "train", 4, 301, 1, true);  // exactly large enough
+  EXPECT_EQ(ok.num_tokens(), 80u);
+}
+
+TEST(DataLoader, NoShardsIsAnError) {
+  TempDir dir;
+  write_shard(dir / "val_000000.bin", std::vector<uint16_t>(40, 1));
+  expect_error([&] { DataLoader dl(dir.str(), "train", 4, 256, 1, true); }, {dir.str(), "train"});
+  try {
+    DataLoader dl(dir.str(), "train", 4, 256, 1, true);
+  } catch (const Error& e) {
+    EXPECT_NE(e.hint().find("ember prep"), std::string::npos) << e.hint();
+  }
+  expect_error([&] { DataLoader dl(dir / "missing", "train", 4, 256, 1, true); }, {dir / "missing"});
+}
+
+TEST(DataLoader, ShardsShorterThanSeqLenAreAnError) {
+  TempDir dir;
+  write_shard(dir / "train_000000.bin", std::vector<uint16_t>(8, 1));
+  expect_error([&] { DataLoader dl(dir.str(), "train", 8, 256, 1, true); }, {dir.str(), "seq_len+1"});
+  DataLoader dl(dir.str(), "train", 7, 256, 1, true);  // 8 tokens = exactly one sample of T = 7
+  EXPECT_EQ(dl.num_samples(), 1u);
+}
+
+TEST(DataLoader, BadShardIsNamed) {
+  TempDir dir;
+  write_shard(dir / "train_000000.bin", std::vector<uint16_t>(40, 1));
+  write_raw_shard(dir / "train_000001.bin", 777, 1, 2, 2);
+  expect_error([&] { DataLoader dl(dir.str(), "train", 4, 256, 1, true); }, {dir / "train_000001.bin", "magic"});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// prepare_corpus
+
+// Reads the shards of one split back into a single stream.
+std::string read_split(const std::string& dir, const std::string& split) {
+  std::string text;
+  for (const std::string& path : list_shards(dir, split))
+    for (uint16_t t : read_shard(path)) text.push_back(char(t));
+  return text;
+}
+
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[e.path().string()] = read_bytes(e.path().string());
+  return files;
+}
+
+TEST(Prep, DirectoryWithBinaryAndHiddenFiles) {
+  TempDir tmp;
+  const std::string in = tmp / "corpus", out = tmp / "shards";
+  const std::string a = "hello world\n", b = "second \xC3\xA9 file\n", d = std::string(37, 'z') + "\n";
+  write_bytes(in + "/a.txt", a);
+  write_bytes(in + "/sub/b.txt", b);
+  write_bytes(in + "/sub/d.md", d);
+  write_bytes(in + "/bin.dat", std::string("PK\0\3binary", 10));
+  write_bytes(in + "/.git/config", "[core]\n");
+  write_bytes(in + "/.hidden.txt", "hidden\n");
+  const std::string all = a + b + d;  // sorted path order: a.txt, (bin.dat skipped), sub/b.txt, sub/d.md
+
+  PrepOptions o;
+  o.input = in;
+  o.output = out;
+  o.val_fraction = 0.25;
+  o.shard_tokens = 8;
+  const PrepResult r = prepare_corpus(o);
+  const size_t n = all.size(), n_val = size_t(std::ceil(0.25 * double(n)));
+  EXPECT_EQ(r.files, 3u);
+  EXPECT_EQ(r.train_tokens + r.val_tokens, n);
+  EXPECT_EQ(r.val_tokens, n_val);
+  EXPECT_EQ(r.train_shards, (n - n_val + 7) / 8);
+  EXPECT_EQ(r.val_shards, (n_val + 7) / 8);
+  EXPECT_EQ(list_shards(out, "train").size(), r.train_shards);
+  EXPECT_EQ(list_shards(out, "val").size(), r.val_shards);
+  EXPECT_TRUE(fs::exists(out + "/train_000000.bin"));
+  EXPECT_TRUE(fs::exists(out + "/val_000000.bin"));
+  EXPECT_EQ(read_split(out, "train") + read_split(out, "val"), all);
+  EXPECT_EQ(read_split(out, "val"), all.substr(n - n_val));
+  for (const auto& e : fs::directory_iterator(out))  // no staging or temp files left behind
+    EXPECT_EQ(e.path().extension(), ".bin") << e.path();
+
+  // The loader reads what prep wrote.
+  DataLoader dl(out, "train", 4, 256, 1, true);
+  EXPECT_EQ(dl.num_tokens(), r.train_tokens);
+
+  // Re-prep with bigger shards: fewer files, and the stale higher-index shards are gone.
+  o.shard_tokens = 1000;
+  const PrepResult r2 = prepare_corpus(o);
+  EXPECT_EQ(r2.train_shards, 1u);
+  EXPECT_EQ(r2.val_shards, 1u);
+  EXPECT_EQ(list_shards(out, "train").size(), 1u);
+  EXPECT_EQ(list_shards(out, "val").size(), 1u);
+  EXPECT_EQ(read_split(out, "train") + read_split(out, "val"), all);
+}
+
+TEST(Prep, SingleFileAndZeroValFraction) {
+  TempDir tmp;
+  write_bytes(tmp / "input.txt", "abcdefghij");
+  PrepOptions o;
+  o.input = tmp / "input.txt";
+  o.output = tmp / "out";
+  o.val_fraction = 0.0;
+  const PrepResult r = prepare_corpus(o);
+  EXPECT_EQ(r.files, 1u);
+  EXPECT_EQ(r.train_tokens, 10u);
+  EXPECT_EQ(r.val_tokens, 0u);
+  EXPECT_EQ(r.val_shards, 0u);
+  EXPECT_EQ(read_split(tmp / "out", "train"), "abcdefghij");
+
+  // A tiny corpus with val_fraction > 0 still gets a val shard.
+  o.val_fraction = 0.01;
+  const PrepResult r2 = prepare_corpus(o);
+  EXPECT_EQ(r2.val_tokens, 1u);
+  EXPECT_EQ(r2.val_shards, 1u);
+  EXPECT_EQ(read_split(tmp / "out", "val"), "j");
+}
+
+TEST(Prep, MissingInputLeavesOutputUntouched) {
+  TempDir tmp;
+  write_bytes(tmp / "corpus/a.txt", std::string(100, 'q'));
+  PrepOptions o;
+  o.input = tmp / "corpus";
+  o.output = tmp / "shards";
+  o.shard_tokens = 30;
+  prepare_corpus(o);
+  const auto before = snapshot(tmp / "shards");
+  ASSERT_GE(before.size(), 4u);
+
+  o.input = tmp / "no_such_corpus";
+  expect_error([&] { prepare_corpus(o); }, {tmp / "no_such_corpus"});
+  EXPECT_EQ(snapshot(tmp / "shards"), before);
+
+  // A corpus with no text at all is refused the same way, before any write.
+  write_bytes(tmp / "binonly/x.bin", std::string("\0\1\2", 3));
+  o.input = tmp / "binonly";
+  expect_error([&] { prepare_corpus(o); }, {tmp / "binonly"});
+  EXPECT_EQ(snapshot(tmp / "shards"), before);
+}
+
+TEST(Prep, RejectsBadOptions) {
+  TempDir tmp;
+  write_bytes(tmp / "a.txt", "some text\n");
+  PrepOptions o;
+  o.input = tmp / "a.txt";
+  o.output = tmp / "out";
+  o.val_fraction = 0.9;
+  expect_error([&] { prepare_corpus(o); }, {"val_fraction"});
+  EXPECT_FALSE(fs::exists(tmp / "out")) << "nothing may be written before validation passes";
+
+  o.val_fraction = 0.1;
+  o.tokenizer = "nope";
+  expect_error([&] { prepare_corpus(o); }, {"nope"});
+
+  o.tokenizer = "bytes";
+  write_bytes(tmp / "afile", "x");
+  o.output = tmp / "afile";
+  expect_error([&] { prepare_corpus(o); }, {tmp / "afile"});
+  EXPECT_EQ(read_bytes(tmp / "afile"), "x");
+
+  write_bytes(tmp / "empty.txt", "");
+  o.input = tmp / "empty.txt";
+  o.output = tmp / "out";
+  expect_error([&] { prepare_corpus(o); }, {tmp / "empty.txt"});
+  EXPECT_FALSE(fs::exists(tmp / "out"));
+}
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,145 @@
+// The whole GPT on the CPU backend: gradients against central finite differences of the loss, the init loss
+// against ln(V), determinism, and the parameter table against Hugging Face GPT-2 names and shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/philox.h"
+#include "model/gpt.h"
+#include "model/param_table.h"
+#include "train/lr_schedule.h"
+
+namespace ember {
+namespace {
+
+// The tiny config of configs/tiny.ini, with a smaller vocabulary so every embedding row gets gradient.
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block_size = 32;
+  c.vocab_size = 48;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int V, uint32_t step) {
+  Philox rng(7, 0, step, RNG_PURPOSE_TEST);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng.below(uint64_t(V)));
+  return t;
+}
+
+TEST(ParamTable, HuggingFaceNamesAndShapes) {
+  ModelConfig c = tiny_config();
+  ParamTable table(c);
+  ASSERT_EQ(table.params().size(), 2u + 12u * c.n_layer + 2u);
+  EXPECT_EQ(table.wte().name, "transformer.wte.weight");
+  EXPECT_EQ(table.wte().shape, (std::vector<int64_t>{c.vocab_size, c.n_embd}));
+  EXPECT_EQ(table.wpe().shape, (std::vector<int64_t>{c.block_size, c.n_embd}));
+  const ParamInfo& qkv = table.block(1, BLOCK_PARAM_QKV_W);
+  EXPECT_EQ(qkv.name, "transformer.h.1.attn.c_attn.weight");
+  EXPECT_EQ(qkv.shape, (std::vector<int64_t>{c.n_embd, 3 * c.n_embd}));
+  EXPECT_EQ(table.block(0, BLOCK_PARAM_FCPROJ_W).shape, (std::vector<int64_t>{4 * c.n_embd, c.n_embd}));
+  EXPECT_EQ(table.ln_f_bias().name, "transformer.ln_f.bias");
+  EXPECT_EQ(table.find("lm_head.weight"), nullptr);  // tied to wte, never stored
+  // GPT-2 parameter count: 12 L C^2 + 13 L C + (V + T) C + 2 C.
+  const size_t L = c.n_layer, C = c.n_embd, V = c.vocab_size, T = c.block_size;
+  size_t total = 0;
+  for (const auto& p : table.params()) {
+    total += p.numel;
+    EXPECT_EQ(p.offset % 16, 0u) << p.name;
+    EXPECT_EQ(p.decay, p.shape.size() == 2) << p.name;
+  }
+  EXPECT_EQ(total, 12 * L * C * C + 13 * L * C + (V + T) * C + 2 * C);
+}
+
+TEST(GPT, InitialLossIsNearLogVocab) {
+  ModelConfig c = tiny_config();
+  auto backend = make_cpu_backend();
+  GPT model(c, *backend, 4, 16);
+  model.init_weights(1);
+  auto in = random_tokens(64, c.vocab_size, 1), tg = random_tokens(64, c.vocab_size, 2);
+  const double loss = model.forward(in.data(), tg.data(), 4, 16);
+  // With N(0, 0.02) weights the logits are within ~0.1 of each other, so the loss is ln(V) to within ~0.05.
+  EXPECT_NEAR(loss, std::log(double(c.vocab_size)), 0.05);
+}
+
+TEST(GPT, GradientsMatchFiniteDifferences) {
+  ModelConfig c = tiny_config();
+  auto backend = make_cpu_backend();
+  const int B = 2, T = 7;  // T deliberately not a multiple of anything
+  GPT model(c, *backend, B, T);
+  model.init_weights(3);
+  const size_t n = model.table().total_numel();
+  // Larger-than-init weights so every gradient is well above fp32 noise.
+  {
+    std::vector<float> p(n);
+    backend->copy_to_host(p.data(), model.params(), n * sizeof(float));
+    Philox rng(11, 0, 0, RNG_PURPOSE_TEST);
+    for (auto& x : p) x += 0.2f * rng.normal();
+    backend->copy_to_device(model.params(), p.data(), n * sizeof(float));
+  }
+  auto in = random_tokens(size_t(B) * T, c.vocab_size, 3), tg = random_tokens(size_t(B) * T, c.vocab_size, 4);
+  model.zero_grad();
+  model.forward(in.data(), tg.data(), B, T);
+  model.backward(1.0f);
+  std::vector<float> grads(n), params(n);
+  backend->copy_to_host(grads.data(), model.grads(), n * sizeof(float));
+  backend->copy_to_host(params.data(), model.params(), n * sizeof(float));
+
+  // Central differences with h = 1e-2 on fp32: truncation error ~h^2 |f'''| ~ 1e-4 and rounding error
+  // ~eps32 |L| / h ~ 4e-6 * 4 / 1e-2 ~ 2e-3 relative to unit-size gradients; tolerance 2e-3 + 5e-2 |g| covers both.
+  const float h = 1e-2f;
+  Philox pick(13, 0, 0, RNG_PURPOSE_TEST);
+  int checked = 0;
+  for (const ParamInfo& p : model.table().params()) {
+    for (int k = 0; k < 4; ++k) {
+      const size_t i = p.offset + pick.below(p.numel);
+      const float saved = params[i];
+      auto loss_with = [&](float value) {
+        params[i] = value;
+        backend->copy_to_device(model.params(), params.data(), n * sizeof(float));
+        return model.forward(in.data(), tg.data(), B, T);
+      };
+      const double fd = (loss_with(saved + h) - loss_with(saved - h)) / (2.0 * h);
+      loss_with(saved);
+      EXPECT_NEAR(grads[i], fd, 2e-3 + 5e-2 * std::fabs(fd)) << p.name << " index " << i - p.offset;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, int(model.table().params().size()) * 4);
+}
+
+TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
+  ModelConfig c = tiny_config();
+  auto backend = make_cpu_backend();
+  const int B = 3, T = 11;
+  auto run = [&]() {
+    GPT model(c, *backend, B, T);
+    model.init_weights(5);
+    auto in = random_tokens(size_t(B) * T, c.vocab_size, 5), tg = random_tokens(size_t(B) * T, c.vocab_size, 6);
+    model.zero_grad();
+    const double loss = model.forward(in.data(), tg.data(), B, T);
+    model.backward(1.0f);
+    std::vector<float> g(model.table().total_numel());
+    backend->copy_to_host(g.data(), model.grads(), g.size() * sizeof(float));
+    return std::make_pair(loss, g);
+  };
+  auto a = run(), b = run();
+  EXPECT_EQ(a.first, b.first);
+  EXPECT_EQ(a.second, b.second);
+}
+
+TEST(LrSchedule, WarmupThenCosineToFloor) {
+  EXPECT_FLOAT_EQ(lr_at_step(0, 100, 10, 1.0f, 0.1f), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at_step(9, 100, 10, 1.0f, 0.1f), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at_step(10, 100, 10, 1.0f, 0.1f), 1.0f);
+  EXPECT_NEAR(lr_at_step(55, 100, 10, 1.0f, 0.1f), 0.55f, 1e-6);  // halfway through the decay
+  EXPECT_NEAR(lr_at_step(100, 100, 10, 1.0f, 0.1f), 0.1f, 1e-6);
+  for (int s = 11; s < 100; ++s) EXPECT_LE(lr_at_step(s, 100, 10, 1.0f, 0.1f), lr_at_step(s - 1, 100, 10, 1.0f, 0.1f));
+}
+
+}  // namespace
+}  // namespace ember

@@ -1,0 +1,698 @@
+// CPU backend ops against float64 references written here as plain loops, and backward ops also against central
+// finite differences of a scalar loss L = sum(out * R). Inputs come from a seeded Philox stream (RNG_PURPOSE_TEST).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace ember {
+namespace {
+
+using Vec = std::vector<double>;
+constexpr uint64_t kSeed = 20240611;
+constexpr double kEps = 1.1920928955078125e-7;  // fp32 machine epsilon, 2^-23
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tolerances. A result built from K-term fp32 sums is off by a random walk of K roundings: about sqrt(K) * eps times
+// the size of the partial sums, which is the typical size (RMS) of the result itself. We allow 8x that, for the
+// largest of many elements and for the few extra roundings of each op (scales, the ~2 ulp exp of the softmax ops):
+//   |got - ref| <= atol + rtol * |ref|,  atol = 8 sqrt(K) eps rms(ref),  rtol = 8 sqrt(K) eps.
+struct Tol {
+  double atol, rtol;
+};
+double rms(const Vec& v) {
+  double s = 0.0;
+  for (double x : v) s += x * x;
+  return v.empty() ? 0.0 : std::sqrt(s / double(v.size()));
+}
+Tol fp32_tol(double K, const Vec& ref) {
+  const double r = 8.0 * std::sqrt(K) * kEps;
+  return {r * rms(ref), r};
+}
+
+// Compares every element and reports the worst one; EMBER_TEST_VERBOSE=1 prints the worst error/tolerance ratio.
+void expect_close(const std::string& what, const std::vector<float>& got, const Vec& want, Tol tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]), allowed = tol.atol + tol.rtol * std::fabs(want[i]);
+    const double ratio = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0.0);
+    if (!(ratio <= 1.0)) ++bad;
+    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = i;
+  }
+  if (std::getenv("EMBER_TEST_VERBOSE")) std::printf("  %-40s worst err/tol = %.3g\n", what.c_str(), worst_ratio);
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements out of tolerance; worst at " << worst
+                     << ": got " << got[worst] << ", want " << want[worst] << " (atol " << tol.atol << ", rtol "
+                     << tol.rtol << ")";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Inputs and backend buffers.
+struct Rng {
+  Philox philox;
+  explicit Rng(uint32_t stream) : philox(kSeed, 0, stream, RNG_PURPOSE_TEST) {}
+  std::vector<float> normal(size_t n, float scale = 1.0f, float shift = 0.0f) {
+    std::vector<float> v(n);
+    for (float& x : v) x = shift + scale * philox.normal();
+    return v;
+  }
+  std::vector<int32_t> tokens(size_t n, int V) {
+    std::vector<int32_t> v(n);
+    for (int32_t& x : v) x = int32_t(philox.below(uint64_t(V)));
+    return v;
+  }
+};
+
+Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+Vec plus(const std::vector<float>& a, const Vec& b) {
+  Vec r(b.size());
+  for (size_t i = 0; i < b.size(); ++i) r[i] = double(a[i]) + b[i];
+  return r;
+}
+
+// An array in backend memory, freed on scope exit.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray(Backend& be, size_t n) : be_(be), n_(n), ptr_(static_cast<T*>(be.alloc(n * sizeof(T)))) {}
+  DeviceArray(Backend& be, const std::vector<T>& host) : DeviceArray(be, host.size()) {
+    be_.copy_to_device(ptr_, host.data(), n_ * sizeof(T));
+  }
+  ~DeviceArray() { be_.free(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() { return ptr_; }
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    be_.copy_to_host(h.data(), ptr_, n_ * sizeof(T));
+    return h;
+  }
+
+ private:
+  Backend& be_;
+  size_t n_;
+  T* ptr_;
+};
+using Floats = DeviceArray<float>;
+using Ints = DeviceArray<int32_t>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Float64 reference ops: the plain definitions, no tricks.
+Vec ref_encoder(const std::vector<int32_t>& inp, const Vec& wte, const Vec& wpe, int B, int T, int C) {
+  Vec out(size_t(B) * T * C);
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int c = 0; c < C; ++c) out[size_t(bt) * C + c] = wte[size_t(inp[bt]) * C + c] + wpe[size_t(bt % T) * C + c];
+  return out;
+}
+
+Vec ref_layernorm(const Vec& x, const Vec& w, const Vec& b, int N, int C, Vec* mean = nullptr, Vec* rstd = nullptr) {
+  Vec out(x.size());
+  if (mean) mean->assign(N, 0.0), rstd->assign(N, 0.0);
+  for (int r = 0; r < N; ++r) {
+    const double* xr = &x[size_t(r) * C];
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; ++c) m += xr[c];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
+    const double rs = 1.0 / std::sqrt(v / C + 1e-5);
+    for (int c = 0; c < C; ++c) out[size_t(r) * C + c] = (xr[c] - m) * rs * w[c] + b[c];
+    if (mean) (*mean)[r] = m, (*rstd)[r] = rs;
+  }
+  return out;
+}
+
+void ref_layernorm_backward(const Vec& dout, const Vec& x, const Vec& w, int N, int C, Vec& dx, Vec& dw, Vec& db) {
+  Vec mean, rstd;
+  ref_layernorm(x, w, Vec(C, 0.0), N, C, &mean, &rstd);
+  dx.assign(x.size(), 0.0), dw.assign(C, 0.0), db.assign(C, 0.0);
+  for (int r = 0; r < N; ++r) {
+    const size_t o = size_t(r) * C;
+    double a = 0.0, bsum = 0.0;
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[o + c] - mean[r]) * rstd[r];
+      a += dout[o + c] * w[c], bsum += dout[o + c] * w[c] * xhat;
+      dw[c] += dout[o + c] * xhat, db[c] += dout[o + c];
+    }
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[o + c] - mean[r]) * rstd[r];
+      dx[o + c] = rstd[r] * (dout[o + c] * w[c] - a / C - xhat * bsum / C);
+    }
+  }
+}
+
+// out = inp @ w (+ bias); w is (IC, OC), or (OC, IC) when w_transposed (the tied lm_head).
+Vec ref_matmul(const Vec& inp, const Vec& w, const Vec* bias, int N, int IC, int OC, bool w_transposed = false) {
+  Vec out(size_t(N) * OC);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double s = bias ? (*bias)[o] : 0.0;
+      for (int i = 0; i < IC; ++i)
+        s += inp[size_t(n) * IC + i] * (w_transposed ? w[size_t(o) * IC + i] : w[size_t(i) * OC + o]);
+      out[size_t(n) * OC + o] = s;
+    }
+  return out;
+}
+
+// Causal attention on (B, T, 3C) qkv; optionally returns lse (B, NH, T).
+Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH, Vec* lse = nullptr) {
+  const int HS = C / NH;
+  const double scale = 1.0 / std::sqrt(double(HS));
+  Vec out(size_t(B) * T * C, 0.0), p(T);
+  if (lse) lse->assign(size_t(B) * NH * T, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < T; ++i) {
+        const double* q = &qkv[(size_t(b) * T + i) * 3 * C + h * HS];
+        double m = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= i; ++j) {
+          const double* k = &qkv[(size_t(b) * T + j) * 3 * C + C + h * HS];
+          double s = 0.0;
+          for (int d = 0; d < HS; ++d) s += q[d] * k[d];
+          p[j] = s * scale, m = std::max(m, p[j]);
+        }
+        for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - m), sum += p[j];
+        for (int j = 0; j <= i; ++j) {
+          const double* v = &qkv[(size_t(b) * T + j) * 3 * C + 2 * C + h * HS];
+          for (int d = 0; d < HS; ++d) out[(size_t(b) * T + i) * C + h * HS + d] += p[j] / sum * v[d];
+        }
+        if (lse) (*lse)[(size_t(b) * NH + h) * T + i] = m + std::log(sum);
+      }
+  return out;
+}
+
+Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+  const int HS = C / NH;
+  const double scale = 1.0 / std::sqrt(double(HS));
+  Vec dqkv(qkv.size(), 0.0), P(size_t(T) * T), dS(size_t(T) * T);
+  auto at = [&](const Vec& a, int b, int t, int part, int h) { return &a[(size_t(b) * T + t) * 3 * C + part * C + h * HS]; };
+  auto atm = [&](Vec& a, int b, int t, int part, int h) { return &a[(size_t(b) * T + t) * 3 * C + part * C + h * HS]; };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      for (int i = 0; i < T; ++i) {  // probabilities
+        double m = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= i; ++j) {
+          double s = 0.0;
+          for (int d = 0; d < HS; ++d) s += at(qkv, b, i, 0, h)[d] * at(qkv, b, j, 1, h)[d];
+          P[size_t(i) * T + j] = s * scale, m = std::max(m, s * scale);
+        }
+        for (int j = 0; j <= i; ++j) sum += (P[size_t(i) * T + j] = std::exp(P[size_t(i) * T + j] - m));
+        for (int j = 0; j <= i; ++j) P[size_t(i) * T + j] /= sum;
+      }
+      for (int i = 0; i < T; ++i) {  // dP, softmax backward, then dV
+        const double* dO = &dout[(size_t(b) * T + i) * C + h * HS];
+        double D = 0.0;
+        for (int j = 0; j <= i; ++j) {
+          double dp = 0.0;
+          for (int d = 0; d < HS; ++d) dp += dO[d] * at(qkv, b, j, 2, h)[d];
+          dS[size_t(i) * T + j] = dp, D += P[size_t(i) * T + j] * dp;
+          for (int d = 0; d < HS; ++d) atm(dqkv, b, j, 2, h)[d] += P[size_t(i) * T + j] * dO[d];
+        }
+        for (int j = 0; j <= i; ++j) dS[size_t(i) * T + j] = P[size_t(i) * T + j] * (dS[size_t(i) * T + j] - D);
+      }
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j <= i; ++j)
+          for (int d = 0; d < HS; ++d) {
+            atm(dqkv, b, i, 0, h)[d] += scale * dS[size_t(i) * T + j] * at(qkv, b, j, 1, h)[d];
+            atm(dqkv, b, j, 1, h)[d] += scale * dS[size_t(i) * T + j] * at(qkv, b, i, 0, h)[d];
+          }
+    }
+  return dqkv;
+}
+
+constexpr double kGeluK = 0.7978845608028654, kGeluC = 0.044715;  // sqrt(2/pi) and the cubic coefficient
+double ref_gelu(double x) { return 0.5 * x * (1.0 + std::tanh(kGeluK * (x + kGeluC * x * x * x))); }
+double ref_gelu_grad(double x) {
+  const double th = std::tanh(kGeluK * (x + kGeluC * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * kGeluK * (1.0 + 3.0 * kGeluC * x * x);
+}
+
+// Per-row softmax of x / temperature.
+Vec ref_softmax(const Vec& x, int N, int V, double temperature = 1.0) {
+  Vec p(x.size());
+  for (int r = 0; r < N; ++r) {
+    double m = -INFINITY, sum = 0.0;
+    for (int j = 0; j < V; ++j) m = std::max(m, x[size_t(r) * V + j] / temperature);
+    for (int j = 0; j < V; ++j) sum += (p[size_t(r) * V + j] = std::exp(x[size_t(r) * V + j] / temperature - m));
+    for (int j = 0; j < V; ++j) p[size_t(r) * V + j] /= sum;
+  }
+  return p;
+}
+Vec ref_crossentropy(const Vec& logits, const std::vector<int32_t>& targets, int N, int V) {
+  Vec losses(N);
+  for (int r = 0; r < N; ++r) {
+    double m = -INFINITY, sum = 0.0;
+    for (int j = 0; j < V; ++j) m = std::max(m, logits[size_t(r) * V + j]);
+    for (int j = 0; j < V; ++j) sum += std::exp(logits[size_t(r) * V + j] - m);
+    losses[r] = m + std::log(sum) - logits[size_t(r) * V + targets[r]];
+  }
+  return losses;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Central finite differences in double of a scalar loss at `count` coordinates of x drawn from rng:
+// dL/dx_i ~ (L(x + h e_i) - L(x - h e_i)) / 2h. With h = 1e-4 the truncation error (h^2 |L'''| / 6) is ~1e-9 and
+// the cancellation error (1e-16 |L| / h) ~1e-11, both far below fp32 noise, so they reuse the fp32 tolerances.
+struct FdPoint {
+  size_t index;
+  double grad;
+};
+std::vector<FdPoint> finite_differences(Vec& x, const std::function<double()>& loss, Rng& rng, int count) {
+  constexpr double h = 1e-4;
+  std::vector<FdPoint> points;
+  for (int n = 0; n < count && n < int(x.size()); ++n) {
+    const size_t i = count >= int(x.size()) ? size_t(n) : size_t(rng.philox.below(x.size()));
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double up = loss();
+    x[i] = x0 - h;
+    const double down = loss();
+    x[i] = x0;
+    points.push_back({i, (up - down) / (2.0 * h)});
+  }
+  return points;
+}
+double dot(const Vec& a, const Vec& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks the backend gradient (got = prefill + dL/dx) against finite differences at the sampled coordinates.
+void expect_fd(const std::string& what, const std::vector<float>& got, const std::vector<float>& prefill,
+               const std::vector<FdPoint>& points, Tol tol) {
+  std::vector<float> g;
+  Vec want;
+  for (const FdPoint& p : points) g.push_back(got[p.index]), want.push_back(double(prefill[p.index]) + p.grad);
+  expect_close(what + " vs finite differences", g, want, tol);
+}
+
+constexpr int kFdPoints = 40;  // coordinates per gradient tensor; all of them for tensors this small or smaller
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shapes: odd sizes (T not a multiple of 4 or 8, C not a multiple of 8) and one big enough for the parallel paths.
+struct Shape {
+  int B, T, C, NH;
+};
+std::string shape_name(const testing::TestParamInfo<Shape>& info) {
+  const Shape& s = info.param;
+  return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" + std::to_string(s.C) + "_NH" +
+         std::to_string(s.NH);
+}
+const Shape kShapes[] = {{2, 7, 12, 3}, {1, 33, 20, 4}, {4, 64, 64, 4}};
+
+class CpuOps : public testing::TestWithParam<Shape> {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  uint32_t stream(uint32_t op) const {  // a distinct Philox stream per (op, shape)
+    const Shape& s = GetParam();
+    return op * 1000003u + uint32_t(s.B * 7919 + s.T * 104729 + s.C * 31 + s.NH);
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuOps, testing::ValuesIn(kShapes), shape_name);
+
+class CpuOpsMisc : public testing::Test {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend();
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST_P(CpuOps, Encoder) {
+  const auto [B, T, C, NH] = GetParam();
+  const int V = 5, maxT = T + 3;  // few token ids, so dwte rows collect many tokens each
+  Rng rng(stream(1));
+  const auto inp = rng.tokens(size_t(B) * T, V);
+  const auto wte = rng.normal(size_t(V) * C), wpe = rng.normal(size_t(maxT) * C), R = rng.normal(size_t(B) * T * C);
+  const auto dwte0 = rng.normal(wte.size()), dwpe0 = rng.normal(wpe.size());  // prefill: backward must add
+  Ints d_inp(*be, inp);
+  Floats d_wte(*be, wte), d_wpe(*be, wpe), d_out(*be, size_t(B) * T * C), d_R(*be, R), d_dwte(*be, dwte0),
+      d_dwpe(*be, dwpe0);
+  be->encoder_forward(d_out.get(), d_inp.get(), d_wte.get(), d_wpe.get(), B, T, C);
+  Vec wte_d = to_double(wte), wpe_d = to_double(wpe);
+  const Vec out = ref_encoder(inp, wte_d, wpe_d, B, T, C);
+  expect_close("encoder out", d_out.host(), out, fp32_tol(1, out));
+
+  be->encoder_backward(d_dwte.get(), d_dwpe.get(), d_R.get(), d_inp.get(), B, T, C);
+  Vec dwte(wte.size(), 0.0), dwpe(wpe.size(), 0.0);
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int c = 0; c < C; ++c) {
+      dwte[size_t(inp[bt]) * C + c] += R[size_t(bt) * C + c];
+      dwpe[size_t(bt % T) * C + c] += R[size_t(bt) * C + c];
+    }
+  const Tol tw = fp32_tol(B * T, dwte), tp = fp32_tol(B, dwpe);  // sums over all tokens / over the batch
+  expect_close("encoder dwte", d_dwte.host(), plus(dwte0, dwte), tw);
+  expect_close("encoder dwpe", d_dwpe.host(), plus(dwpe0, dwpe), tp);
+  const Vec Rd = to_double(R);
+  auto loss = [&] { return dot(ref_encoder(inp, wte_d, wpe_d, B, T, C), Rd); };
+  expect_fd("encoder dwte", d_dwte.host(), dwte0, finite_differences(wte_d, loss, rng, kFdPoints), tw);
+  expect_fd("encoder dwpe", d_dwpe.host(), dwpe0, finite_differences(wpe_d, loss, rng, kFdPoints), tp);
+}
+
+TEST_P(CpuOps, LayerNorm) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T;
+  Rng rng(stream(2));
+  // A non-zero mean and non-unit spread so that mean subtraction and rstd both matter.
+  const auto x = rng.normal(size_t(N) * C, 2.0f, 0.5f), w = rng.normal(C, 0.5f, 1.0f), b = rng.normal(C, 0.5f);
+  const auto R = rng.normal(size_t(N) * C);
+  const auto dx0 = rng.normal(x.size()), dw0 = rng.normal(C), db0 = rng.normal(C);
+  Floats d_x(*be, x), d_w(*be, w), d_b(*be, b), d_R(*be, R), d_out(*be, x.size()), d_mean(*be, N), d_rstd(*be, N),
+      d_dx(*be, dx0), d_dw(*be, dw0), d_db(*be, db0);
+  be->layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(), N, C);
+  Vec xd = to_double(x), wd = to_double(w), bd = to_double(b), mean, rstd;
+  const Vec out = ref_layernorm(xd, wd, bd, N, C, &mean, &rstd);
+  expect_close("layernorm out", d_out.host(), out, fp32_tol(C, out));  // mean and variance are C-term sums
+  expect_close("layernorm mean", d_mean.host(), mean, fp32_tol(C, mean));
+  expect_close("layernorm rstd", d_rstd.host(), rstd, fp32_tol(C, rstd));
+
+  be->layernorm_backward(d_dx.get(), d_dw.get(), d_db.get(), d_R.get(), d_x.get(), d_w.get(), d_mean.get(),
+                         d_rstd.get(), N, C);
+  const Vec Rd = to_double(R);
+  Vec dx, dw, db;
+  ref_layernorm_backward(Rd, xd, wd, N, C, dx, dw, db);
+  const Tol tx = fp32_tol(C, dx), tw = fp32_tol(N, dw), tb = fp32_tol(N, db);  // dx sums over C; dw, db over rows
+  expect_close("layernorm dinp", d_dx.host(), plus(dx0, dx), tx);
+  expect_close("layernorm dweight", d_dw.host(), plus(dw0, dw), tw);
+  expect_close("layernorm dbias", d_db.host(), plus(db0, db), tb);
+  auto loss = [&] { return dot(ref_layernorm(xd, wd, bd, N, C), Rd); };
+  expect_fd("layernorm dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, kFdPoints), tx);
+  expect_fd("layernorm dweight", d_dw.host(), dw0, finite_differences(wd, loss, rng, kFdPoints), tw);
+  expect_fd("layernorm dbias", d_db.host(), db0, finite_differences(bd, loss, rng, kFdPoints), tb);
+}
+
+// Dense layer shapes from the attention shape: qkv-like (C -> 3C + 1, odd) and, for the big shape, a product wide
+// enough (OC > N) that the threaded GEMM splits columns rather than rows.
+void check_matmul(Backend& be, Rng& rng, int N, int IC, int OC, bool with_bias) {
+  const std::string tag = "matmul " + std::to_string(N) + "x" + std::to_string(IC) + "x" + std::to_string(OC) +
+                          (with_bias ? " " : " nobias ");
+  const auto x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), b = rng.normal(OC);
+  const auto R = rng.normal(size_t(N) * OC);
+  const auto dx0 = rng.normal(x.size()), dw0 = rng.normal(w.size()), db0 = rng.normal(OC);
+  Floats d_x(be, x), d_w(be, w), d_b(be, b), d_R(be, R), d_out(be, size_t(N) * OC), d_dx(be, dx0), d_dw(be, dw0),
+      d_db(be, db0);
+  be.matmul_forward(d_out.get(), d_x.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC);
+  Vec xd = to_double(x), wd = to_double(w), bd = to_double(b);
+  const Vec out = ref_matmul(xd, wd, with_bias ? &bd : nullptr, N, IC, OC);
+  expect_close(tag + "out", d_out.host(), out, fp32_tol(IC, out));
+
+  be.matmul_backward(d_dx.get(), d_dw.get(), with_bias ? d_db.get() : nullptr, d_R.get(), d_x.get(), d_w.get(), N,
+                     IC, OC);
+  const Vec Rd = to_double(R);
+  Vec dx(x.size(), 0.0), dw(w.size(), 0.0), db(OC, 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      const double g = Rd[size_t(n) * OC + o];
+      db[o] += g;
+      for (int i = 0; i < IC; ++i) dx[size_t(n) * IC + i] += g * wd[size_t(i) * OC + o], dw[size_t(i) * OC + o] += g * xd[size_t(n) * IC + i];
+    }
+  const Tol tx = fp32_tol(OC, dx), tw = fp32_tol(N, dw), tb = fp32_tol(N, db);
+  expect_close(tag + "dinp", d_dx.host(), plus(dx0, dx), tx);
+  expect_close(tag + "dweight", d_dw.host(), plus(dw0, dw), tw);
+  if (with_bias) expect_close(tag + "dbias", d_db.host(), plus(db0, db), tb);
+  else EXPECT_EQ(d_db.host(), db0) << tag << "dbias was written although null was passed";
+  auto loss = [&] { return dot(ref_matmul(xd, wd, with_bias ? &bd : nullptr, N, IC, OC), Rd); };
+  expect_fd(tag + "dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, kFdPoints), tx);
+  expect_fd(tag + "dweight", d_dw.host(), dw0, finite_differences(wd, loss, rng, kFdPoints), tw);
+  if (with_bias) expect_fd(tag + "dbias", d_db.host(), db0, finite_differences(bd, loss, rng, kFdPoints), tb);
+}
+
+TEST_P(CpuOps, Matmul) {
+  const auto [B, T, C, NH] = GetParam();
+  Rng rng(stream(3));
+  check_matmul(*be, rng, B * T, C, 3 * C + 1, true);
+  check_matmul(*be, rng, B * T, C, 2 * C, false);
+  if (B * T >= 64) check_matmul(*be, rng, 17, 4 * C, 16 * C + 3, true);  // OC > N: column-split GEMMs
+}
+
+TEST_P(CpuOps, MatmulTransposed) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T, V = 16 * C + 5;  // V > N for the big shape: both split directions of the threaded GEMM
+  Rng rng(stream(4));
+  const auto x = rng.normal(size_t(N) * C), wte = rng.normal(size_t(V) * C), R = rng.normal(size_t(N) * V);
+  const auto dx0 = rng.normal(x.size()), dwte0 = rng.normal(wte.size());
+  Floats d_x(*be, x), d_wte(*be, wte), d_R(*be, R), d_out(*be, size_t(N) * V), d_dx(*be, dx0), d_dwte(*be, dwte0);
+  be->matmul_forward_transposed(d_out.get(), d_x.get(), d_wte.get(), N, C, V);
+  Vec xd = to_double(x), wd = to_double(wte);
+  const Vec out = ref_matmul(xd, wd, nullptr, N, C, V, true);
+  expect_close("lm_head out", d_out.host(), out, fp32_tol(C, out));
+
+  be->matmul_backward_transposed(d_dx.get(), d_dwte.get(), d_R.get(), d_x.get(), d_wte.get(), N, C, V);
+  const Vec Rd = to_double(R);
+  Vec dx(x.size(), 0.0), dw(wte.size(), 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int v = 0; v < V; ++v)
+      for (int c = 0; c < C; ++c) {
+        dx[size_t(n) * C + c] += Rd[size_t(n) * V + v] * wd[size_t(v) * C + c];
+        dw[size_t(v) * C + c] += Rd[size_t(n) * V + v] * xd[size_t(n) * C + c];
+      }
+  const Tol tx = fp32_tol(V, dx), tw = fp32_tol(N, dw);
+  expect_close("lm_head dinp", d_dx.host(), plus(dx0, dx), tx);
+  expect_close("lm_head dwte", d_dwte.host(), plus(dwte0, dw), tw);
+  auto loss = [&] { return dot(ref_matmul(xd, wd, nullptr, N, C, V, true), Rd); };
+  expect_fd("lm_head dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, kFdPoints), tx);
+  expect_fd("lm_head dwte", d_dwte.host(), dwte0, finite_differences(wd, loss, rng, kFdPoints), tw);
+}
+
+TEST_P(CpuOps, Attention) {
+  const auto [B, T, C, NH] = GetParam();
+  Rng rng(stream(5));
+  // Scores q.k / sqrt(HS) come out ~N(0, 1.5^2): peaked enough that the max shift and masking matter.
+  const auto qkv = rng.normal(size_t(B) * T * 3 * C, 1.5f), R = rng.normal(size_t(B) * T * C);
+  const auto dqkv0 = rng.normal(qkv.size());
+  Floats d_qkv(*be, qkv), d_R(*be, R), d_out(*be, size_t(B) * T * C), d_lse(*be, size_t(B) * NH * T),
+      d_dqkv(*be, dqkv0);
+  be->attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+  Vec qd = to_double(qkv), lse;
+  const Vec out = ref_attention(qd, B, T, C, NH, &lse);
+  // Each output sums T probability-weighted values after HS-term score dot products.
+  expect_close("attention out", d_out.host(), out, fp32_tol(T + C / NH, out));
+  expect_close("attention lse", d_lse.host(), lse, fp32_tol(T + C / NH, lse));
+
+  be->attention_backward(d_dqkv.get(), d_R.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, C, NH);
+  const Vec Rd = to_double(R);
+  const Vec dqkv = ref_attention_backward(Rd, qd, B, T, C, NH);
+  // dq, dk and dv differ in size, so each is checked on its own with its own RMS scale.
+  const int HS = C / NH;
+  auto part = [&](const auto& v, int which) {  // the q (0), k (1) or v (2) third of every (B, T) row
+    std::decay_t<decltype(v)> r;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (int(i / C) % 3 == which) r.push_back(v[i]);
+    return r;
+  };
+  const auto got = d_dqkv.host();
+  const char* names[3] = {"attention dq", "attention dk", "attention dv"};
+  Tol tols[3];
+  for (int w = 0; w < 3; ++w) {
+    const Vec want = part(dqkv, w);
+    tols[w] = fp32_tol(T + HS, want);  // dS is a T-term softmax backward; dq, dk, dv sum T terms of HS-term products
+    expect_close(names[w], part(got, w), plus(part(dqkv0, w), want), tols[w]);
+  }
+  auto loss = [&] { return dot(ref_attention(qd, B, T, C, NH), Rd); };
+  const auto points = finite_differences(qd, loss, rng, 3 * kFdPoints);
+  for (int w = 0; w < 3; ++w) {
+    std::vector<FdPoint> mine;
+    for (const FdPoint& p : points)
+      if (int(p.index / C) % 3 == w) mine.push_back(p);
+    expect_fd(names[w], got, dqkv0, mine, tols[w]);
+  }
+}
+
+TEST_P(CpuOps, Gelu) {
+  const auto [B, T, C, NH] = GetParam();
+  const size_t n = size_t(B) * T * 4 * C;
+  Rng rng(stream(6));
+  const auto x = rng.normal(n, 2.5f), R = rng.normal(n), dx0 = rng.normal(n);
+  Floats d_x(*be, x), d_R(*be, R), d_out(*be, n), d_dx(*be, dx0);
+  be->gelu_forward(d_out.get(), d_x.get(), n);
+  Vec xd = to_double(x), out(n), dx(n);
+  for (size_t i = 0; i < n; ++i) out[i] = ref_gelu(xd[i]), dx[i] = double(R[i]) * ref_gelu_grad(xd[i]);
+  // Elementwise: a handful of roundings plus the ~2 ulp exp, as for an 8-term sum.
+  expect_close("gelu out", d_out.host(), out, fp32_tol(8, out));
+  be->gelu_backward(d_dx.get(), d_x.get(), d_R.get(), n);
+  expect_close("gelu dinp", d_dx.host(), plus(dx0, dx), fp32_tol(8, dx));
+  const Vec Rd = to_double(R);
+  auto loss = [&] {
+    double s = 0.0;
+    for (size_t i = 0; i < n; ++i) s += ref_gelu(xd[i]) * Rd[i];
+    return s;
+  };
+  expect_fd("gelu dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, kFdPoints), fp32_tol(8, dx));
+}
+
+TEST_P(CpuOps, CrossEntropy) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T, V = 8 * C + 3;
+  const float dloss = 1.0f / float(N);
+  Rng rng(stream(7));
+  const auto logits = rng.normal(size_t(N) * V, 3.0f, 10.0f);  // a large offset: the max shift must cancel it
+  const auto targets = rng.tokens(N, V);
+  Floats d_logits(*be, logits), d_losses(*be, N), d_dlogits(*be, logits.size());
+  Ints d_targets(*be, targets);
+  be->crossentropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), N, V);
+  Vec ld = to_double(logits);
+  const Vec losses = ref_crossentropy(ld, targets, N, V);
+  expect_close("crossentropy loss", d_losses.host(), losses, fp32_tol(V, losses));
+
+  // Into a separate buffer (whose old contents must be overwritten), then in place over the logits.
+  be->copy_to_device(d_dlogits.get(), rng.normal(logits.size()).data(), logits.size() * sizeof(float));
+  be->crossentropy_backward(d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+  Vec dl = ref_softmax(ld, N, V);
+  for (int r = 0; r < N; ++r) {
+    dl[size_t(r) * V + targets[r]] -= 1.0;
+    for (int j = 0; j < V; ++j) dl[size_t(r) * V + j] *= dloss;
+  }
+  const Tol tol = fp32_tol(V, dl);  // the softmax normaliser is a V-term sum
+  const auto got = d_dlogits.host();
+  expect_close("crossentropy dlogits", got, dl, tol);
+  be->crossentropy_backward(d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+  const auto got_inplace = d_logits.host();
+  EXPECT_EQ(0, std::memcmp(got.data(), got_inplace.data(), got.size() * sizeof(float)))
+      << "in-place crossentropy_backward differs from the out-of-place result";
+  auto loss = [&] {
+    const Vec l = ref_crossentropy(ld, targets, N, V);
+    double s = 0.0;
+    for (double x : l) s += double(dloss) * x;
+    return s;
+  };
+  expect_fd("crossentropy dlogits", got, std::vector<float>(got.size(), 0.0f),
+            finite_differences(ld, loss, rng, kFdPoints), tol);
+}
+
+TEST_P(CpuOps, Softmax) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T, V = 8 * C + 3;
+  Rng rng(stream(8));
+  const auto logits = rng.normal(size_t(N) * V, 3.0f);
+  Floats d_logits(*be, logits), d_probs(*be, logits.size());
+  for (float temperature : {1.0f, 0.7f, 2.0f}) {
+    be->softmax_forward(d_probs.get(), d_logits.get(), temperature, N, V);
+    const Vec p = ref_softmax(to_double(logits), N, V, temperature);
+    expect_close("softmax t=" + std::to_string(temperature), d_probs.host(), p, fp32_tol(V, p));
+  }
+}
+
+// Same inputs twice -> bitwise-equal outputs, for the ops with threaded reductions or GEMM splits.
+TEST_P(CpuOps, DeterministicBackward) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T, OC = 3 * C + 1;
+  Rng rng(stream(9));
+  const auto qkv = rng.normal(size_t(N) * 3 * C, 1.5f), dout = rng.normal(size_t(N) * C);
+  const auto x = rng.normal(size_t(N) * C), w = rng.normal(size_t(C) * OC), g = rng.normal(size_t(N) * OC);
+  std::vector<float> first[6];
+  for (int run = 0; run < 2; ++run) {
+    Floats d_qkv(*be, qkv), d_dout(*be, dout), d_out(*be, size_t(N) * C), d_lse(*be, size_t(N) * NH),
+        d_dqkv(*be, qkv.size());
+    be->attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+    be->attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, C, NH);
+    Floats d_x(*be, x), d_w(*be, w), d_g(*be, g), d_dx(*be, x.size()), d_dw(*be, w.size()), d_db(*be, OC);
+    be->matmul_backward(d_dx.get(), d_dw.get(), d_db.get(), d_g.get(), d_x.get(), d_w.get(), N, C, OC);
+    std::vector<float> now[6] = {d_out.host(), d_lse.host(), d_dqkv.host(), d_dx.host(), d_dw.host(), d_db.host()};
+    for (int i = 0; i < 6; ++i) {
+      if (run == 0) first[i] = now[i];
+      else EXPECT_EQ(0, std::memcmp(first[i].data(), now[i].data(), now[i].size() * sizeof(float))) << "output " << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST_F(CpuOpsMisc, AllocIsAlignedZeroedAndCopies) {
+  EXPECT_EQ(be->name(), "cpu");
+  for (size_t bytes : {size_t(0), size_t(1), size_t(3), size_t(100), size_t(1) << 20}) {
+    auto* p = static_cast<unsigned char*>(be->alloc(bytes));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
+    for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(p[i], 0) << "byte " << i << " of " << bytes;
+    be->free(p);
+  }
+  Rng rng(100);
+  const auto host = rng.normal(1001);
+  Floats a(*be, host), b(*be, host.size());
+  be->copy(b.get(), a.get(), host.size() * sizeof(float));
+  EXPECT_EQ(b.host(), host);
+  be->zero(b.get(), host.size() * sizeof(float));
+  be->synchronize();
+  EXPECT_EQ(b.host(), std::vector<float>(host.size(), 0.0f));
+}
+
+TEST_F(CpuOpsMisc, Elementwise) {
+  // The sum or product of two floats is exact in double, so the fp32 op must match the rounded double exactly.
+  for (size_t n : {size_t(1), size_t(13), size_t(100003)}) {
+    Rng rng(101 + uint32_t(n));
+    const auto a = rng.normal(n), b = rng.normal(n);
+    Floats d_a(*be, a), d_b(*be, b), d_out(*be, n);
+    be->add(d_out.get(), d_a.get(), d_b.get(), n);
+    be->accumulate(d_a.get(), d_b.get(), n);
+    be->scale(d_b.get(), 0.375f, n);
+    std::vector<float> sum(n), scaled(n);
+    for (size_t i = 0; i < n; ++i) sum[i] = float(double(a[i]) + double(b[i])), scaled[i] = float(double(b[i]) * 0.375);
+    EXPECT_EQ(d_out.host(), sum) << n;
+    EXPECT_EQ(d_a.host(), sum) << n;
+    EXPECT_EQ(d_b.host(), scaled) << n;
+    be->add(d_out.get(), d_out.get(), d_out.get(), n);  // in place
+    for (float& x : sum) x *= 2.0f;
+    EXPECT_EQ(d_out.host(), sum) << n;
+  }
+}
+
+TEST_F(CpuOpsMisc, SumSquares) {
+  for (size_t n : {size_t(0), size_t(1), size_t(999), size_t(1000003)}) {
+    Rng rng(200 + uint32_t(n));
+    const auto x = rng.normal(n, 3.0f);
+    Floats d_x(*be, x);
+    double want = 0.0;
+    for (float v : x) want += double(v) * double(v);
+    // fp64 accumulation of n terms: error ~ sqrt(n) * 1.1e-16 relative; 1e-12 leaves room for n = 1e6.
+    EXPECT_NEAR(be->sum_squares(d_x.get(), n), want, 1e-12 * want) << n;
+  }
+}
+
+TEST_F(CpuOpsMisc, AdamW) {
+  const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  for (float wd : {0.0f, 0.1f}) {
+    for (size_t n : {size_t(37), size_t(100003)}) {
+      Rng rng(300 + uint32_t(n) + (wd > 0 ? 1 : 0));
+      auto p = rng.normal(n);
+      Floats d_p(*be, p), d_m(*be, n), d_v(*be, n);
+      Vec pd = to_double(p), md(n, 0.0), vd(n, 0.0);
+      for (int t = 1; t <= 5; ++t) {
+        const auto g = rng.normal(n, 0.1f);
+        Floats d_g(*be, g);
+        be->adamw_update(d_p.get(), d_g.get(), d_m.get(), d_v.get(), n, lr, beta1, beta2, eps, wd, t);
+        const double b1 = beta1, b2 = beta2;  // the fp32 hyper-parameters, exactly
+        for (size_t i = 0; i < n; ++i) {
+          md[i] = b1 * md[i] + (1 - b1) * g[i];
+          vd[i] = b2 * vd[i] + (1 - b2) * double(g[i]) * g[i];
+          const double mhat = md[i] / (1 - std::pow(b1, t)), vhat = vd[i] / (1 - std::pow(b2, t));
+          pd[i] -= double(lr) * (mhat / (std::sqrt(vhat) + double(eps)) + double(wd) * pd[i]);
+        }
+      }
+      // Each step rounds p, m and v once (0.5 ulp) and the update lr * mhat / sqrt(vhat) ~ lr to a few ulp;
+      // over 5 steps that is < 20 ulp of |p| ~ 1, and the update's error < 20 eps * lr.
+      const std::string tag = "adamw wd=" + std::to_string(wd) + " n=" + std::to_string(n);
+      expect_close(tag + " params", d_p.host(), pd, {20 * kEps * rms(pd), 20 * kEps});
+      expect_close(tag + " m", d_m.host(), md, {20 * kEps * rms(md), 20 * kEps});
+      expect_close(tag + " v", d_v.host(), vd, {20 * kEps * rms(vd), 20 * kEps});
+    }
+  }
+}
+
+TEST_F(CpuOpsMisc, RejectsBadArguments) {
+  Floats qkv(*be, 2 * 4 * 30), out(*be, 2 * 4 * 10), lse(*be, 2 * 3 * 4), logits(*be, 2 * 5);
+  EXPECT_THROW(be->attention_forward(out.get(), lse.get(), qkv.get(), 2, 4, 10, 3), Error);  // C % NH != 0
+  Ints targets(*be, std::vector<int32_t>{1, 5});                                              // 5 is not < V
+  Floats losses(*be, 2);
+  EXPECT_THROW(be->crossentropy_forward(losses.get(), logits.get(), targets.get(), 2, 5), Error);
+}
+
+}  // namespace
+}  // namespace ember

@@ -40,7 +40,7 @@ std::string mpi_error_string(int code) {
 
 static herr_t collect_hdf5_error(unsigned n, const H5E_error2_t* err, void* client) {
   auto* out = static_cast<std::string*>(client);
-  if (n == 0 && err->desc) *out = err->desc;  // the innermost frame says what went wrong
+  if (n == 0 && err->desc) *out = err->desc;  // walking downward, frame 0 is the API call that failed
   return 0;
 }
 

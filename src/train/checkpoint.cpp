@@ -1,5 +1,5 @@
-// HDF5 checkpoints (implementation): the layout of docs/checkpoint-format.md written with the plain HDF5 C API,
-// made atomic by a temp file, fsync and rename; every HDF5 call is checked and every handle closed on every path.
+// HDF5 checkpoints (implementation): the layout of docs/checkpoint-format.md written with the plain HDF5 C API
+// (handles and attribute helpers in core/h5.h), made atomic by a temp file, fsync and rename.
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/h5.h"
 #include "core/log.h"
 
 namespace ember {
@@ -31,107 +32,7 @@ namespace fs = std::filesystem;
 constexpr hsize_t MAX_CHUNK_ELEMS = hsize_t(1) << 20;
 
 // ---------------------------------------------------------------------------------------------------------------
-// HDF5 plumbing
-
-// Owns one HDF5 identifier (file, group, dataset, dataspace, datatype, attribute, property list) and closes it with
-// the matching H5?close. Destruction closes silently (it may run while unwinding); close() reports the result for
-// the places where a failed close means lost data (the file).
-class H5Handle {
- public:
-  using Closer = herr_t (*)(hid_t);
-  H5Handle() = default;
-  H5Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  H5Handle(H5Handle&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), closer_(o.closer_) {}
-  H5Handle& operator=(H5Handle&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = std::exchange(o.id_, H5I_INVALID_HID);
-      closer_ = o.closer_;
-    }
-    return *this;
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  ~H5Handle() { reset(); }
-
-  hid_t get() const { return id_; }
-  herr_t close() {
-    herr_t rc = id_ >= 0 ? closer_(id_) : 0;
-    id_ = H5I_INVALID_HID;
-    return rc;
-  }
-
- private:
-  void reset() {
-    if (id_ >= 0) (void)closer_(id_);  // nothing useful to do with a failed close while unwinding
-    id_ = H5I_INVALID_HID;
-  }
-  hid_t id_ = H5I_INVALID_HID;
-  Closer closer_ = nullptr;
-};
-
-// Wraps an id-returning call; a negative id fails like EMBER_H5_CHECK (statement, file:line, HDF5's message).
-H5Handle own_h5(hid_t id, H5Handle::Closer closer, const char* stmt, const char* file, int line) {
-  if (id < 0)
-    fail_check("HDF5", stmt, hdf5_error_string(), file, line, "check the file path, permissions and free disk space");
-  return H5Handle(id, closer);
-}
-#define EMBER_H5_OWN(stmt, closer) own_h5((stmt), (closer), #stmt, __FILE__, __LINE__)
-
-// Turns off HDF5's automatic error-stack printing for one scope (restored afterwards): failures become one clean
-// ember::Error line instead of a screenful of HDF5 frames. The stack itself is still recorded and read below.
-class H5Quiet {
- public:
-  H5Quiet() {
-    EMBER_H5_CHECK(H5Eget_auto2(H5E_DEFAULT, &func_, &data_));
-    EMBER_H5_CHECK(H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr));
-  }
-  ~H5Quiet() { (void)H5Eset_auto2(H5E_DEFAULT, func_, data_); }  // restoring cannot usefully fail
-  H5Quiet(const H5Quiet&) = delete;
-  H5Quiet& operator=(const H5Quiet&) = delete;
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
-
-// What the HDF5 error stack says about the last failure: the innermost (most specific) reason, and whether any
-// frame reports a checksum mismatch (Fletcher32 on raw data, or the metadata checksums of the v1.8 format).
-struct H5Failure {
-  std::string reason;
-  bool checksum = false;
-};
-
-// HDF5's file-driver messages span lines and list every syscall argument ("file write failed: time = ...\n, filename
-// = ..., errno = 28, error message = 'No space left on device', ..."); keep the summary and the OS message.
-std::string one_line_reason(const std::string& desc) {
-  std::string r = desc;
-  const std::string key = "error message = '";
-  const size_t at = desc.find(key);
-  if (at != std::string::npos) {
-    const size_t end = desc.find('\'', at + key.size());
-    const size_t colon = desc.find(':');
-    r = (colon != std::string::npos && colon < at ? desc.substr(0, colon) + ": " : std::string()) +
-        desc.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size());
-  }
-  std::replace(r.begin(), r.end(), '\n', ' ');
-  return r;
-}
-
-herr_t collect_frame(unsigned, const H5E_error2_t* err, void* client) {
-  auto* f = static_cast<H5Failure*>(client);
-  const std::string desc = err->desc ? err->desc : "";
-  if (!desc.empty()) f->reason = one_line_reason(desc);  // walking downward: the last frame seen is the innermost
-  if (desc.find("checksum") != std::string::npos || desc.find("Fletcher32") != std::string::npos) f->checksum = true;
-  return 0;
-}
-
-H5Failure last_h5_failure() {
-  H5Failure f;
-  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_frame, &f) < 0 || f.reason.empty())
-    f.reason = "no detail from HDF5";
-  return f;
-}
+// Messages and paths
 
 const char* const HINT_DAMAGED =
     "the file is damaged or incomplete (interrupted copy, full disk?); resume from an earlier checkpoint "
@@ -143,9 +44,11 @@ const char* const HINT_WRITE = "check that the checkpoint folder is writable and
 
 // Failure of an I/O call on checkpoint `file`: names the file and what was being done, adds HDF5's reason.
 [[noreturn]] void fail_io(const std::string& file, const std::string& what, const char* hint) {
-  const H5Failure f = last_h5_failure();
-  throw Error("checkpoint " + file + ": " + what + ": " + f.reason, hint);
+  throw_h5_failure("checkpoint " + file, what, hint);
 }
+
+// How the core/h5.h helpers word failures in checkpoint `file`: the same form and hints as fail_io.
+H5Context h5_context(const std::string& file) { return H5Context{"checkpoint " + file, HINT_DAMAGED, HINT_WRITE}; }
 
 std::string shape_str(const std::vector<hsize_t>& shape) {
   std::string s = "[";
@@ -181,110 +84,6 @@ H5Handle make_fapl() {
   EMBER_H5_CHECK(H5Pset_file_locking(fapl.get(), false, true));
 #endif
   return fapl;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Attributes
-
-H5Handle scalar_space() { return EMBER_H5_OWN(H5Screate(H5S_SCALAR), H5Sclose); }
-
-void write_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const void* value,
-                const std::string& file) {
-  H5Handle space = scalar_space();
-  H5Handle attr(H5Acreate2(obj, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (attr.get() < 0) fail_io(file, std::string("cannot create attribute ") + name, HINT_WRITE);
-  if (H5Awrite(attr.get(), mem_type, value) < 0) fail_io(file, std::string("cannot write attribute ") + name, HINT_WRITE);
-  if (attr.close() < 0) fail_io(file, std::string("cannot close attribute ") + name, HINT_WRITE);
-}
-
-void write_attr_i64(hid_t obj, const char* name, int64_t v, const std::string& file) {
-  write_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, file);
-}
-void write_attr_u64(hid_t obj, const char* name, uint64_t v, const std::string& file) {
-  write_attr(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v, file);
-}
-void write_attr_f32(hid_t obj, const char* name, float v, const std::string& file) {
-  write_attr(obj, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &v, file);
-}
-
-// Variable-length UTF-8 strings: h5py reads them as str, h5dump prints them as text.
-H5Handle vlen_string_type() {
-  H5Handle t = EMBER_H5_OWN(H5Tcopy(H5T_C_S1), H5Tclose);
-  EMBER_H5_CHECK(H5Tset_size(t.get(), H5T_VARIABLE));
-  EMBER_H5_CHECK(H5Tset_cset(t.get(), H5T_CSET_UTF8));
-  return t;
-}
-
-void write_attr_str(hid_t obj, const char* name, const std::string& v, const std::string& file) {
-  H5Handle t = vlen_string_type();
-  const char* p = v.c_str();
-  write_attr(obj, name, t.get(), t.get(), &p, file);
-}
-
-// Reads a string stored either variable- or fixed-length (other tools may write either) from an attribute or a
-// scalar dataset, given its type; `read` performs the H5Aread/H5Dread into the memory type and buffer given.
-template <typename ReadFn>
-std::string read_string(hid_t file_type, ReadFn read, const std::string& file, const std::string& where) {
-  if (H5Tget_class(file_type) != H5T_STRING)
-    throw Error("checkpoint " + file + ": " + where + " is not a string", HINT_DAMAGED);
-  H5Handle mem = EMBER_H5_OWN(H5Tcopy(file_type), H5Tclose);
-  const htri_t is_vlen = H5Tis_variable_str(file_type);
-  EMBER_H5_CHECK(is_vlen);
-  if (is_vlen) {
-    char* p = nullptr;
-    if (read(mem.get(), static_cast<void*>(&p)) < 0) fail_io(file, "cannot read " + where, HINT_DAMAGED);
-    std::string s = p ? p : "";
-    if (p) EMBER_H5_CHECK(H5free_memory(p));
-    return s;
-  }
-  const size_t n = H5Tget_size(file_type);
-  if (n == 0) fail_io(file, "cannot read the size of " + where, HINT_DAMAGED);
-  std::string buf(n, '\0');
-  if (read(mem.get(), static_cast<void*>(buf.data())) < 0) fail_io(file, "cannot read " + where, HINT_DAMAGED);
-  buf.resize(strnlen(buf.data(), n));
-  return buf;
-}
-
-// Opens attribute `name` of `obj` (described by `where` for messages), which must exist and hold one value.
-H5Handle open_attr(hid_t obj, const char* name, const std::string& where, const std::string& file) {
-  const htri_t exists = H5Aexists(obj, name);
-  if (exists < 0) fail_io(file, "cannot look up attribute " + where + name, HINT_DAMAGED);
-  if (exists == 0)
-    throw Error("checkpoint " + file + ": attribute " + where + name + " is missing", HINT_DAMAGED);
-  H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (attr.get() < 0) fail_io(file, "cannot open attribute " + where + name, HINT_DAMAGED);
-  H5Handle space(H5Aget_space(attr.get()), H5Sclose);
-  if (space.get() < 0) fail_io(file, "cannot read attribute " + where + name, HINT_DAMAGED);
-  if (H5Sget_simple_extent_npoints(space.get()) != 1)
-    throw Error("checkpoint " + file + ": attribute " + where + name + " is not a single value", HINT_DAMAGED);
-  return attr;
-}
-
-template <typename T>
-T read_attr_num(hid_t obj, const char* name, hid_t mem_type, const std::string& where, const std::string& file) {
-  H5Handle attr = open_attr(obj, name, where, file);
-  T v{};
-  if (H5Aread(attr.get(), mem_type, &v) < 0) fail_io(file, "cannot read attribute " + where + name, HINT_DAMAGED);
-  return v;
-}
-
-int64_t read_attr_i64(hid_t obj, const char* name, const std::string& where, const std::string& file) {
-  return read_attr_num<int64_t>(obj, name, H5T_NATIVE_INT64, where, file);
-}
-uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& where, const std::string& file) {
-  return read_attr_num<uint64_t>(obj, name, H5T_NATIVE_UINT64, where, file);
-}
-float read_attr_f32(hid_t obj, const char* name, const std::string& where, const std::string& file) {
-  return read_attr_num<float>(obj, name, H5T_NATIVE_FLOAT, where, file);
-}
-
-std::string read_attr_str(hid_t obj, const char* name, const std::string& where, const std::string& file) {
-  H5Handle attr = open_attr(obj, name, where, file);
-  H5Handle type(H5Aget_type(attr.get()), H5Tclose);
-  if (type.get() < 0) fail_io(file, "cannot read the type of attribute " + where + name, HINT_DAMAGED);
-  return read_string(
-      type.get(), [&](hid_t mem, void* buf) { return H5Aread(attr.get(), mem, buf); }, file,
-      "attribute " + where + name);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -349,24 +148,11 @@ void write_tensor(hid_t file_id, const std::string& path, const ParamInfo& p, co
   if (dset.close() < 0) fail_io(file, "cannot close dataset " + path, HINT_WRITE);
 }
 
-// True when every component of the absolute `path` exists (H5Lexists alone fails on a missing intermediate group).
-bool path_exists(hid_t file_id, const std::string& path, const std::string& file) {
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    const std::string prefix = path.substr(0, pos);
-    const htri_t e = H5Lexists(file_id, prefix.c_str(), H5P_DEFAULT);
-    if (e < 0) fail_io(file, "cannot look up " + prefix, HINT_DAMAGED);
-    if (e == 0) return false;
-  }
-  return true;
-}
-
 // Opens the dataset at `path` and checks it is a float tensor of exactly `expected` dims.
 H5Handle open_tensor_checked(hid_t file_id, const std::string& path, const std::vector<hsize_t>& expected,
                              const CheckpointMeta& meta, const std::string& file) {
   const std::string hint_config = hint_other_config(meta.model);
-  if (!path_exists(file_id, path, file))
+  if (!path_exists(file_id, path, h5_context(file)))
     throw Error("checkpoint " + file + ": dataset " + path + " is missing (the model expects shape " +
                     shape_str(expected) + ")",
                 path.rfind("/optimizer", 0) == 0
@@ -407,31 +193,26 @@ void read_tensor(hid_t dset, float* dst, const std::string& path, const std::str
 // ---------------------------------------------------------------------------------------------------------------
 // Writing one file
 
-H5Handle create_group(hid_t parent, const char* name, const std::string& file) {
-  H5Handle g(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-  if (g.get() < 0) fail_io(file, std::string("cannot create group ") + name, HINT_WRITE);
-  return g;
-}
-
 // Everything inside the open file; all handles opened here are closed before it returns.
 void write_contents(hid_t file_id, const CheckpointMeta& meta, const ParamTable& table,
                     const CheckpointTensors& tensors, const std::string& file) {
   H5Handle root(H5Gopen2(file_id, "/", H5P_DEFAULT), H5Gclose);
   if (root.get() < 0) fail_io(file, "cannot open the root group", HINT_WRITE);
   const hid_t r = root.get();
-  write_attr_str(r, "format", CHECKPOINT_FORMAT, file);
-  write_attr_i64(r, "format_version", CHECKPOINT_FORMAT_VERSION, file);
-  write_attr_i64(r, "step", meta.step, file);
-  write_attr_i64(r, "tokens_seen", meta.tokens_seen, file);
-  write_attr_i64(r, "world_size", meta.world_size, file);
-  write_attr_str(r, "mode", meta.mode, file);
-  write_attr_str(r, "created", meta.created, file);
-  write_attr_str(r, "ember_version", meta.version, file);
-  write_attr_i64(r, "n_layer", meta.model.n_layer, file);
-  write_attr_i64(r, "n_head", meta.model.n_head, file);
-  write_attr_i64(r, "n_embd", meta.model.n_embd, file);
-  write_attr_i64(r, "block_size", meta.model.block_size, file);
-  write_attr_i64(r, "vocab_size", meta.model.vocab_size, file);
+  const H5Context ctx = h5_context(file);
+  write_attr_str(r, "format", CHECKPOINT_FORMAT, ctx);
+  write_attr_i64(r, "format_version", CHECKPOINT_FORMAT_VERSION, ctx);
+  write_attr_i64(r, "step", meta.step, ctx);
+  write_attr_i64(r, "tokens_seen", meta.tokens_seen, ctx);
+  write_attr_i64(r, "world_size", meta.world_size, ctx);
+  write_attr_str(r, "mode", meta.mode, ctx);
+  write_attr_str(r, "created", meta.created, ctx);
+  write_attr_str(r, "ember_version", meta.version, ctx);
+  write_attr_i64(r, "n_layer", meta.model.n_layer, ctx);
+  write_attr_i64(r, "n_head", meta.model.n_head, ctx);
+  write_attr_i64(r, "n_embd", meta.model.n_embd, ctx);
+  write_attr_i64(r, "block_size", meta.model.block_size, ctx);
+  write_attr_i64(r, "vocab_size", meta.model.vocab_size, ctx);
 
   {  // /config: one scalar string, the resolved INI text
     H5Handle type = vlen_string_type();
@@ -449,13 +230,13 @@ void write_contents(hid_t file_id, const CheckpointMeta& meta, const ParamTable&
   for (const ParamInfo& p : table.params())
     write_tensor(file_id, tensor_path("/model", p.name), p, tensors.params, lcpl.get(), file);
 
-  H5Handle opt = create_group(file_id, "/optimizer", file);
-  write_attr_i64(opt.get(), "step", meta.optimizer_step, file);
-  write_attr_f32(opt.get(), "beta1", meta.beta1, file);
-  write_attr_f32(opt.get(), "beta2", meta.beta2, file);
-  write_attr_f32(opt.get(), "eps", meta.eps, file);
-  write_attr_f32(opt.get(), "weight_decay", meta.weight_decay, file);
-  write_attr_f32(opt.get(), "lr", meta.lr, file);
+  H5Handle opt = create_group(file_id, "/optimizer", ctx);
+  write_attr_i64(opt.get(), "step", meta.optimizer_step, ctx);
+  write_attr_f32(opt.get(), "beta1", meta.beta1, ctx);
+  write_attr_f32(opt.get(), "beta2", meta.beta2, ctx);
+  write_attr_f32(opt.get(), "eps", meta.eps, ctx);
+  write_attr_f32(opt.get(), "weight_decay", meta.weight_decay, ctx);
+  write_attr_f32(opt.get(), "lr", meta.lr, ctx);
   // A weights-only save (no optimizer arenas) leaves out the moment tensors; loading them then says so clearly.
   if (tensors.exp_avg)
     for (const ParamInfo& p : table.params())
@@ -464,10 +245,10 @@ void write_contents(hid_t file_id, const CheckpointMeta& meta, const ParamTable&
     for (const ParamInfo& p : table.params())
       write_tensor(file_id, tensor_path("/optimizer/exp_avg_sq", p.name), p, tensors.exp_avg_sq, lcpl.get(), file);
 
-  H5Handle ranks = create_group(file_id, "/ranks", file);
-  H5Handle rank0 = create_group(ranks.get(), "0", file);
-  write_attr_u64(rank0.get(), "data_cursor", meta.data_cursor, file);
-  write_attr_u64(rank0.get(), "rng_offset", meta.rng_offset, file);
+  H5Handle ranks = create_group(file_id, "/ranks", ctx);
+  H5Handle rank0 = create_group(ranks.get(), "0", ctx);
+  write_attr_u64(rank0.get(), "data_cursor", meta.data_cursor, ctx);
+  write_attr_u64(rank0.get(), "rng_offset", meta.rng_offset, ctx);
 }
 
 void write_file(const std::string& path, const CheckpointMeta& meta, const ParamTable& table,
@@ -706,80 +487,61 @@ H5Handle open_checkpoint(const std::string& path) {
   return file;
 }
 
-H5Handle open_group(hid_t file_id, const char* path, const std::string& file) {
-  if (!path_exists(file_id, path, file))
-    throw Error("checkpoint " + file + ": group " + path + " is missing", HINT_DAMAGED);
-  H5Handle g(H5Gopen2(file_id, path, H5P_DEFAULT), H5Gclose);
-  if (g.get() < 0) fail_io(file, std::string("cannot open group ") + path, HINT_DAMAGED);
-  return g;
-}
-
-int read_attr_int(hid_t obj, const char* name, const std::string& where, const std::string& file) {
-  const int64_t v = read_attr_i64(obj, name, where, file);
-  if (v < 0 || v > INT32_MAX)
-    throw Error("checkpoint " + file + ": attribute " + where + name + " = " + std::to_string(v) + " is out of range",
-                HINT_DAMAGED);
-  return int(v);
-}
-
 CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
   CheckpointMeta m;
   H5Handle root(H5Gopen2(file_id, "/", H5P_DEFAULT), H5Gclose);
   if (root.get() < 0) fail_io(file, "cannot open the root group", HINT_DAMAGED);
   const hid_t r = root.get();
+  const H5Context ctx = h5_context(file);
   const char* const hint_not_ours = "pass a checkpoint written by ember (step_XXXXXXXX.h5 in the checkpoint folder)";
   const htri_t has_format = H5Aexists(r, "format");
   if (has_format < 0) fail_io(file, "cannot read the root attributes", HINT_DAMAGED);
   if (has_format == 0) throw Error("checkpoint " + file + ": not an ember checkpoint (format attribute missing)", hint_not_ours);
-  const std::string format = read_attr_str(r, "format", "/", file);
+  const std::string format = read_attr_str(r, "format", "/", ctx);
   if (format != CHECKPOINT_FORMAT)
     throw Error("checkpoint " + file + ": not an ember checkpoint (format is \"" + format + "\", expected \"" +
                     CHECKPOINT_FORMAT + "\")",
                 hint_not_ours);
-  const int64_t version = read_attr_i64(r, "format_version", "/", file);
+  const int64_t version = read_attr_i64(r, "format_version", "/", ctx);
   if (version < 1 || version > CHECKPOINT_FORMAT_VERSION) {
     std::string writer = "unknown";
-    if (H5Aexists(r, "ember_version") > 0) writer = read_attr_str(r, "ember_version", "/", file);
+    if (H5Aexists(r, "ember_version") > 0) writer = read_attr_str(r, "ember_version", "/", ctx);
     throw Error("checkpoint " + file + ": format_version " + std::to_string(version) +
                     " is not supported (this ember reads version " + std::to_string(CHECKPOINT_FORMAT_VERSION) + ")",
                 "it was written by ember " + writer + "; use that version or a newer ember to read it");
   }
-  m.step = read_attr_i64(r, "step", "/", file);
-  m.tokens_seen = read_attr_i64(r, "tokens_seen", "/", file);
-  m.world_size = read_attr_int(r, "world_size", "/", file);
-  m.mode = read_attr_str(r, "mode", "/", file);
-  m.created = read_attr_str(r, "created", "/", file);
-  m.version = read_attr_str(r, "ember_version", "/", file);
-  m.model.n_layer = read_attr_int(r, "n_layer", "/", file);
-  m.model.n_head = read_attr_int(r, "n_head", "/", file);
-  m.model.n_embd = read_attr_int(r, "n_embd", "/", file);
-  m.model.block_size = read_attr_int(r, "block_size", "/", file);
-  m.model.vocab_size = read_attr_int(r, "vocab_size", "/", file);
+  m.step = read_attr_i64(r, "step", "/", ctx);
+  m.tokens_seen = read_attr_i64(r, "tokens_seen", "/", ctx);
+  m.world_size = read_attr_int(r, "world_size", "/", ctx);
+  m.mode = read_attr_str(r, "mode", "/", ctx);
+  m.created = read_attr_str(r, "created", "/", ctx);
+  m.version = read_attr_str(r, "ember_version", "/", ctx);
+  m.model.n_layer = read_attr_int(r, "n_layer", "/", ctx);
+  m.model.n_head = read_attr_int(r, "n_head", "/", ctx);
+  m.model.n_embd = read_attr_int(r, "n_embd", "/", ctx);
+  m.model.block_size = read_attr_int(r, "block_size", "/", ctx);
+  m.model.vocab_size = read_attr_int(r, "vocab_size", "/", ctx);
 
-  if (!path_exists(file_id, "/config", file))
+  if (!path_exists(file_id, "/config", ctx))
     throw Error("checkpoint " + file + ": dataset /config is missing", HINT_DAMAGED);
   H5Handle cfg(H5Dopen2(file_id, "/config", H5P_DEFAULT), H5Dclose);
   if (cfg.get() < 0) fail_io(file, "cannot open dataset /config", HINT_DAMAGED);
   H5Handle cfg_space(H5Dget_space(cfg.get()), H5Sclose);
   if (cfg_space.get() < 0 || H5Sget_simple_extent_npoints(cfg_space.get()) != 1)
     throw Error("checkpoint " + file + ": dataset /config is not a single string", HINT_DAMAGED);
-  H5Handle cfg_type(H5Dget_type(cfg.get()), H5Tclose);
-  if (cfg_type.get() < 0) fail_io(file, "cannot read the type of dataset /config", HINT_DAMAGED);
-  m.config_ini = read_string(
-      cfg_type.get(), [&](hid_t mem, void* buf) { return H5Dread(cfg.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf); },
-      file, "dataset /config");
+  m.config_ini = read_dataset_str(cfg.get(), "dataset /config", ctx);
 
-  H5Handle opt = open_group(file_id, "/optimizer", file);
-  m.optimizer_step = read_attr_i64(opt.get(), "step", "/optimizer:", file);
-  m.beta1 = read_attr_f32(opt.get(), "beta1", "/optimizer:", file);
-  m.beta2 = read_attr_f32(opt.get(), "beta2", "/optimizer:", file);
-  m.eps = read_attr_f32(opt.get(), "eps", "/optimizer:", file);
-  m.weight_decay = read_attr_f32(opt.get(), "weight_decay", "/optimizer:", file);
-  m.lr = read_attr_f32(opt.get(), "lr", "/optimizer:", file);
+  H5Handle opt = open_group(file_id, "/optimizer", ctx);
+  m.optimizer_step = read_attr_i64(opt.get(), "step", "/optimizer:", ctx);
+  m.beta1 = read_attr_f32(opt.get(), "beta1", "/optimizer:", ctx);
+  m.beta2 = read_attr_f32(opt.get(), "beta2", "/optimizer:", ctx);
+  m.eps = read_attr_f32(opt.get(), "eps", "/optimizer:", ctx);
+  m.weight_decay = read_attr_f32(opt.get(), "weight_decay", "/optimizer:", ctx);
+  m.lr = read_attr_f32(opt.get(), "lr", "/optimizer:", ctx);
 
-  H5Handle rank0 = open_group(file_id, "/ranks/0", file);
-  m.data_cursor = read_attr_u64(rank0.get(), "data_cursor", "/ranks/0:", file);
-  m.rng_offset = read_attr_u64(rank0.get(), "rng_offset", "/ranks/0:", file);
+  H5Handle rank0 = open_group(file_id, "/ranks/0", ctx);
+  m.data_cursor = read_attr_u64(rank0.get(), "data_cursor", "/ranks/0:", ctx);
+  m.rng_offset = read_attr_u64(rank0.get(), "rng_offset", "/ranks/0:", ctx);
   return m;
 }
 

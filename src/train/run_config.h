@@ -43,7 +43,7 @@ struct CheckpointConfig {
   std::string folder;          // default: <run.dir>/checkpoints
   int interval = 0;            // save every this many steps (0: only at the end)
   int keep_latest_k = 3;       // keep the newest K checkpoints
-  std::string resume;          // "", "auto" (newest valid in folder, if any) or a checkpoint path
+  std::string resume;          // "", "auto" (the checkpoint `latest` names, if any) or a checkpoint path
 };
 
 struct RunSection {

@@ -467,10 +467,11 @@ TEST_F(CheckpointTest, FailedRenameLeavesLatestAlone) {
   });
 }
 
-TEST_F(CheckpointTest, FullDiskLeavesLatestAlone) {
+TEST_F(CheckpointTest, NoRoomFailsBeforeWriting) {
   const fs::path folder = dir_ / "ckpt";
   expect_failed_save_changes_nothing(folder, [&] {
-    // Emulate a full disk: the file-size limit makes writes past 16 KiB fail with EFBIG (SIGXFSZ ignored).
+    // A checkpoint that cannot fit is refused before a byte is written. The file-size limit stands in for a full
+    // disk here (the free-space check works the same way); SIGXFSZ is ignored in case a write slipped through.
     ModelConfig c = small_config();
     c.vocab_size = 2048;  // a checkpoint far larger than the limit
     const ParamTable t(c);

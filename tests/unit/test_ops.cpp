@@ -2,6 +2,7 @@
 // finite differences of a scalar loss L = sum(out * R). Inputs come from a seeded Philox stream (RNG_PURPOSE_TEST).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_common.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -25,7 +27,7 @@ constexpr double kEps = 1.1920928955078125e-7;  // fp32 machine epsilon, 2^-23
 // ---------------------------------------------------------------------------------------------------------------
 // Tolerances. A result built from K-term fp32 sums is off by a random walk of K roundings: about sqrt(K) * eps times
 // the size of the partial sums, which is the typical size (RMS) of the result itself. We allow 8x that, for the
-// largest of many elements and for the few extra roundings of each op (scales, the ~2 ulp exp of the softmax ops):
+// largest of many elements and for the few extra roundings of each op (scales, the ~4 ulp exp of the softmax ops):
 //   |got - ref| <= atol + rtol * |ref|,  atol = 8 sqrt(K) eps rms(ref),  rtol = 8 sqrt(K) eps.
 struct Tol {
   double atol, rtol;
@@ -151,16 +153,26 @@ void ref_layernorm_backward(const Vec& dout, const Vec& x, const Vec& w, int N, 
   }
 }
 
-// out = inp @ w (+ bias); w is (IC, OC), or (OC, IC) when w_transposed (the tied lm_head).
+// out = inp @ w (+ bias); w is (IC, OC), or (OC, IC) when w_transposed (the tied lm_head). Loops are ordered so
+// the innermost one walks memory contiguously: the finite-difference checks call this hundreds of times.
 Vec ref_matmul(const Vec& inp, const Vec& w, const Vec* bias, int N, int IC, int OC, bool w_transposed = false) {
-  Vec out(size_t(N) * OC);
-  for (int n = 0; n < N; ++n)
-    for (int o = 0; o < OC; ++o) {
-      double s = bias ? (*bias)[o] : 0.0;
-      for (int i = 0; i < IC; ++i)
-        s += inp[size_t(n) * IC + i] * (w_transposed ? w[size_t(o) * IC + i] : w[size_t(i) * OC + o]);
-      out[size_t(n) * OC + o] = s;
+  Vec out(size_t(N) * OC, 0.0);
+  for (int n = 0; n < N; ++n) {
+    double* o = &out[size_t(n) * OC];
+    if (bias)
+      for (int j = 0; j < OC; ++j) o[j] = (*bias)[j];
+    for (int i = 0; i < IC; ++i) {
+      const double x = inp[size_t(n) * IC + i];
+      if (w_transposed) continue;
+      for (int j = 0; j < OC; ++j) o[j] += x * w[size_t(i) * OC + j];
     }
+    if (w_transposed)
+      for (int j = 0; j < OC; ++j) {
+        double s = 0.0;
+        for (int i = 0; i < IC; ++i) s += inp[size_t(n) * IC + i] * w[size_t(j) * IC + i];
+        o[j] += s;
+      }
+  }
   return out;
 }
 
@@ -195,7 +207,9 @@ Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C,
   const int HS = C / NH;
   const double scale = 1.0 / std::sqrt(double(HS));
   Vec dqkv(qkv.size(), 0.0), P(size_t(T) * T), dS(size_t(T) * T);
-  auto at = [&](const Vec& a, int b, int t, int part, int h) { return &a[(size_t(b) * T + t) * 3 * C + part * C + h * HS]; };
+  auto at = [&](const Vec& a, int b, int t, int part, int h) {
+    return &a[(size_t(b) * T + t) * 3 * C + part * C + h * HS];
+  };
   auto atm = [&](Vec& a, int b, int t, int part, int h) { return &a[(size_t(b) * T + t) * 3 * C + part * C + h * HS]; };
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
@@ -297,10 +311,12 @@ void expect_fd(const std::string& what, const std::vector<float>& got, const std
   expect_close(what + " vs finite differences", g, want, tol);
 }
 
-constexpr int kFdPoints = 40;  // coordinates per gradient tensor; all of them for tensors this small or smaller
+// Coordinates per gradient tensor: up to 40, fewer where one reference forward is expensive, so that each
+// tensor's check costs about 1e8 multiply-adds (two forwards per coordinate).
+int fd_points(double forward_cost) { return int(std::clamp(5e7 / forward_cost, 8.0, 40.0)); }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Shapes: odd sizes (T not a multiple of 4 or 8, C not a multiple of 8) and one big enough for the parallel paths.
+// Shapes: odd sizes (T not a multiple of 4 or 8, C not a multiple of 8) and bigger ones for the threaded paths.
 struct Shape {
   int B, T, C, NH;
 };
@@ -309,7 +325,8 @@ std::string shape_name(const testing::TestParamInfo<Shape>& info) {
   return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" + std::to_string(s.C) + "_NH" +
          std::to_string(s.NH);
 }
-const Shape kShapes[] = {{2, 7, 12, 3}, {1, 33, 20, 4}, {4, 64, 64, 4}};
+// T = 150 spans three 64-query attention blocks, the last one partial.
+const Shape kShapes[] = {{2, 7, 12, 3}, {1, 33, 20, 4}, {4, 64, 64, 4}, {2, 150, 48, 3}};
 
 class CpuOps : public testing::TestWithParam<Shape> {
  protected:
@@ -354,8 +371,9 @@ TEST_P(CpuOps, Encoder) {
   expect_close("encoder dwpe", d_dwpe.host(), plus(dwpe0, dwpe), tp);
   const Vec Rd = to_double(R);
   auto loss = [&] { return dot(ref_encoder(inp, wte_d, wpe_d, B, T, C), Rd); };
-  expect_fd("encoder dwte", d_dwte.host(), dwte0, finite_differences(wte_d, loss, rng, kFdPoints), tw);
-  expect_fd("encoder dwpe", d_dwpe.host(), dwpe0, finite_differences(wpe_d, loss, rng, kFdPoints), tp);
+  const int fd = fd_points(double(B) * T * C);
+  expect_fd("encoder dwte", d_dwte.host(), dwte0, finite_differences(wte_d, loss, rng, fd), tw);
+  expect_fd("encoder dwpe", d_dwpe.host(), dwpe0, finite_differences(wpe_d, loss, rng, fd), tp);
 }
 
 TEST_P(CpuOps, LayerNorm) {
@@ -385,9 +403,10 @@ TEST_P(CpuOps, LayerNorm) {
   expect_close("layernorm dweight", d_dw.host(), plus(dw0, dw), tw);
   expect_close("layernorm dbias", d_db.host(), plus(db0, db), tb);
   auto loss = [&] { return dot(ref_layernorm(xd, wd, bd, N, C), Rd); };
-  expect_fd("layernorm dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, kFdPoints), tx);
-  expect_fd("layernorm dweight", d_dw.host(), dw0, finite_differences(wd, loss, rng, kFdPoints), tw);
-  expect_fd("layernorm dbias", d_db.host(), db0, finite_differences(bd, loss, rng, kFdPoints), tb);
+  const int fd = fd_points(double(N) * C);
+  expect_fd("layernorm dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, fd), tx);
+  expect_fd("layernorm dweight", d_dw.host(), dw0, finite_differences(wd, loss, rng, fd), tw);
+  expect_fd("layernorm dbias", d_db.host(), db0, finite_differences(bd, loss, rng, fd), tb);
 }
 
 // Dense layer shapes from the attention shape: qkv-like (C -> 3C + 1, odd) and, for the big shape, a product wide
@@ -405,25 +424,31 @@ void check_matmul(Backend& be, Rng& rng, int N, int IC, int OC, bool with_bias) 
   const Vec out = ref_matmul(xd, wd, with_bias ? &bd : nullptr, N, IC, OC);
   expect_close(tag + "out", d_out.host(), out, fp32_tol(IC, out));
 
-  be.matmul_backward(d_dx.get(), d_dw.get(), with_bias ? d_db.get() : nullptr, d_R.get(), d_x.get(), d_w.get(), N,
-                     IC, OC);
+  be.matmul_backward(d_dx.get(), d_dw.get(), with_bias ? d_db.get() : nullptr, d_R.get(), d_x.get(), d_w.get(), N, IC,
+                     OC);
   const Vec Rd = to_double(R);
   Vec dx(x.size(), 0.0), dw(w.size(), 0.0), db(OC, 0.0);
-  for (int n = 0; n < N; ++n)
-    for (int o = 0; o < OC; ++o) {
-      const double g = Rd[size_t(n) * OC + o];
-      db[o] += g;
-      for (int i = 0; i < IC; ++i) dx[size_t(n) * IC + i] += g * wd[size_t(i) * OC + o], dw[size_t(i) * OC + o] += g * xd[size_t(n) * IC + i];
-    }
+  for (int n = 0; n < N; ++n) {
+    const double* g = &Rd[size_t(n) * OC];
+    for (int o = 0; o < OC; ++o) db[o] += g[o];
+    for (int i = 0; i < IC; ++i)
+      for (int o = 0; o < OC; ++o) {
+        dx[size_t(n) * IC + i] += g[o] * wd[size_t(i) * OC + o];
+        dw[size_t(i) * OC + o] += xd[size_t(n) * IC + i] * g[o];
+      }
+  }
   const Tol tx = fp32_tol(OC, dx), tw = fp32_tol(N, dw), tb = fp32_tol(N, db);
   expect_close(tag + "dinp", d_dx.host(), plus(dx0, dx), tx);
   expect_close(tag + "dweight", d_dw.host(), plus(dw0, dw), tw);
-  if (with_bias) expect_close(tag + "dbias", d_db.host(), plus(db0, db), tb);
-  else EXPECT_EQ(d_db.host(), db0) << tag << "dbias was written although null was passed";
+  if (with_bias)
+    expect_close(tag + "dbias", d_db.host(), plus(db0, db), tb);
+  else
+    EXPECT_EQ(d_db.host(), db0) << tag << "dbias was written although null was passed";
   auto loss = [&] { return dot(ref_matmul(xd, wd, with_bias ? &bd : nullptr, N, IC, OC), Rd); };
-  expect_fd(tag + "dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, kFdPoints), tx);
-  expect_fd(tag + "dweight", d_dw.host(), dw0, finite_differences(wd, loss, rng, kFdPoints), tw);
-  if (with_bias) expect_fd(tag + "dbias", d_db.host(), db0, finite_differences(bd, loss, rng, kFdPoints), tb);
+  const int fd = fd_points(double(N) * IC * OC);
+  expect_fd(tag + "dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, fd), tx);
+  expect_fd(tag + "dweight", d_dw.host(), dw0, finite_differences(wd, loss, rng, fd), tw);
+  if (with_bias) expect_fd(tag + "dbias", d_db.host(), db0, finite_differences(bd, loss, rng, fd), tb);
 }
 
 TEST_P(CpuOps, Matmul) {
@@ -459,8 +484,9 @@ TEST_P(CpuOps, MatmulTransposed) {
   expect_close("lm_head dinp", d_dx.host(), plus(dx0, dx), tx);
   expect_close("lm_head dwte", d_dwte.host(), plus(dwte0, dw), tw);
   auto loss = [&] { return dot(ref_matmul(xd, wd, nullptr, N, C, V, true), Rd); };
-  expect_fd("lm_head dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, kFdPoints), tx);
-  expect_fd("lm_head dwte", d_dwte.host(), dwte0, finite_differences(wd, loss, rng, kFdPoints), tw);
+  const int fd = fd_points(double(N) * C * V);
+  expect_fd("lm_head dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, fd), tx);
+  expect_fd("lm_head dwte", d_dwte.host(), dwte0, finite_differences(wd, loss, rng, fd), tw);
 }
 
 TEST_P(CpuOps, Attention) {
@@ -498,7 +524,7 @@ TEST_P(CpuOps, Attention) {
     expect_close(names[w], part(got, w), plus(part(dqkv0, w), want), tols[w]);
   }
   auto loss = [&] { return dot(ref_attention(qd, B, T, C, NH), Rd); };
-  const auto points = finite_differences(qd, loss, rng, 3 * kFdPoints);
+  const auto points = finite_differences(qd, loss, rng, 3 * fd_points(double(B) * T * T * C));
   for (int w = 0; w < 3; ++w) {
     std::vector<FdPoint> mine;
     for (const FdPoint& p : points)
@@ -516,7 +542,7 @@ TEST_P(CpuOps, Gelu) {
   be->gelu_forward(d_out.get(), d_x.get(), n);
   Vec xd = to_double(x), out(n), dx(n);
   for (size_t i = 0; i < n; ++i) out[i] = ref_gelu(xd[i]), dx[i] = double(R[i]) * ref_gelu_grad(xd[i]);
-  // Elementwise: a handful of roundings plus the ~2 ulp exp, as for an 8-term sum.
+  // Elementwise: a handful of roundings plus the ~4 ulp exp, as for an 8-term sum.
   expect_close("gelu out", d_out.host(), out, fp32_tol(8, out));
   be->gelu_backward(d_dx.get(), d_x.get(), d_R.get(), n);
   expect_close("gelu dinp", d_dx.host(), plus(dx0, dx), fp32_tol(8, dx));
@@ -526,7 +552,7 @@ TEST_P(CpuOps, Gelu) {
     for (size_t i = 0; i < n; ++i) s += ref_gelu(xd[i]) * Rd[i];
     return s;
   };
-  expect_fd("gelu dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, kFdPoints), fp32_tol(8, dx));
+  expect_fd("gelu dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, fd_points(double(n))), fp32_tol(8, dx));
 }
 
 TEST_P(CpuOps, CrossEntropy) {
@@ -565,7 +591,7 @@ TEST_P(CpuOps, CrossEntropy) {
     return s;
   };
   expect_fd("crossentropy dlogits", got, std::vector<float>(got.size(), 0.0f),
-            finite_differences(ld, loss, rng, kFdPoints), tol);
+            finite_differences(ld, loss, rng, fd_points(double(N) * V)), tol);
 }
 
 TEST_P(CpuOps, Softmax) {
@@ -598,8 +624,10 @@ TEST_P(CpuOps, DeterministicBackward) {
     be->matmul_backward(d_dx.get(), d_dw.get(), d_db.get(), d_g.get(), d_x.get(), d_w.get(), N, C, OC);
     std::vector<float> now[6] = {d_out.host(), d_lse.host(), d_dqkv.host(), d_dx.host(), d_dw.host(), d_db.host()};
     for (int i = 0; i < 6; ++i) {
-      if (run == 0) first[i] = now[i];
-      else EXPECT_EQ(0, std::memcmp(first[i].data(), now[i].data(), now[i].size() * sizeof(float))) << "output " << i;
+      if (run == 0)
+        first[i] = now[i];
+      else
+        EXPECT_EQ(0, std::memcmp(first[i].data(), now[i].data(), now[i].size() * sizeof(float))) << "output " << i;
     }
   }
 }
@@ -686,10 +714,45 @@ TEST_F(CpuOpsMisc, AdamW) {
   }
 }
 
+TEST(CpuKernels, ExpApprox) {
+  // The vectorised exp behind softmax, attention and GELU: within 3e-7 relative of exp over [-87, 88] (glibc's
+  // expf is within 1 ulp; 3e-7 is 2.5 ulp), finite above, and e^-87 (not a denormal) below.
+  double worst = 0.0;
+  for (double x = -87.0; x <= 88.0; x += 1.0 / 1024 + 1e-7) {
+    const float xf = float(x);
+    worst = std::max(worst, std::fabs(double(cpu::exp_approx(xf)) / std::exp(double(xf)) - 1.0));
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(cpu::exp_approx(0.0f), 1.0f);
+  EXPECT_TRUE(std::isfinite(cpu::exp_approx(1e30f)));
+  EXPECT_NEAR(cpu::exp_approx(-INFINITY), std::exp(-87.0), 1e-40);
+  EXPECT_NEAR(cpu::exp_approx(-1e30f), std::exp(-87.0), 1e-40);
+}
+
+TEST_F(CpuOpsMisc, CrossEntropyExtremeLogits) {
+  // Logits 2000 apart: without the max shift exp overflows; with it the loss is exactly the gap.
+  const int N = 2, V = 37;
+  std::vector<float> logits(size_t(N) * V, 0.0f);
+  logits[0] = 1000.0f, logits[1] = -1000.0f, logits[V + 5] = 50.0f;
+  const std::vector<int32_t> targets = {1, 5};
+  Floats d_logits(*be, logits), d_losses(*be, N);
+  Ints d_targets(*be, targets);
+  be->crossentropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), N, V);
+  const auto losses = d_losses.host();
+  EXPECT_NEAR(losses[0], 2000.0, 2000.0 * 4 * kEps);
+  EXPECT_NEAR(losses[1], 0.0, 1e-6);  // log(1 + 36 e^-50) ~ 7e-21
+  be->crossentropy_backward(d_logits.get(), d_logits.get(), d_targets.get(), 1.0f, N, V);
+  const auto g = d_logits.host();
+  for (float x : g) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_NEAR(g[0], 1.0, 1e-6);
+  EXPECT_NEAR(g[1], -1.0, 1e-6);
+  EXPECT_NEAR(g[V + 5], 0.0, 1e-6);
+}
+
 TEST_F(CpuOpsMisc, RejectsBadArguments) {
   Floats qkv(*be, 2 * 4 * 30), out(*be, 2 * 4 * 10), lse(*be, 2 * 3 * 4), logits(*be, 2 * 5);
   EXPECT_THROW(be->attention_forward(out.get(), lse.get(), qkv.get(), 2, 4, 10, 3), Error);  // C % NH != 0
-  Ints targets(*be, std::vector<int32_t>{1, 5});                                              // 5 is not < V
+  Ints targets(*be, std::vector<int32_t>{1, 5});                                             // 5 is not < V
   Floats losses(*be, 2);
   EXPECT_THROW(be->crossentropy_forward(losses.get(), logits.get(), targets.get(), 2, 5), Error);
 }

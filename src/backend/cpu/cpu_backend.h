@@ -24,11 +24,10 @@ class CpuBackend final : public Backend {
 
   void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                        int C) override;
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                        int C) override;
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override;
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                         const float* bias, int N, int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                         int N, int C) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
@@ -41,8 +40,8 @@ class CpuBackend final : public Backend {
                                   int N, int C, int V) override;
 
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                          int B, int T, int C, int NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                          int T, int C, int NH) override;
 
   void gelu_forward(float* out, const float* inp, size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
@@ -57,8 +56,8 @@ class CpuBackend final : public Backend {
   void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override;
 
   double sum_squares(const float* x, size_t n) override;
-  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
-                    float beta2, float eps, float weight_decay, int t) override;
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int t) override;
 };
 
 }  // namespace ember

@@ -80,7 +80,7 @@ void CpuBackend::layernorm_backward(float* dinp,          // (N, C) +=
   // One pass over dout and inp: each thread takes a contiguous block of rows, writes its rows of dinp and sums its
   // rows' dweight/dbias contributions into a private (2, C) partial.
   const int max_threads = omp_get_max_threads();
-  const size_t stride = (2 * size_t(C) + 15) / 16 * 16;  // whole cache lines per thread: no false sharing
+  const size_t stride = (2 * size_t(C) + 15) / 16 * 16;             // whole cache lines per thread: no false sharing
   std::vector<float> partials(size_t(max_threads) * stride, 0.0f);  // (threads, 2, C) padded
 #pragma omp parallel if (size_t(N) * C >= kMinParallelWork)
   {

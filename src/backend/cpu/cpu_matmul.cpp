@@ -36,8 +36,8 @@ void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
                                  const float* inp,     // (N, IC)
                                  const float* weight,  // (IC, OC)
                                  int N, int IC, int OC) {
-  gemm_parallel(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, IC);     // dinp += dout @ W^T
-  gemm_parallel(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC);     // dW += inp^T @ dout
+  gemm_parallel(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, IC);  // dinp += dout @ W^T
+  gemm_parallel(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC);  // dW += inp^T @ dout
   if (dbias) {
     // Split over OC (whole cache lines per thread), rows summed in order: identical for any thread count.
 #pragma omp parallel if (size_t(N) * OC >= kMinParallelWork)

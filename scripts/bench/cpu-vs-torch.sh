@@ -43,7 +43,7 @@ if [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   [[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
     "use another directory: EMBER_BUILD_DIR=build-release $0"
 else
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember >/dev/null
 EMBER="$ROOT/$BUILD_DIR/ember"
@@ -77,8 +77,11 @@ trap cleanup EXIT
 mkdir -p "$WORK/corpus"
 for item in README.md docs src configs scripts; do [[ -e "$item" ]] && cp -R "$item" "$WORK/corpus/"; done
 [[ -d /usr/share/common-licenses ]] && cp -RL /usr/share/common-licenses "$WORK/corpus/licenses" 2>/dev/null || true
-"$EMBER" prep --input "$WORK/corpus" --output "$WORK/data" --tokenizer bytes --val-fraction 0.05 >"$WORK/prep.log" 2>&1 ||
-  { cat "$WORK/prep.log" >&2; die "ember prep failed (log above)" "check that $BUILD_DIR/ember is up to date"; }
+if ! "$EMBER" prep --input "$WORK/corpus" --output "$WORK/data" --tokenizer bytes --val-fraction 0.05 \
+    >"$WORK/prep.log" 2>&1; then
+  cat "$WORK/prep.log" >&2
+  die "ember prep failed (log above)" "check that $BUILD_DIR/ember is up to date"
+fi
 
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -92,9 +95,18 @@ TORCH_CMD=("$PYTHON" scripts/bench/torch_gpt2.py --n-layer "$N_LAYER" --n-head "
   --block-size "$BLOCK_SIZE" --vocab-size "$VOCAB_SIZE" --batch-size "$BATCH_SIZE" --seq-len "$SEQ_LEN"
   --grad-accum "$GRAD_ACCUM" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS")
 
-echo "bench: ember, $STEPS steps (log: ember.log)"
-"${EMBER_CMD[@]}" >"$WORK/ember.log" 2>&1 ||
-  { tail -n 40 "$WORK/ember.log" >&2; die "ember train failed (last lines above)" "rerun the command by hand: ${EMBER_CMD[*]}"; }
+# Other work on the cores skews both trainers, and OpenMP's spinning threads suffer from it more than serial code.
+LOAD_BEFORE=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo unknown)
+if "$PYTHON" -c "import sys; sys.exit(0 if float('$LOAD_BEFORE') > 0.5 else 1)" 2>/dev/null; then
+  echo "warning: the machine is busy (1-minute load average $LOAD_BEFORE); these timings will be noisy" >&2
+  echo "hint: rerun when nothing else is running (see uptime) before recording the numbers" >&2
+fi
+
+echo "bench: ember, $STEPS steps"
+if ! "${EMBER_CMD[@]}" >"$WORK/ember.log" 2>&1; then
+  tail -n 40 "$WORK/ember.log" >&2
+  die "ember train failed (last lines above)" "rerun the command by hand: ${EMBER_CMD[*]}"
+fi
 EMBER_TPS=$("$PYTHON" - "$WORK/run/metrics.jsonl" "$WARMUP" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
@@ -106,8 +118,10 @@ PY
 )
 
 echo "bench: torch, $STEPS steps"
-"${TORCH_CMD[@]}" >"$WORK/torch.log" 2>&1 ||
-  { tail -n 40 "$WORK/torch.log" >&2; die "torch_gpt2.py failed (last lines above)" "rerun the command by hand: ${TORCH_CMD[*]}"; }
+if ! "${TORCH_CMD[@]}" >"$WORK/torch.log" 2>&1; then
+  tail -n 40 "$WORK/torch.log" >&2
+  die "torch_gpt2.py failed (last lines above)" "rerun the command by hand: ${TORCH_CMD[*]}"
+fi
 TORCH_TPS=$(sed -n 's/^tokens_per_s //p' "$WORK/torch.log" | tail -n 1)
 TORCH_INFO=$(head -n 1 "$WORK/torch.log")
 
@@ -122,6 +136,7 @@ cat <<TABLE
 |-------------------|-------|
 | date              | $(date -u +%Y-%m-%dT%H:%M:%SZ) |
 | machine           | ${CPU_MODEL:-unknown}, nproc $(nproc) |
+| load average      | $LOAD_BEFORE before, $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo unknown) after (1 minute) |
 | threads           | $THREADS |
 | model             | n_layer $N_LAYER, n_head $N_HEAD, n_embd $N_EMBD, block_size $BLOCK_SIZE, vocab_size $VOCAB_SIZE |
 | batch             | B $BATCH_SIZE, T $SEQ_LEN, grad_accum $GRAD_ACCUM |
@@ -131,7 +146,8 @@ cat <<TABLE
 | ratio ember/torch | $RATIO |
 | torch             | $TORCH_INFO |
 
-command: $(relative "BENCH_CONFIG=$CONFIG BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_THREADS=$THREADS" scripts/bench/cpu-vs-torch.sh)
+command: $(relative "BENCH_CONFIG=$CONFIG BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_THREADS=$THREADS" \
+  scripts/bench/cpu-vs-torch.sh)
 ember:   $(relative "OMP_NUM_THREADS=$THREADS ${EMBER_CMD[*]}")
 torch:   $(relative "OMP_NUM_THREADS=$THREADS ${TORCH_CMD[*]}")
 TABLE

@@ -45,7 +45,7 @@ elif [[ ! -e "$INPUT" ]]; then
 fi
 
 echo "== prep: $INPUT -> $DATA_DIR"
-rm -rf "$DATA_DIR"
+# prep replaces the shards of an earlier demo itself, and only once the new ones are complete.
 "$EMBER" prep --input "$INPUT" --output "$DATA_DIR" --tokenizer bytes --val-fraction 0.05
 
 echo "== train: configs/demo.ini -> $RUN_DIR (OMP_NUM_THREADS=$OMP_NUM_THREADS)"

@@ -20,7 +20,7 @@ bash scripts/setup.sh
 
 echo "== build (Release, build/)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(nproc)" --target ember  # the demo needs only the binary; scripts/test.sh builds the tests
 EMBER="$ROOT/build/ember"
 
 # Default corpus: real English and code text that every set-up machine has, so the demo needs no download:

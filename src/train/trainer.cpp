@@ -4,8 +4,6 @@
 
 #include <omp.h>
 
-#include <cblas.h>
-
 #include <cmath>
 #include <vector>
 
@@ -41,10 +39,8 @@ Trainer::Trainer(const RunConfig& config, std::string config_ini, int stop_after
   s.config_ini = std::move(config_ini);
   s.stop_after = stop_after;
   const RunConfig& c = s.cfg;
-  if (c.training.threads > 0) {
-    omp_set_num_threads(c.training.threads);
-    openblas_set_num_threads(c.training.threads);
-  }
+  // The CPU backend threads with OpenMP only (it keeps OpenBLAS single-threaded), so this sets its width.
+  if (c.training.threads > 0) omp_set_num_threads(c.training.threads);
 
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,
                                               c.training.seed, /*shuffle=*/true);

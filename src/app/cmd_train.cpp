@@ -1,10 +1,11 @@
-// `ember train`: resolves the one Config (defaults < INI < command line), prints it, and runs the Trainer.
-#include <cstdio>
+// `ember train`: resolves the one Config (defaults < INI < command line), checks the world (a power of two), prints
+// the config, and runs the Trainer. Exit code 3 means "stopped early after a checkpoint; requeue to continue".
 #include <iostream>
 
 #include "app/commands.h"
 #include "app/options.h"
 #include "core/log.h"
+#include "dist/world.h"
 #include "train/trainer.h"
 
 namespace ember {
@@ -12,16 +13,21 @@ namespace ember {
 int cmd_train(int argc, char** argv) {
   ParsedRun parsed = parse_train_args(argc, argv);
   if (parsed.help) {
-    std::cout << "usage: ember train --config FILE [--section.key=value ...] [--resume auto|PATH] [--stop-after N]\n\n"
+    std::cout << "usage: ember train --config FILE [--section.key=value ...] [--resume auto|PATH] [--stop-after N]\n"
+                 "                   [--max-runtime SECONDS] [--log-all-ranks]\n\n"
               << config_help() << "\n";
     return EXIT_CODE_OK;
   }
-  log_info("ember %s | resolved config:\n%s", EMBER_VERSION, parsed.config_ini.c_str());
-  Trainer trainer(parsed.config, parsed.config_ini, parsed.stop_after);
+  const World world = make_world();
+  log_set_rank(world.rank, parsed.log_all_ranks);
+  require_power_of_two(world);
+  log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size,
+           world.host.c_str(), parsed.config_ini.c_str());
+  Trainer trainer(world, parsed.config, parsed.config_ini, {parsed.stop_after, parsed.max_runtime});
   const TrainResult r = trainer.run();
-  log_info("done at step %lld | loss %.4f%s%s", (long long)r.step, r.last_loss,
+  log_info("%s at step %lld | loss %.4f%s%s", r.stopped_early ? "stopped" : "done", (long long)r.step, r.last_loss,
            r.last_checkpoint.empty() ? "" : " | checkpoint ", r.last_checkpoint.c_str());
-  return EXIT_CODE_OK;
+  return r.stopped_early ? EXIT_CODE_REQUEUE : EXIT_CODE_OK;
 }
 
 }  // namespace ember

@@ -16,7 +16,8 @@ void print_usage(FILE* out) {
   fprintf(out,
           "usage: ember <command> [options]\n\n"
           "commands:\n"
-          "  train     train a GPT model from a config (ember train --config configs/tiny.ini)\n"
+          "  train     train a GPT model from a config (ember train --config configs/tiny.ini);\n"
+          "            under mpirun/srun, synchronous data parallel over the ranks\n"
           "  eval      loss and bits per byte of a checkpoint on a data split\n"
           "  generate  sample text from a checkpoint\n"
           "  prep      tokenize text files into train/val shards\n"
@@ -68,8 +69,9 @@ int main(int argc, char** argv) {
   }
   fflush(stdout);
   fflush(stderr);
-  // A failure on one rank must end every rank, never leave the others waiting in a collective.
-  if (code != ember::EXIT_CODE_OK && size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  // A failure on one rank must end every rank, never leave the others waiting in a collective. (An early stop
+  // after a checkpoint is agreed by all ranks, so they all return EXIT_CODE_REQUEUE normally.)
+  if (code != ember::EXIT_CODE_OK && code != ember::EXIT_CODE_REQUEUE && size > 1) MPI_Abort(MPI_COMM_WORLD, code);
   MPI_Finalize();
   return code;
 }

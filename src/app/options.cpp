@@ -83,7 +83,12 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key("training.seed", &c.training.seed, "seed of initialisation and data order"));
   b.push_back(bind_key<float>("training.max_norm", &c.training.max_norm, "clip gradients to this L2 norm (0: off)",
                           [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
-  b.push_back(bind_key("training.threads", &c.training.threads, "CPU threads (0: all cores)", at_least(0)));
+  b.push_back(bind_key("training.threads", &c.training.threads, "CPU threads per rank (0: OpenMP default)",
+                       at_least(0)));
+  b.push_back(bind_key("training.zero", &c.training.zero, "ZeRO stage: 0 (off) or 1 (shard optimizer state)",
+                       in_range(0, 1)));
+  b.push_back(bind_key<float>("training.bucket_mb", &c.training.bucket_mb, "gradient all-reduce bucket size (MiB)",
+                              [](float v) { return v > 0 ? "" : "must be > 0"; }));
   b.push_back(bind_key<float>("optimizer.lr", &c.optimizer.lr, "peak learning rate",
                           [](float v) { return v > 0 && v < 10 ? "" : "must be in (0, 10)"; }));
   b.push_back(bind_key<float>("optimizer.min_lr", &c.optimizer.min_lr, "learning rate at the end of the cosine decay",
@@ -165,7 +170,10 @@ ParsedRun parse_train_args(int argc, char** argv) {
                                                   "INI file with [section] key = value lines")(
       "resume", po::value<std::string>(&resume), "auto (newest valid checkpoint, if any) or a checkpoint path")(
       "stop-after", po::value<int>(&parsed.stop_after)->default_value(0),
-      "stop after N optimizer steps in this invocation, writing a checkpoint");
+      "stop after N optimizer steps in this invocation, writing a checkpoint")(
+      "max-runtime", po::value<double>(&parsed.max_runtime)->default_value(0),
+      "stop after this many seconds of wall clock at a step boundary, writing a checkpoint (exit code 3)")(
+      "log-all-ranks", po::bool_switch(&parsed.log_all_ranks), "every rank logs, prefixed with [rank r]");
   po::options_description all;
   all.add(cli).add(keys);
 
@@ -193,6 +201,8 @@ ParsedRun parse_train_args(int argc, char** argv) {
   }
   if (parsed.stop_after < 0)
     throw_error("--stop-after " + std::to_string(parsed.stop_after) + ": must be >= 0", "give a step count");
+  if (parsed.max_runtime < 0)
+    throw_error("--max-runtime " + std::to_string(parsed.max_runtime) + ": must be >= 0", "give seconds, e.g. 3600");
   if (vm.count("resume")) c.checkpoint.resume = resume;
   for (const Binding& b : table) {
     const std::string problem = b.check();

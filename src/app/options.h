@@ -14,6 +14,8 @@ struct ParsedRun {
   std::string config_ini;  // the resolved configuration rendered as INI text
   bool help = false;
   int stop_after = 0;      // --stop-after: optimizer steps in this invocation (0 = until training.steps)
+  double max_runtime = 0;  // --max-runtime: seconds of wall clock for this invocation (0 = no limit)
+  bool log_all_ranks = false;
 };
 
 // Parses `ember train` arguments (argv[0] is "train"): --config FILE, --section.key=value overrides,

@@ -21,7 +21,8 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   EMBER_ASSERT(max_B >= 1, "max_B must be positive");
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
   const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
-  params_ = alloc_floats(table_.total_numel());
+  arena_numel_ = (table_.total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+  params_ = alloc_floats(arena_numel_);
   inputs_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
   targets_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
   allocations_.push_back(inputs_);
@@ -52,7 +53,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   losses_ = alloc_floats(BT);
   losses_host_.resize(BT);
   if (with_grads) {
-    grads_ = alloc_floats(table_.total_numel());
+    grads_ = alloc_floats(arena_numel_);
     dresidual_ = alloc_floats(BT * C);
     dC_ = alloc_floats(BT * C);
     d3C_ = alloc_floats(BT * 3 * C);
@@ -129,7 +130,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
 
 void GPT::zero_grad() {
   EMBER_ASSERT(grads_ != nullptr, "model was built without gradients");
-  backend_.zero(grads_, table_.total_numel() * sizeof(float));
+  backend_.zero(grads_, arena_numel_ * sizeof(float));
 }
 
 void GPT::backward(float loss_scale) {
@@ -174,8 +175,10 @@ void GPT::backward(float loss_scale) {
                        3 * C);
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN1_W), G(BLOCK_PARAM_LN1_B), dC_, residual,
                           P(BLOCK_PARAM_LN1_W), a.ln1_mean, a.ln1_rstd, N, C);
+    if (backward_hook_) backward_hook_(l);
   }
   be.encoder_backward(g(table_.wte()), g(table_.wpe()), dresidual_, inputs_, B, T, C);
+  if (backward_hook_) backward_hook_(-1);
 }
 
 }  // namespace ember

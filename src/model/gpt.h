@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -20,10 +21,15 @@ class GPT {
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
+  // Parameters and gradients are allocated rounded up to a multiple of this many floats, so the arena splits into
+  // equal, 64-byte aligned shards for any power-of-two world up to 256 ranks (ZeRO-1, bucketed all-reduce).
+  static constexpr size_t ARENA_ALIGN = 4096;
+
   const ModelConfig& config() const { return config_; }
+  size_t arena_numel() const { return arena_numel_; }  // table().total_numel() rounded up to ARENA_ALIGN
   const ParamTable& table() const { return table_; }
   Backend& backend() { return backend_; }
-  float* params() { return params_; }  // (table().total_numel()) backend memory
+  float* params() { return params_; }  // (arena_numel()) backend memory, zero past total_numel()
   float* grads() { return grads_; }    // same layout as params()
 
   // GPT-2 initialisation from Philox keyed by (seed, parameter index): N(0, 0.02) for matrices and embeddings,
@@ -37,6 +43,11 @@ class GPT {
   // into grads(). The last forward must have had targets. Overwrites the logits with their gradient.
   void backward(float loss_scale);
   void zero_grad();
+
+  // Called during backward as gradients become final: hook(l) once layer l's gradients (and, for the last layer,
+  // ln_f's) are complete, for l = n_layer-1 down to 0, then hook(-1) when wte and wpe are. Data parallelism uses it
+  // to start all-reducing a layer's gradients while earlier layers are still running backward. Empty: no calls.
+  void set_backward_hook(std::function<void(int)> hook) { backward_hook_ = std::move(hook); }
 
   const float* logits() const { return logits_; }  // (B, T, V) backend memory, after forward
 
@@ -56,6 +67,8 @@ class GPT {
   ModelConfig config_;
   Backend& backend_;
   ParamTable table_;
+  size_t arena_numel_ = 0;
+  std::function<void(int)> backward_hook_;
   int max_B_, max_T_;
   int B_ = 0, T_ = 0;
   bool have_targets_ = false;

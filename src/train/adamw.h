@@ -1,5 +1,5 @@
-// AdamW over the parameter arena: fp32 first and second moments mirroring the parameter table, weight decay on
-// the rows the table marks (matrices), gradient clipping by the global L2 norm.
+// AdamW over the parameter arena, or over one ZeRO-1 shard of it: fp32 first and second moments for the arena range
+// [shard_begin, shard_end), weight decay on the table rows marked for it (matrices), clipping by global L2 norm.
 #pragma once
 
 #include <cstddef>
@@ -12,16 +12,21 @@ namespace ember {
 
 class AdamW {
  public:
-  AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config);
+  // Owns moments for the arena elements [shard_begin, shard_end) (the whole arena without ZeRO-1).
+  AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin,
+        size_t shard_end);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // One update with learning rate lr; increments the step counter used for bias correction.
-  void step(float* params, const float* grads, float lr);
+  // One update with learning rate lr of params[shard_begin, shard_end) (params is the whole arena) from
+  // shard_grads, whose element 0 is arena element shard_begin. Increments the step used for bias correction.
+  void step(float* params, const float* shard_grads, float lr);
 
-  float* exp_avg() { return m_; }     // (total_numel) backend memory
-  float* exp_avg_sq() { return v_; }  // (total_numel) backend memory
+  size_t shard_begin() const { return begin_; }
+  size_t shard_end() const { return end_; }
+  float* exp_avg() { return m_; }     // (shard_end - shard_begin) backend memory
+  float* exp_avg_sq() { return v_; }  // (shard_end - shard_begin) backend memory
   int step_count() const { return t_; }
   void set_step_count(int t) { t_ = t; }
 
@@ -29,13 +34,13 @@ class AdamW {
   Backend& backend_;
   const ParamTable& table_;
   OptimizerConfig config_;
+  size_t begin_, end_;
   float* m_ = nullptr;
   float* v_ = nullptr;
   int t_ = 0;
 };
 
-// Global L2 norm of the gradient arena; if max_norm > 0 and the norm exceeds it, scales the gradients down to
-// max_norm. Returns the norm before clipping.
-float clip_grad_norm(Backend& backend, float* grads, size_t n, float max_norm);
+// Scales n gradients so that a global norm `norm` becomes max_norm, when max_norm > 0 and norm exceeds it.
+void clip_grads(Backend& backend, float* grads, size_t n, float norm, float max_norm);
 
 }  // namespace ember

@@ -246,9 +246,11 @@ void write_contents(hid_t file_id, const CheckpointMeta& meta, const ParamTable&
       write_tensor(file_id, tensor_path("/optimizer/exp_avg_sq", p.name), p, tensors.exp_avg_sq, lcpl.get(), file);
 
   H5Handle ranks = create_group(file_id, "/ranks", ctx);
-  H5Handle rank0 = create_group(ranks.get(), "0", ctx);
-  write_attr_u64(rank0.get(), "data_cursor", meta.data_cursor, ctx);
-  write_attr_u64(rank0.get(), "rng_offset", meta.rng_offset, ctx);
+  for (size_t r = 0; r < meta.ranks.size(); ++r) {
+    H5Handle g = create_group(ranks.get(), std::to_string(r).c_str(), ctx);
+    write_attr_u64(g.get(), "data_cursor", meta.ranks[r].data_cursor, ctx);
+    write_attr_u64(g.get(), "rng_offset", meta.ranks[r].rng_offset, ctx);
+  }
 }
 
 void write_file(const std::string& path, const CheckpointMeta& meta, const ParamTable& table,
@@ -539,9 +541,13 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
   m.weight_decay = read_attr_f32(opt.get(), "weight_decay", "/optimizer:", ctx);
   m.lr = read_attr_f32(opt.get(), "lr", "/optimizer:", ctx);
 
-  H5Handle rank0 = open_group(file_id, "/ranks/0", ctx);
-  m.data_cursor = read_attr_u64(rank0.get(), "data_cursor", "/ranks/0:", ctx);
-  m.rng_offset = read_attr_u64(rank0.get(), "rng_offset", "/ranks/0:", ctx);
+  m.ranks.assign(size_t(std::max(m.world_size, 1)), CheckpointMeta::RankState{});
+  for (size_t r = 0; r < m.ranks.size(); ++r) {
+    const std::string g = "/ranks/" + std::to_string(r);
+    H5Handle rg = open_group(file_id, g.c_str(), ctx);
+    m.ranks[r].data_cursor = read_attr_u64(rg.get(), "data_cursor", g + ":", ctx);
+    m.ranks[r].rng_offset = read_attr_u64(rg.get(), "rng_offset", g + ":", ctx);
+  }
   return m;
 }
 
@@ -554,7 +560,8 @@ std::string checkpoint_path(const std::string& folder, int64_t step) {
 }
 
 std::string save_checkpoint(const std::string& folder, const CheckpointMeta& meta, const ParamTable& table,
-                            const CheckpointTensors& tensors, int keep_latest_k) {
+                            const CheckpointTensors& tensors, int keep_latest_k, MPI_Comm comm) {
+  (void)comm;
   EMBER_ASSERT(tensors.params != nullptr, "save_checkpoint needs the parameter arena");
   EMBER_ASSERT(meta.step >= 0, "checkpoint step must be non-negative");
   {  // the root attributes describe the datasets, so they must agree with the table being written

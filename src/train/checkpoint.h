@@ -2,6 +2,8 @@
 // run metadata and per-rank state. Written atomically (temp file, fsync, rename, then `latest`), newest K kept.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,17 +29,24 @@ struct CheckpointMeta {
   // AdamW hyper-parameters and its step counter (root of /optimizer).
   int64_t optimizer_step = 0;
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f, lr = 0.0f;
-  // Per-rank state (single rank here: /ranks/0).
-  uint64_t data_cursor = 0;      // next global sample index of the training DataLoader
-  uint64_t rng_offset = 0;       // Philox counter offset of the run's RNG stream
+  // Per-rank state, one entry per rank of the run that wrote the checkpoint (/ranks/<r>); its size is world_size.
+  struct RankState {
+    uint64_t data_cursor = 0;    // next global sample index of the training DataLoader
+    uint64_t rng_offset = 0;     // Philox counter offset of the rank's RNG stream
+  };
+  std::vector<RankState> ranks = std::vector<RankState>(1);
 };
 
-// Host-side views of the arenas (each ParamTable::total_numel() floats). m and v may be null when only weights
-// are needed (eval, generate).
+// Host-side views of the arenas. params always holds the whole arena (ParamTable::total_numel() floats).
+// The optimizer state may be a ZeRO-1 shard: exp_avg and exp_avg_sq then hold only the arena's flat element range
+// [shard_begin, shard_end) (their element 0 is arena element shard_begin); by default they hold the whole arena.
+// m and v may be null when only weights are needed (eval, generate).
 struct CheckpointTensors {
   float* params = nullptr;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
+  size_t shard_begin = 0;
+  size_t shard_end = SIZE_MAX;  // SIZE_MAX: the end of the arena
 };
 
 // Path of the checkpoint for `step` inside `folder`: folder/step_00001000.h5.
@@ -46,15 +55,19 @@ std::string checkpoint_path(const std::string& folder, int64_t step);
 // Writes folder/step_<8 digits>.h5 via a .tmp file (flushed, closed, fsynced, renamed), points folder/latest at it
 // atomically, and deletes all but the newest `keep_latest_k` step_*.h5. On failure (unwritable folder, full disk)
 // throws ember::Error and leaves earlier checkpoints and `latest` untouched. Returns the path written.
+// Collective over `comm`: every rank calls it with the same meta (meta.ranks holds every rank's state) and its own
+// tensors; with several ranks the file is written once through MPI-IO, each rank writing its optimizer shard (and a
+// share of the weights) into the full logical datasets. A failure on any rank fails the save on every rank.
 std::string save_checkpoint(const std::string& folder, const CheckpointMeta& meta, const ParamTable& table,
-                            const CheckpointTensors& tensors, int keep_latest_k);
+                            const CheckpointTensors& tensors, int keep_latest_k, MPI_Comm comm = MPI_COMM_SELF);
 
 // Reads and validates format name, version and metadata (throws ember::Error naming the file, with a hint).
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 // Loads the tensors after checking that every dataset of `table` exists with its exact shape (mismatch: an error
 // naming the dataset, both shapes and a hint); the Fletcher32 filter turns corruption into an error too.
-// Fills `meta` as read_checkpoint_meta does.
+// Fills `meta` as read_checkpoint_meta does. The optimizer shard [shard_begin, shard_end) is read out of the full
+// datasets, so a checkpoint written by N ranks loads at any other world size (resharding).
 void load_checkpoint(const std::string& path, const ParamTable& table, const CheckpointTensors& tensors,
                      CheckpointMeta& meta);
 

@@ -16,7 +16,9 @@ struct TrainingConfig {
   int steps = 100;             // optimizer steps in the whole run
   uint64_t seed = 1337;
   float max_norm = 1.0f;       // clip gradients to this global L2 norm; 0 disables clipping
-  int threads = 0;             // OpenMP threads; 0 = all cores
+  int threads = 0;             // OpenMP threads per rank; 0 = the OpenMP default (all cores, or OMP_NUM_THREADS)
+  int zero = 0;                // 1: ZeRO-1, optimizer state sharded across data-parallel ranks
+  float bucket_mb = 25.0f;     // gradient all-reduce bucket size in MiB (as PyTorch DDP's bucket_cap_mb)
 };
 
 struct OptimizerConfig {

@@ -1,67 +1,134 @@
 // The Trainer (implementation). Order matters for "lose nothing": every input is opened and checked, and a resume
-// checkpoint fully loaded, before the metrics file or any checkpoint is touched.
+// checkpoint fully loaded, before the metrics file or any checkpoint is touched. Rank r of N takes micro-batch
+// (m * N + r) of each global step, so N ranks see exactly the samples one rank with N times the accumulation would.
 #include "train/trainer.h"
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/data_loader.h"
+#include "dist/communicator.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/signals.h"
 
 namespace ember {
 
+namespace {
+
+// A contiguous range of the gradient arena all-reduced as one message, launched once backward has finished the
+// lowest layer it covers (stage as in GPT::set_backward_hook).
+struct Bucket {
+  size_t begin, end;
+  int stage;
+};
+
+// Buckets from the last layer down, each at least bucket_bytes (the last may be smaller): layer l's parameters are
+// contiguous in the arena and become final in the order n_layer-1, ..., 0, then wte and wpe (stage -1).
+std::vector<Bucket> make_buckets(const ParamTable& table, int n_layer, size_t arena_numel, size_t bucket_floats) {
+  std::vector<Bucket> buckets;
+  size_t end = arena_numel;  // the first bucket also carries ln_f and the arena padding
+  for (int l = n_layer - 1; l >= 0; --l) {
+    const size_t begin = table.block(l, BlockParam(0)).offset;
+    if (end - begin >= bucket_floats || l == 0) {
+      buckets.push_back({begin, end, l});
+      end = begin;
+    }
+  }
+  buckets.push_back({0, end, -1});  // wte and wpe (and everything left when n_layer is 0)
+  return buckets;
+}
+
+}  // namespace
+
 struct Trainer::State {
+  World world;
   RunConfig cfg;
   std::string config_ini;
-  int stop_after = 0;
+  TrainLimits limits;
+  std::unique_ptr<Communicator> comm;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<GPT> model;
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<DataLoader> train_data;
   std::unique_ptr<DataLoader> val_data;
+  size_t shard_begin = 0, shard_end = 0;  // this rank's equal share of the arena (ZeRO-1 shard; checkpoint writes)
+  float* shard_grads = nullptr;           // ZeRO-1: reduce-scattered gradients of the shard
+  std::vector<Bucket> buckets;
   int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
   std::vector<int32_t> inputs, targets;
+
+  bool zero() const { return cfg.training.zero == 1; }
+  // The checkpoint range this rank writes: its share, clipped to the real parameters.
+  size_t write_begin() const { return std::min(shard_begin, model->table().total_numel()); }
+  size_t write_end() const { return std::min(shard_end, model->table().total_numel()); }
 };
 
-Trainer::Trainer(const RunConfig& config, std::string config_ini, int stop_after) : s_(std::make_unique<State>()) {
+Trainer::Trainer(const World& world, const RunConfig& config, std::string config_ini, TrainLimits limits)
+    : s_(std::make_unique<State>()) {
   State& s = *s_;
+  s.world = world;
   s.cfg = config;
   s.config_ini = std::move(config_ini);
-  s.stop_after = stop_after;
+  s.limits = limits;
   const RunConfig& c = s.cfg;
-  // The CPU backend threads with OpenMP only (it keeps OpenBLAS single-threaded), so this sets its width.
   if (c.training.threads > 0) omp_set_num_threads(c.training.threads);
+  s.comm = make_mpi_communicator(world.comm);
 
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,
                                               c.training.seed, /*shuffle=*/true);
   s.val_data = std::make_unique<DataLoader>(c.data.dir, "val", c.training.seq_len, c.model.vocab_size,
                                             c.training.seed, /*shuffle=*/false);
   s.backend = make_cpu_backend();
-  s.model = std::make_unique<GPT>(c.model, *s.backend, c.training.batch_size, c.training.seq_len);
-  s.optimizer = std::make_unique<AdamW>(*s.backend, s.model->table(), c.optimizer);
+  Backend& be = *s.backend;
+  s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len);
+  const ParamTable& table = s.model->table();
+  const size_t arena = s.model->arena_numel(), share = arena / size_t(world.size);
+  s.shard_begin = share * size_t(world.rank);
+  s.shard_end = s.shard_begin + share;
+  if (s.zero()) {
+    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, s.shard_begin, s.shard_end);
+    s.shard_grads = static_cast<float*>(be.alloc(share * sizeof(float)));
+  } else {
+    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, 0, arena);
+    if (world.size > 1)
+      s.buckets = make_buckets(table, c.model.n_layer, arena, size_t(c.training.bucket_mb * 1048576.0 / 4.0));
+  }
   s.inputs.resize(size_t(c.training.batch_size) * c.training.seq_len);
   s.targets.resize(s.inputs.size());
+  log_info("world: %d rank(s) | data parallel%s | global batch %d x %d tokens x %d accumulation x %d ranks",
+           world.size, s.zero() ? " + ZeRO-1" : "", c.training.batch_size, c.training.seq_len,
+           c.training.grad_accum_steps, world.size);
 
-  const std::string resume = resolve_resume(c.checkpoint_folder(), c.checkpoint.resume);
+  // Rank 0 picks the checkpoint (falling back past damaged ones) so that every rank resumes from the same file.
+  std::string resume;
+  if (world.rank == 0) resume = resolve_resume(c.checkpoint_folder(), c.checkpoint.resume);
+  uint64_t len = resume.size();
+  s.comm->broadcast(&len, sizeof(len), 0);
+  resume.resize(len);
+  s.comm->broadcast(resume.data(), len, 0);
   if (resume.empty()) {
     s.model->init_weights(c.training.seed);
     log_info("starting from scratch (seed %llu)", (unsigned long long)c.training.seed);
     return;
   }
-  const ParamTable& table = s.model->table();
-  std::vector<float> params(table.total_numel()), m(table.total_numel()), v(table.total_numel());
+  std::vector<float> params(arena, 0.0f), m(s.optimizer->shard_end() - s.optimizer->shard_begin(), 0.0f),
+      v(m.size(), 0.0f);
   CheckpointMeta meta;
-  load_checkpoint(resume, table, {params.data(), m.data(), v.data()}, meta);
+  CheckpointTensors tensors{params.data(), m.data(), v.data(), 0, SIZE_MAX};
+  if (s.zero()) tensors = {params.data(), m.data(), v.data(), s.write_begin(), s.write_end()};
+  load_checkpoint(resume, table, tensors, meta);
   if (!(meta.model == c.model))
     throw_error("checkpoint " + resume + ": model config differs from the run's [model] section",
                 "use the [model] settings the checkpoint was written with (see `ember inspect`) or start fresh");
@@ -69,53 +136,52 @@ Trainer::Trainer(const RunConfig& config, std::string config_ini, int stop_after
     throw_error("checkpoint " + resume + ": already at step " + std::to_string(meta.step) + " of training.steps = " +
                     std::to_string(c.training.steps),
                 "raise training.steps to train further");
-  Backend& be = *s.backend;
   be.copy_to_device(s.model->params(), params.data(), params.size() * sizeof(float));
   be.copy_to_device(s.optimizer->exp_avg(), m.data(), m.size() * sizeof(float));
   be.copy_to_device(s.optimizer->exp_avg_sq(), v.data(), v.size() * sizeof(float));
   s.optimizer->set_step_count(int(meta.optimizer_step));
   s.step = meta.step;
   s.tokens_seen = meta.tokens_seen;
-  s.train_data->set_cursor(meta.data_cursor);
+  const uint64_t cursor = meta.ranks.at(0).data_cursor;  // global: the same on every rank of a sync run
+  s.train_data->set_cursor(cursor);
+  if (meta.world_size != world.size)
+    log_info("notice: checkpoint written by %d rank(s), resuming on %d: parameters and optimizer state resharded, "
+             "data continues at global sample %llu",
+             meta.world_size, world.size, (unsigned long long)cursor);
   log_info("resumed from %s at step %lld (%lld tokens seen)", resume.c_str(), (long long)meta.step,
            (long long)meta.tokens_seen);
 }
 
-Trainer::~Trainer() = default;
-
-static double evaluate(GPT& model, DataLoader& data, int B, int T, int batches, std::vector<int32_t>& inputs,
-                       std::vector<int32_t>& targets) {
-  const uint64_t available = data.num_samples() / uint64_t(B);
-  const int n = int(std::min<uint64_t>(uint64_t(batches), std::max<uint64_t>(available, 1)));
-  double sum = 0.0;
-  for (int k = 0; k < n; ++k) {
-    data.batch_at(uint64_t(k) * B, inputs.data(), targets.data(), B);
-    sum += model.forward(inputs.data(), targets.data(), B, T);
-  }
-  return sum / n;
+Trainer::~Trainer() {
+  if (s_ && s_->shard_grads) s_->backend->free(s_->shard_grads);
 }
-
 
 TrainResult Trainer::run() {
   State& s = *s_;
   const RunConfig& c = s.cfg;
-  const int B = c.training.batch_size, T = c.training.seq_len, accum = c.training.grad_accum_steps;
-  const int64_t tokens_per_step = int64_t(B) * T * accum;
-  MetricsWriter metrics(c.run.dir + "/metrics.jsonl", s.step);
+  const int B = c.training.batch_size, T = c.training.seq_len, A = c.training.grad_accum_steps;
+  const int N = s.world.size, r = s.world.rank;
+  const int64_t tokens_per_step = int64_t(B) * T * A * N;
+  std::unique_ptr<MetricsWriter> metrics;
+  if (r == 0) metrics = std::make_unique<MetricsWriter>(c.run.dir + "/metrics.jsonl", s.step);
   GPT& model = *s.model;
   Backend& be = *s.backend;
+  Communicator& comm = *s.comm;
+  const ParamTable& table = model.table();
+  const size_t arena = model.arena_numel(), share = s.shard_end - s.shard_begin;
   TrainResult result;
   result.step = s.step;
+  install_stop_signal_handlers();
 
   auto save = [&]() {
-    const ParamTable& table = model.table();
-    std::vector<float> params(table.total_numel()), m(table.total_numel()), v(table.total_numel());
+    std::vector<float> params(arena), m(s.optimizer->shard_end() - s.optimizer->shard_begin()), v(m.size());
     be.copy_to_host(params.data(), model.params(), params.size() * sizeof(float));
     be.copy_to_host(m.data(), s.optimizer->exp_avg(), m.size() * sizeof(float));
     be.copy_to_host(v.data(), s.optimizer->exp_avg_sq(), v.size() * sizeof(float));
     CheckpointMeta meta;
     meta.step = s.step;
     meta.tokens_seen = s.tokens_seen;
+    meta.world_size = N;
     meta.config_ini = s.config_ini;
     meta.model = c.model;
     meta.optimizer_step = s.optimizer->step_count();
@@ -125,29 +191,98 @@ TrainResult Trainer::run() {
     meta.weight_decay = c.optimizer.weight_decay;
     meta.lr = lr_at_step(int(std::max<int64_t>(s.step - 1, 0)), c.training.steps, c.optimizer.warmup_steps,
                          c.optimizer.lr, c.optimizer.min_lr);
-    meta.data_cursor = s.train_data->cursor();
+    meta.ranks.assign(size_t(N), CheckpointMeta::RankState{s.train_data->cursor(), 0});
+    // Each rank writes its share of every tensor; m and v point at that share's first element.
+    const size_t m_offset = s.zero() ? 0 : s.write_begin();
+    const CheckpointTensors tensors{params.data(), m.data() + m_offset, v.data() + m_offset, s.write_begin(),
+                                    s.write_end()};
     const double t0 = now_seconds();
-    result.last_checkpoint = save_checkpoint(c.checkpoint_folder(), meta, table, {params.data(), m.data(), v.data()},
-                                             c.checkpoint.keep_latest_k);
+    result.last_checkpoint = save_checkpoint(c.checkpoint_folder(), meta, table, tensors, c.checkpoint.keep_latest_k,
+                                             s.world.comm);
     log_info("checkpoint %s (%.0f ms)", result.last_checkpoint.c_str(), 1e3 * (now_seconds() - t0));
   };
 
+  // Validation: rank r evaluates batches r, r + N, ...; the sum is all-reduced.
+  auto evaluate = [&]() {
+    const uint64_t available = s.val_data->num_samples() / uint64_t(B);
+    const int n = int(std::min<uint64_t>(uint64_t(c.eval.batches), std::max<uint64_t>(available, 1)));
+    double sum = 0.0;
+    for (int k = r; k < n; k += N) {
+      s.val_data->batch_at(uint64_t(k) * B, s.inputs.data(), s.targets.data(), B);
+      sum += model.forward(s.inputs.data(), s.targets.data(), B, T);
+    }
+    comm.all_reduce(&sum, 1, REDUCE_OP_SUM);
+    return sum / n;
+  };
+
+  // Bucketed all-reduce overlapped with backward: each bucket starts when its layers are final; every hook call
+  // also tests the pending requests, because MPI progresses non-blocking collectives only inside MPI calls.
+  std::vector<std::unique_ptr<CommRequest>> pending;
+  double first_launch = 0.0;
+  auto on_layer_done = [&](int stage) {
+    for (const Bucket& b : s.buckets)
+      if (b.stage == stage) {
+        if (pending.empty()) first_launch = now_seconds();
+        pending.push_back(comm.all_reduce_async(model.grads() + b.begin, b.end - b.begin, REDUCE_OP_AVG));
+      }
+    for (auto& p : pending) p->test();
+  };
+
+  const double run_start = now_seconds();
   const int64_t first_step = s.step;
   double elapsed_sum = 0.0;
   int64_t timed_steps = 0;
   while (s.step < c.training.steps) {
     const double t0 = now_seconds();
+    double comm_ms = 0.0, exposed_ms = 0.0;
     model.zero_grad();
     double loss = 0.0;
-    for (int micro = 0; micro < accum; ++micro) {
-      s.train_data->next_batch(s.inputs.data(), s.targets.data(), B);
-      loss += model.forward(s.inputs.data(), s.targets.data(), B, T) / accum;
-      model.backward(1.0f / float(accum));
+    const uint64_t cursor = s.train_data->cursor();
+    for (int m = 0; m < A; ++m) {
+      s.train_data->batch_at(cursor + (uint64_t(m) * N + r) * B, s.inputs.data(), s.targets.data(), B);
+      loss += model.forward(s.inputs.data(), s.targets.data(), B, T) / A;
+      model.set_backward_hook(m == A - 1 && !s.buckets.empty() ? std::function<void(int)>(on_layer_done) : nullptr);
+      model.backward(1.0f / float(A));
     }
-    const float grad_norm = clip_grad_norm(be, model.grads(), model.table().total_numel(), c.training.max_norm);
+    model.set_backward_hook(nullptr);
+    s.train_data->set_cursor(cursor + uint64_t(A) * N * B);
+
+    // Gradients: average over ranks, then the global norm (scalars reduced together with the loss and stop flag).
+    float* grads = model.grads();
+    size_t grad_n = arena;
+    const double t_sync = now_seconds();
+    if (s.zero()) {
+      comm.reduce_scatter(model.grads(), s.shard_grads, share, REDUCE_OP_AVG);
+      grads = s.shard_grads;
+      grad_n = share;
+    } else {
+      for (auto& p : pending) p->wait();
+      if (!pending.empty()) comm_ms += 1e3 * (now_seconds() - first_launch);
+      pending.clear();
+    }
+    exposed_ms += 1e3 * (now_seconds() - t_sync);
+    const bool out_of_time = c.training.steps > 0 && s.limits.max_runtime > 0 && r == 0 &&
+                             now_seconds() - run_start >= s.limits.max_runtime;
+    double scalars[3] = {loss, s.zero() ? be.sum_squares(grads, grad_n) : 0.0,
+                         double(stop_signal_received() != 0 || out_of_time)};
+    const double t_scalars = now_seconds();
+    comm.all_reduce(scalars, 3, REDUCE_OP_SUM);
+    exposed_ms += 1e3 * (now_seconds() - t_scalars);
+    loss = scalars[0] / N;
+    const float grad_norm = float(std::sqrt(s.zero() ? scalars[1] : be.sum_squares(grads, grad_n)));
+    const bool stop_requested = scalars[2] > 0.0;
+    clip_grads(be, grads, grad_n, grad_norm, c.training.max_norm);
     const float lr = lr_at_step(int(s.step), c.training.steps, c.optimizer.warmup_steps, c.optimizer.lr,
                                 c.optimizer.min_lr);
-    s.optimizer->step(model.params(), model.grads(), lr);
+    s.optimizer->step(model.params(), grads, lr);
+    if (s.zero()) {
+      // Every rank's updated shard to every rank. The shard is copied out first: the gather writes over it.
+      const double t_gather = now_seconds();
+      be.copy(s.shard_grads, model.params() + s.shard_begin, share * sizeof(float));
+      comm.all_gather(s.shard_grads, model.params(), share);
+      exposed_ms += 1e3 * (now_seconds() - t_gather);
+    }
+    if (s.zero() || N == 1) comm_ms = exposed_ms;  // nothing overlaps: all communication is exposed
     be.synchronize();
     const double dt = now_seconds() - t0;
     ++s.step;
@@ -162,28 +297,35 @@ TrainResult Trainer::run() {
     }
     const double avg = timed_steps > 0 ? elapsed_sum / timed_steps : dt;
     const double tokens_per_s = tokens_per_step / dt;
-    nlohmann::json rec = {{"step", s.step},          {"loss", loss},
-                          {"lr", lr},                {"grad_norm", grad_norm},
-                          {"tokens_per_s", tokens_per_s}, {"ms_per_step", 1e3 * dt},
-                          {"tokens_seen", s.tokens_seen}};
-    const bool last = s.step == c.training.steps || (s.stop_after > 0 && s.step - first_step >= s.stop_after);
+    nlohmann::json rec = {{"step", s.step},          {"loss", loss},           {"lr", lr},
+                          {"grad_norm", grad_norm},  {"tokens_per_s", tokens_per_s}, {"ms_per_step", 1e3 * dt},
+                          {"tokens_seen", s.tokens_seen}, {"comm_ms", comm_ms}, {"comm_exposed_ms", exposed_ms}};
+    const bool limit_reached = s.limits.stop_after > 0 && s.step - first_step >= s.limits.stop_after;
+    const bool last = s.step == c.training.steps || limit_reached || stop_requested;
     if ((c.eval.every > 0 && s.step % c.eval.every == 0) || last) {
       const double t1 = now_seconds();
-      result.last_val_loss = evaluate(model, *s.val_data, B, T, c.eval.batches, s.inputs, s.targets);
+      result.last_val_loss = evaluate();
       rec["val_loss"] = result.last_val_loss;
       log_info("step %lld | val loss %.4f | %.0f ms", (long long)s.step, result.last_val_loss,
                1e3 * (now_seconds() - t1));
     }
-    metrics.write(rec);
+    if (metrics) metrics->write(rec);
     result.last_loss = loss;
     result.step = s.step;
     if (s.step % c.run.log_every == 0 || s.step == first_step + 1 || last) {
       const double eta = avg * double(c.training.steps - s.step);
-      log_info("step %5lld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms | eta %02d:%02d:%02d",
-               (long long)s.step, c.training.steps, loss, lr, grad_norm, tokens_per_s, 1e3 * dt, int(eta) / 3600,
-               int(eta) / 60 % 60, int(eta) % 60);
+      log_info("step %5lld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f, exposed %.1f) | "
+               "eta %02d:%02d:%02d",
+               (long long)s.step, c.training.steps, loss, lr, grad_norm, tokens_per_s, 1e3 * dt, comm_ms, exposed_ms,
+               int(eta) / 3600, int(eta) / 60 % 60, int(eta) % 60);
     }
     if ((c.checkpoint.interval > 0 && s.step % c.checkpoint.interval == 0) || last) save();
+    if (stop_requested && s.step < c.training.steps) {
+      result.stopped_early = true;
+      const int sig = stop_signal_received();
+      log_info("stopping early at step %lld (%s): checkpoint written; rerun with --resume auto to continue",
+               (long long)s.step, sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "stop request or --max-runtime");
+    }
     if (last) break;
   }
   if (timed_steps > 0)

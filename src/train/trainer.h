@@ -1,27 +1,34 @@
-// The Trainer: one training run from a resolved RunConfig. It validates every input (data, resume checkpoint)
-// before writing anything, then loops micro-batches, AdamW steps, logging, validation and checkpoints.
+// The Trainer: one synchronous data-parallel training run over the ranks of a World, from a resolved RunConfig.
+// It validates every input (data, resume checkpoint) before writing anything, then loops micro-batches, gradient
+// all-reduce (bucketed, overlapped with backward) or ZeRO-1, AdamW steps, logging, validation and checkpoints.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "dist/world.h"
 #include "train/run_config.h"
 
 namespace ember {
+
+// Limits of one invocation; the learning-rate schedule still spans training.steps.
+struct TrainLimits {
+  int stop_after = 0;       // optimizer steps in this invocation (0: no limit)
+  double max_runtime = 0;   // seconds of wall clock (0: no limit)
+};
 
 struct TrainResult {
   int64_t step = 0;              // optimizer steps completed (in total, counting a resumed run's earlier steps)
   double last_loss = 0.0;
   double last_val_loss = -1.0;   // -1 when never evaluated
   std::string last_checkpoint;   // "" when none was written
+  bool stopped_early = false;    // a signal or --max-runtime stopped the run (after a checkpoint)
 };
 
 class Trainer {
  public:
   // config_ini is the resolved configuration as INI text (printed and stored in checkpoints).
-  // stop_after > 0 stops this invocation after that many optimizer steps, writing a checkpoint, as a time limit
-  // would; the schedule still spans training.steps.
-  Trainer(const RunConfig& config, std::string config_ini, int stop_after = 0);
+  Trainer(const World& world, const RunConfig& config, std::string config_ini, TrainLimits limits = {});
   ~Trainer();
   TrainResult run();
 

@@ -70,8 +70,8 @@ CheckpointMeta make_meta(const ModelConfig& c, int64_t step) {
   m.eps = 1e-8f;
   m.weight_decay = 0.1f;
   m.lr = 3e-4f;
-  m.data_cursor = uint64_t(step) * 8 + 3;
-  m.rng_offset = (uint64_t(1) << 40) + uint64_t(step);  // needs all 64 bits
+  m.ranks.at(0).data_cursor = uint64_t(step) * 8 + 3;
+  m.ranks.at(0).rng_offset = (uint64_t(1) << 40) + uint64_t(step);  // needs all 64 bits
   return m;
 }
 
@@ -146,8 +146,8 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   EXPECT_EQ(got.eps, meta.eps);
   EXPECT_EQ(got.weight_decay, meta.weight_decay);
   EXPECT_EQ(got.lr, meta.lr);
-  EXPECT_EQ(got.data_cursor, meta.data_cursor);
-  EXPECT_EQ(got.rng_offset, meta.rng_offset);
+  EXPECT_EQ(got.ranks.at(0).data_cursor, meta.ranks.at(0).data_cursor);
+  EXPECT_EQ(got.ranks.at(0).rng_offset, meta.ranks.at(0).rng_offset);
   EXPECT_EQ(got.version, EMBER_VERSION);
   ASSERT_EQ(got.created.size(), 20u) << got.created;  // 2024-05-20T12:34:56Z
   EXPECT_EQ(got.created[10], 'T');

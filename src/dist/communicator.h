@@ -1,0 +1,50 @@
+// The Communicator interface: the collectives data-parallel training needs, blocking and non-blocking, over
+// buffers of the backend's memory. MPI implements it over host buffers; a GPU implementation (NCCL) plugs in later.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace ember {
+
+enum ReduceOp { REDUCE_OP_SUM, REDUCE_OP_AVG, REDUCE_OP_MAX };
+
+// A pending non-blocking collective. wait() completes it (and applies the AVG scaling); test() makes progress and
+// says whether it is complete. Destroying a pending request waits for it.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place over n floats.
+  virtual void all_reduce(float* buf, size_t n, ReduceOp op) = 0;
+  virtual std::unique_ptr<CommRequest> all_reduce_async(float* buf, size_t n, ReduceOp op) = 0;
+  // In place over n doubles (scalars: losses, norms, flags).
+  virtual void all_reduce(double* buf, size_t n, ReduceOp op) = 0;
+  // send holds size() * count floats; rank r receives the reduction of block r into recv (count floats).
+  virtual void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) = 0;
+  virtual std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv, size_t count,
+                                                            ReduceOp op) = 0;
+  // Every rank contributes count floats; recv holds size() * count floats, rank r's block at r * count.
+  virtual void all_gather(const float* send, float* recv, size_t count) = 0;
+  virtual std::unique_ptr<CommRequest> all_gather_async(const float* send, float* recv, size_t count) = 0;
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// An MPI communicator over host memory on a duplicate of `comm` (so its traffic never matches anyone else's).
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+
+}  // namespace ember

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Train on one machine without Slurm: mpirun with one rank using every core through OpenMP threads.
 # Run from the repository root after scripts/run.sh (or a Release build in build/) and `ember prep` of your data.
+# To stop early with a checkpoint, send SIGUSR1 to mpirun (exit code 3); rerun the script to continue. Several ranks
+# or machines: jobs/mpirun-multi-rank.sh; under Slurm: jobs/slurm-*.sbatch.
 set -euo pipefail
 
 CONFIG=${CONFIG:-configs/demo.ini}      # model and recipe

@@ -1,15 +1,42 @@
-// `ember inspect`: a checkpoint's metadata and stored config, and a full read of every dataset so that any
-// checksum or shape problem shows up here rather than at resume time.
+// `ember inspect`: a checkpoint's metadata, per-rank state and stored config, and a full read of every dataset in
+// the file, so that any checksum or shape problem shows up here (and in the exit code) rather than at resume time.
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
+#include "model/param_table.h"
 
 namespace po = boost::program_options;
 
 namespace ember {
+namespace {
+
+std::string shape_str(const std::vector<uint64_t>& shape) {
+  if (shape.empty()) return "scalar";
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Dataset path -> shape for every tensor the model described by the metadata has, under /model and both moments.
+std::map<std::string, std::vector<uint64_t>> expected_tensors(const ModelConfig& model) {
+  std::map<std::string, std::vector<uint64_t>> out;
+  const ParamTable table(model);
+  for (const char* prefix : {"/model", "/optimizer/exp_avg", "/optimizer/exp_avg_sq"})
+    for (const ParamInfo& p : table.params()) {
+      std::string path = std::string(prefix) + "/" + p.name;  // Hugging Face key with '.' -> '/'
+      std::replace(path.begin(), path.end(), '.', '/');
+      out[path] = std::vector<uint64_t>(p.shape.begin(), p.shape.end());
+    }
+  return out;
+}
+
+}  // namespace
 
 int cmd_inspect(int argc, char** argv) {
   std::string checkpoint;
@@ -29,22 +56,55 @@ int cmd_inspect(int argc, char** argv) {
     return EXIT_CODE_OK;
   }
   require_option(vm, "checkpoint", "usage: ember inspect CHECKPOINT");
-  CheckpointMeta meta = read_checkpoint_meta(checkpoint);
+  const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
   const ModelConfig& m = meta.model;
   printf("checkpoint  %s\nstep        %lld\ntokens      %lld\nworld_size  %d\nmode        %s\ncreated     %s\n"
-         "version     %s\nmodel       n_layer=%d n_head=%d n_embd=%d block_size=%d vocab_size=%d\n",
+         "version     %s\nmodel       n_layer=%d n_head=%d n_embd=%d block_size=%d vocab_size=%d\n"
+         "optimizer   step=%lld beta1=%g beta2=%g eps=%g weight_decay=%g lr=%g\n",
          checkpoint.c_str(), (long long)meta.step, (long long)meta.tokens_seen, meta.world_size, meta.mode.c_str(),
-         meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size);
-  ParamTable table(m);
-  std::vector<float> params(table.total_numel()), avg(table.total_numel()), avg_sq(table.total_numel());
-  load_checkpoint(checkpoint, table, {params.data(), avg.data(), avg_sq.data()}, meta);
-  printf("datasets (%zu tensors x 3: model, exp_avg, exp_avg_sq; checksums verified):\n", table.params().size());
-  for (const ParamInfo& p : table.params()) {
-    std::string shape;
-    for (int64_t d : p.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    printf("  %-44s [%s] ok\n", p.name.c_str(), shape.c_str());
+         meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size,
+         (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2), double(meta.eps),
+         double(meta.weight_decay), double(meta.lr));
+  printf("ranks       (per-rank state, /ranks/<r>)\n");
+  for (size_t r = 0; r < meta.ranks.size(); ++r)
+    printf("  rank %-4zu data_cursor=%llu rng_offset=%llu\n", r, (unsigned long long)meta.ranks[r].data_cursor,
+           (unsigned long long)meta.ranks[r].rng_offset);
+
+  // Every dataset in the file, whatever its path, read in full; tensors of the model are also checked for shape.
+  const std::vector<CheckpointDatasetReport> reports = scan_checkpoint(checkpoint);
+  std::map<std::string, std::vector<uint64_t>> expected = expected_tensors(m);
+  size_t width = 0;
+  for (const CheckpointDatasetReport& r : reports) width = std::max(width, r.path.size());
+  printf("datasets    (%zu, each read in full: Fletcher32 checksums verified)\n", reports.size());
+  std::vector<std::string> bad;
+  bool has_moments = false;
+  for (const CheckpointDatasetReport& r : reports) {
+    std::string status = r.ok ? "ok" : r.problem == "corrupted (checksum mismatch)" ? "CORRUPT (checksum mismatch)"
+                                                                                   : "UNREADABLE (" + r.problem + ")";
+    const auto it = expected.find(r.path);
+    if (it != expected.end()) {
+      if (r.shape != it->second) status = "WRONG SHAPE (the model needs " + shape_str(it->second) + ")";
+      expected.erase(it);
+    }
+    has_moments = has_moments || r.path.rfind("/optimizer/", 0) == 0;
+    if (status != "ok") bad.push_back(r.path);
+    printf("  %-8s %-*s %s %s\n", r.dtype.empty() ? "?" : r.dtype.c_str(), int(width), r.path.c_str(),
+           shape_str(r.shape).c_str(), status.c_str());
   }
+  // Missing weights are damage; missing moments only mean a weights-only checkpoint (fine for eval and generate).
+  for (const auto& [path, shape] : expected)
+    if (path.rfind("/model/", 0) == 0 || has_moments) {
+      printf("  %-8s %-*s %s MISSING\n", "float32", int(width), path.c_str(), shape_str(shape).c_str());
+      bad.push_back(path);
+    }
+  if (!has_moments) printf("  (no optimizer state: a weights-only checkpoint)\n");
   printf("config:\n%s", meta.config_ini.c_str());
+  if (!meta.config_ini.empty() && meta.config_ini.back() != '\n') printf("\n");
+  if (!bad.empty())
+    throw Error("checkpoint " + checkpoint + ": " + std::to_string(bad.size()) + " dataset(s) damaged or missing (first: " +
+                    bad.front() + ")",
+                "the file was damaged after it was written (disk, copy, transfer); resume from an earlier checkpoint "
+                "(--resume <folder>/step_XXXXXXXX.h5)");
   return EXIT_CODE_OK;
 }
 

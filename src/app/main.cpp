@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   ember::log_set_rank(rank, false);
+  // Failed MPI calls return their code to EMBER_MPI_CHECK, which reports it (statement, rank, host) before the
+  // whole job is aborted below, instead of MPI aborting silently inside the call.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int code = ember::EXIT_CODE_OK;
   try {
     code = dispatch(argc, argv);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -65,6 +66,51 @@ H5Handle open_attr(hid_t obj, const char* name, const std::string& where, const 
   if (H5Sget_simple_extent_npoints(space.get()) != 1)
     throw Error(ctx.subject + ": attribute " + where + name + " is not a single value", ctx.read_hint);
   return attr;
+}
+
+// ORs into `space` the flat range [lo, hi) of the sub-array at leading coordinates `prefix`, whose shape is
+// dims[prefix.size():]; see select_flat_range.
+void or_flat_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t>& prefix, hsize_t lo, hsize_t hi) {
+  if (lo >= hi) return;
+  const size_t d = prefix.size(), n = dims.size();
+  hsize_t inner = 1;  // elements in one index step of dimension d
+  for (size_t i = d + 1; i < n; ++i) inner *= dims[i];
+  auto add_rows = [&](hsize_t first, hsize_t count) {  // indices [first, first + count) of dimension d, whole
+    std::vector<hsize_t> start(prefix), extent(prefix.size(), 1);
+    start.push_back(first);
+    extent.push_back(count);
+    for (size_t i = d + 1; i < n; ++i) {
+      start.push_back(0);
+      extent.push_back(dims[i]);
+    }
+    EMBER_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, extent.data(), nullptr));
+  };
+  auto recurse = [&](hsize_t row, hsize_t sub_lo, hsize_t sub_hi) {
+    prefix.push_back(row);
+    or_flat_range(space, dims, prefix, sub_lo, sub_hi);
+    prefix.pop_back();
+  };
+  if (d + 1 == n) return add_rows(lo, hi - lo);
+  hsize_t r0 = lo / inner;
+  const hsize_t r1 = hi / inner;
+  if (lo % inner != 0) {  // partial first row
+    if (r0 == r1) return recurse(r0, lo % inner, hi % inner);
+    recurse(r0, lo % inner, inner);
+    ++r0;
+  }
+  if (r1 > r0) add_rows(r0, r1 - r0);
+  if (hi % inner != 0) recurse(r1, 0, hi % inner);  // partial last row
+}
+
+herr_t collect_dataset(hid_t, const char* name, const
+#if H5_VERSION_GE(1, 12, 0)
+                       H5O_info2_t* info,
+#else
+                       H5O_info_t* info,
+#endif
+                       void* client) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(client)->push_back(std::string("/") + name);
+  return 0;
 }
 
 template <typename T>
@@ -200,6 +246,99 @@ H5Handle open_group(hid_t file_id, const char* path, const H5Context& ctx) {
   H5Handle g(H5Gopen2(file_id, path, H5P_DEFAULT), H5Gclose);
   if (g.get() < 0) throw_h5_failure(ctx.subject, std::string("cannot open group ") + path, ctx.read_hint);
   return g;
+}
+
+void select_flat_range(hid_t space, const std::vector<hsize_t>& dims, hsize_t lo, hsize_t hi) {
+  EMBER_H5_CHECK(H5Sselect_none(space));
+  if (lo >= hi) return;
+  if (dims.empty()) {  // a scalar: its one element
+    EMBER_H5_CHECK(H5Sselect_all(space));
+    return;
+  }
+  std::vector<hsize_t> prefix;
+  or_flat_range(space, dims, prefix, lo, hi);
+}
+
+std::vector<std::string> list_datasets(hid_t obj, const H5Context& ctx) {
+  std::vector<std::string> out;
+#if H5_VERSION_GE(1, 12, 0)
+  const herr_t rc = H5Ovisit3(obj, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &out, H5O_INFO_BASIC);
+#else
+  const herr_t rc = H5Ovisit2(obj, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &out, H5O_INFO_BASIC);
+#endif
+  if (rc < 0) throw_h5_failure(ctx.subject, "cannot list the datasets", ctx.read_hint);
+  return out;
+}
+
+bool read_dataset_fully(hid_t dset, H5Failure& why) {
+  auto fail = [&why] {
+    why = last_h5_failure();
+    return false;
+  };
+  H5Handle type(H5Dget_type(dset), H5Tclose);
+  if (type.get() < 0) return fail();
+  H5Handle space(H5Dget_space(dset), H5Sclose);
+  if (space.get() < 0) return fail();
+  H5Handle mem(H5Tget_native_type(type.get(), H5T_DIR_ASCEND), H5Tclose);
+  if (mem.get() < 0) return fail();
+  const size_t elem = H5Tget_size(mem.get());
+  const int ndims = H5Sget_simple_extent_ndims(space.get());
+  const hssize_t npoints = H5Sget_simple_extent_npoints(space.get());
+  if (elem == 0 || ndims < 0 || npoints < 0) return fail();
+  if (npoints == 0) return true;
+  const htri_t has_vlen = H5Tdetect_class(type.get(), H5T_VLEN);
+  const htri_t vlen_str = H5Tget_class(type.get()) == H5T_STRING ? H5Tis_variable_str(type.get()) : 0;
+  if (has_vlen < 0 || vlen_str < 0) return fail();
+  if (has_vlen > 0 || vlen_str > 0 || ndims == 0) {
+    // Variable-length data points into memory HDF5 allocates, which must be given back; such datasets are small
+    // (strings), so one read of the whole.
+    std::vector<unsigned char> buf(size_t(npoints) * elem);
+    if (H5Dread(dset, mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0) return fail();
+    if (has_vlen > 0 || vlen_str > 0) {
+#if H5_VERSION_GE(1, 12, 0)
+      EMBER_H5_CHECK(H5Treclaim(mem.get(), space.get(), H5P_DEFAULT, buf.data()));
+#else
+      EMBER_H5_CHECK(H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, buf.data()));
+#endif
+    }
+    return true;
+  }
+  std::vector<hsize_t> dims(static_cast<size_t>(ndims));
+  if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) return fail();
+  hsize_t row = 1;  // elements per index of dimension 0
+  for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];
+  const hsize_t block_rows = std::max<hsize_t>(1, (hsize_t(4) << 20) / elem / std::max<hsize_t>(row, 1));
+  std::vector<unsigned char> buf(size_t(std::min(block_rows, dims[0]) * row) * elem);
+  for (hsize_t r = 0; r < dims[0]; r += block_rows) {
+    const hsize_t rows = std::min(block_rows, dims[0] - r);
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    start[0] = r;
+    count[0] = rows;
+    if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0) return fail();
+    const hsize_t n = rows * row;
+    H5Handle mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    if (mspace.get() < 0) return fail();
+    if (H5Dread(dset, mem.get(), mspace.get(), space.get(), H5P_DEFAULT, buf.data()) < 0) return fail();
+  }
+  return true;
+}
+
+std::string h5_type_name(hid_t type) {
+  const size_t bits = H5Tget_size(type) * 8;
+  switch (H5Tget_class(type)) {
+    case H5T_FLOAT: return "float" + std::to_string(bits);
+    case H5T_INTEGER: return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "vlen";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_REFERENCE: return "reference";
+    case H5T_TIME: return "time";
+    default: return "unknown";
+  }
 }
 
 }  // namespace ember

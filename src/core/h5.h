@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ember {
 
@@ -125,5 +126,23 @@ H5Handle create_group(hid_t parent, const char* name, const H5Context& ctx);
 
 // Opens the group at absolute `path`; a missing group is an error naming it.
 H5Handle open_group(hid_t file_id, const char* path, const H5Context& ctx);
+
+// Selects in `space` (a simple dataspace of shape `dims`) the elements whose row-major flat index lies in [lo, hi):
+// a flat range of an N-d array is at most 2N-1 hyperslabs (partial first row, whole rows, partial last row, each
+// partial row split the same way one dimension down). An empty range selects nothing. HDF5 walks any selection in
+// row-major order, so the selected elements map one to one onto a contiguous buffer of hi - lo values.
+void select_flat_range(hid_t space, const std::vector<hsize_t>& dims, hsize_t lo, hsize_t hi);
+
+// Absolute paths of every dataset under the object `obj` (a file or a group), in HDF5's name order.
+std::vector<std::string> list_datasets(hid_t obj, const H5Context& ctx);
+
+// Reads every element of `dset` and discards it, in blocks of whole rows of at most ~4 MiB, so filters (Fletcher32)
+// verify every chunk with bounded memory. Returns false when a call fails, with `why` taken from the error stack at
+// that call (later calls, even closes, clear the stack).
+bool read_dataset_fully(hid_t dset, H5Failure& why);
+
+// A short name for an HDF5 datatype as users of NumPy know it: "float32", "int64", "uint8", "string", or the
+// class ("compound", ...) for anything else.
+std::string h5_type_name(hid_t type);
 
 }  // namespace ember

@@ -13,7 +13,8 @@ namespace ember {
 enum ReduceOp { REDUCE_OP_SUM, REDUCE_OP_AVG, REDUCE_OP_MAX };
 
 // A pending non-blocking collective. wait() completes it (and applies the AVG scaling); test() makes progress and
-// says whether it is complete. Destroying a pending request waits for it.
+// says whether it is complete. Destroying a pending request waits for it. The buffers given when it started must
+// stay valid until then.
 class CommRequest {
  public:
   virtual ~CommRequest() = default;
@@ -38,6 +39,7 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv, size_t count,
                                                             ReduceOp op) = 0;
   // Every rank contributes count floats; recv holds size() * count floats, rank r's block at r * count.
+  // send may be rank r's own block of recv (send == recv + rank() * count): the gather is then in place.
   virtual void all_gather(const float* send, float* recv, size_t count) = 0;
   virtual std::unique_ptr<CommRequest> all_gather_async(const float* send, float* recv, size_t count) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;

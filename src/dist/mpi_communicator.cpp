@@ -214,9 +214,8 @@ class MpiCommunicator final : public Communicator {
     for_each_chunk(count, max_chunk_, [&](size_t off, int len) {
       MPI_Datatype piece = strided_piece_type(len, count);
       const void* src = source == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const void*>(send + off);
-      const int rc = MPI_Allgather(src, len, MPI_FLOAT, recv + off, 1, piece, comm_);
-      MPI_Type_free(&piece);
-      EMBER_MPI_CHECK(rc);
+      EMBER_MPI_CHECK(MPI_Allgather(src, len, MPI_FLOAT, recv + off, 1, piece, comm_));
+      EMBER_MPI_CHECK(MPI_Type_free(&piece));
     });
   }
 
@@ -234,9 +233,9 @@ class MpiCommunicator final : public Communicator {
         MPI_Datatype piece = strided_piece_type(len, count);
         const void* src = source == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const void*>(send + off);
         MPI_Request r = MPI_REQUEST_NULL;
-        const int rc = MPI_Iallgather(src, len, MPI_FLOAT, recv + off, 1, piece, comm_, &r);
-        MPI_Type_free(&piece);  // allowed while in use: MPI keeps the type alive until the operation completes
-        EMBER_MPI_CHECK(rc);
+        EMBER_MPI_CHECK(MPI_Iallgather(src, len, MPI_FLOAT, recv + off, 1, piece, comm_, &r));
+        // Freeing a type in use is allowed: MPI keeps it alive until the operation completes.
+        EMBER_MPI_CHECK(MPI_Type_free(&piece));
         requests.push_back(r);
       });
     }

@@ -41,6 +41,12 @@ struct CheckpointMeta {
 // The optimizer state may be a ZeRO-1 shard: exp_avg and exp_avg_sq then hold only the arena's flat element range
 // [shard_begin, shard_end) (their element 0 is arena element shard_begin); by default they hold the whole arena.
 // m and v may be null when only weights are needed (eval, generate).
+// Saving over several ranks, [shard_begin, shard_end) is also the range this rank WRITES, of the weights and of both
+// moments alike, and the ranges of all ranks must partition [0, total_numel()) (checked; the alignment padding
+// between tensors inside a range is simply not written). ZeRO-1 passes its shard; plain data parallel passes an
+// equal contiguous split with exp_avg/exp_avg_sq offset to it (m.data() + shard_begin), or the default whole range
+// on every rank, which the writer then splits evenly itself. Loading reads the weights whole and the moments of
+// [shard_begin, shard_end) only, whatever split wrote the file.
 struct CheckpointTensors {
   float* params = nullptr;
   float* exp_avg = nullptr;
@@ -55,9 +61,11 @@ std::string checkpoint_path(const std::string& folder, int64_t step);
 // Writes folder/step_<8 digits>.h5 via a .tmp file (flushed, closed, fsynced, renamed), points folder/latest at it
 // atomically, and deletes all but the newest `keep_latest_k` step_*.h5. On failure (unwritable folder, full disk)
 // throws ember::Error and leaves earlier checkpoints and `latest` untouched. Returns the path written.
-// Collective over `comm`: every rank calls it with the same meta (meta.ranks holds every rank's state) and its own
-// tensors; with several ranks the file is written once through MPI-IO, each rank writing its optimizer shard (and a
-// share of the weights) into the full logical datasets. A failure on any rank fails the save on every rank.
+// Collective over `comm`: every rank calls it with the same meta (meta.ranks holds every rank's state, and
+// meta.ranks.size() == meta.world_size) and its own tensors; with several ranks the file is written once through
+// MPI-IO, each rank writing its optimizer shard (and a share of the weights) into the full logical datasets with
+// collective transfers. A failure on any rank fails the save on every rank with the same ember::Error, and every rank
+// returns the same path. With one rank (MPI_COMM_SELF) the file is written serially and nothing is communicated.
 std::string save_checkpoint(const std::string& folder, const CheckpointMeta& meta, const ParamTable& table,
                             const CheckpointTensors& tensors, int keep_latest_k, MPI_Comm comm = MPI_COMM_SELF);
 
@@ -73,6 +81,28 @@ void load_checkpoint(const std::string& path, const ParamTable& table, const Che
 
 // Resolves a --resume value: "" -> "" (fresh start); "auto" -> the checkpoint `latest` names in `folder`, or the
 // newest step_*.h5 if `latest` is missing, or "" if the folder has none; anything else must be an existing file.
+// Every candidate is verified in full (verify_checkpoint). With "auto", an unreadable one (missing, truncated,
+// corrupted) is skipped with a warning naming it and the reason, falling back to the next older step_*.h5; none
+// valid -> "" (fresh start, with a warning). An explicit path that fails verification throws its ember::Error.
 std::string resolve_resume(const std::string& folder, const std::string& resume);
+
+// One dataset of a checkpoint file as a full read found it (ember inspect).
+struct CheckpointDatasetReport {
+  std::string path;             // e.g. /model/transformer/wte/weight
+  std::vector<uint64_t> shape;  // empty for a scalar
+  std::string dtype;            // float32, string, ...
+  bool ok = false;              // read in full without error (Fletcher32 verified every chunk)
+  std::string problem;          // when !ok: "corrupted (checksum mismatch)" or HDF5's reason
+};
+
+// Reads every dataset of the checkpoint at `path` in full and reports each, in natural path order (h/2 before h/10);
+// a damaged dataset is reported and the scan goes on. Throws ember::Error only when the file cannot be opened or
+// listed.
+std::vector<CheckpointDatasetReport> scan_checkpoint(const std::string& path);
+
+// Full verification: the metadata reads and validates (read_checkpoint_meta), every weight dataset of the model it
+// describes is present with its shape, and every dataset in the file reads back in full (Fletcher32 checksums).
+// Throws ember::Error naming the file and the first problem. Reads the whole file once.
+void verify_checkpoint(const std::string& path);
 
 }  // namespace ember

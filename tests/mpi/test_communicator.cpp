@@ -103,8 +103,12 @@ struct Chunking {
 const Chunking CHUNKINGS[] = {
     {"default", MPI_MAX_CHUNK_ELEMENTS, {0, 1, 2, 1001, 3000017}},
     {"chunk1000", 1000, {1, 999, 1000, 1001, 4567}},
-    {"chunk1M", size_t{1} << 20, {3000017}},
+    {"chunk256K", size_t{1} << 18, {3000017}},
 };
+
+// Per-rank block length for reduce_scatter and all_gather sweeps: small sizes as they are, large ones split over the
+// ranks (plus one, to stay off round numbers) so the whole buffer stays ~3M floats at any rank count.
+size_t block_count(size_t n, int size) { return n < 100000 ? n : n / size_t(size) + 1; }
 
 class CommunicatorTest : public ::testing::TestWithParam<Chunking> {
  protected:
@@ -166,18 +170,19 @@ void reduce_scatter_case(Communicator& comm, size_t count, ReduceOp op, bool asy
   const std::string what = label(async ? "reduce_scatter_async" : "reduce_scatter", op, count);
   for (size_t i = 0; i < count; ++i) bad.check(what, i, recv[i], expected<float>(op, size, size_t(rank) * count + i));
   // The send buffer is input only.
-  for (size_t i = 0; i < send.size(); ++i) bad.check(what + " (send untouched)", i, send[i], input<float>(op, rank, i));
+  const std::string untouched = what + " (send untouched)";
+  for (size_t i = 0; i < send.size(); ++i) bad.check(untouched, i, send[i], input<float>(op, rank, i));
 }
 
 TEST_P(CommunicatorTest, ReduceScatter) {
-  for (size_t count : sizes())
-    for (ReduceOp op : ALL_OPS) reduce_scatter_case(*comm, count, op, false, bad);
+  for (size_t n : sizes())
+    for (ReduceOp op : ALL_OPS) reduce_scatter_case(*comm, block_count(n, comm->size()), op, false, bad);
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
 TEST_P(CommunicatorTest, ReduceScatterAsync) {
-  for (size_t count : sizes())
-    for (ReduceOp op : ALL_OPS) reduce_scatter_case(*comm, count, op, true, bad);
+  for (size_t n : sizes())
+    for (ReduceOp op : ALL_OPS) reduce_scatter_case(*comm, block_count(n, comm->size()), op, true, bad);
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
@@ -199,20 +204,21 @@ void all_gather_case(Communicator& comm, size_t count, bool async, bool in_place
     comm.all_gather(send, recv.data(), count);
   const std::string what = std::string(async ? "all_gather_async" : "all_gather") + (in_place ? " in place" : "") +
                            " n=" + std::to_string(count);
-  for (int b = 0; b < size; ++b)
-    for (size_t i = 0; i < count; ++i)
-      bad.check(what + " block " + std::to_string(b), i, recv[size_t(b) * count + i], gather_input(b, i));
+  for (int b = 0; b < size; ++b) {
+    const std::string block = what + " block " + std::to_string(b);
+    for (size_t i = 0; i < count; ++i) bad.check(block, i, recv[size_t(b) * count + i], gather_input(b, i));
+  }
 }
 
 TEST_P(CommunicatorTest, AllGather) {
-  for (size_t count : sizes())
-    for (bool in_place : {false, true}) all_gather_case(*comm, count, false, in_place, bad);
+  for (size_t n : sizes())
+    for (bool in_place : {false, true}) all_gather_case(*comm, block_count(n, comm->size()), false, in_place, bad);
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
 TEST_P(CommunicatorTest, AllGatherAsync) {
-  for (size_t count : sizes())
-    for (bool in_place : {false, true}) all_gather_case(*comm, count, true, in_place, bad);
+  for (size_t n : sizes())
+    for (bool in_place : {false, true}) all_gather_case(*comm, block_count(n, comm->size()), true, in_place, bad);
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
@@ -236,7 +242,8 @@ TEST_P(CommunicatorTest, BroadcastFromLastAndFirstRank) {
 // started: MPI matches non-blocking collectives by start order, so completion order must not matter.
 TEST_P(CommunicatorTest, SeveralAsyncInFlightCompletedInReverse) {
   const int size = comm->size(), rank = comm->rank();
-  for (size_t n : sizes()) {
+  for (size_t total : sizes()) {
+    const size_t n = block_count(total, size);
     std::vector<std::vector<float>> reduce_bufs;
     for (ReduceOp op : ALL_OPS) {
       std::vector<float> b(n);
@@ -253,17 +260,16 @@ TEST_P(CommunicatorTest, SeveralAsyncInFlightCompletedInReverse) {
     pending.push_back(comm->all_gather_async(ag_send.data(), ag_recv.data(), n));
     for (auto it = pending.rbegin(); it != pending.rend(); ++it) (*it)->wait();
 
-    const std::string nn = " n=" + std::to_string(n);
-    for (size_t k = 0; k < 3; ++k)
-      for (size_t i = 0; i < n; ++i)
-        bad.check(label("in flight all_reduce", ALL_OPS[k], n), i, reduce_bufs[k][i],
-                  expected<float>(ALL_OPS[k], size, i));
+    for (size_t k = 0; k < 3; ++k) {
+      const std::string what = label("in flight all_reduce", ALL_OPS[k], n);
+      for (size_t i = 0; i < n; ++i) bad.check(what, i, reduce_bufs[k][i], expected<float>(ALL_OPS[k], size, i));
+    }
+    const std::string rs_what = label("in flight reduce_scatter", REDUCE_OP_AVG, n);
     for (size_t i = 0; i < n; ++i)
-      bad.check("in flight reduce_scatter avg" + nn, i, rs_recv[i],
-                expected<float>(REDUCE_OP_AVG, size, size_t(rank) * n + i));
+      bad.check(rs_what, i, rs_recv[i], expected<float>(REDUCE_OP_AVG, size, size_t(rank) * n + i));
+    const std::string ag_what = "in flight all_gather n=" + std::to_string(n);
     for (int b = 0; b < size; ++b)
-      for (size_t i = 0; i < n; ++i)
-        bad.check("in flight all_gather" + nn, i, ag_recv[size_t(b) * n + i], gather_input(b, i));
+      for (size_t i = 0; i < n; ++i) bad.check(ag_what, i, ag_recv[size_t(b) * n + i], gather_input(b, i));
   }
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
@@ -279,27 +285,27 @@ TEST_P(CommunicatorTest, TestPollingThenIdempotentWait) {
     request->wait();
     request->wait();
     EXPECT_TRUE(request->test());
-    for (size_t i = 0; i < n; ++i)
-      bad.check(label("polled all_reduce_async", REDUCE_OP_AVG, n), i, buf[i],
-                expected<float>(REDUCE_OP_AVG, comm->size(), i));
+    const std::string what = label("polled all_reduce_async", REDUCE_OP_AVG, n);
+    for (size_t i = 0; i < n; ++i) bad.check(what, i, buf[i], expected<float>(REDUCE_OP_AVG, comm->size(), i));
   }
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
 // Dropping a pending request completes it (and applies the AVG scaling) before the buffer is read.
 TEST_P(CommunicatorTest, DestroyingPendingRequestWaits) {
-  for (size_t n : sizes()) {
+  for (size_t total : sizes()) {
+    const size_t n = block_count(total, comm->size());
     std::vector<float> buf(n), recv(n);
     std::vector<float> send(size_t(comm->size()) * n);
     for (size_t i = 0; i < n; ++i) buf[i] = sum_input<float>(comm->rank(), i);
     for (size_t i = 0; i < send.size(); ++i) send[i] = sum_input<float>(comm->rank(), i);
     { auto request = comm->all_reduce_async(buf.data(), n, REDUCE_OP_AVG); }
     { auto request = comm->reduce_scatter_async(send.data(), recv.data(), n, REDUCE_OP_AVG); }
+    const std::string ar_what = label("dropped all_reduce_async", REDUCE_OP_AVG, n);
+    const std::string rs_what = label("dropped reduce_scatter_async", REDUCE_OP_AVG, n);
     for (size_t i = 0; i < n; ++i) {
-      bad.check(label("dropped all_reduce_async", REDUCE_OP_AVG, n), i, buf[i],
-                expected<float>(REDUCE_OP_AVG, comm->size(), i));
-      bad.check(label("dropped reduce_scatter_async", REDUCE_OP_AVG, n), i, recv[i],
-                expected<float>(REDUCE_OP_AVG, comm->size(), size_t(comm->rank()) * n + i));
+      bad.check(ar_what, i, buf[i], expected<float>(REDUCE_OP_AVG, comm->size(), i));
+      bad.check(rs_what, i, recv[i], expected<float>(REDUCE_OP_AVG, comm->size(), size_t(comm->rank()) * n + i));
     }
   }
   EXPECT_EQ(total_over_ranks(bad), 0);
@@ -319,10 +325,11 @@ TEST_P(CommunicatorTest, SubCommunicator) {
       std::vector<double> buf(n);
       for (size_t i = 0; i < n; ++i) buf[i] = double(rank) + double(i % 5);
       sub->all_reduce(buf.data(), n, REDUCE_OP_SUM);
+      const std::string what = "sub-communicator all_reduce n=" + std::to_string(n);
       for (size_t i = 0; i < n; ++i) {
         double want = 0;
         for (int r = rank % 2; r < size; r += 2) want += double(r) + double(i % 5);
-        bad.check("sub-communicator all_reduce n=" + std::to_string(n), i, buf[i], want);
+        bad.check(what, i, buf[i], want);
       }
     }
   }

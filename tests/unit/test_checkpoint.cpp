@@ -1,5 +1,5 @@
-// Checkpoint tests: bitwise round trip, the documented HDF5 layout, atomic save/keep-K/latest, resume resolution,
-// and clear errors for wrong configs, corrupted, truncated and foreign files and unwritable folders.
+// Checkpoint tests: bitwise round trip (whole and sharded), the documented HDF5 layout, atomic save/keep-K/latest,
+// resume resolution with fallback past damaged files, and clear errors for wrong configs and bad files or folders.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <signal.h>
@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/h5.h"
 #include "core/philox.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
@@ -98,6 +100,24 @@ Error expect_error(const std::function<void()>& fn, const std::vector<std::strin
   }
   ADD_FAILURE() << "expected ember::Error";
   return Error("", "");
+}
+
+// Flips 8 bytes in the middle of the only occurrence of `marker` (raw fp32 bytes of tensor data) in the file at
+// `path`: damage that only the Fletcher32 checksum of that chunk can notice.
+void flip_marker(const std::string& path, const std::string& marker) {
+  std::string bytes = read_text(path);
+  const size_t at = bytes.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(bytes.find(marker, at + 1), std::string::npos) << "marker must be unique";
+  for (size_t i = 0; i < 8; ++i) bytes[at + 20 + i] = char(~bytes[at + 20 + i]);
+  write_text(path, bytes);
+}
+
+// Puts 16 values no random draw produces in the middle of wte and returns their bytes, to find them in the file.
+std::string plant_marker(const ParamTable& t, Arenas& a, float base) {
+  const size_t mid = t.wte().offset + t.wte().numel / 2;
+  for (int i = 0; i < 16; ++i) a.params[mid + size_t(i)] = base + 0.125f * float(i);
+  return std::string(reinterpret_cast<const char*>(&a.params[mid]), 16 * sizeof(float));
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -287,6 +307,9 @@ TEST_F(CheckpointTest, KeepsNewestKAndLatestNamesNewest) {
 }
 
 TEST_F(CheckpointTest, ResolveResume) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 11);
   const std::string folder = (dir_ / "ckpt").string();
   EXPECT_EQ(resolve_resume(folder, ""), "");
   EXPECT_EQ(resolve_resume(folder, "auto"), "");  // folder does not exist yet: fresh start
@@ -294,9 +317,8 @@ TEST_F(CheckpointTest, ResolveResume) {
   EXPECT_EQ(resolve_resume(folder, "auto"), "");  // empty folder
 
   // Without `latest`, the highest step number wins (not the lexically last name: 9 digits past 99999999).
-  write_text(fs::path(folder) / "step_99999999.h5", "x");
-  write_text(fs::path(folder) / "step_100000000.h5", "x");
-  write_text(fs::path(folder) / "step_00000005.h5", "x");
+  for (int64_t step : {99999999, 100000000, 5}) save_checkpoint(folder, make_meta(c, step), t, a.tensors(), 0);
+  fs::remove(fs::path(folder) / "latest");
   EXPECT_EQ(resolve_resume(folder, "auto"), (fs::path(folder) / "step_100000000.h5").string());
 
   write_text(fs::path(folder) / "latest", "step_00000005.h5\n");
@@ -310,6 +332,9 @@ TEST_F(CheckpointTest, ResolveResume) {
   const std::string missing = (dir_ / "nope" / "step_00000001.h5").string();
   expect_error([&] { resolve_resume(folder, missing); }, {missing, "does not exist"});
   expect_error([&] { resolve_resume(folder, folder); }, {folder, "not a file"});
+  const std::string junk = (dir_ / "junk.h5").string();
+  write_text(junk, "x");
+  expect_error([&] { resolve_resume(folder, junk); }, {junk, "not an HDF5 file"});
 }
 
 TEST_F(CheckpointTest, ShapeMismatchNamesDatasetAndShapes) {
@@ -349,13 +374,7 @@ TEST_F(CheckpointTest, CorruptedDataIsDetectedByChecksum) {
   for (int i = 0; i < 16; ++i) a.params[mid + size_t(i)] = 1000.0f + 0.125f * float(i);
   const std::string path = save_checkpoint(dir_.string(), make_meta(c, 1), t, a.tensors(), 0);
 
-  std::string bytes = read_text(path);
-  const std::string marker(reinterpret_cast<const char*>(&a.params[mid]), 16 * sizeof(float));
-  const size_t at = bytes.find(marker);
-  ASSERT_NE(at, std::string::npos);
-  ASSERT_EQ(bytes.find(marker, at + 1), std::string::npos) << "marker must be unique";
-  for (size_t i = 0; i < 8; ++i) bytes[at + 20 + i] = char(~bytes[at + 20 + i]);
-  write_text(path, bytes);
+  flip_marker(path, std::string(reinterpret_cast<const char*>(&a.params[mid]), 16 * sizeof(float)));
 
   Arenas b(t);
   CheckpointMeta got;
@@ -494,6 +513,235 @@ TEST_F(CheckpointTest, NoRoomFailsBeforeWriting) {
     signal(SIGXFSZ, old_handler);
     EXPECT_TRUE(threw);
   });
+}
+
+// A config whose tensors are not multiples of the arena's 16-float alignment, so the arena has padding between them.
+ModelConfig padded_config() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 24;
+  c.block_size = 13;
+  c.vocab_size = 61;
+  return c;
+}
+
+bool inside_a_tensor(const ParamTable& t, size_t i) {
+  return std::any_of(t.params().begin(), t.params().end(),
+                     [&](const ParamInfo& p) { return i >= p.offset && i < p.offset + p.numel; });
+}
+
+TEST_F(CheckpointTest, LoadsAnOptimizerShard) {
+  const ModelConfig c = padded_config();
+  const ParamTable t(c);
+  Arenas src = random_arenas(t, 12);
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 4), t, src.tensors(), 0);
+  const ParamInfo& qkv = t.block(0, BLOCK_PARAM_QKV_W);  // (C, 3C)
+  const ParamInfo& fc = t.block(1, BLOCK_PARAM_FC_W);    // (C, 4C)
+  const size_t qkv_cols = size_t(qkv.shape[1]), fc_cols = size_t(fc.shape[1]);
+  ASSERT_LT(qkv.offset + qkv.numel, t.total_numel());
+  ASSERT_TRUE(!inside_a_tensor(t, t.block(0, BLOCK_PARAM_LN1_W).offset + size_t(c.n_embd))) << "no padding to test";
+  const std::pair<size_t, size_t> shards[] = {
+      {qkv.offset + 3 * qkv_cols + 5, fc.offset + 7 * fc_cols + 11},  // across tensors and padding, ends mid-row
+      {qkv.offset + 2 * qkv_cols + 1, qkv.offset + 2 * qkv_cols + 9},  // inside one row
+      {qkv.offset + qkv_cols - 3, qkv.offset + 4 * qkv_cols + 2},      // partial row, whole rows, partial row
+      {qkv.offset + 7, qkv.offset + 7},                                // empty
+      {fc.offset + 13, t.total_numel()},                               // to the end of the arena
+      {0, t.total_numel()},                                            // everything
+  };
+  const float sentinel = -12345.0f;
+  for (const auto& [begin, end] : shards) {
+    std::vector<float> params(t.total_numel(), 0.0f), m(end - begin + 1, sentinel), v(end - begin + 1, sentinel);
+    CheckpointMeta got;
+    load_checkpoint(path, t, CheckpointTensors{params.data(), m.data(), v.data(), begin, end}, got);
+    EXPECT_EQ(params, src.params);  // weights are always read whole
+    size_t bad = 0;
+    for (size_t i = begin; i < end; ++i) {
+      // Inside a tensor: the saved value; in the padding between tensors: untouched.
+      const bool in = inside_a_tensor(t, i);
+      bad += m[i - begin] != (in ? src.m[i] : sentinel);
+      bad += v[i - begin] != (in ? src.v[i] : sentinel);
+    }
+    bad += m.back() != sentinel || v.back() != sentinel;  // nothing written past the shard
+    EXPECT_EQ(bad, 0u) << "shard [" << begin << ", " << end << ")";
+  }
+}
+
+TEST_F(CheckpointTest, PerRankStateRoundTrips) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 13);
+  CheckpointMeta meta = make_meta(c, 6);
+  meta.world_size = 3;
+  meta.ranks = {{7, uint64_t(1) << 40}, {8, 2}, {UINT64_MAX, 3}};
+  const std::string path = save_checkpoint(dir_.string(), meta, t, a.tensors(), 0);
+  const CheckpointMeta got = read_checkpoint_meta(path);
+  EXPECT_EQ(got.world_size, 3);
+  ASSERT_EQ(got.ranks.size(), 3u);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(got.ranks[r].data_cursor, meta.ranks[r].data_cursor) << r;
+    EXPECT_EQ(got.ranks[r].rng_offset, meta.ranks[r].rng_offset) << r;
+  }
+  Arenas b(t);
+  CheckpointMeta loaded;
+  load_checkpoint(path, t, b.tensors(), loaded);
+  ASSERT_EQ(loaded.ranks.size(), 3u);
+  EXPECT_EQ(loaded.ranks[2].data_cursor, UINT64_MAX);
+
+  // world_size and the per-rank entries must agree, and one rank writes the whole arena.
+  CheckpointMeta bad = meta;
+  bad.ranks.resize(2);
+  expect_error([&] { save_checkpoint(dir_.string(), bad, t, a.tensors(), 0); }, {"world_size"});
+  CheckpointTensors part = a.tensors();
+  part.shard_begin = 16;
+  expect_error([&] { save_checkpoint(dir_.string(), meta, t, part, 0); }, {"whole parameter arena"});
+  EXPECT_FALSE(fs::exists(dir_ / "step_00000006.h5.tmp"));
+}
+
+// Saves steps 1, 2 and 3 into `folder` (keeping all) and returns the marker planted in step 3's wte.
+std::string save_three(const fs::path& folder) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 14);
+  save_checkpoint(folder.string(), make_meta(c, 1), t, a.tensors(), 0);
+  save_checkpoint(folder.string(), make_meta(c, 2), t, a.tensors(), 0);
+  const std::string marker = plant_marker(t, a, 3000.0f);
+  save_checkpoint(folder.string(), make_meta(c, 3), t, a.tensors(), 0);
+  return marker;
+}
+
+TEST_F(CheckpointTest, AutoResumeSkipsCorruptedNewest) {
+  const fs::path folder = dir_ / "ckpt";
+  const std::string marker = save_three(folder);
+  const std::string s1 = (folder / "step_00000001.h5").string(), s2 = (folder / "step_00000002.h5").string(),
+                    s3 = (folder / "step_00000003.h5").string();
+  flip_marker(s3, marker);
+  EXPECT_EQ(read_checkpoint_meta(s3).step, 3);  // the metadata still reads: only a full read notices
+
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(resolve_resume(folder.string(), "auto"), s2);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("checkpoint " + s3 + " is unreadable (dataset /model/transformer/wte/weight is corrupted "
+                     "(checksum mismatch)); falling back to " + s2),
+            std::string::npos)
+      << log;
+
+  // An explicit --resume of the damaged file fails with the clear error instead.
+  expect_error([&] { resolve_resume(folder.string(), s3); }, {s3, "corrupted (checksum mismatch)"});
+
+  // Fallbacks are older than the file `latest` names, never newer leftovers; with none readable, a fresh start.
+  fs::resize_file(s2, fs::file_size(s2) / 2);
+  write_text(folder / "latest", "step_00000002.h5\n");
+  EXPECT_EQ(resolve_resume(folder.string(), "auto"), s1);
+  fs::resize_file(s1, 100);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(resolve_resume(folder.string(), "auto"), "");
+  const std::string log2 = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log2.find("falling back to a fresh start"), std::string::npos) << log2;
+  EXPECT_NE(log2.find("starting fresh"), std::string::npos) << log2;
+}
+
+TEST_F(CheckpointTest, AutoResumeSkipsTruncatedNewest) {
+  const fs::path folder = dir_ / "ckpt";
+  save_three(folder);
+  const std::string s2 = (folder / "step_00000002.h5").string(), s3 = (folder / "step_00000003.h5").string();
+  fs::resize_file(s3, fs::file_size(s3) - 1000);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(resolve_resume(folder.string(), "auto"), s2);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("checkpoint " + s3 + " is unreadable (truncated"), std::string::npos) << log;
+  EXPECT_NE(log.find("falling back to " + s2), std::string::npos) << log;
+}
+
+TEST_F(CheckpointTest, AutoResumeWhenLatestNamesMissingFile) {
+  const fs::path folder = dir_ / "ckpt";
+  save_three(folder);
+  EXPECT_EQ(read_text(folder / "latest"), "step_00000003.h5\n");
+  fs::remove(folder / "step_00000003.h5");
+  EXPECT_EQ(resolve_resume(folder.string(), "auto"), (folder / "step_00000002.h5").string());
+  write_text(folder / "latest", "step_00000009.h5\n");
+  EXPECT_EQ(resolve_resume(folder.string(), "auto"), (folder / "step_00000002.h5").string());
+}
+
+TEST_F(CheckpointTest, ScanReportsEveryDatasetAndCorruption) {
+  ModelConfig c = small_config();
+  c.n_layer = 11;  // h/10 exists: the listing must put it after h/2
+  c.n_embd = 16;
+  c.n_head = 1;
+  c.vocab_size = 1024;
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 15);
+  const std::string marker = plant_marker(t, a, 5000.0f);
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 1), t, a.tensors(), 0);
+  verify_checkpoint(path);
+
+  auto find = [](const std::vector<CheckpointDatasetReport>& all, const std::string& name) {
+    return std::find_if(all.begin(), all.end(), [&](const CheckpointDatasetReport& r) { return r.path == name; }) -
+           all.begin();
+  };
+  std::vector<CheckpointDatasetReport> all = scan_checkpoint(path);
+  ASSERT_EQ(all.size(), 1 + 3 * t.params().size());
+  for (const CheckpointDatasetReport& r : all) EXPECT_TRUE(r.ok) << r.path << ": " << r.problem;
+  const auto cfg = size_t(find(all, "/config"));
+  ASSERT_LT(cfg, all.size());
+  EXPECT_EQ(all[cfg].dtype, "string");
+  EXPECT_TRUE(all[cfg].shape.empty());
+  const auto wte = size_t(find(all, "/model/transformer/wte/weight"));
+  ASSERT_LT(wte, all.size());
+  EXPECT_EQ(all[wte].dtype, "float32");
+  EXPECT_EQ(all[wte].shape, (std::vector<uint64_t>{1024, 16}));
+  EXPECT_LT(find(all, "/model/transformer/h/2/ln_1/bias"), find(all, "/model/transformer/h/10/ln_1/bias"));
+
+  flip_marker(path, marker);
+  all = scan_checkpoint(path);
+  ASSERT_EQ(all.size(), 1 + 3 * t.params().size());
+  for (const CheckpointDatasetReport& r : all) {
+    if (r.path == "/model/transformer/wte/weight") {
+      EXPECT_FALSE(r.ok);
+      EXPECT_EQ(r.problem, "corrupted (checksum mismatch)");
+    } else {
+      EXPECT_TRUE(r.ok) << r.path << ": " << r.problem;
+    }
+  }
+  expect_error([&] { verify_checkpoint(path); }, {path, "/model/transformer/wte/weight", "corrupted (checksum mismatch)"});
+}
+
+// select_flat_range on a 3-d dataset: every flat range [lo, hi) reads exactly the elements lo .. hi-1.
+TEST(CheckpointFlatRange, SelectsEveryRangeOf3dDataset) {
+  H5Quiet quiet;
+  H5Handle fapl = EMBER_H5_OWN(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  ASSERT_GE(H5Pset_fapl_core(fapl.get(), 1 << 16, false), 0);  // in memory, never written out
+  H5Handle file(H5Fcreate("flat_range.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  ASSERT_GE(file.get(), 0);
+  const std::vector<hsize_t> dims = {3, 4, 5};
+  const hsize_t n = 60;
+  H5Handle space(H5Screate_simple(3, dims.data(), nullptr), H5Sclose);
+  H5Handle dset(H5Dcreate2(file.get(), "d", H5T_NATIVE_INT, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose);
+  ASSERT_GE(dset.get(), 0);
+  std::vector<int> all(n);
+  for (hsize_t i = 0; i < n; ++i) all[i] = int(i);
+  ASSERT_GE(H5Dwrite(dset.get(), H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()), 0);
+  int bad = 0;
+  for (hsize_t lo = 0; lo <= n; ++lo)
+    for (hsize_t hi = lo; hi <= n; ++hi) {
+      H5Handle fspace(H5Dget_space(dset.get()), H5Sclose);
+      select_flat_range(fspace.get(), dims, lo, hi);
+      if (H5Sget_select_npoints(fspace.get()) != hssize_t(hi - lo)) {
+        ++bad;
+        continue;
+      }
+      if (lo == hi) continue;
+      const hsize_t count = hi - lo;
+      H5Handle mspace(H5Screate_simple(1, &count, nullptr), H5Sclose);
+      std::vector<int> got(count, -1);
+      if (H5Dread(dset.get(), H5T_NATIVE_INT, mspace.get(), fspace.get(), H5P_DEFAULT, got.data()) < 0) {
+        ++bad;
+        continue;
+      }
+      for (hsize_t i = 0; i < count; ++i) bad += got[i] != int(lo + i);
+    }
+  EXPECT_EQ(bad, 0);
 }
 
 }  // namespace

@@ -1,0 +1,83 @@
+// The checkpoint file layout (internal to src/train/checkpoint*.cpp): writing the datasets and attributes of
+// docs/checkpoint-format.md, one rank's part of each at a time, and reading them back whole or as a flat range.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/h5.h"
+#include "train/checkpoint.h"
+
+namespace ember::checkpoint_detail {
+
+// A range [begin, end) of flat element indices of the parameter arena.
+struct ArenaRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// What one rank writes: the elements of `write` in /model and, when the moment arenas are given, in
+// /optimizer/exp_avg and exp_avg_sq. params holds the whole arena; exp_avg[i] is arena element moments_base + i.
+struct WriteSource {
+  const float* params = nullptr;
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+  size_t moments_base = 0;
+  ArenaRange write;
+};
+
+// How core/h5.h helpers word failures in checkpoint `file`.
+H5Context h5_context(const std::string& file);
+
+// Failure of an HDF5 call on checkpoint `file`: "checkpoint F: <what>: <HDF5's reason>" with `hint`.
+[[noreturn]] void fail_io(const std::string& file, const std::string& what, const char* hint);
+
+// Dataset path of a parameter: the Hugging Face key with '.' -> '/', under `prefix` ("/model", "/optimizer/exp_avg").
+std::string tensor_path(const std::string& prefix, const std::string& hf_name);
+
+// Bytes a checkpoint of `table` takes on disk (tensors, checksums, metadata), for the free-space check.
+uint64_t estimated_file_bytes(const ParamTable& table, bool has_exp_avg, bool has_exp_avg_sq, size_t config_bytes);
+
+// File access properties for checkpoints: no file locking, and v1.8 object format (metadata checksums) for writes.
+H5Handle checkpoint_fapl(bool for_writing);
+
+// The writing of one file's contents as a sequence of steps (root attributes, /optimizer, /ranks, one tensor
+// dataset each). Every step closes what it opens. In a parallel file (`parallel`: opened with the MPI-IO driver)
+// each step is collective: all ranks run the same steps in the same order, with identical metadata, each writing
+// only `src.write` of every tensor through `dxpl`; /config is then left out (parallel HDF5 1.10 cannot write
+// variable-length data) and written afterwards by write_config on a serial reopen of the file.
+std::vector<std::function<void()>> content_steps(hid_t file_id, const CheckpointMeta& meta, const ParamTable& table,
+                                                 const WriteSource& src, hid_t dxpl, bool parallel,
+                                                 const std::string& file);
+
+// Creates and writes /config (a scalar variable-length string) in the open serial file.
+void write_config(hid_t file_id, const std::string& config_ini, const std::string& file);
+
+// Opens an existing checkpoint read-only (sec2 driver); missing, non-HDF5 and truncated files get their own message.
+H5Handle open_checkpoint(const std::string& path);
+
+// Reads and validates the root attributes, /config, /optimizer and every /ranks/<r>.
+CheckpointMeta read_meta(hid_t file_id, const std::string& file);
+
+// Opens the dataset at `path` and checks it is a float tensor of exactly `expected` dims (missing or mismatched:
+// an error naming the dataset, both shapes and the model config the file was written for).
+H5Handle open_tensor_checked(hid_t file_id, const std::string& path, const std::vector<hsize_t>& expected,
+                             const CheckpointMeta& meta, const std::string& file);
+
+// Reads the flat element range [lo, hi) of the float dataset `dset` (shape `dims`) into dst[0 .. hi - lo); a
+// checksum failure is reported as "dataset D is corrupted (checksum mismatch)".
+void read_tensor_range(hid_t dset, const std::vector<hsize_t>& dims, hsize_t lo, hsize_t hi, float* dst,
+                       const std::string& path, const std::string& file);
+
+// Reads every dataset of the open file in full and reports each (CheckpointDatasetReport), in natural order
+// (h/2 before h/10); a damaged dataset is reported and the scan goes on.
+std::vector<CheckpointDatasetReport> scan_datasets(hid_t file_id, const std::string& file);
+
+std::vector<hsize_t> to_dims(const std::vector<int64_t>& shape);
+
+}  // namespace ember::checkpoint_detail

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Stop on request: SIGUSR1 to one rank of a 2-rank run stops every rank at the same step with a checkpoint and exit
+# code 3, `--resume auto` continues from it to the end; `--max-runtime` does the same by wall clock on one rank.
+source "$(dirname "$0")/common.bash"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+
+mpirun_pid=""
+cleanup() {
+  if [ -n "$mpirun_pid" ] && kill -0 "$mpirun_pid" 2>/dev/null; then
+    local pid
+    for pid in $(pgrep -P "$mpirun_pid" || true); do kill -KILL "$pid" 2>/dev/null || true; done
+    kill -KILL "$mpirun_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+# rank_pid RANK: the process id of that rank among mpirun's children (from the rank's environment).
+rank_pid() {
+  local pid
+  for pid in $(pgrep -P "$mpirun_pid" || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# lines FILE: its line count, 0 while it does not exist.
+lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+
+"$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null
+train=(train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run --eval.every=0 --checkpoint.interval=0
+       --run.log_every=100)
+
+# 1. SIGUSR1 to rank 1 only, once training is under way.
+mpirun -np 2 --oversubscribe "$EMBER" "${train[@]}" --training.steps=2000 >stop.log 2>&1 &
+mpirun_pid=$!
+for _ in $(seq 600); do
+  [ "$(lines run/metrics.jsonl)" -ge 5 ] && break
+  kill -0 "$mpirun_pid" 2>/dev/null || { cat stop.log >&2; fail "2-rank training ended before step 5"; }
+  sleep 0.1
+done
+[ "$(lines run/metrics.jsonl)" -ge 5 ] || { cat stop.log >&2; fail "no 5 steps within 60 s"; }
+victim=$(rank_pid 1) || fail "cannot find the process of rank 1 among the children of mpirun $mpirun_pid"
+kill -USR1 "$victim"
+start=$SECONDS
+while kill -0 "$mpirun_pid" 2>/dev/null && [ $((SECONDS - start)) -lt 60 ]; do sleep 0.1; done
+kill -0 "$mpirun_pid" 2>/dev/null && { cat stop.log >&2; fail "still running 60 s after SIGUSR1 to rank 1"; }
+rc=0
+wait "$mpirun_pid" || rc=$?
+mpirun_pid=""
+[ "$rc" -eq 3 ] || { cat stop.log >&2; fail "SIGUSR1 run exited $rc, expected 3 (stopped early after a checkpoint)"; }
+grep -q "stopping early" stop.log || { cat stop.log >&2; fail "no 'stopping early' line after SIGUSR1"; }
+latest=$(cat run/checkpoints/latest) || fail "no checkpoints/latest after the stop"
+[[ "$latest" =~ ^step_([0-9]{8})\.h5$ ]] || fail "latest names '$latest', not a step_XXXXXXXX.h5"
+N=$((10#${BASH_REMATCH[1]}))
+[ "$N" -ge 5 ] && [ "$N" -lt 2000 ] || fail "stopped at step $N, expected 5 <= step < 2000"
+grep -q "checkpoint run/checkpoints/$latest" stop.log || { cat stop.log >&2; fail "no 'checkpoint .../$latest' line"; }
+last_metric=$("$PYTHON" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["step"])' run/metrics.jsonl)
+[ "$last_metric" -eq "$N" ] || fail "metrics end at step $last_metric but the checkpoint is step $N"
+"$EMBER" inspect "run/checkpoints/$latest" | grep -Eq "^step +$N\$" || fail "ember inspect: $latest is not step $N"
+echo "ok: SIGUSR1 to rank 1 -> exit 3 after $((SECONDS - start)) s with checkpoint $latest"
+
+# 2. Resume from the stop and finish 5 steps later.
+mpirun -np 2 --oversubscribe "$EMBER" "${train[@]}" --training.steps=$((N + 5)) --resume auto >resume.log 2>&1 ||
+  { cat resume.log >&2; fail "resumed run failed"; }
+grep -q "resumed from .*$latest at step $N" resume.log || { cat resume.log >&2; fail "did not resume from $latest"; }
+final=$(printf 'step_%08d.h5' $((N + 5)))
+[ "$(cat run/checkpoints/latest)" = "$final" ] || fail "resumed run ended at $(cat run/checkpoints/latest), not $final"
+echo "ok: --resume auto continued from step $N to $((N + 5))"
+
+# 3. --max-runtime 3 on one rank: stops by the clock, with a checkpoint, exit 3.
+start=$SECONDS
+rc=0
+timeout 120 "$EMBER" "${train[@]}" --run.dir=timed --training.steps=1000000 --max-runtime 3 >timed.log 2>&1 || rc=$?
+elapsed=$((SECONDS - start))
+[ "$rc" -eq 3 ] || { cat timed.log >&2; fail "--max-runtime 3 exited $rc, expected 3"; }
+[ "$elapsed" -ge 3 ] && [ "$elapsed" -le 30 ] || fail "--max-runtime 3 took $elapsed s"
+grep -q "stopping early" timed.log || { cat timed.log >&2; fail "no 'stopping early' line with --max-runtime"; }
+timed_latest=$(cat timed/checkpoints/latest) || fail "no checkpoint after --max-runtime"
+"$EMBER" inspect "timed/checkpoints/$timed_latest" >/dev/null || fail "--max-runtime checkpoint $timed_latest unreadable"
+echo "ok: --max-runtime 3 -> exit 3 after $elapsed s with checkpoint $timed_latest"
+echo PASS

@@ -1,0 +1,350 @@
+// Parallel checkpoint tests: all ranks write one file collectively (MPI-IO), each its ZeRO shard, and any split of
+// the arena loads it back exactly; the file is plain HDF5 for one process; a failure on any rank fails every rank.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/model_config.h"
+#include "model/param_table.h"
+#include "train/checkpoint.h"
+
+namespace ember {
+namespace {
+
+namespace fs = std::filesystem;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Every rank calls this at the same point, so a failure on any rank fails the test on all of them.
+long long total_over_ranks(long long local) {
+  long long total = 0;
+  MPI_Allreduce(&local, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return total;
+}
+
+std::string broadcast_from_root(std::string s) {
+  unsigned long long n = s.size();
+  MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  s.resize(size_t(n));
+  if (n) MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return s;
+}
+
+// True on every rank when `s` is the same string on every rank.
+bool same_on_all_ranks(const std::string& s) { return total_over_ranks(broadcast_from_root(s) != s) == 0; }
+
+// Tensor sizes that are not multiples of the arena's 16-float alignment, so the arena has padding between tensors.
+ModelConfig test_config() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 24;
+  c.block_size = 13;
+  c.vocab_size = 61;
+  return c;
+}
+
+// The values every rank stores, a function of the arena index only, exact in fp32.
+float param_value(size_t i) { return float(i % 1000) * 0.25f + 1.0f; }
+float exp_avg_value(size_t i) { return float(i % 777) * 0.5f - 100.0f; }
+float exp_avg_sq_value(size_t i) { return float(i % 999) * 0.125f + 3.0f; }
+constexpr float SENTINEL = -4242.0f;  // what the padding between tensors holds after a load: never written
+
+bool inside_a_tensor(const ParamTable& t, size_t i) {
+  return std::any_of(t.params().begin(), t.params().end(),
+                     [&](const ParamInfo& p) { return i >= p.offset && i < p.offset + p.numel; });
+}
+
+// The first arena index >= i that lies strictly inside a row of a 2-d tensor (not at a row start), so shard
+// boundaries cut rows and the writer's partial-row hyperslabs get exercised.
+size_t mid_row_at_or_after(const ParamTable& t, size_t i) {
+  for (size_t j = i; j < t.total_numel(); ++j)
+    for (const ParamInfo& p : t.params())
+      if (p.shape.size() == 2 && j > p.offset && j < p.offset + p.numel && (j - p.offset) % size_t(p.shape[1]) != 0)
+        return j;
+  return t.total_numel();
+}
+
+// Boundaries of `pieces` shards: cuts near total * weight_k / sum(weights), each moved to a mid-row index.
+std::vector<size_t> split(const ParamTable& t, const std::vector<size_t>& weights) {
+  size_t sum = 0;
+  for (size_t w : weights) sum += w;
+  std::vector<size_t> b = {0};
+  size_t acc = 0;
+  for (size_t k = 0; k + 1 < weights.size(); ++k) {
+    acc += weights[k];
+    b.push_back(std::max(b.back(), mid_row_at_or_after(t, t.total_numel() * acc / sum)));
+  }
+  b.push_back(t.total_numel());
+  return b;
+}
+
+std::vector<size_t> even_split(const ParamTable& t, int pieces) { return split(t, std::vector<size_t>(size_t(pieces), 1)); }
+
+struct RankArenas {
+  std::vector<float> params, m, v;  // params: the whole arena; m, v: the shard [begin, end)
+  size_t begin = 0, end = 0;
+  CheckpointTensors tensors() { return CheckpointTensors{params.data(), m.data(), v.data(), begin, end}; }
+};
+
+RankArenas filled(const ParamTable& t, size_t begin, size_t end) {
+  RankArenas a;
+  a.begin = begin;
+  a.end = end;
+  a.params.resize(t.total_numel());
+  for (size_t i = 0; i < a.params.size(); ++i) a.params[i] = param_value(i);
+  for (size_t i = begin; i < end; ++i) {
+    a.m.push_back(exp_avg_value(i));
+    a.v.push_back(exp_avg_sq_value(i));
+  }
+  return a;
+}
+
+// Loads `path` with the moment shard [begin, end) and counts the elements that differ from what was saved.
+long long load_and_check(const std::string& path, const ParamTable& t, size_t begin, size_t end, CheckpointMeta& meta) {
+  std::vector<float> params(t.total_numel(), SENTINEL), m(end - begin, SENTINEL), v(end - begin, SENTINEL);
+  load_checkpoint(path, t, CheckpointTensors{params.data(), m.data(), v.data(), begin, end}, meta);
+  long long bad = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool in = inside_a_tensor(t, i);
+    const bool ok = params[i] == (in ? param_value(i) : SENTINEL) &&
+                    (i < begin || i >= end ||
+                     (m[i - begin] == (in ? exp_avg_value(i) : SENTINEL) &&
+                      v[i - begin] == (in ? exp_avg_sq_value(i) : SENTINEL)));
+    if (!ok && bad++ < 5)
+      fprintf(stderr, "[rank %d] %s shard [%zu, %zu): arena index %zu differs\n", world_rank(), path.c_str(), begin,
+              end, i);
+  }
+  return bad;
+}
+
+CheckpointMeta make_meta(const ModelConfig& c, int64_t step) {
+  CheckpointMeta m;
+  m.step = step;
+  m.tokens_seen = step * 4096;
+  m.world_size = world_size();
+  m.config_ini = "[model]\nn_layer = 2\n";
+  m.model = c;
+  m.optimizer_step = step;
+  m.lr = 1e-3f;
+  m.ranks.resize(size_t(world_size()));
+  for (size_t r = 0; r < m.ranks.size(); ++r) m.ranks[r] = {100 + r, (uint64_t(1) << 40) + 7 * r};
+  return m;
+}
+
+// Runs `fn`, which must throw ember::Error; returns its message, or "" (and fails) if it did not throw.
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "[rank " << world_rank() << "] expected ember::Error";
+  return "";
+}
+
+// A fresh folder shared by all ranks (rank 0 picks the unique name), removed after the test.
+class CheckpointMpiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string name;
+    if (world_rank() == 0) {
+      std::string tmpl = (fs::temp_directory_path() / "ember_ckpt_mpi_XXXXXX").string();
+      if (::mkdtemp(tmpl.data()) != nullptr) name = tmpl;
+    }
+    dir_ = broadcast_from_root(name);
+    ASSERT_FALSE(dir_.empty()) << "mkdtemp failed";
+  }
+  void TearDown() override {
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::error_code ec;
+    if (world_rank() == 0) fs::remove_all(dir_, ec);
+  }
+  fs::path dir_;
+};
+
+TEST_F(CheckpointMpiTest, CollectiveSaveLoadsAtAnySplit) {
+  const ModelConfig c = test_config();
+  const ParamTable t(c);
+  const int rank = world_rank(), n = world_size();
+  const std::vector<size_t> bounds = even_split(t, n);
+  RankArenas a = filled(t, bounds[size_t(rank)], bounds[size_t(rank) + 1]);
+  const CheckpointMeta meta = make_meta(c, 30);
+  const std::string folder = (dir_ / "ckpt").string();
+  const std::string path = save_checkpoint(folder, meta, t, a.tensors(), 2, MPI_COMM_WORLD);
+  EXPECT_EQ(path, checkpoint_path(folder, 30));
+  EXPECT_TRUE(same_on_all_ranks(path));
+
+  long long bad = 0;
+  CheckpointMeta got;
+  bad += load_and_check(path, t, a.begin, a.end, got);  // the split that wrote it
+  bad += load_and_check(path, t, 0, t.total_numel(), got);  // one rank holding everything
+  const std::vector<size_t> three = split(t, {1, 3, 2});  // three uneven pieces
+  for (size_t k = 0; k < 3; ++k) bad += load_and_check(path, t, three[k], three[k + 1], got);
+  EXPECT_EQ(total_over_ranks(bad), 0);
+
+  EXPECT_EQ(got.step, 30);
+  EXPECT_EQ(got.world_size, n);
+  ASSERT_EQ(got.ranks.size(), size_t(n));
+  for (size_t r = 0; r < got.ranks.size(); ++r) {
+    EXPECT_EQ(got.ranks[r].data_cursor, 100 + r);
+    EXPECT_EQ(got.ranks[r].rng_offset, (uint64_t(1) << 40) + 7 * r);
+  }
+  EXPECT_EQ(got.config_ini, meta.config_ini);
+  EXPECT_TRUE(same_on_all_ranks(got.created));
+
+  // keep_latest_k = 2 across three collective saves: the oldest goes, `latest` names the newest.
+  save_checkpoint(folder, make_meta(c, 40), t, a.tensors(), 2, MPI_COMM_WORLD);
+  save_checkpoint(folder, make_meta(c, 50), t, a.tensors(), 2, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(fs::exists(checkpoint_path(folder, 40)));
+  EXPECT_EQ(resolve_resume(folder, "auto"), checkpoint_path(folder, 50));
+}
+
+TEST_F(CheckpointMpiTest, FileIsPlainHdf5ForOneProcess) {
+  const ModelConfig c = test_config();
+  const ParamTable t(c);
+  const int rank = world_rank(), n = world_size();
+  const std::vector<size_t> bounds = even_split(t, n);
+  RankArenas a = filled(t, bounds[size_t(rank)], bounds[size_t(rank) + 1]);
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 7), t, a.tensors(), 0, MPI_COMM_WORLD);
+
+  long long bad = 0;
+  if (rank == 0) {  // one process, no MPI-IO: the sec2 driver and plain HDF5 calls
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    EXPECT_GE(f, 0);
+    auto read_u64 = [&](const std::string& obj, const char* name) {
+      uint64_t v = UINT64_MAX;
+      hid_t attr = H5Aopen_by_name(f, obj.c_str(), name, H5P_DEFAULT, H5P_DEFAULT);
+      EXPECT_GE(attr, 0) << obj << ":" << name;
+      if (attr >= 0) {
+        EXPECT_GE(H5Aread(attr, H5T_NATIVE_UINT64, &v), 0);
+        H5Aclose(attr);
+      }
+      return v;
+    };
+    EXPECT_EQ(read_u64("/", "world_size"), uint64_t(n));
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(read_u64("/ranks/" + std::to_string(r), "data_cursor"), uint64_t(100 + r));
+      EXPECT_EQ(read_u64("/ranks/" + std::to_string(r), "rng_offset"), (uint64_t(1) << 40) + 7 * uint64_t(r));
+    }
+    EXPECT_EQ(H5Lexists(f, ("/ranks/" + std::to_string(n)).c_str(), H5P_DEFAULT), 0);
+    // A value straight from a dataset: exp_avg of c_attn.weight of block 1, row 2, column 5.
+    const ParamInfo& qkv = t.block(1, BLOCK_PARAM_QKV_W);
+    hid_t d = H5Dopen2(f, "/optimizer/exp_avg/transformer/h/1/attn/c_attn/weight", H5P_DEFAULT);
+    EXPECT_GE(d, 0);
+    std::vector<float> all(qkv.numel);
+    EXPECT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()), 0);
+    const size_t at = 2 * size_t(qkv.shape[1]) + 5;
+    EXPECT_EQ(all[at], exp_avg_value(qkv.offset + at));
+    H5Dclose(d);
+    H5Fclose(f);
+
+    verify_checkpoint(path);
+    const std::vector<CheckpointDatasetReport> reports = scan_checkpoint(path);
+    EXPECT_EQ(reports.size(), 1 + 3 * t.params().size());
+    for (const CheckpointDatasetReport& r : reports) bad += !r.ok;
+    CheckpointMeta got;
+    bad += load_and_check(path, t, 0, t.total_numel(), got);
+    EXPECT_EQ(got.ranks.size(), size_t(n));
+  }
+  EXPECT_EQ(total_over_ranks(bad), 0);
+}
+
+// Plain data parallel: every rank holds everything and passes the default whole range; the writer splits it.
+TEST_F(CheckpointMpiTest, WholeArenaOnEveryRankIsSplitByTheWriter) {
+  const ModelConfig c = test_config();
+  const ParamTable t(c);
+  RankArenas a = filled(t, 0, t.total_numel());
+  CheckpointTensors whole{a.params.data(), a.m.data(), a.v.data()};
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 3), t, whole, 0, MPI_COMM_WORLD);
+  CheckpointMeta got;
+  EXPECT_EQ(total_over_ranks(load_and_check(path, t, 0, t.total_numel(), got)), 0);
+}
+
+TEST_F(CheckpointMpiTest, FailuresThrowOnEveryRankWithoutHanging) {
+  const ModelConfig c = test_config();
+  const ParamTable t(c);
+  const int rank = world_rank(), n = world_size();
+  const std::vector<size_t> bounds = even_split(t, n);
+  RankArenas a = filled(t, bounds[size_t(rank)], bounds[size_t(rank) + 1]);
+  const CheckpointMeta meta = make_meta(c, 20);
+
+  // A folder that cannot be created: a regular file stands where a parent folder should be.
+  if (rank == 0) std::ofstream(dir_ / "blocker") << "not a folder";
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string bad_folder = (dir_ / "blocker" / "ckpt").string();
+  std::string e = error_of([&] { save_checkpoint(bad_folder, meta, t, a.tensors(), 1, MPI_COMM_WORLD); });
+  EXPECT_NE(e.find(bad_folder), std::string::npos) << e;
+  EXPECT_TRUE(same_on_all_ranks(e)) << e;
+
+  // The file itself cannot be created (a folder squats on the temp name): the collective create fails everywhere.
+  const fs::path folder = dir_ / "ckpt";
+  if (rank == 0) fs::create_directories(folder / "step_00000020.h5.tmp" / "x");
+  MPI_Barrier(MPI_COMM_WORLD);
+  e = error_of([&] { save_checkpoint(folder.string(), meta, t, a.tensors(), 1, MPI_COMM_WORLD); });
+  EXPECT_NE(e.find("cannot create the file"), std::string::npos) << e;
+  EXPECT_TRUE(same_on_all_ranks(e)) << e;
+  EXPECT_FALSE(fs::exists(folder / "latest"));
+  EXPECT_FALSE(fs::exists(folder / "step_00000020.h5"));
+
+  // Shards that do not cover the arena (rank 0 drops its first element).
+  RankArenas gap = a;
+  if (rank == 0) gap.begin = 1;
+  e = error_of([&] {
+    CheckpointTensors tt = gap.tensors();
+    save_checkpoint(folder.string(), make_meta(c, 21), t, tt, 1, MPI_COMM_WORLD);
+  });
+  EXPECT_NE(e.find(n == 1 ? "whole parameter arena" : "do not partition"), std::string::npos) << e;
+  EXPECT_TRUE(same_on_all_ranks(e)) << e;
+
+  if (n > 1) {
+    // A mistake on one rank only: the others must not hang in a collective call, and all report the same error.
+    CheckpointTensors broken = a.tensors();
+    if (rank == n - 1) broken.params = nullptr;
+    e = error_of([&] { save_checkpoint(folder.string(), make_meta(c, 22), t, broken, 1, MPI_COMM_WORLD); });
+    EXPECT_NE(e.find("parameter arena"), std::string::npos) << e;
+    EXPECT_TRUE(same_on_all_ranks(e)) << e;
+
+    CheckpointMeta other = make_meta(c, 23);
+    if (rank == n - 1) other.ranks[0].data_cursor += 1;
+    e = error_of([&] { save_checkpoint(folder.string(), other, t, a.tensors(), 1, MPI_COMM_WORLD); });
+    EXPECT_NE(e.find("other metadata"), std::string::npos) << e;
+    EXPECT_TRUE(same_on_all_ranks(e)) << e;
+  }
+
+  // Nothing half-written is left behind, and the next save in the same folder works.
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) fs::remove_all(folder / "step_00000020.h5.tmp");
+  for (int64_t step : {21, 22, 23}) EXPECT_FALSE(fs::exists(checkpoint_path(folder.string(), step) + ".tmp"));
+  const std::string path = save_checkpoint(folder.string(), meta, t, a.tensors(), 1, MPI_COMM_WORLD);
+  CheckpointMeta got;
+  EXPECT_EQ(total_over_ranks(load_and_check(path, t, a.begin, a.end, got)), 0);
+}
+
+}  // namespace
+}  // namespace ember

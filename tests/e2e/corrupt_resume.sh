@@ -44,7 +44,8 @@ fallback_case() {
   "${train[@]}" --run.dir="$dir" --training.steps=30 --resume auto >"$dir.log" 2>&1 || rc=$?
   [ "$rc" -eq 0 ] || { cat "$dir.log" >&2; fail "$dir: --resume auto exited $rc, expected 0 after falling back"; }
   grep -q "falling back" "$dir.log" || { cat "$dir.log" >&2; fail "$dir: no 'falling back' warning"; }
-  grep -q "step_00000020.h5.*falling back" "$dir.log" || { cat "$dir.log" >&2; fail "$dir: the warning does not name step_00000020.h5"; }
+  grep -q "step_00000020.h5.*falling back" "$dir.log" ||
+    { cat "$dir.log" >&2; fail "$dir: the warning does not name step_00000020.h5"; }
   grep -q "resumed from .*step_00000010.h5 at step 10" "$dir.log" ||
     { cat "$dir.log" >&2; fail "$dir: did not resume from step_00000010.h5"; }
   [ "$(cat "$dir/checkpoints/latest")" = step_00000030.h5 ] || fail "$dir: did not reach step 30"
@@ -76,6 +77,6 @@ fallback_case truncated
 [ "$(cat checksum/checkpoints/latest)" = step_00000020.h5 ] || fail "first run did not checkpoint step 20"
 damage_dataset checksum/checkpoints/step_00000020.h5 /model/transformer/wte/weight
 explicit_resume explicit_checksum checksum
-grep -q "checksum" explicit_checksum.err || { cat explicit_checksum.err >&2; fail "the error does not mention the checksum"; }
+grep -q "checksum" explicit_checksum.err || fail "the error does not mention the checksum: $(cat explicit_checksum.err)"
 fallback_case checksum
 echo PASS

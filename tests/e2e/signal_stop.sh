@@ -57,9 +57,10 @@ latest=$(cat run/checkpoints/latest) || fail "no checkpoints/latest after the st
 N=$((10#${BASH_REMATCH[1]}))
 [ "$N" -ge 5 ] && [ "$N" -lt 2000 ] || fail "stopped at step $N, expected 5 <= step < 2000"
 grep -q "checkpoint run/checkpoints/$latest" stop.log || { cat stop.log >&2; fail "no 'checkpoint .../$latest' line"; }
-last_metric=$("$PYTHON" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["step"])' run/metrics.jsonl)
+last_metric=$(tail -n 1 run/metrics.jsonl | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["step"])')
 [ "$last_metric" -eq "$N" ] || fail "metrics end at step $last_metric but the checkpoint is step $N"
-"$EMBER" inspect "run/checkpoints/$latest" | grep -Eq "^step +$N\$" || fail "ember inspect: $latest is not step $N"
+"$EMBER" inspect "run/checkpoints/$latest" >inspect.txt || fail "ember inspect $latest failed"
+grep -Eq "^step +$N\$" inspect.txt || fail "ember inspect: $latest is not step $N"
 echo "ok: SIGUSR1 to rank 1 -> exit 3 after $((SECONDS - start)) s with checkpoint $latest"
 
 # 2. Resume from the stop and finish 5 steps later.
@@ -79,6 +80,6 @@ elapsed=$((SECONDS - start))
 [ "$elapsed" -ge 3 ] && [ "$elapsed" -le 30 ] || fail "--max-runtime 3 took $elapsed s"
 grep -q "stopping early" timed.log || { cat timed.log >&2; fail "no 'stopping early' line with --max-runtime"; }
 timed_latest=$(cat timed/checkpoints/latest) || fail "no checkpoint after --max-runtime"
-"$EMBER" inspect "timed/checkpoints/$timed_latest" >/dev/null || fail "--max-runtime checkpoint $timed_latest unreadable"
+"$EMBER" inspect "timed/checkpoints/$timed_latest" >/dev/null || fail "--max-runtime checkpoint $timed_latest is bad"
 echo "ok: --max-runtime 3 -> exit 3 after $elapsed s with checkpoint $timed_latest"
 echo PASS

@@ -45,7 +45,7 @@ rc=0
 wait "$job_pid" || rc=$?
 elapsed=$((SECONDS - start))
 job_pid=""
-[ "$rc" -ne 124 ] || { tail -n 20 job.log >&2; fail "job still running 90 s after rank 1 was killed (hang)"; }
+[ "$rc" -ne 124 ] || { tail -n 20 job.log >&2; fail "job hung after rank 1 was killed (timeout 90 ended it)"; }
 [ "$rc" -ne 0 ] || fail "job exited 0 after rank 1 was killed"
 [ "$elapsed" -le 60 ] || fail "job took $elapsed s to end after rank 1 was killed (limit 60 s)"
 echo "ok: kill -9 of rank 1 -> job exited $rc after $elapsed s"

@@ -27,6 +27,7 @@ slurm_fail() {
 # Slurm is missing or cannot run here.
 slurm_start() {
   SLURM_DIR=$1
+  PATH=$PATH:/usr/sbin:/sbin  # the daemons live in sbin, which a non-login root shell may lack
   local tool
   for tool in slurmctld slurmd sbatch srun squeue sinfo scontrol scancel; do
     command -v "$tool" >/dev/null ||
@@ -70,6 +71,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/builtin
+MailProg=/bin/true
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
@@ -83,6 +85,9 @@ SlurmdLogFile=$SLURM_DIR/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
 JobRequeue=1
+# Job ids of their own: two test clusters on one host must not both run a job 1, since Open MPI names its
+# shared-memory segments after the job (PMIx namespace) and ranks of the two jobs would then share them.
+FirstJobId=$((ctld_port * 1000))
 ReturnToService=2
 MinJobAge=600
 KillWait=10
@@ -92,9 +97,10 @@ SlurmdTimeout=60
 NodeName=$SLURM_HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1000 State=UNKNOWN
 PartitionName=test Nodes=$SLURM_HOST Default=YES MaxTime=INFINITE State=UP
 EOF
+  # No variable of a surrounding Slurm (a test run inside a job, a user's SBATCH_* defaults) may reach these clients.
+  local var
+  for var in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN|SALLOC)_' || true); do unset "$var"; done
   export SLURM_CONF=$SLURM_DIR/slurm.conf
-  # Keep the job environment free of a surrounding allocation's variables (a test run inside a Slurm job).
-  unset SLURM_JOB_ID SLURM_JOBID SLURM_STEP_ID SLURM_NODELIST SLURM_JOB_NODELIST SLURM_NTASKS SLURM_NPROCS
 
   # In the foreground (-D) as children of the test, so slurm_stop (and a kill of the test's process group) ends them;
   # -c: a clean start, no state from an earlier run.
@@ -124,7 +130,6 @@ slurm_job_field() {
 # slurm_stop: cancels every job of the private cluster, waits for them to end, then stops the two daemons it started
 # (by process id). Safe to call twice and from an EXIT trap.
 slurm_stop() {
-  [ -n "${SLURM_CONF:-}" ] || return 0
   if [ -n "${SLURMCTLD_PID:-}" ] && kill -0 "$SLURMCTLD_PID" 2>/dev/null; then
     local jobs
     jobs=$(squeue -h -o '%i' 2>/dev/null || true)

@@ -420,14 +420,19 @@ std::string resolve_resume(const std::string& folder, const std::string& resume)
       verify_checkpoint(path);
       return path;
     } catch (const std::exception& e) {
-      const std::string next = i + 1 < candidates.size() ? in_folder(candidates[i + 1]) : "a fresh start";
-      log_warn("checkpoint %s is unreadable (%s); falling back to %s", path.c_str(),
-               reason_of(e.what(), path).c_str(), next.c_str());
+      if (i + 1 < candidates.size())
+        log_warn("checkpoint %s is unreadable (%s); falling back to %s", path.c_str(),
+                 reason_of(e.what(), path).c_str(), in_folder(candidates[i + 1]).c_str());
+      else
+        log_warn("checkpoint %s is unreadable (%s)", path.c_str(), reason_of(e.what(), path).c_str());
     }
   }
+  // Starting over silently would throw away the run (and its new checkpoints would be pruned against the damaged
+  // ones): with checkpoints present but none readable, stop and let the user decide.
   if (!candidates.empty())
-    log_warn("checkpoint folder %s: none of its %zu checkpoints is readable; starting fresh", dir.c_str(),
-             candidates.size());
+    throw_error("checkpoint folder " + dir.string() + ": none of its " + std::to_string(candidates.size()) +
+                    " checkpoints is readable",
+                "restore a checkpoint from a backup, or move the folder away and run without --resume to start over");
   return "";
 }
 

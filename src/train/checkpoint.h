@@ -83,7 +83,7 @@ void load_checkpoint(const std::string& path, const ParamTable& table, const Che
 // newest step_*.h5 if `latest` is missing, or "" if the folder has none; anything else must be an existing file.
 // Every candidate is verified in full (verify_checkpoint). With "auto", an unreadable one (missing, truncated,
 // corrupted) is skipped with a warning naming it and the reason, falling back to the next older step_*.h5; none
-// valid -> "" (fresh start, with a warning). An explicit path that fails verification throws its ember::Error.
+// valid -> ember::Error (never a silent fresh start). An explicit path that fails verification throws its Error.
 std::string resolve_resume(const std::string& folder, const std::string& resume);
 
 // One dataset of a checkpoint file as a full read found it (ember inspect).

@@ -629,16 +629,16 @@ TEST_F(CheckpointTest, AutoResumeSkipsCorruptedNewest) {
   // An explicit --resume of the damaged file fails with the clear error instead.
   expect_error([&] { resolve_resume(folder.string(), s3); }, {s3, "corrupted (checksum mismatch)"});
 
-  // Fallbacks are older than the file `latest` names, never newer leftovers; with none readable, a fresh start.
+  // Fallbacks are older than the file `latest` names, never newer leftovers; with none readable, an error rather
+  // than a silent fresh start.
   fs::resize_file(s2, fs::file_size(s2) / 2);
   write_text(folder / "latest", "step_00000002.h5\n");
   EXPECT_EQ(resolve_resume(folder.string(), "auto"), s1);
   fs::resize_file(s1, 100);
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(resolve_resume(folder.string(), "auto"), "");
+  expect_error([&] { resolve_resume(folder.string(), "auto"); }, {folder.string(), "none of its"});
   const std::string log2 = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(log2.find("falling back to a fresh start"), std::string::npos) << log2;
-  EXPECT_NE(log2.find("starting fresh"), std::string::npos) << log2;
+  EXPECT_NE(log2.find("checkpoint " + s1 + " is unreadable"), std::string::npos) << log2;
 }
 
 TEST_F(CheckpointTest, AutoResumeSkipsTruncatedNewest) {

@@ -33,3 +33,16 @@ losses() {
 for line in open(sys.argv[1]):
     r = json.loads(line); print(r["step"], repr(r["loss"]))' "$1"
 }
+
+# rank_pid RANK: the process id of that rank among the children of the mpirun whose pid is in $mpirun_pid
+# (found by OMPI_COMM_WORLD_RANK in each child's environment).
+rank_pid() {
+  local pid
+  for pid in $(pgrep -P "$mpirun_pid" || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  return 1
+}

@@ -11,18 +11,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# rank_pid RANK: the process id of that rank among mpirun's children (from the rank's environment).
-rank_pid() {
-  local pid
-  for pid in $(pgrep -P "$mpirun_pid" || true); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
-      echo "$pid"
-      return 0
-    fi
-  done
-  return 1
-}
-
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null
 
 # timeout 90: a job that hangs after losing a rank is ended (exit 124) instead of blocking the test.

@@ -14,18 +14,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# rank_pid RANK: the process id of that rank among mpirun's children (from the rank's environment).
-rank_pid() {
-  local pid
-  for pid in $(pgrep -P "$mpirun_pid" || true); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
-      echo "$pid"
-      return 0
-    fi
-  done
-  return 1
-}
-
 # lines FILE: its line count, 0 while it does not exist.
 lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
 

@@ -131,5 +131,6 @@ class Backend {
 
 // The CPU backend (OpenMP + OpenBLAS), always built; it is the reference for every other backend.
 std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cuda_backend(int device);  // only in builds with the CUDA backend (EMBER_HAVE_CUDA)
 
 }  // namespace ember

@@ -1,0 +1,320 @@
+// CUDA backend: causal multi-head self-attention, flash style: the (T, T) score matrix is never stored. Forward
+// tiles over keys with an online softmax and saves the log-sum-exp per row; backward recomputes P from q, k and lse.
+#include <cmath>
+
+#include "core/error.h"
+#include "cuda_backend.h"
+#include "cuda_check.h"
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+namespace ember {
+namespace cuda {
+namespace {
+
+// Layout: one warp per query row (forward, dQ) or key row (dK/dV). Inside a warp, lane j scores key (query) j of a
+// 32-row tile, and lane l owns the head dims d = l, l + 32, ... of the accumulated output row, so HS <= 128 needs 4
+// registers per accumulator. Tiles are staged in static shared memory; rows read by lane index are padded to
+// kMaxHS + 1 floats so that the 32 lanes hit 32 different banks.
+constexpr int kMaxHS = 128;
+constexpr int kTile = kWarpSize;                   // keys (forward, dQ) or queries (dK/dV) per shared tile
+constexpr int kDimsPerLane = kMaxHS / kWarpSize;   // 4
+constexpr int kPad = kMaxHS + 1;
+// Forward: 16 query rows per block share each K/V tile; shared memory 8 KB (Q) + 16.1 KB (K) + 16 KB (V) = 40.1 KB.
+constexpr int kForwardRows = 16;
+// Backward: 8 rows per block, since two padded tiles plus two row sets are 8 KB + 32.3 KB = 40.3 KB (16 rows would
+// pass the 48 KB static limit).
+constexpr int kBackwardRows = 8;
+
+// Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
+__global__ void __launch_bounds__(kForwardRows * kWarpSize)
+    attention_forward_kernel(float* out,        // (B, T, C)
+                             float* lse,        // (B, NH, T)
+                             const float* qkv,  // (B, T, 3C)
+                             int T, int C, int NH, float scale) {
+  __shared__ float q_s[kForwardRows][kMaxHS];
+  __shared__ float k_s[kTile][kPad];
+  __shared__ float v_s[kTile][kMaxHS];
+  const int HS = C / NH, C3 = 3 * C;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * kForwardRows;  // the longest rows (largest i) are scheduled first
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int i = i0 + warp;
+  const float* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // row t: q at +t*3C, k at +C, v at +2C
+
+  for (int idx = threadIdx.x; idx < kForwardRows * HS; idx += blockDim.x) {
+    const int r = idx / HS, d = idx % HS;
+    q_s[r][d] = i0 + r < T ? base[size_t(i0 + r) * C3 + d] : 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f, acc[kDimsPerLane];
+#pragma unroll
+  for (int k = 0; k < kDimsPerLane; ++k) acc[k] = 0.0f;
+
+  const int last_row = min(i0 + kForwardRows, T) - 1;
+  for (int j0 = 0; j0 <= last_row; j0 += kTile) {
+    __syncthreads();  // the previous tile is no longer read (first pass: nothing to wait for)
+    for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
+      const int r = idx / HS, d = idx % HS, j = j0 + r;
+      // Rows past T are zero, never garbage: a masked p = 0 times a NaN would still be NaN.
+      k_s[r][d] = j < T ? base[size_t(j) * C3 + C + d] : 0.0f;
+      v_s[r][d] = j < T ? base[size_t(j) * C3 + 2 * C + d] : 0.0f;
+    }
+    __syncthreads();
+    if (i < T && j0 <= i) {  // warp-uniform: the shuffles below see all 32 lanes
+      const int j = j0 + lane;
+      float s = -INFINITY;
+      if (j <= i) {
+        float dot = 0.0f;
+        for (int d = 0; d < HS; ++d) dot += q_s[warp][d] * k_s[lane][d];
+        s = dot * scale;
+      }
+      // Key j0 <= i is always visible, so m_new is finite; corr = e^(-inf) = 0 on the first tile.
+      const float m_new = fmaxf(m, warp_max(s));
+      const float p = j <= i ? expf(s - m_new) : 0.0f;
+      const float corr = expf(m - m_new);
+      l = l * corr + warp_sum(p);
+#pragma unroll
+      for (int k = 0; k < kDimsPerLane; ++k) acc[k] *= corr;
+      const int n = min(kTile, i - j0 + 1);
+      for (int jj = 0; jj < n; ++jj) {
+        const float pj = __shfl_sync(kFullMask, p, jj);
+#pragma unroll
+        for (int k = 0; k < kDimsPerLane; ++k) {
+          const int d = lane + k * kWarpSize;
+          if (d < HS) acc[k] += pj * v_s[jj][d];
+        }
+      }
+      m = m_new;
+    }
+  }
+  if (i < T) {
+    const float inv_l = 1.0f / l;
+    float* o = out + (size_t(b) * T + i) * C + size_t(h) * HS;
+#pragma unroll
+    for (int k = 0; k < kDimsPerLane; ++k) {
+      const int d = lane + k * kWarpSize;
+      if (d < HS) o[d] = acc[k] * inv_l;
+    }
+    if (lane == 0) lse[size_t(bh) * T + i] = m + logf(l);
+  }
+}
+
+// Backward, pass 1 (per query row i): D_i = dO_i . O_i (saved to delta for pass 2), and
+// dQ_i += scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
+__global__ void __launch_bounds__(kBackwardRows * kWarpSize)
+    attention_backward_dq_kernel(float* dqkv,        // (B, T, 3C) +=, q columns only
+                                 float* delta,       // (B, NH, T) out: D
+                                 const float* dout,  // (B, T, C)
+                                 const float* qkv,   // (B, T, 3C)
+                                 const float* out,   // (B, T, C)
+                                 const float* lse,   // (B, NH, T)
+                                 int T, int C, int NH, float scale) {
+  __shared__ float q_s[kBackwardRows][kMaxHS];
+  __shared__ float do_s[kBackwardRows][kMaxHS];
+  __shared__ float k_s[kTile][kPad];
+  __shared__ float v_s[kTile][kPad];
+  const int HS = C / NH, C3 = 3 * C;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * kBackwardRows;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int i = i0 + warp;
+  const float* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
+  const size_t o_base = size_t(b) * T * C + size_t(h) * HS;  // row t of this head in out/dout: + t*C
+
+  for (int idx = threadIdx.x; idx < kBackwardRows * HS; idx += blockDim.x) {
+    const int r = idx / HS, d = idx % HS;
+    const bool ok = i0 + r < T;
+    q_s[r][d] = ok ? base[size_t(i0 + r) * C3 + d] : 0.0f;
+    do_s[r][d] = ok ? dout[o_base + size_t(i0 + r) * C + d] : 0.0f;
+  }
+  __syncthreads();
+  float row_lse = 0.0f, D = 0.0f;
+  if (i < T) {
+    float part = 0.0f;
+    for (int d = lane; d < HS; d += kWarpSize) part += do_s[warp][d] * out[o_base + size_t(i) * C + d];
+    D = warp_sum(part);
+    row_lse = lse[size_t(bh) * T + i];
+    if (lane == 0) delta[size_t(bh) * T + i] = D;
+  }
+  float dq[kDimsPerLane];
+#pragma unroll
+  for (int k = 0; k < kDimsPerLane; ++k) dq[k] = 0.0f;
+
+  const int last_row = min(i0 + kBackwardRows, T) - 1;
+  for (int j0 = 0; j0 <= last_row; j0 += kTile) {
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
+      const int r = idx / HS, d = idx % HS, j = j0 + r;
+      k_s[r][d] = j < T ? base[size_t(j) * C3 + C + d] : 0.0f;
+      v_s[r][d] = j < T ? base[size_t(j) * C3 + 2 * C + d] : 0.0f;
+    }
+    __syncthreads();
+    if (i < T && j0 <= i) {
+      const int j = j0 + lane;
+      float ds = 0.0f;
+      if (j <= i) {
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < HS; ++d) {
+          s += q_s[warp][d] * k_s[lane][d];
+          dp += do_s[warp][d] * v_s[lane][d];
+        }
+        ds = expf(s * scale - row_lse) * (dp - D);
+      }
+      const int n = min(kTile, i - j0 + 1);
+      for (int jj = 0; jj < n; ++jj) {
+        const float dsj = __shfl_sync(kFullMask, ds, jj);
+#pragma unroll
+        for (int k = 0; k < kDimsPerLane; ++k) {
+          const int d = lane + k * kWarpSize;
+          if (d < HS) dq[k] += dsj * k_s[jj][d];
+        }
+      }
+    }
+  }
+  if (i < T) {
+    float* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
+#pragma unroll
+    for (int k = 0; k < kDimsPerLane; ++k) {
+      const int d = lane + k * kWarpSize;
+      if (d < HS) g[d] += scale * dq[k];
+    }
+  }
+}
+
+// Backward, pass 2 (per key row j): dV_j += sum_{i >= j} P_ij dO_i and dK_j += scale * sum_{i >= j} dS_ij Q_i,
+// walking query tiles in order from i = the block's first key row. Each dK/dV element has one owner: no atomics.
+__global__ void __launch_bounds__(kBackwardRows * kWarpSize)
+    attention_backward_dkv_kernel(float* dqkv,         // (B, T, 3C) +=, k and v columns only
+                                  const float* delta,  // (B, NH, T) D from pass 1
+                                  const float* dout,   // (B, T, C)
+                                  const float* qkv,    // (B, T, 3C)
+                                  const float* lse,    // (B, NH, T)
+                                  int T, int C, int NH, float scale) {
+  __shared__ float k_s[kBackwardRows][kMaxHS];
+  __shared__ float v_s[kBackwardRows][kMaxHS];
+  __shared__ float q_s[kTile][kPad];
+  __shared__ float do_s[kTile][kPad];
+  __shared__ float lse_s[kTile], delta_s[kTile];
+  const int HS = C / NH, C3 = 3 * C;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int j_first = blockIdx.y * kBackwardRows;  // low j has the most queries, and low blockIdx.y starts first
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int j = j_first + warp;
+  const float* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
+  const size_t o_base = size_t(b) * T * C + size_t(h) * HS;
+
+  for (int idx = threadIdx.x; idx < kBackwardRows * HS; idx += blockDim.x) {
+    const int r = idx / HS, d = idx % HS;
+    const bool ok = j_first + r < T;
+    k_s[r][d] = ok ? base[size_t(j_first + r) * C3 + C + d] : 0.0f;
+    v_s[r][d] = ok ? base[size_t(j_first + r) * C3 + 2 * C + d] : 0.0f;
+  }
+  float dk[kDimsPerLane], dv[kDimsPerLane];
+#pragma unroll
+  for (int k = 0; k < kDimsPerLane; ++k) dk[k] = dv[k] = 0.0f;
+
+  for (int i0 = j_first; i0 < T; i0 += kTile) {
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
+      const int r = idx / HS, d = idx % HS, i = i0 + r;
+      q_s[r][d] = i < T ? base[size_t(i) * C3 + d] : 0.0f;
+      do_s[r][d] = i < T ? dout[o_base + size_t(i) * C + d] : 0.0f;
+    }
+    if (threadIdx.x < kTile) {
+      const int i = i0 + threadIdx.x;
+      lse_s[threadIdx.x] = i < T ? lse[size_t(bh) * T + i] : 0.0f;
+      delta_s[threadIdx.x] = i < T ? delta[size_t(bh) * T + i] : 0.0f;
+    }
+    __syncthreads();
+    if (j < T) {  // warp-uniform
+      const int i = i0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (i < T && i >= j) {
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < HS; ++d) {
+          s += q_s[lane][d] * k_s[warp][d];
+          dp += do_s[lane][d] * v_s[warp][d];
+        }
+        p = expf(s * scale - lse_s[lane]);
+        ds = p * (dp - delta_s[lane]);
+      }
+      const int n = min(kTile, T - i0);
+      for (int ii = 0; ii < n; ++ii) {
+        const float pi = __shfl_sync(kFullMask, p, ii);
+        const float dsi = __shfl_sync(kFullMask, ds, ii);
+#pragma unroll
+        for (int k = 0; k < kDimsPerLane; ++k) {
+          const int d = lane + k * kWarpSize;
+          if (d < HS) {
+            dv[k] += pi * do_s[ii][d];
+            dk[k] += dsi * q_s[ii][d];
+          }
+        }
+      }
+    }
+  }
+  if (j < T) {
+    float* g = dqkv + (size_t(b) * T + j) * C3 + size_t(h) * HS;
+#pragma unroll
+    for (int k = 0; k < kDimsPerLane; ++k) {
+      const int d = lane + k * kWarpSize;
+      if (d < HS) {
+        g[C + d] += scale * dk[k];
+        g[2 * C + d] += dv[k];
+      }
+    }
+  }
+}
+
+void check_attention_shape(int B, int T, int C, int NH, size_t rows_per_block) {
+  EMBER_ASSERT(B > 0 && T > 0 && C > 0 && NH > 0, "attention: B, T, C and NH must be positive");
+  EMBER_ASSERT(C % NH == 0, "attention: C must be a multiple of the number of heads NH");
+  EMBER_ASSERT(C / NH <= kMaxHS, "attention: the CUDA kernels support head sizes up to 128");
+  EMBER_ASSERT(ceil_div(size_t(T), rows_per_block) <= 65535u && size_t(B) * NH <= 0x7fffffffu,
+               "attention: grid too large for this T or B * NH");
+}
+
+}  // namespace
+
+void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                              cudaStream_t stream) {
+  check_attention_shape(B, T, C, NH, kForwardRows);
+  const float scale = 1.0f / sqrtf(float(C / NH));
+  const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kForwardRows));
+  attention_forward_kernel<<<grid, kForwardRows * kWarpSize, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+                               const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
+  check_attention_shape(B, T, C, NH, kBackwardRows);
+  const float scale = 1.0f / sqrtf(float(C / NH));
+  const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kBackwardRows));
+  attention_backward_dq_kernel<<<grid, kBackwardRows * kWarpSize, 0, stream>>>(dqkv, delta, dout, qkv, out, lse, T,
+                                                                               C, NH, scale);
+  EMBER_CUDA_LAUNCH_CHECK();
+  attention_backward_dkv_kernel<<<grid, kBackwardRows * kWarpSize, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C,
+                                                                                NH, scale);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace cuda
+
+void CudaBackend::attention_forward(float* out,        // (B, T, C)
+                                    float* lse,        // (B, NH, T)
+                                    const float* qkv,  // (B, T, 3C)
+                                    int B, int T, int C, int NH) {
+  cuda::launch_attention_forward(out, lse, qkv, B, T, C, NH, stream_);
+}
+
+void CudaBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
+                                     const float* dout,  // (B, T, C)
+                                     const float* qkv,   // (B, T, 3C)
+                                     const float* out,   // (B, T, C)
+                                     const float* lse,   // (B, NH, T)
+                                     int B, int T, int C, int NH) {
+  float* delta = static_cast<float*>(scratch(sizeof(float) * size_t(B) * NH * T));  // (B, NH, T)
+  cuda::launch_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
+}
+
+}  // namespace ember

@@ -1,0 +1,115 @@
+// CUDA backend (core): device selection, the stream and cuBLAS handle, device memory and copies, and the factory.
+// The op families live in cuda_<family>.cu next to this file, each as kernel, launcher and backend method.
+#include "cuda_backend.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/device.h"
+#include "cuda_check.h"
+#include "cuda_ops.h"
+
+namespace ember {
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  const int count = cuda_device_count();
+  if (device < 0 || device >= count)
+    throw_error("CUDA backend: device " + std::to_string(device) + " requested but " + std::to_string(count) +
+                    " CUDA device(s) are visible",
+                "hint: check nvidia-smi and CUDA_VISIBLE_DEVICES, or run on the CPU backend");
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  device_name_ = cuda_device_name(device);
+  EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  EMBER_CUBLAS_CHECK(cublasCreate(&cublas_));
+  EMBER_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // Plain fp32 FMA GEMMs: no TF32 tensor cores (10-bit mantissa), so results match the CPU reference to fp32
+  // rounding. Atomics stay disallowed (cuBLAS's default), which keeps split-K reductions deterministic.
+  EMBER_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  EMBER_CUBLAS_CHECK(cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED));
+  EMBER_CUDA_CHECK(cudaMalloc(&reduce_, sizeof(double) * (cuda::kSumSquaresBlocks + 1)));
+}
+
+CudaBackend::~CudaBackend() {
+  // No checks here: a destructor must not throw, and after a sticky device fault every call below fails anyway.
+  cudaStreamSynchronize(stream_);
+  cudaFree(scratch_);
+  cudaFree(reduce_);
+  cublasDestroy(cublas_);
+  cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return "cuda:" + std::to_string(device_) + " (" + device_name_ + ")"; }
+
+void* CudaBackend::alloc(size_t bytes) {
+  // cudaMalloc aligns to at least 256 bytes; a zero-byte request still gets a valid, distinct pointer.
+  void* ptr = nullptr;
+  const cudaError_t rc = cudaMalloc(&ptr, bytes == 0 ? 64 : bytes);
+  if (rc == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it, so later calls do not report it again
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    throw_error("CUDA backend: out of device memory allocating " + std::to_string(bytes) + " bytes on " + name() +
+                    " (" + std::to_string(free_bytes >> 20) + " MiB free of " + std::to_string(total_bytes >> 20) +
+                    " MiB)",
+                "hint: reduce batch_size or seq_len, or use a smaller model config");
+  }
+  EMBER_CUDA_CHECK(rc);
+  EMBER_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));  // ordered before every later op on stream_
+  return ptr;
+}
+
+void CudaBackend::free(void* ptr) {
+  if (!ptr) return;
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // ops still queued may use the memory
+  EMBER_CUDA_CHECK(cudaFree(ptr));
+}
+
+void CudaBackend::copy_to_device(void* dst, const void* src_host, size_t bytes) {
+  if (!bytes) return;
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, stream_));
+  // The caller may overwrite or free its buffer as soon as we return (a pinned buffer would be read later).
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst_host, const void* src, size_t bytes) {
+  if (!bytes) return;
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (!bytes || dst == src) return;
+  const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+  if (d < s + bytes && s < d + bytes) {
+    // Overlapping ranges (memmove semantics, as on the CPU): cudaMemcpy leaves them undefined, so stage through
+    // scratch. The scratch must not itself be src or dst, which holds because callers never see scratch memory.
+    void* tmp = scratch(bytes);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::zero(void* ptr, size_t bytes) {
+  if (bytes) EMBER_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));
+}
+
+void CudaBackend::synchronize() { EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaBackend::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued ops may still read the old scratch
+    EMBER_CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    EMBER_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+    scratch_bytes_ = bytes;
+  }
+  return scratch_;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace ember

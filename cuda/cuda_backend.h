@@ -1,0 +1,83 @@
+// The CUDA backend: every op of backend.h in fp32 on one device, one stream and one cuBLAS handle bound to it.
+// Ops are defined across one .cu per family (encoder, layernorm, matmul, attention, gelu, loss, optim, elementwise).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "backend/backend.h"
+
+namespace ember {
+
+// Every op is enqueued on stream_ and returns without waiting, except where host data must be ready: copy_to_host,
+// copy_to_device (the caller may reuse its buffer at once), sum_squares and synchronize. Results are deterministic:
+// no float atomics, fixed reduction trees, and cuBLAS with atomics disallowed (its default).
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+  std::string name() const override;
+
+  void* alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void copy_to_device(void* dst, const void* src_host, size_t bytes) override;
+  void copy_to_host(void* dst_host, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* ptr, size_t bytes) override;
+  void synchronize() override;
+
+  void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
+                       int C) override;
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override;
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                         int N, int C) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                      int OC) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int IC, int OC) override;
+  void matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V) override;
+  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp, const float* wte,
+                                  int N, int C, int V) override;
+
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                          int T, int C, int NH) override;
+
+  void gelu_forward(float* out, const float* inp, size_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
+
+  void add(float* out, const float* a, const float* b, size_t n) override;
+  void accumulate(float* dst, const float* src, size_t n) override;
+  void scale(float* x, float s, size_t n) override;
+
+  void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override;
+  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
+                             int V) override;
+  void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override;
+
+  double sum_squares(const float* x, size_t n) override;
+  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int t) override;
+
+ private:
+  // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
+  void* scratch(size_t bytes);
+
+  int device_ = 0;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  double* reduce_ = nullptr;  // (kSumSquaresBlocks + 1) partial sums of sum_squares
+};
+
+}  // namespace ember

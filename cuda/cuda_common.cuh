@@ -1,0 +1,53 @@
+// Device helpers shared by the CUDA op families: grid sizing and deterministic warp and block reductions.
+// Every reduction is a fixed tree (xor butterfly, then one warp over the per-warp results): no atomics anywhere.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+
+namespace ember::cuda {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Blocks for n items at `per_block` items each; asserts in the launchers keep the result within the grid limits.
+inline unsigned ceil_div(size_t n, size_t per_block) { return unsigned((n + per_block - 1) / per_block); }
+
+// Elementwise kernels use grid-stride loops with at most this many blocks of 256 threads: 4096 x 256 = 1M threads
+// is ~8 waves of 2048 resident threads on 132 SMs (H100), enough to saturate memory bandwidth.
+constexpr int kElementwiseThreads = 256;
+constexpr size_t kMaxElementwiseBlocks = 4096;
+inline unsigned elementwise_blocks(size_t n) {
+  const size_t b = (n + kElementwiseThreads - 1) / kElementwiseThreads;
+  return unsigned(b < 1 ? 1 : (b > kMaxElementwiseBlocks ? kMaxElementwiseBlocks : b));
+}
+
+// Xor butterflies: addition and max are commutative, so every lane ends with the bitwise-same result.
+template <typename T>
+__device__ inline T warp_sum(T v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Block-wide sum or max for blockDim.x a multiple of 32 (up to 1024); every thread gets the result. `scratch` is
+// 32 elements of shared memory; the trailing barrier lets the caller reuse it at once.
+template <typename T, bool kMax>
+__device__ inline T block_reduce(T v, T* scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, nwarps = blockDim.x / kWarpSize;
+  if constexpr (kMax) v = warp_max(v); else v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const T identity = kMax ? T(-INFINITY) : T(0);
+  T r = lane < nwarps ? scratch[lane] : identity;
+  if constexpr (kMax) r = warp_max(r); else r = warp_sum(r);
+  __syncthreads();
+  return r;
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,153 @@
+// CUDA backend: layernorm over the last dim (eps 1e-5, biased variance), forward and backward.
+// One warp per row for the row-wise parts; dweight/dbias are column sums over rows in a fixed order (no atomics).
+#include "core/error.h"
+#include "cuda_backend.h"
+#include "cuda_check.h"
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+namespace ember {
+namespace cuda {
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+// 8 warps (rows) per block of 256 threads: at N = 8192 rows that is 1024 blocks, ~8 per SM on an H100.
+constexpr int kRowsPerBlock = 8;
+
+__global__ void layernorm_forward_kernel(float* out,           // (N, C)
+                                         float* mean,          // (N)
+                                         float* rstd,          // (N)
+                                         const float* inp,     // (N, C)
+                                         const float* weight,  // (C)
+                                         const float* bias,    // (C)
+                                         int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;  // whole warps exit together: no barrier in this kernel
+  const float* x = inp + size_t(row) * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) sum += x[c];
+  const float m = warp_sum(sum) / float(C);
+  // Two passes (mean, then squared deviations), as on the CPU: E[x^2] - m^2 cancels badly for large means.
+  float var = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) var += (x[c] - m) * (x[c] - m);
+  const float rs = 1.0f / sqrtf(warp_sum(var) / float(C) + kLayerNormEps);
+  float* y = out + size_t(row) * C;
+  for (int c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * rs * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+// dx += rs * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = g * weight, xhat the normalised input.
+__global__ void layernorm_backward_dinp_kernel(float* dinp,          // (N, C) +=
+                                               const float* dout,    // (N, C)
+                                               const float* inp,     // (N, C)
+                                               const float* weight,  // (C)
+                                               const float* mean,    // (N)
+                                               const float* rstd,    // (N)
+                                               int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const float* g = dout + size_t(row) * C;
+  const float* x = inp + size_t(row) * C;
+  const float m = mean[row], rs = rstd[row];
+  float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float dn = g[c] * weight[c];
+    dn_sum += dn;
+    dn_xhat_sum += dn * (x[c] - m) * rs;
+  }
+  const float dn_mean = warp_sum(dn_sum) / float(C), dn_xhat_mean = warp_sum(dn_xhat_sum) / float(C);
+  float* dx = dinp + size_t(row) * C;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float xhat = (x[c] - m) * rs;
+    dx[c] += (g[c] * weight[c] - dn_mean - xhat * dn_xhat_mean) * rs;
+  }
+}
+
+// dweight[c] += sum_r g[r,c] xhat[r,c], dbias[c] += sum_r g[r,c]. Block (32 columns, 16 row lanes): lane y sums
+// rows y, y+16, ... in order, then the 16 partials are added in lane order. A fixed split, so deterministic.
+constexpr int kColTile = 32, kRowLanes = 16;
+__global__ void layernorm_backward_params_kernel(float* dweight,      // (C) +=
+                                                 float* dbias,        // (C) +=
+                                                 const float* dout,   // (N, C)
+                                                 const float* inp,    // (N, C)
+                                                 const float* mean,   // (N)
+                                                 const float* rstd,   // (N)
+                                                 int N, int C) {
+  __shared__ float dw_part[kRowLanes][kColTile];
+  __shared__ float db_part[kRowLanes][kColTile];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  float dw = 0.0f, db = 0.0f;
+  if (c < C) {
+    for (int r = threadIdx.y; r < N; r += kRowLanes) {
+      const size_t i = size_t(r) * C + c;
+      const float g = dout[i];
+      dw += g * (inp[i] - mean[r]) * rstd[r];
+      db += g;
+    }
+  }
+  dw_part[threadIdx.y][threadIdx.x] = dw;
+  db_part[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int y = 0; y < kRowLanes; ++y) {
+      sw += dw_part[y][threadIdx.x];
+      sb += db_part[y][threadIdx.x];
+    }
+    dweight[c] += sw;
+    dbias[c] += sb;
+  }
+}
+
+}  // namespace
+
+void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                              const float* bias, int N, int C, cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && C > 0, "layernorm_forward: N and C must be positive");
+  layernorm_forward_kernel<<<ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
+      out, mean, rstd, inp, weight, bias, N, C);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, const float* mean, const float* rstd, int N, int C,
+                               cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && C > 0, "layernorm_backward: N and C must be positive");
+  layernorm_backward_dinp_kernel<<<ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
+      dinp, dout, inp, weight, mean, rstd, N, C);
+  EMBER_CUDA_LAUNCH_CHECK();
+  layernorm_backward_params_kernel<<<ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes), 0, stream>>>(
+      dweight, dbias, dout, inp, mean, rstd, N, C);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace cuda
+
+void CudaBackend::layernorm_forward(float* out,           // (N, C)
+                                    float* mean,          // (N)
+                                    float* rstd,          // (N)
+                                    const float* inp,     // (N, C)
+                                    const float* weight,  // (C)
+                                    const float* bias,    // (C)
+                                    int N, int C) {
+  cuda::launch_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+}
+
+void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=
+                                     float* dweight,       // (C) +=
+                                     float* dbias,         // (C) +=
+                                     const float* dout,    // (N, C)
+                                     const float* inp,     // (N, C)
+                                     const float* weight,  // (C)
+                                     const float* mean,    // (N)
+                                     const float* rstd,    // (N)
+                                     int N, int C) {
+  cuda::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
+}
+
+}  // namespace ember

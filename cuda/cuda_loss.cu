@@ -1,0 +1,116 @@
+// CUDA backend: softmax cross-entropy (forward losses, backward dlogits) and the sampling softmax.
+// One block per row with block-wide max and sum reductions (fixed trees), so any V works, 50257 included.
+#include <cmath>
+
+#include "core/error.h"
+#include "cuda_backend.h"
+#include "cuda_check.h"
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+namespace ember {
+namespace cuda {
+namespace {
+
+// 512 threads per row: at V = 50257 each thread walks ~98 elements per pass, and N = 8192 rows give 8192 blocks.
+constexpr int kRowThreads = 512;
+
+// -log softmax(x)[target] = max + log(sum e^(x - max)) - x[target]. An out-of-range target gives NaN: the ids
+// are device data, so they cannot be checked on the host without a sync, and a NaN loss is reported downstream.
+__global__ void __launch_bounds__(kRowThreads)
+    crossentropy_forward_kernel(float* losses,           // (N)
+                                const float* logits,     // (N, V)
+                                const int32_t* targets,  // (N)
+                                int V) {
+  __shared__ float scratch[kWarpSize];
+  const float* x = logits + size_t(blockIdx.x) * V;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, x[j]);
+  m = block_reduce<float, true>(m, scratch);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - m);
+  sum = block_reduce<float, false>(sum, scratch);
+  if (threadIdx.x == 0) {
+    const int t = targets[blockIdx.x];
+    losses[blockIdx.x] = t >= 0 && t < V ? m + logf(sum) - x[t] : NAN;
+  }
+}
+
+// y = a * softmax(x * inv_t) - (j == target ? a : 0), y allowed to alias x: every thread reads x[j] before it
+// writes y[j] at the same j, and the reductions finish (block barriers) before any write.
+__global__ void __launch_bounds__(kRowThreads)
+    scaled_softmax_kernel(float* probs,            // (N, V), may alias logits
+                          const float* logits,     // (N, V)
+                          const int32_t* targets,  // (N) or null
+                          float inv_t, float a, int V) {
+  __shared__ float scratch[kWarpSize];
+  const float* x = logits + size_t(blockIdx.x) * V;
+  float* y = probs + size_t(blockIdx.x) * V;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, x[j]);
+  const float shift = block_reduce<float, true>(m, scratch) * inv_t;  // max(x / t) = max(x) / t for t > 0
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] * inv_t - shift);
+  sum = block_reduce<float, false>(sum, scratch);
+  const float s = a / sum;
+  int t = -1;
+  if (targets) {
+    t = targets[blockIdx.x];
+    if (t < 0 || t >= V) {  // out of range: a NaN row (see crossentropy_forward_kernel)
+      for (int j = threadIdx.x; j < V; j += blockDim.x) y[j] = NAN;
+      return;
+    }
+  }
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float p = expf(x[j] * inv_t - shift) * s;
+    y[j] = j == t ? p - a : p;
+  }
+}
+
+}  // namespace
+
+void launch_crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
+                                 cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && V > 0, "crossentropy_forward: N and V must be positive");
+  crossentropy_forward_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(losses, logits, targets, V);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
+                                  int V, cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && V > 0, "crossentropy_backward: N and V must be positive");
+  scaled_softmax_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, logits, targets, 1.0f, dloss, V);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && V > 0, "softmax_forward: N and V must be positive");
+  EMBER_ASSERT(temperature > 0.0f, "softmax: temperature must be positive");
+  scaled_softmax_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(probs, logits, nullptr, 1.0f / temperature, 1.0f,
+                                                                 V);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace cuda
+
+void CudaBackend::crossentropy_forward(float* losses,           // (N)
+                                       const float* logits,     // (N, V)
+                                       const int32_t* targets,  // (N)
+                                       int N, int V) {
+  cuda::launch_crossentropy_forward(losses, logits, targets, N, V, stream_);
+}
+
+void CudaBackend::crossentropy_backward(float* dlogits,          // (N, V), may alias logits
+                                        const float* logits,     // (N, V)
+                                        const int32_t* targets,  // (N)
+                                        float dloss, int N, int V) {
+  cuda::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
+}
+
+void CudaBackend::softmax_forward(float* probs,         // (N, V)
+                                  const float* logits,  // (N, V)
+                                  float temperature, int N, int V) {
+  cuda::launch_softmax_forward(probs, logits, temperature, N, V, stream_);
+}
+
+}  // namespace ember

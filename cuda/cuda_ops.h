@@ -1,0 +1,65 @@
+// Launchers of the CUDA kernels: raw device pointers, sizes and a stream, with precondition asserts and a launch
+// check. The CudaBackend methods adapt the Backend interface to these; a bf16 path adds launchers beside them.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ember::cuda {
+
+// encoder
+void launch_encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C,
+                            cudaStream_t stream);
+void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C,
+                             cudaStream_t stream);
+
+// layernorm
+void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                              const float* bias, int N, int C, cudaStream_t stream);
+void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, const float* mean, const float* rstd, int N, int C,
+                               cudaStream_t stream);
+
+// matmul (cuBLAS, fp32 without TF32); the handle is bound to `stream`
+void launch_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
+                           cublasHandle_t handle, cudaStream_t stream);
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, int N, int IC, int OC, cublasHandle_t handle, cudaStream_t stream);
+void launch_matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V,
+                                      cublasHandle_t handle);
+void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp,
+                                       const float* wte, int N, int C, int V, cublasHandle_t handle);
+void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cudaStream_t stream);
+
+// attention; `delta` is (B, NH, T) scratch for the backward pass
+void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                              cudaStream_t stream);
+void launch_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+                               const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
+
+// gelu
+void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
+void launch_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
+
+// elementwise
+void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
+void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t stream);
+void launch_scale(float* x, float s, size_t n, cudaStream_t stream);
+
+// loss and sampling softmax
+void launch_crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
+                                 cudaStream_t stream);
+void launch_crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
+                                  int V, cudaStream_t stream);
+void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream);
+
+// optimizer; `partials` holds kSumSquaresBlocks + 1 doubles of device scratch, the result lands in partials[last]
+constexpr int kSumSquaresBlocks = 1024;
+void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t stream);
+void launch_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2, cudaStream_t stream);
+
+}  // namespace ember::cuda

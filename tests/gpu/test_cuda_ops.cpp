@@ -1,0 +1,420 @@
+// CUDA backend ops against the CPU backend (the reference) on random inputs from a seeded Philox stream, with odd
+// shapes, accumulation into pre-filled gradients, determinism, and one whole-model loss and gradient check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/device.h"
+#include "core/philox.h"
+#include "model/gpt.h"
+
+namespace ember {
+namespace {
+
+using Floats = std::vector<float>;
+using Ints = std::vector<int32_t>;
+constexpr uint64_t kSeed = 20240612;
+constexpr double kEps = 1.1920928955078125e-7;  // fp32 machine epsilon, 2^-23
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tolerances. Both backends compute in fp32 with different summation orders (cuBLAS tiles, warp trees vs OpenBLAS
+// and OpenMP splits) and different exp implementations (expf vs the CPU's ~4 ulp polynomial). A K-term fp32 sum is
+// off by a random walk of about sqrt(K) eps times the RMS of the result on each side, so their difference is up
+// to ~2 sqrt(K) eps rms; as in tests/unit/test_ops.cpp we allow 8x that (largest of many elements, a few extra
+// roundings per op):  |cuda - cpu| <= atol + rtol |cpu|,  atol = 8 sqrt(K) eps rms(cpu),  rtol = 8 sqrt(K) eps.
+struct Tol {
+  double atol, rtol;
+};
+double rms(const Floats& v) {
+  double s = 0.0;
+  for (float x : v) s += double(x) * x;
+  return v.empty() ? 0.0 : std::sqrt(s / double(v.size()));
+}
+Tol fp32_tol(double K, const Floats& ref) {
+  const double r = 8.0 * std::sqrt(K) * kEps;
+  return {r * rms(ref), r};
+}
+
+void expect_close(const std::string& what, const Floats& got, const Floats& want, Tol tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - double(want[i])), allowed = tol.atol + tol.rtol * std::fabs(want[i]);
+    const double ratio = allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0.0);
+    if (!(ratio <= 1.0)) ++bad;
+    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = i;
+  }
+  if (std::getenv("EMBER_TEST_VERBOSE")) std::printf("  %-44s worst err/tol = %.3g\n", what.c_str(), worst_ratio);
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements out of tolerance; worst at " << worst
+                     << ": cuda " << got[worst] << ", cpu " << want[worst] << " (atol " << tol.atol << ", rtol "
+                     << tol.rtol << ")";
+}
+
+void expect_bitwise(const std::string& what, const Floats& a, const Floats& b) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << ": two runs differ";
+}
+
+struct Rng {
+  Philox philox;
+  explicit Rng(uint32_t stream) : philox(kSeed, 0, stream, RNG_PURPOSE_TEST) {}
+  Floats normal(size_t n, float scale = 1.0f) {
+    Floats v(n);
+    for (float& x : v) x = scale * philox.normal();
+    return v;
+  }
+  Ints tokens(size_t n, int V) {
+    Ints v(n);
+    for (int32_t& x : v) x = int32_t(philox.below(uint64_t(V)));
+    return v;
+  }
+};
+
+// An array in one backend's memory, freed on scope exit.
+template <typename T>
+class Buf {
+ public:
+  Buf(Backend& be, const std::vector<T>& host) : be_(be), n_(host.size()) {
+    ptr_ = static_cast<T*>(be.alloc(n_ * sizeof(T)));
+    be.copy_to_device(ptr_, host.data(), n_ * sizeof(T));
+  }
+  ~Buf() { be_.free(ptr_); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  T* get() { return ptr_; }
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    be_.copy_to_host(h.data(), ptr_, n_ * sizeof(T));
+    return h;
+  }
+
+ private:
+  Backend& be_;
+  size_t n_;
+  T* ptr_;
+};
+using FBuf = Buf<float>;
+using IBuf = Buf<int32_t>;
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    cpu = make_cpu_backend();
+    gpu = make_cuda_backend(0);
+  }
+  std::unique_ptr<Backend> cpu, gpu;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+TEST_F(CudaOps, BackendName) { EXPECT_EQ(gpu->name().rfind("cuda:0 (", 0), 0u) << gpu->name(); }
+
+TEST_F(CudaOps, MemoryAllocIsZeroAndCopiesRoundTrip) {
+  const size_t n = 1001;
+  float* p = static_cast<float*>(gpu->alloc(n * sizeof(float)));
+  Floats h(n, 1.0f);
+  gpu->copy_to_host(h.data(), p, n * sizeof(float));
+  for (float x : h) ASSERT_EQ(x, 0.0f);
+  Floats src = Rng(1).normal(n);
+  gpu->copy_to_device(p, src.data(), n * sizeof(float));
+  gpu->copy(p + 1, p, (n - 1) * sizeof(float));  // overlapping: memmove semantics
+  gpu->copy_to_host(h.data(), p, n * sizeof(float));
+  EXPECT_EQ(h[0], src[0]);
+  for (size_t i = 1; i < n; ++i) ASSERT_EQ(h[i], src[i - 1]) << i;
+  gpu->zero(p, n * sizeof(float));
+  gpu->copy_to_host(h.data(), p, n * sizeof(float));
+  for (float x : h) ASSERT_EQ(x, 0.0f);
+  gpu->free(p);
+}
+
+TEST_F(CudaOps, Encoder) {
+  const int B = 3, T = 37, C = 45, V = 50, maxT = 40;  // odd sizes; V small so rows get many tokens
+  Rng rng(2);
+  const Ints inp = rng.tokens(size_t(B) * T, V);
+  const Floats wte = rng.normal(size_t(V) * C), wpe = rng.normal(size_t(maxT) * C), dout = rng.normal(size_t(B) * T * C);
+  const Floats dwte0 = rng.normal(size_t(V) * C), dwpe0 = rng.normal(size_t(maxT) * C);  // pre-filled: +=
+  Floats out[2], dwte[2], dwpe[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    IBuf i(*be[k], inp);
+    FBuf a(*be[k], wte), p(*be[k], wpe), o(*be[k], Floats(size_t(B) * T * C)), g(*be[k], dout), dw(*be[k], dwte0),
+        dp(*be[k], dwpe0);
+    be[k]->encoder_forward(o.get(), i.get(), a.get(), p.get(), B, T, C);
+    be[k]->encoder_backward(dw.get(), dp.get(), g.get(), i.get(), B, T, C);
+    out[k] = o.host(), dwte[k] = dw.host(), dwpe[k] = dp.host();
+  }
+  // One add per output element; the backward sums run in the same token order as the CPU's, from the same start.
+  expect_bitwise("encoder_forward", out[1], out[0]);
+  expect_bitwise("encoder_backward dwte", dwte[1], dwte[0]);
+  expect_bitwise("encoder_backward dwpe", dwpe[1], dwpe[0]);
+}
+
+class CudaLayerNorm : public CudaOps, public ::testing::WithParamInterface<int> {};
+TEST_P(CudaLayerNorm, ForwardBackward) {
+  const int N = 74, C = GetParam();
+  Rng rng(3 + uint32_t(C));
+  const Floats x = rng.normal(size_t(N) * C, 2.0f), w = rng.normal(C), bias = rng.normal(C), dout = rng.normal(size_t(N) * C);
+  const Floats dx0 = rng.normal(size_t(N) * C), dw0 = rng.normal(C), db0 = rng.normal(C);
+  Floats out[2], mean[2], rstd[2], dx[2], dw[2], db[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf xi(*be[k], x), wi(*be[k], w), bi(*be[k], bias), o(*be[k], Floats(x.size())), m(*be[k], Floats(N)),
+        r(*be[k], Floats(N)), g(*be[k], dout), gx(*be[k], dx0), gw(*be[k], dw0), gb(*be[k], db0);
+    be[k]->layernorm_forward(o.get(), m.get(), r.get(), xi.get(), wi.get(), bi.get(), N, C);
+    be[k]->layernorm_backward(gx.get(), gw.get(), gb.get(), g.get(), xi.get(), wi.get(), m.get(), r.get(), N, C);
+    out[k] = o.host(), mean[k] = m.host(), rstd[k] = r.host(), dx[k] = gx.host(), dw[k] = gw.host(), db[k] = gb.host();
+  }
+  // Row statistics are C-term sums; dweight and dbias are N-term column sums.
+  expect_close("layernorm out", out[1], out[0], fp32_tol(C, out[0]));
+  expect_close("layernorm mean", mean[1], mean[0], fp32_tol(C, mean[0]));
+  expect_close("layernorm rstd", rstd[1], rstd[0], fp32_tol(C, rstd[0]));
+  expect_close("layernorm dinp", dx[1], dx[0], fp32_tol(C, dx[0]));
+  expect_close("layernorm dweight", dw[1], dw[0], fp32_tol(N, dw[0]));
+  expect_close("layernorm dbias", db[1], db[0], fp32_tol(N, db[0]));
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNorm, ::testing::Values(45, 768));
+
+class CudaMatmul : public CudaOps, public ::testing::WithParamInterface<bool> {};
+TEST_P(CudaMatmul, ForwardBackward) {
+  const bool with_bias = GetParam();
+  const int N = 37, IC = 45, OC = 67;
+  Rng rng(5 + with_bias);
+  const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), bias = rng.normal(OC),
+               dout = rng.normal(size_t(N) * OC);
+  const Floats dx0 = rng.normal(size_t(N) * IC), dw0 = rng.normal(size_t(IC) * OC), db0 = rng.normal(OC);
+  Floats out[2], dx[2], dw[2], db[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf xi(*be[k], x), wi(*be[k], w), bi(*be[k], bias), o(*be[k], Floats(size_t(N) * OC)), g(*be[k], dout),
+        gx(*be[k], dx0), gw(*be[k], dw0), gb(*be[k], db0);
+    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), with_bias ? bi.get() : nullptr, N, IC, OC);
+    be[k]->matmul_backward(gx.get(), gw.get(), with_bias ? gb.get() : nullptr, g.get(), xi.get(), wi.get(), N, IC, OC);
+    out[k] = o.host(), dx[k] = gx.host(), dw[k] = gw.host(), db[k] = gb.host();
+  }
+  expect_close("matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
+  expect_close("matmul dinp", dx[1], dx[0], fp32_tol(OC + 1, dx[0]));  // +1: the pre-filled value
+  expect_close("matmul dweight", dw[1], dw[0], fp32_tol(N + 1, dw[0]));
+  if (with_bias) expect_close("matmul dbias", db[1], db[0], fp32_tol(N + 1, db[0]));
+  else expect_bitwise("matmul dbias untouched when null", db[1], db0);
+}
+INSTANTIATE_TEST_SUITE_P(Bias, CudaMatmul, ::testing::Bool());
+
+TEST_F(CudaOps, MatmulTransposed) {
+  const int N = 37, C = 45, V = 101;
+  Rng rng(7);
+  const Floats x = rng.normal(size_t(N) * C), wte = rng.normal(size_t(V) * C), dout = rng.normal(size_t(N) * V);
+  const Floats dx0 = rng.normal(size_t(N) * C), dwte0 = rng.normal(size_t(V) * C);
+  Floats out[2], dx[2], dwte[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf xi(*be[k], x), w(*be[k], wte), o(*be[k], Floats(size_t(N) * V)), g(*be[k], dout), gx(*be[k], dx0),
+        gw(*be[k], dwte0);
+    be[k]->matmul_forward_transposed(o.get(), xi.get(), w.get(), N, C, V);
+    be[k]->matmul_backward_transposed(gx.get(), gw.get(), g.get(), xi.get(), w.get(), N, C, V);
+    out[k] = o.host(), dx[k] = gx.host(), dwte[k] = gw.host();
+  }
+  expect_close("lm_head out", out[1], out[0], fp32_tol(C, out[0]));
+  expect_close("lm_head dinp", dx[1], dx[0], fp32_tol(V + 1, dx[0]));
+  expect_close("lm_head dwte", dwte[1], dwte[0], fp32_tol(N + 1, dwte[0]));
+}
+
+// (B, T, C, NH): HS = 16 with T = 150 > the 32-key tile and not a multiple of the 16/8-row blocks; HS = 64
+// (GPT-2's); HS = 128 (the kernel's maximum); HS = 5 (odd, below a warp); T = 1.
+struct AttnShape {
+  int B, T, C, NH;
+};
+class CudaAttention : public CudaOps, public ::testing::WithParamInterface<AttnShape> {};
+TEST_P(CudaAttention, ForwardBackward) {
+  const auto [B, T, C, NH] = GetParam();
+  const int HS = C / NH;
+  Rng rng(11 + uint32_t(T));
+  const Floats qkv = rng.normal(size_t(B) * T * 3 * C), dout = rng.normal(size_t(B) * T * C);
+  const Floats dqkv0 = rng.normal(qkv.size());
+  Floats out[2], lse[2], dqkv[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf x(*be[k], qkv), o(*be[k], Floats(size_t(B) * T * C)), l(*be[k], Floats(size_t(B) * NH * T)),
+        g(*be[k], dout), gx(*be[k], dqkv0);
+    be[k]->attention_forward(o.get(), l.get(), x.get(), B, T, C, NH);
+    be[k]->attention_backward(gx.get(), g.get(), x.get(), o.get(), l.get(), B, T, C, NH);
+    out[k] = o.host(), lse[k] = l.host(), dqkv[k] = gx.host();
+  }
+  // Scores are HS-term dots and outputs T-term weighted sums (K = T HS covers both); the backward chains two such
+  // products (dP = dO V^T, then dS K or dS^T Q), so K = 2 T HS.
+  expect_close("attention out", out[1], out[0], fp32_tol(double(T) * HS, out[0]));
+  expect_close("attention lse", lse[1], lse[0], fp32_tol(double(T) * HS, lse[0]));
+  expect_close("attention dqkv", dqkv[1], dqkv[0], fp32_tol(2.0 * T * HS, dqkv[0]));
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(AttnShape{2, 150, 48, 3}, AttnShape{1, 70, 192, 3}, AttnShape{2, 41, 256, 2},
+                                           AttnShape{3, 33, 15, 3}, AttnShape{2, 1, 48, 3}),
+                         [](const auto& info) {
+                           const AttnShape& s = info.param;
+                           return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" + std::to_string(s.C) +
+                                  "_NH" + std::to_string(s.NH);
+                         });
+
+TEST_F(CudaOps, GeluAndElementwise) {
+  const size_t n = 100003;
+  Rng rng(13);
+  const Floats x = rng.normal(n, 3.0f), y = rng.normal(n), d0 = rng.normal(n);
+  Floats gf[2], gb[2], sum[2], acc[2], sc[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf xi(*be[k], x), yi(*be[k], y), o(*be[k], Floats(n)), d(*be[k], d0), a(*be[k], d0);
+    be[k]->gelu_forward(o.get(), xi.get(), n);
+    be[k]->gelu_backward(d.get(), xi.get(), yi.get(), n);
+    gf[k] = o.host(), gb[k] = d.host();
+    be[k]->add(o.get(), xi.get(), yi.get(), n);
+    sum[k] = o.host();
+    be[k]->accumulate(a.get(), xi.get(), n);
+    acc[k] = a.host();
+    be[k]->scale(a.get(), 0.37f, n);
+    sc[k] = a.host();
+  }
+  // GELU: one exp (expf vs the CPU's ~4 ulp polynomial) and a few roundings per element, so K = 1.
+  expect_close("gelu_forward", gf[1], gf[0], fp32_tol(1, gf[0]));
+  expect_close("gelu_backward", gb[1], gb[0], fp32_tol(1, gb[0]));
+  expect_bitwise("add", sum[1], sum[0]);  // one rounded operation per element: identical
+  expect_bitwise("accumulate", acc[1], acc[0]);
+  expect_bitwise("scale", sc[1], sc[0]);
+}
+
+struct LossShape {
+  int N, V;
+};
+class CudaLoss : public CudaOps, public ::testing::WithParamInterface<LossShape> {};
+TEST_P(CudaLoss, CrossEntropyAndSoftmax) {
+  const auto [N, V] = GetParam();
+  Rng rng(17 + uint32_t(V));
+  const Floats logits = rng.normal(size_t(N) * V, 3.0f);
+  const Ints targets = rng.tokens(N, V);
+  const float dloss = 1.0f / float(N);
+  Floats loss[2], dl[2], dl_inplace[2], probs[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf x(*be[k], logits), l(*be[k], Floats(N)), d(*be[k], Floats(logits.size(), 5.0f)), p(*be[k], Floats(logits.size()));
+    IBuf t(*be[k], targets);
+    be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V);
+    be[k]->crossentropy_backward(d.get(), x.get(), t.get(), dloss, N, V);  // overwrites the 5.0 fill
+    be[k]->softmax_forward(p.get(), x.get(), 0.7f, N, V);
+    loss[k] = l.host(), dl[k] = d.host(), probs[k] = p.host();
+    be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V);  // in place: dlogits aliases logits
+    dl_inplace[k] = x.host();
+  }
+  // Each row is a V-term sum of exps (max-shifted), so K = V.
+  expect_close("crossentropy_forward", loss[1], loss[0], fp32_tol(V, loss[0]));
+  expect_close("crossentropy_backward", dl[1], dl[0], fp32_tol(V, dl[0]));
+  expect_close("crossentropy_backward in place", dl_inplace[1], dl[0], fp32_tol(V, dl[0]));
+  expect_close("softmax_forward T=0.7", probs[1], probs[0], fp32_tol(V, probs[0]));
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaLoss, ::testing::Values(LossShape{37, 101}, LossShape{3, 50257}, LossShape{5, 1}),
+                         [](const auto& info) {
+                           return "N" + std::to_string(info.param.N) + "_V" + std::to_string(info.param.V);
+                         });
+
+TEST_F(CudaOps, SumSquares) {
+  for (size_t n : {size_t(0), size_t(1), size_t(1000003)}) {
+    const Floats x = Rng(19).normal(n);
+    FBuf a(*cpu, x), b(*gpu, x);
+    const double want = cpu->sum_squares(a.get(), n), got = gpu->sum_squares(b.get(), n);
+    // fp64 sums of fp32 squares (exact products): the orders differ, each off by ~sqrt(n) 2^-53 relative.
+    EXPECT_NEAR(got, want, 1e-12 * want) << "n = " << n;
+    EXPECT_EQ(gpu->sum_squares(b.get(), n), got) << "n = " << n << ": two runs differ";
+  }
+}
+
+TEST_F(CudaOps, AdamW) {
+  const size_t n = 1003;
+  Rng rng(23);
+  const Floats p0 = rng.normal(n), m0 = rng.normal(n, 0.1f), g1 = rng.normal(n), g2 = rng.normal(n);
+  Floats v0 = rng.normal(n, 0.1f);
+  for (float& x : v0) x = x * x;  // second moments are non-negative
+  Floats p[2], m[2], v[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf pi(*be[k], p0), mi(*be[k], m0), vi(*be[k], v0), a(*be[k], g1), b(*be[k], g2);
+    be[k]->adamw_update(pi.get(), a.get(), mi.get(), vi.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    be[k]->adamw_update(pi.get(), b.get(), mi.get(), vi.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4);
+    p[k] = pi.host(), m[k] = mi.host(), v[k] = vi.host();
+  }
+  // A handful of roundings per element; nvcc may contract a*b+c into FMAs where the CPU rounds twice: K = 4.
+  expect_close("adamw params", p[1], p[0], fp32_tol(4, p[0]));
+  expect_close("adamw m", m[1], m[0], fp32_tol(4, m[0]));
+  expect_close("adamw v", v[1], v[0], fp32_tol(4, v[0]));
+}
+
+// Two identical runs of every op with a reduction must agree bit for bit (no atomics, fixed trees).
+TEST_F(CudaOps, Deterministic) {
+  const int B = 2, T = 150, C = 48, NH = 3, V = 61;
+  Rng rng(29);
+  const Floats qkv = rng.normal(size_t(B) * T * 3 * C), dout = rng.normal(size_t(B) * T * C),
+               w = rng.normal(size_t(C) * 3 * C), wte = rng.normal(size_t(V) * C), ln_w = rng.normal(C);
+  const Ints inp = rng.tokens(size_t(B) * T, V);
+  std::vector<Floats> runs[2];
+  for (int r = 0; r < 2; ++r) {
+    Backend& g = *gpu;
+    FBuf x(g, qkv), o(g, Floats(size_t(B) * T * C)), l(g, Floats(size_t(B) * NH * T)), d(g, dout),
+        dx(g, Floats(qkv.size())), wi(g, w), dw(g, Floats(w.size())), db(g, Floats(3 * C)),
+        din(g, Floats(size_t(B) * T * C)), dwte(g, Floats(wte.size())), dwpe(g, Floats(size_t(T) * C)),
+        lw(g, ln_w), m(g, Floats(size_t(B) * T)), rs(g, Floats(size_t(B) * T)), ldw(g, Floats(C)), ldb(g, Floats(C));
+    IBuf ids(g, inp);
+    g.attention_forward(o.get(), l.get(), x.get(), B, T, C, NH);
+    g.attention_backward(dx.get(), d.get(), x.get(), o.get(), l.get(), B, T, C, NH);
+    g.matmul_backward(din.get(), dw.get(), db.get(), dx.get(), d.get(), wi.get(), B * T, C, 3 * C);
+    g.encoder_backward(dwte.get(), dwpe.get(), d.get(), ids.get(), B, T, C);
+    g.layernorm_forward(din.get(), m.get(), rs.get(), d.get(), lw.get(), lw.get(), B * T, C);
+    g.layernorm_backward(din.get(), ldw.get(), ldb.get(), d.get(), d.get(), lw.get(), m.get(), rs.get(), B * T, C);
+    runs[r] = {o.host(), l.host(), dx.host(), din.host(), dw.host(), db.host(), dwte.host(), dwpe.host(), ldw.host(),
+               ldb.host()};
+  }
+  for (size_t i = 0; i < runs[0].size(); ++i) expect_bitwise("output " + std::to_string(i), runs[1][i], runs[0][i]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The whole GPT on both backends from the same init seed and tokens: loss and every gradient agree.
+TEST_F(CudaOps, WholeModelLossAndGradients) {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 3;  // HS = 16
+  c.n_embd = 48;
+  c.block_size = 64;
+  c.vocab_size = 101;
+  const int B = 2, T = 45;  // T past the 32-key attention tile
+  GPT cpu_model(c, *cpu, B, T), gpu_model(c, *gpu, B, T);
+  cpu_model.init_weights(5);
+  gpu_model.init_weights(5);
+  Rng rng(31);
+  const Ints in = rng.tokens(size_t(B) * T, c.vocab_size), tg = rng.tokens(size_t(B) * T, c.vocab_size);
+  const double loss_cpu = cpu_model.forward(in.data(), tg.data(), B, T);
+  const double loss_gpu = gpu_model.forward(in.data(), tg.data(), B, T);
+  // The mean loss is ~ln(V) = 4.6 and sums B T per-token losses, each from V-term sums after ~10 chained ops.
+  EXPECT_NEAR(loss_gpu, loss_cpu, 1e-5 * loss_cpu);
+  cpu_model.zero_grad();
+  gpu_model.zero_grad();
+  cpu_model.backward(1.0f);
+  gpu_model.backward(1.0f);
+  const size_t n = cpu_model.table().total_numel();
+  Floats g_cpu(n), g_gpu(n);
+  cpu->copy_to_host(g_cpu.data(), cpu_model.grads(), n * sizeof(float));
+  gpu->copy_to_host(g_gpu.data(), gpu_model.grads(), n * sizeof(float));
+  // A gradient passes through ~4 L + 4 ops (each a sum of up to K = B T 4C = 17280 terms at most), so the errors
+  // of the chain add up: 10x the single-op bound with K = B T 4C, relative to each parameter's RMS gradient.
+  const double r = 10.0 * 8.0 * std::sqrt(double(B) * T * 4 * c.n_embd) * kEps;  // ~1.3e-3
+  for (const ParamInfo& info : cpu_model.table().params()) {
+    const Floats want(g_cpu.begin() + info.offset, g_cpu.begin() + info.offset + info.numel);
+    const Floats got(g_gpu.begin() + info.offset, g_gpu.begin() + info.offset + info.numel);
+    expect_close("grad " + info.name, got, want, {r * rms(want), r});
+  }
+}
+
+}  // namespace
+}  // namespace ember

@@ -14,5 +14,12 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/pyt
 cmake --build build -j"$(nproc)"
 
 status=0
+# Each test program's MPI_Init starts a singleton that makes, and removes again when empty, the session folder
+# $TMPDIR/ompi.<host>.<uid>; Open MPI 4.1 can fail with "mkdir ... File exists" when two tests race on it under
+# ctest -j2. A subfolder of ours keeps it from ever being empty.
+host=$(uname -n)
+session_top=${TMPDIR:-/tmp}/ompi.${host%%.*}.$(id -u)
+[[ -d "$session_top" ]] || mkdir -m 700 "$session_top"
+mkdir -p "$session_top/ember-keep"
 ctest --test-dir build --output-on-failure -j2 --timeout 900 || status=$?
 exit "$status"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Downloads, with this machine's apt, the Debian packages Ember's build needs and the lent GPU machine lacks (Open MPI,
+# Downloads, with this machine's apt, the Debian packages Ember's build needs and a GPU machine lacks (Open MPI,
 # parallel HDF5, Boost.Program_options, OpenBLAS, GoogleTest, nlohmann-json) into .device/debs/ for gpu-run.sh there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the lent GPU machine (no internet, no MPI/HDF5/Boost/OpenBLAS/GoogleTest): unpacks the carried .device/debs
+# Runs on a GPU machine (no internet, no MPI/HDF5/Boost/OpenBLAS/GoogleTest): unpacks the carried .device/debs
 # into a private prefix, builds Ember with nvcc, runs the gpu (and unit) tests and the GPU benchmark; logs go to $OUT.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

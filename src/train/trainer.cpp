@@ -261,7 +261,7 @@ TrainResult Trainer::run() {
       pending.clear();
     }
     exposed_ms += 1e3 * (now_seconds() - t_sync);
-    const bool out_of_time = c.training.steps > 0 && s.limits.max_runtime > 0 && r == 0 &&
+    const bool out_of_time = s.limits.max_runtime > 0 && r == 0 &&
                              now_seconds() - run_start >= s.limits.max_runtime;
     double scalars[3] = {loss, s.zero() ? be.sum_squares(grads, grad_n) : 0.0,
                          double(stop_signal_received() != 0 || out_of_time)};

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "test_support.h"
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "core/philox.h"
@@ -78,31 +79,8 @@ struct Rng {
   }
 };
 
-// An array in one backend's memory, freed on scope exit.
-template <typename T>
-class Buf {
- public:
-  Buf(Backend& be, const std::vector<T>& host) : be_(be), n_(host.size()) {
-    ptr_ = static_cast<T*>(be.alloc(n_ * sizeof(T)));
-    be.copy_to_device(ptr_, host.data(), n_ * sizeof(T));
-  }
-  ~Buf() { be_.free(ptr_); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  T* get() { return ptr_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    be_.copy_to_host(h.data(), ptr_, n_ * sizeof(T));
-    return h;
-  }
-
- private:
-  Backend& be_;
-  size_t n_;
-  T* ptr_;
-};
-using FBuf = Buf<float>;
-using IBuf = Buf<int32_t>;
+using FBuf = test::BackendArray<float>;
+using IBuf = test::BackendArray<int32_t>;
 
 class CudaOps : public ::testing::Test {
  protected:

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "test_support.h"
 #include "core/error.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
@@ -26,17 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_rank;
+using test::world_size;
 
 // Every rank calls this at the same point, so a failure on any rank fails the test on all of them.
 long long total_over_ranks(long long local) {
@@ -56,16 +48,7 @@ std::string broadcast_from_root(std::string s) {
 // True on every rank when `s` is the same string on every rank.
 bool same_on_all_ranks(const std::string& s) { return total_over_ranks(broadcast_from_root(s) != s) == 0; }
 
-// Tensor sizes that are not multiples of the arena's 16-float alignment, so the arena has padding between tensors.
-ModelConfig test_config() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 24;
-  c.block_size = 13;
-  c.vocab_size = 61;
-  return c;
-}
+ModelConfig test_config() { return test::padded_model_config(); }
 
 // The values every rank stores, a function of the arena index only, exact in fp32.
 float param_value(size_t i) { return float(i % 1000) * 0.25f + 1.0f; }

@@ -11,23 +11,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "test_support.h"
 #include "dist/communicator.h"
 #include "dist/mpi_communicator.h"
 
 namespace ember {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_rank;
+using test::world_size;
 
 // Mismatches on this rank; the first few are printed with the rank so a multi-rank log says where it went wrong.
 struct Mismatches {

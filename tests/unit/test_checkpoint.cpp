@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "test_support.h"
 #include "core/error.h"
 #include "core/h5.h"
 #include "core/philox.h"
@@ -515,16 +516,7 @@ TEST_F(CheckpointTest, NoRoomFailsBeforeWriting) {
   });
 }
 
-// A config whose tensors are not multiples of the arena's 16-float alignment, so the arena has padding between them.
-ModelConfig padded_config() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 24;
-  c.block_size = 13;
-  c.vocab_size = 61;
-  return c;
-}
+ModelConfig padded_config() { return test::padded_model_config(); }
 
 bool inside_a_tensor(const ParamTable& t, size_t i) {
   return std::any_of(t.params().begin(), t.params().end(),

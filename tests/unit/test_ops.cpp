@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "test_support.h"
 #include "backend/cpu/cpu_common.h"
 #include "core/error.h"
 #include "core/philox.h"
@@ -83,31 +84,8 @@ Vec plus(const std::vector<float>& a, const Vec& b) {
   return r;
 }
 
-// An array in backend memory, freed on scope exit.
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray(Backend& be, size_t n) : be_(be), n_(n), ptr_(static_cast<T*>(be.alloc(n * sizeof(T)))) {}
-  DeviceArray(Backend& be, const std::vector<T>& host) : DeviceArray(be, host.size()) {
-    be_.copy_to_device(ptr_, host.data(), n_ * sizeof(T));
-  }
-  ~DeviceArray() { be_.free(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() { return ptr_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    be_.copy_to_host(h.data(), ptr_, n_ * sizeof(T));
-    return h;
-  }
-
- private:
-  Backend& be_;
-  size_t n_;
-  T* ptr_;
-};
-using Floats = DeviceArray<float>;
-using Ints = DeviceArray<int32_t>;
+using Floats = test::BackendArray<float>;
+using Ints = test::BackendArray<int32_t>;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Float64 reference ops: the plain definitions, no tricks.

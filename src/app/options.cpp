@@ -19,6 +19,7 @@ namespace ember {
 namespace {
 
 std::string format_value(int v) { return std::to_string(v); }
+std::string format_value(bool v) { return v ? "true" : "false"; }
 std::string format_value(uint64_t v) { return std::to_string(v); }
 std::string format_value(float v) {
   char buf[32];
@@ -89,6 +90,31 @@ std::vector<Binding> bindings(RunConfig& c) {
                        in_range(0, 1)));
   b.push_back(bind_key<float>("training.bucket_mb", &c.training.bucket_mb, "gradient all-reduce bucket size (MiB)",
                               [](float v) { return v > 0 ? "" : "must be > 0"; }));
+  b.push_back(bind_key<std::string>("training.mode", &c.training.mode,
+                                    "sync (all-reduce data parallel) or async (rank 0 serves, ranks 1.. train)",
+                                    [](const std::string& v) {
+                                      return v == "sync" || v == "async" ? "" : "must be one of: sync, async";
+                                    }));
+  b.push_back(bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",
+                       at_least(1)));
+  b.push_back(bind_key("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",
+                       in_range(8, 1 << 24)));
+  b.push_back(bind_key<float>("async.outer_lr", &c.async.outer_lr, "async: the center's learning rate on deltas",
+                              [](float v) { return v > 0 && v <= 10 ? "" : "must be in (0, 10]"; }));
+  b.push_back(bind_key<float>("async.outer_momentum", &c.async.outer_momentum, "async: the center's Nesterov momentum",
+                              [](float v) { return v >= 0 && v < 1 ? "" : "must be in [0, 1)"; }));
+  b.push_back(bind_key<float>("async.center_timeout", &c.async.center_timeout,
+                              "async: seconds a worker waits for the center before failing",
+                              [](float v) { return v > 0 ? "" : "must be > 0"; }));
+  b.push_back(bind_key("async.error_feedback", &c.async.error_feedback,
+                       "async (test-only switch): keep what the 1-bit compression lost for the next message"));
+  b.push_back(bind_key("async.test_slow_worker", &c.async.test_slow_worker,
+                       "async (test-only): this worker rank trains test_slowdown times slower (0: none)", at_least(0)));
+  b.push_back(bind_key<float>("async.test_slowdown", &c.async.test_slowdown, "async (test-only): slowdown factor",
+                              [](float v) { return v >= 1 && v <= 1000 ? "" : "must be in [1, 1000]"; }));
+  b.push_back(bind_key("async.test_center_stall", &c.async.test_center_stall,
+                       "async (test-only): the center stops serving after this many versions (0: never)",
+                       at_least(0)));
   b.push_back(bind_key<float>("optimizer.lr", &c.optimizer.lr, "peak learning rate",
                           [](float v) { return v > 0 && v < 10 ? "" : "must be in (0, 10)"; }));
   b.push_back(bind_key<float>("optimizer.min_lr", &c.optimizer.min_lr, "learning rate at the end of the cosine decay",

@@ -19,6 +19,21 @@ struct TrainingConfig {
   int threads = 0;             // OpenMP threads per rank; 0 = the OpenMP default (all cores, or OMP_NUM_THREADS)
   int zero = 0;                // 1: ZeRO-1, optimizer state sharded across data-parallel ranks
   float bucket_mb = 25.0f;     // gradient all-reduce bucket size in MiB (as PyTorch DDP's bucket_cap_mb)
+  std::string mode = "sync";   // "sync": all-reduce data parallel; "async": rank 0 is a center, ranks 1.. train
+};
+
+// mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI
+// one-sided windows and rebase onto its newest published parameters.
+struct AsyncConfig {
+  int local_steps = 8;          // H: optimizer steps a worker takes between two syncs
+  int block_size = 2048;        // values per fp32 scale of a 1-bit message
+  float outer_lr = 1.0f;        // the center's (outer) learning rate on the weighted deltas
+  float outer_momentum = 0.0f;  // the center's Nesterov momentum (0: plain averaging of deltas)
+  float center_timeout = 120.0f;  // seconds a worker waits for the center before failing the job
+  bool error_feedback = true;   // test-only switch: false drops what the 1-bit compression lost
+  int test_slow_worker = 0;     // test-only: this worker rank (>= 1) trains test_slowdown times slower
+  float test_slowdown = 1.0f;
+  int test_center_stall = 0;    // test-only: the center stops serving after this many versions (0: never)
 };
 
 struct OptimizerConfig {
@@ -56,6 +71,7 @@ struct RunSection {
 struct RunConfig {
   ModelConfig model;
   TrainingConfig training;
+  AsyncConfig async;
   OptimizerConfig optimizer;
   DataConfig data;
   EvalConfig eval;

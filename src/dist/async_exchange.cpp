@@ -1,0 +1,338 @@
+// The async-mode exchange (implementation); the protocol and window layout are described in async_exchange.h.
+#include "dist/async_exchange.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace ember {
+namespace {
+
+constexpr size_t kAlign = 64;
+// One MPI_Put/MPI_Get moves at most this many bytes (its count is an int).
+constexpr size_t kMaxTransfer = size_t(1) << 30;
+constexpr int kCenter = 0;
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// The window's memory: the whole layout on the center, nothing on a worker. Errors on the window return to the
+// checks (and from there end the job with a message) instead of aborting inside MPI.
+MPI_Win allocate_window(MPI_Comm comm, size_t bytes, uint8_t** base) {
+  MPI_Info info;
+  EMBER_MPI_CHECK(MPI_Info_create(&info));
+  // Only MPI_Fetch_and_op on one counter is ever accumulated; no ordering among accumulates is needed.
+  EMBER_MPI_CHECK(MPI_Info_set(info, "accumulate_ordering", "none"));
+  MPI_Win win = MPI_WIN_NULL;
+  void* mem = nullptr;
+  EMBER_MPI_CHECK(MPI_Win_allocate(MPI_Aint(bytes), 1, info, comm, &mem, &win));
+  EMBER_MPI_CHECK(MPI_Info_free(&info));
+  EMBER_MPI_CHECK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  *base = static_cast<uint8_t*>(mem);
+  return win;
+}
+
+void check_comm(MPI_Comm comm, const AsyncShape& shape, int expected_rank) {
+  int rank = -1, size = 0;
+  EMBER_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  EMBER_MPI_CHECK(MPI_Comm_size(comm, &size));
+  EMBER_ASSERT(size == shape.workers + 1, "async exchange: communicator size must be workers + 1");
+  EMBER_ASSERT(expected_rank < 0 ? rank >= 1 : rank == expected_rank, "async exchange: wrong rank for this role");
+  EMBER_ASSERT(shape.block_size >= 1 && shape.workers >= 1, "async exchange: bad shape");
+}
+
+}  // namespace
+
+AsyncLayout::AsyncLayout(const AsyncShape& shape) {
+  packed = onebit_packed_bytes(shape.n, shape.block_size);
+  ring_size = 4 * size_t(shape.workers) + 4;
+  slots = align_up(sizeof(Header));
+  slot_stride = align_up(sizeof(Slot) + packed);
+  ring = slots + size_t(shape.workers) * slot_stride;
+  ring_stride = align_up(sizeof(uint64_t) + packed);
+  params = ring + ring_size * ring_stride;
+  total = params + align_up(shape.n * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Center
+
+AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* initial, uint64_t version,
+                         uint64_t tokens_applied, uint64_t samples_reserved)
+    : shape_(shape),
+      layout_(shape),
+      comm_(comm),
+      feedback_(shape.n, shape.block_size),
+      staging_(layout_.packed),
+      version_(version),
+      tokens_applied_(tokens_applied),
+      barrier_acks_(size_t(shape.workers), 0) {
+  check_comm(comm, shape, kCenter);
+  EMBER_MPI_CHECK(MPI_Comm_dup(comm, &probe_comm_));
+  win_ = allocate_window(comm, layout_.total, &base_);
+  // Nobody reaches the window before the barrier below; the epoch makes the stores public in any memory model.
+  lock();
+  std::memset(base_, 0, layout_.params);
+  if (shape.n > 0) std::memcpy(base_ + layout_.params, initial, shape.n * sizeof(float));
+  AsyncLayout::Header* h = header();
+  h->version = version;
+  h->ring_start = version;
+  h->tokens_applied = tokens_applied;
+  h->samples_reserved = samples_reserved;
+  unlock();
+  EMBER_MPI_CHECK(MPI_Barrier(comm));
+}
+
+AsyncCenter::~AsyncCenter() {
+  if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+  if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
+}
+
+void AsyncCenter::lock() { EMBER_MPI_CHECK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, kCenter, 0, win_)); }
+void AsyncCenter::unlock() { EMBER_MPI_CHECK(MPI_Win_unlock(kCenter, win_)); }
+
+AsyncLayout::Header* AsyncCenter::header() { return reinterpret_cast<AsyncLayout::Header*>(base_); }
+AsyncLayout::Slot* AsyncCenter::slot(int worker) {
+  return reinterpret_cast<AsyncLayout::Slot*>(base_ + layout_.slot(worker));
+}
+
+void AsyncCenter::progress() {
+  // Over TCP, osc/ucx emulates remote atomics and locks in software: a worker's lock request advances only while
+  // the center's UCX worker is polled, which the center's locks of itself (served locally) never do. A probe runs
+  // Open MPI's progress loop, which polls every one-sided component.
+  int flag = 0;
+  EMBER_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, probe_comm_, &flag, MPI_STATUS_IGNORE));
+}
+
+std::vector<AsyncMessage> AsyncCenter::take() {
+  std::vector<AsyncMessage> taken;
+  progress();
+  lock();
+  stop_requested_ = false;
+  for (int w = 0; w < shape_.workers; ++w) {
+    AsyncLayout::Slot* s = slot(w);
+    barrier_acks_[size_t(w)] = s->barrier_ack;
+    stop_requested_ = stop_requested_ || s->stop_request != 0;
+    if (s->seq == s->taken) continue;
+    AsyncMessage m;
+    m.worker = w;
+    m.seq = s->seq;
+    m.base_version = s->base_version;
+    m.tokens = s->tokens;
+    m.staleness = version_ >= s->base_version ? version_ - s->base_version : 0;
+    m.bytes.assign(base_ + layout_.slot_message(w), base_ + layout_.slot_message(w) + layout_.packed);
+    s->taken = s->seq;
+    s->staleness = m.staleness;
+    bytes_taken_ += layout_.packed;
+    ++messages_taken_;
+    taken.push_back(std::move(m));
+  }
+  unlock();
+  return taken;
+}
+
+void AsyncCenter::decode(const AsyncMessage& message, float* out) const {
+  onebit_unpack(message.bytes.data(), shape_.n, shape_.block_size, out);
+}
+
+uint64_t AsyncCenter::publish(const float* update, uint64_t tokens) {
+  feedback_.compress(update, staging_.data());
+  if (!shape_.error_feedback) feedback_.reset();
+  const uint64_t next = version_ + 1;
+  lock();
+  uint8_t* entry = base_ + layout_.ring_entry(next);
+  std::memcpy(entry, &next, sizeof(next));
+  std::memcpy(entry + sizeof(uint64_t), staging_.data(), layout_.packed);
+  onebit_unpack_add(staging_.data(), shape_.n, shape_.block_size, reinterpret_cast<float*>(base_ + layout_.params));
+  AsyncLayout::Header* h = header();
+  h->version = next;
+  h->tokens_applied += tokens;
+  version_ = next;
+  tokens_applied_ = h->tokens_applied;
+  unlock();
+  return next;
+}
+
+void AsyncCenter::request_barrier(AsyncBarrier kind) {
+  EMBER_ASSERT(kind != AsyncBarrier::none, "request_barrier needs a kind");
+  lock();
+  AsyncLayout::Header* h = header();
+  h->barrier_seq = ++barrier_seq_;
+  h->barrier_kind = uint64_t(kind);
+  unlock();
+  barrier_kind_ = kind;
+}
+
+bool AsyncCenter::barrier_reached() const {
+  if (barrier_kind_ == AsyncBarrier::none) return false;
+  for (uint64_t ack : barrier_acks_)
+    if (ack != barrier_seq_) return false;
+  return true;
+}
+
+uint64_t AsyncCenter::samples_reserved() {
+  lock();
+  const uint64_t s = header()->samples_reserved;
+  unlock();
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Worker
+
+AsyncWorker::AsyncWorker(MPI_Comm comm, const AsyncShape& shape, int worker_rank, double timeout_seconds)
+    : shape_(shape),
+      layout_(shape),
+      worker_(worker_rank - 1),
+      timeout_(timeout_seconds),
+      feedback_(shape.n, shape.block_size),
+      message_(layout_.packed) {
+  check_comm(comm, shape, -1);
+  EMBER_MPI_CHECK(MPI_Comm_dup(comm, &probe_comm_));  // collective with the center's
+  uint8_t* unused = nullptr;
+  win_ = allocate_window(comm, 0, &unused);
+  EMBER_MPI_CHECK(MPI_Barrier(comm));
+}
+
+AsyncWorker::~AsyncWorker() {
+  if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+  if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
+}
+
+void AsyncWorker::lock() { EMBER_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, kCenter, 0, win_)); }
+void AsyncWorker::unlock() { EMBER_MPI_CHECK(MPI_Win_unlock(kCenter, win_)); }
+void AsyncWorker::flush() { EMBER_MPI_CHECK(MPI_Win_flush(kCenter, win_)); }
+
+void AsyncWorker::get(void* dst, size_t offset, size_t bytes) {
+  for (size_t done = 0; done < bytes; done += kMaxTransfer) {
+    const int count = int(std::min(kMaxTransfer, bytes - done));
+    EMBER_MPI_CHECK(MPI_Get(static_cast<uint8_t*>(dst) + done, count, MPI_BYTE, kCenter, MPI_Aint(offset + done),
+                            count, MPI_BYTE, win_));
+  }
+  bytes_got_ += bytes;
+}
+
+void AsyncWorker::put(const void* src, size_t offset, size_t bytes) {
+  for (size_t done = 0; done < bytes; done += kMaxTransfer) {
+    const int count = int(std::min(kMaxTransfer, bytes - done));
+    EMBER_MPI_CHECK(MPI_Put(static_cast<const uint8_t*>(src) + done, count, MPI_BYTE, kCenter,
+                            MPI_Aint(offset + done), count, MPI_BYTE, win_));
+  }
+  bytes_put_ += bytes;
+}
+
+void AsyncWorker::center_timeout(const char* what) const {
+  throw_error("async worker rank " + std::to_string(worker_ + 1) + ": the center (rank 0) " + what + " for " +
+                  std::to_string(int(timeout_)) + " s",
+              "check that rank 0 is running and reachable from this host (the center must be able to run MPI "
+              "calls); on slow links raise async.center_timeout");
+}
+
+uint64_t AsyncWorker::reserve(uint64_t count) {
+  const double t0 = now_seconds();
+  uint64_t first = 0;
+  lock();
+  EMBER_MPI_CHECK(MPI_Fetch_and_op(&count, &first, MPI_UINT64_T, kCenter,
+                                   MPI_Aint(offsetof(AsyncLayout::Header, samples_reserved)), MPI_SUM, win_));
+  unlock();
+  bytes_put_ += sizeof(count);
+  bytes_got_ += sizeof(first);
+  blocked_ += now_seconds() - t0;
+  return first;
+}
+
+void AsyncWorker::send(const float* delta, uint64_t base_version, uint64_t tokens) {
+  feedback_.compress(delta, message_.data());
+  if (!shape_.error_feedback) feedback_.reset();
+  const double t0 = now_seconds();
+  const size_t slot = layout_.slot(worker_);
+  // The slot holds one message: wait until the center has taken the previous one (it takes every slot on each
+  // pass of its loop, so this is normally immediate).
+  double pause = 50e-6;
+  for (;;) {
+    uint64_t taken = 0;
+    lock();
+    get(&taken, slot + offsetof(AsyncLayout::Slot, taken), sizeof(taken));
+    flush();
+    if (taken == seq_) break;  // still locked: the put follows in the same epoch
+    unlock();
+    if (now_seconds() - t0 > timeout_) center_timeout("has not taken this worker's previous update");
+    usleep(useconds_t(pause * 1e6));
+    pause = std::min(pause * 2, 5e-3);
+  }
+  const uint64_t meta[2] = {base_version, tokens};
+  put(message_.data(), layout_.slot_message(worker_), layout_.packed);
+  put(meta, slot + offsetof(AsyncLayout::Slot, base_version), sizeof(meta));
+  flush();  // the message is complete at the center before its sequence number says so
+  const uint64_t next = seq_ + 1;
+  put(&next, slot + offsetof(AsyncLayout::Slot, seq), sizeof(next));
+  unlock();
+  seq_ = next;
+  blocked_ += now_seconds() - t0;
+}
+
+AsyncWorker::Published AsyncWorker::fetch(float* base) {
+  const double t0 = now_seconds();
+  AsyncLayout::Header h{};
+  AsyncLayout::Slot mine{};
+  Published p;
+  std::vector<uint8_t> ring_entries;
+  uint64_t first = 0, count = 0;
+  lock();
+  get(&h, 0, sizeof(h));
+  get(&mine, layout_.slot(worker_), sizeof(mine));
+  flush();
+  const bool in_ring = have_version_ && version_ >= h.ring_start && version_ <= h.version &&
+                       h.version - version_ <= layout_.ring_size;
+  if (in_ring) {
+    first = version_ + 1;
+    count = h.version - version_;
+    ring_entries.resize(size_t(count) * layout_.ring_stride);
+    for (uint64_t k = 0; k < count; ++k)
+      get(ring_entries.data() + k * layout_.ring_stride, layout_.ring_entry(first + k),
+          sizeof(uint64_t) + layout_.packed);
+  } else {
+    get(base, layout_.params, shape_.n * sizeof(float));
+  }
+  unlock();  // completes the gets
+  blocked_ += now_seconds() - t0;
+  for (uint64_t k = 0; k < count; ++k) {
+    const uint8_t* entry = ring_entries.data() + k * layout_.ring_stride;
+    uint64_t stamp = 0;
+    std::memcpy(&stamp, entry, sizeof(stamp));
+    EMBER_ASSERT(stamp == first + k, "async exchange: a ring entry holds version " + std::to_string(stamp) +
+                                         " where version " + std::to_string(first + k) + " was expected");
+    onebit_unpack_add(entry + sizeof(uint64_t), shape_.n, shape_.block_size, base);
+  }
+  version_ = h.version;
+  have_version_ = true;
+  p.version = h.version;
+  p.tokens_applied = h.tokens_applied;
+  p.samples_reserved = h.samples_reserved;
+  p.barrier_seq = h.barrier_seq;
+  p.barrier_kind = AsyncBarrier(h.barrier_kind);
+  p.staleness = mine.staleness;
+  p.full = !in_ring;
+  return p;
+}
+
+void AsyncWorker::ack_barrier(uint64_t seq) {
+  const double t0 = now_seconds();
+  lock();
+  put(&seq, layout_.slot(worker_) + offsetof(AsyncLayout::Slot, barrier_ack), sizeof(seq));
+  unlock();
+  blocked_ += now_seconds() - t0;
+}
+
+void AsyncWorker::request_stop() {
+  const uint64_t one = 1;
+  lock();
+  put(&one, layout_.slot(worker_) + offsetof(AsyncLayout::Slot, stop_request), sizeof(one));
+  unlock();
+}
+
+}  // namespace ember

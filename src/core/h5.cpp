@@ -56,9 +56,8 @@ std::string read_string(hid_t file_type, ReadFn read, const std::string& what, c
 
 // Opens attribute `name` of `obj`, which must exist and hold one value.
 H5Handle open_attr(hid_t obj, const char* name, const std::string& where, const H5Context& ctx) {
-  const htri_t exists = H5Aexists(obj, name);
-  if (exists < 0) throw_h5_failure(ctx.subject, "cannot look up attribute " + where + name, ctx.read_hint);
-  if (exists == 0) throw Error(ctx.subject + ": attribute " + where + name + " is missing", ctx.read_hint);
+  if (!attr_exists(obj, name, where, ctx))
+    throw Error(ctx.subject + ": attribute " + where + name + " is missing", ctx.read_hint);
   H5Handle attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
   if (attr.get() < 0) throw_h5_failure(ctx.subject, "cannot open attribute " + where + name, ctx.read_hint);
   H5Handle space(H5Aget_space(attr.get()), H5Sclose);
@@ -205,6 +204,12 @@ std::string read_attr_str(hid_t obj, const char* name, const std::string& where,
   return read_string(
       type.get(), [&](hid_t mem, void* buf) { return H5Aread(attr.get(), mem, buf); }, "attribute " + where + name,
       ctx);
+}
+
+bool attr_exists(hid_t obj, const char* name, const std::string& where, const H5Context& ctx) {
+  const htri_t exists = H5Aexists(obj, name);
+  if (exists < 0) throw_h5_failure(ctx.subject, "cannot look up attribute " + where + name, ctx.read_hint);
+  return exists > 0;
 }
 
 int read_attr_int(hid_t obj, const char* name, const std::string& where, const H5Context& ctx) {

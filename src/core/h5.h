@@ -112,6 +112,10 @@ uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& where, co
 float read_attr_f32(hid_t obj, const char* name, const std::string& where, const H5Context& ctx);
 std::string read_attr_str(hid_t obj, const char* name, const std::string& where, const H5Context& ctx);
 
+// True when `obj` has an attribute `name` (optional attributes: a reader applies its default when absent); a failed
+// lookup is an error naming `where` and `name`.
+bool attr_exists(hid_t obj, const char* name, const std::string& where, const H5Context& ctx);
+
 // Reads an integer attribute as read_attr_i64 does and checks it lies in [0, INT32_MAX].
 int read_attr_int(hid_t obj, const char* name, const std::string& where, const H5Context& ctx);
 

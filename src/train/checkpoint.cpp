@@ -121,34 +121,81 @@ uint64_t save_digest(const std::string& folder, const CheckpointMeta& m, const C
   d.add(folder).add(keep_latest_k).add(total).add(t.exp_avg != nullptr).add(t.exp_avg_sq != nullptr);
   d.add(m.step).add(m.tokens_seen).add(m.world_size).add(m.mode).add(m.config_ini);
   d.add(m.model.n_layer).add(m.model.n_head).add(m.model.n_embd).add(m.model.block_size).add(m.model.vocab_size);
-  d.add(m.optimizer_step).add(m.beta1).add(m.beta2).add(m.eps).add(m.weight_decay).add(m.lr);
-  for (const CheckpointMeta::RankState& r : m.ranks) d.add(r.data_cursor).add(r.rng_offset);
+  d.add(m.optimizer_step).add(m.beta1).add(m.beta2).add(m.eps).add(m.weight_decay).add(m.lr).add(m.async_version);
+  for (const CheckpointMeta::RankState& r : m.ranks) {
+    d.add(r.data_cursor).add(r.rng_offset).add(r.role).add(r.optimizer_step).add(r.seq).add(r.arrays.size());
+    for (const std::string& name : r.arrays) d.add(name);
+  }
+  d.add(t.extra_sets.size());
+  for (const auto& set : t.extra_sets) d.add(set.first);
   return d.value();
 }
 
+// True when `path` is `prefix` or lies under it.
+bool under(const std::string& path, const std::string& prefix) {
+  return path == prefix || path.rfind(prefix + "/", 0) == 0;
+}
+
+// Checks the async additions of one rank's save arguments (the caller's mistakes, so assertions): extra-set
+// prefixes that stay clear of the fixed layout, and rank arrays that match the metadata of this rank and of a
+// rank that takes part in the save (anything else would leave a dataset unwritten).
+void check_async_arguments(const CheckpointMeta& meta, const CheckpointTensors& tensors, int rank, int size) {
+  for (const auto& [prefix, base] : tensors.extra_sets)
+    EMBER_ASSERT(prefix.size() > 1 && prefix[0] == '/' && prefix.back() != '/' &&
+                     prefix.find("//") == std::string::npos && prefix != "/config" && prefix != "/optimizer" &&
+                     !under(prefix, "/model") && !under(prefix, "/ranks") && !under(prefix, "/optimizer/exp_avg") &&
+                     !under(prefix, "/optimizer/exp_avg_sq"),
+                 "CheckpointTensors::extra_sets prefix \"" + prefix + "\" is not an absolute path of its own");
+  for (size_t r = 0; r < meta.ranks.size(); ++r) {
+    for (const std::string& name : meta.ranks[r].arrays)
+      EMBER_ASSERT(!name.empty() && name != "." && name.find('/') == std::string::npos,
+                   "CheckpointMeta::ranks[" + std::to_string(r) + "].arrays holds the invalid name \"" + name + "\"");
+    EMBER_ASSERT(meta.ranks[r].arrays.empty() || r < size_t(size),
+                 "CheckpointMeta::ranks[" + std::to_string(r) + "] lists arrays but no rank " + std::to_string(r) +
+                     " takes part in the save to write them");
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, data] : tensors.rank_arrays) {
+    EMBER_ASSERT(data != nullptr, "CheckpointTensors::rank_arrays entry \"" + name + "\" has no data");
+    names.push_back(name);
+  }
+  const std::vector<std::string> none;
+  EMBER_ASSERT(names == (size_t(rank) < meta.ranks.size() ? meta.ranks[size_t(rank)].arrays : none),
+               "CheckpointTensors::rank_arrays must be named as CheckpointMeta::ranks[" + std::to_string(rank) +
+                   "].arrays, in the same order");
+  EMBER_ASSERT(names.empty() || tensors.rank_array_len > 0, "CheckpointTensors::rank_array_len must be positive");
+}
+
 // The arena range this rank writes: its shard, after checking on the gathered shards of all ranks that the arguments
-// agree and the shards partition the arena (every rank sees the same data, so all reach the same verdict). When
-// every rank passes the whole arena, rank r writes the r-th of `size` equal contiguous pieces.
-ArenaRange agree_write_range(const SaveGroup& group, ArenaRange held, size_t total, uint64_t digest) {
+// agree and the shards partition the arena (every rank sees the same data, so all reach the same verdict; a rank may
+// hold an empty range). When every rank passes the whole arena, rank r writes the r-th of `size` equal contiguous
+// pieces. Also gathers each rank's rank_array_len into `array_lens` (one entry per rank of the save).
+ArenaRange agree_write_range(const SaveGroup& group, ArenaRange held, size_t total, uint64_t digest, uint64_t array_len,
+                             std::vector<uint64_t>& array_lens) {
   const char* const hint_bug = "this is a bug in ember; please report it";
   if (!group.parallel()) {
     if (held.begin != 0 || held.end != total)
       throw Error("checkpoint save: a single rank must write the whole parameter arena [0, " + std::to_string(total) +
                       ") but was given [" + std::to_string(held.begin) + ", " + std::to_string(held.end) + ")",
                   hint_bug);
+    array_lens = {array_len};
     return held;
   }
   const int n = group.size();
-  const uint64_t mine[3] = {held.begin, held.end, digest};
-  std::vector<uint64_t> all(3 * size_t(n));
-  EMBER_MPI_CHECK(MPI_Allgather(mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, group.comm()));
+  constexpr size_t K = 4;  // values gathered per rank
+  const uint64_t mine[K] = {held.begin, held.end, digest, array_len};
+  std::vector<uint64_t> all(K * size_t(n));
+  EMBER_MPI_CHECK(MPI_Allgather(mine, int(K), MPI_UINT64_T, all.data(), int(K), MPI_UINT64_T, group.comm()));
+  array_lens.assign(size_t(n), 0);
   bool whole = true;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (int r = 0; r < n; ++r) {
-    const uint64_t b = all[3 * size_t(r)], e = all[3 * size_t(r) + 1];
-    if (all[3 * size_t(r) + 2] != all[2])
+    const uint64_t b = all[K * size_t(r)], e = all[K * size_t(r) + 1];
+    array_lens[size_t(r)] = all[K * size_t(r) + 3];
+    if (all[K * size_t(r) + 2] != all[2])
       throw Error("checkpoint save: rank " + std::to_string(r) + " was called with other metadata than rank 0 (step, "
-                  "config, per-rank state, folder, keep_latest_k or the moment arenas differ)", hint_bug);
+                  "config, per-rank state, folder, keep_latest_k, the moment arenas or the extra sets differ)",
+                  hint_bug);
     whole = whole && b == 0 && e == total;
     ranges.emplace_back(b, e);
   }
@@ -267,10 +314,21 @@ std::string save_checkpoint(const std::string& folder, const CheckpointMeta& met
     EMBER_ASSERT(expected.params().size() == table.params().size() && expected.total_numel() == total,
                  "CheckpointMeta::model does not match the ParamTable being saved");
     EMBER_ASSERT(held.begin <= held.end, "CheckpointTensors shard range is reversed or starts past the arena");
+    check_async_arguments(meta, tensors, group.rank(), group.size());
   });
-  const ArenaRange write =
-      agree_write_range(group, held, total, save_digest(folder, meta, tensors, total, keep_latest_k));
-  const WriteSource src{tensors.params, tensors.exp_avg, tensors.exp_avg_sq, held.begin, write};
+  std::vector<uint64_t> array_lens;
+  const uint64_t digest = save_digest(folder, meta, tensors, total, keep_latest_k);
+  const ArenaRange write = agree_write_range(group, held, total, digest, tensors.rank_array_len, array_lens);
+  WriteSource src{tensors.params, tensors.exp_avg, tensors.exp_avg_sq, held.begin, write};
+  src.extra_sets.assign(tensors.extra_sets.begin(), tensors.extra_sets.end());
+  src.rank = group.rank();
+  src.rank_arrays = tensors.rank_arrays;
+  src.rank_array_lens = array_lens;
+  group.phase(false, [&] {
+    for (const auto& [prefix, base] : tensors.extra_sets)
+      EMBER_ASSERT(base != nullptr || write.begin == write.end,
+                   "CheckpointTensors::extra_sets \"" + prefix + "\" needs the arena on a rank with a write range");
+  });
 
   const fs::path dir = folder_path(folder);
   const std::string final_path = checkpoint_path(folder, meta.step);
@@ -284,8 +342,11 @@ std::string save_checkpoint(const std::string& folder, const CheckpointMeta& met
   std::optional<TempFile> guard;  // on rank 0: removes the temp file unless the save completes
   group.phase(true, [&] {
     make_folder(dir);
-    check_room(dir, final_path,
-               estimated_file_bytes(table, src.exp_avg != nullptr, src.exp_avg_sq != nullptr, meta.config_ini.size()));
+    std::vector<uint64_t> flat_lens;  // ranks that list arrays are ranks of the save (checked above)
+    for (size_t r = 0; r < meta.ranks.size(); ++r)
+      if (!meta.ranks[r].arrays.empty()) flat_lens.insert(flat_lens.end(), meta.ranks[r].arrays.size(), array_lens[r]);
+    const size_t arena_copies = 1 + (src.exp_avg ? 1 : 0) + (src.exp_avg_sq ? 1 : 0) + src.extra_sets.size();
+    check_room(dir, final_path, estimated_file_bytes(table, arena_copies, flat_lens, meta.config_ini.size()));
     guard.emplace(tmp_path);
   });
   write_file(group, tmp_path, full, table, src);
@@ -343,6 +404,7 @@ void load_checkpoint(const std::string& path, const ParamTable& table, const Che
   plan("/model", tensors.params, ArenaRange{0, total});
   plan("/optimizer/exp_avg", tensors.exp_avg, shard);
   plan("/optimizer/exp_avg_sq", tensors.exp_avg_sq, shard);
+  for (const auto& [prefix, base] : tensors.extra_sets) plan(prefix, base, ArenaRange{0, total});
 
   // Every dataset of the table matched; a deeper checkpoint would still hold blocks the model has no room for.
   int table_layers = 0;
@@ -358,6 +420,30 @@ void load_checkpoint(const std::string& path, const ParamTable& table, const Che
     (void)l.dset.close();  // read-only: a failed close loses nothing
   }
   meta = std::move(m);
+}
+
+bool load_rank_arrays(const std::string& path, int rank, const std::vector<std::pair<std::string, float*>>& dst,
+                      size_t len) {
+  EMBER_ASSERT(rank >= 0, "load_rank_arrays needs a rank >= 0");
+  for (const auto& [name, data] : dst) EMBER_ASSERT(data != nullptr, "load_rank_arrays needs a buffer for " + name);
+  H5Quiet quiet;
+  H5Handle file = open_checkpoint(path);
+  const CheckpointMeta m = read_meta(file.get(), path);
+  const H5Context ctx = h5_context(path);
+  const std::string group = "/ranks/" + std::to_string(rank);
+  if (!path_exists(file.get(), group, ctx)) return false;
+  for (const auto& [name, data] : dst)
+    if (!path_exists(file.get(), group + "/" + name, ctx)) return false;
+  // Every dataset is checked before any buffer is written.
+  const std::vector<hsize_t> dims = {hsize_t(len)};
+  std::vector<H5Handle> dsets;
+  for (const auto& [name, data] : dst)
+    dsets.push_back(open_tensor_checked(file.get(), group + "/" + name, dims, m, path));
+  for (size_t i = 0; i < dst.size(); ++i) {
+    read_tensor_range(dsets[i].get(), dims, 0, len, dst[i].second, group + "/" + dst[i].first, path);
+    (void)dsets[i].close();  // read-only: a failed close loses nothing
+  }
+  return true;
 }
 
 std::vector<CheckpointDatasetReport> scan_checkpoint(const std::string& path) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/model_config.h"
@@ -33,8 +34,16 @@ struct CheckpointMeta {
   struct RankState {
     uint64_t data_cursor = 0;    // next global sample index of the training DataLoader
     uint64_t rng_offset = 0;     // Philox counter offset of the rank's RNG stream
+    std::string role{};          // "" in sync mode; "center" or "worker" in async mode
+    int64_t optimizer_step = 0;  // async worker: its own AdamW step counter (stored only when role is set)
+    uint64_t seq = 0;            // async worker: messages it has sent to the center (stored only when role is set)
+    // Names of the flat float datasets /ranks/<r>/<name> (e.g. exp_avg, exp_avg_sq, residual). A save writes them
+    // in this order; reading lists the float datasets found in /ranks/<r> in natural order (h2 before h10), so pass
+    // them sorted that way for a read to give back exactly what was saved.
+    std::vector<std::string> arrays{};
   };
   std::vector<RankState> ranks = std::vector<RankState>(1);
+  uint64_t async_version = 0;    // async mode: version of the center's parameters (stored only when mode == "async")
 };
 
 // Host-side views of the arenas. params always holds the whole arena (ParamTable::total_numel() floats).
@@ -46,13 +55,27 @@ struct CheckpointMeta {
 // between tensors inside a range is simply not written). ZeRO-1 passes its shard; plain data parallel passes an
 // equal contiguous split with exp_avg/exp_avg_sq offset to it (m.data() + shard_begin), or the default whole range
 // on every rank, which the writer then splits evenly itself. Loading reads the weights whole and the moments of
-// [shard_begin, shard_end) only, whatever split wrote the file.
+// [shard_begin, shard_end) only, whatever split wrote the file. A rank may write nothing of the arena
+// ([total, total)), as the workers of an async run do, while another writes it all.
 struct CheckpointTensors {
   float* params = nullptr;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   size_t shard_begin = 0;
   size_t shard_end = SIZE_MAX;  // SIZE_MAX: the end of the arena
+  // Further arena-shaped tensor sets, written like /model (same per-rank write range, same Hugging Face paths)
+  // under their own prefix, e.g. {"/optimizer/momentum_buffer", ptr}; base holds the whole arena (element 0 =
+  // arena element 0). Every rank of a save passes the same prefixes in the same order; a rank whose write range
+  // is empty may pass nullptr. A prefix may not be /model, /config, /optimizer or lie under /model, /ranks,
+  // /optimizer/exp_avg or /optimizer/exp_avg_sq. On load, each listed set is read whole (shape-checked like /model);
+  // a nullptr base is skipped.
+  std::vector<std::pair<std::string, float*>> extra_sets{};
+  // Per-rank flat arrays /ranks/<r>/<name>, float32, length rank_array_len each: this rank's own arrays (names
+  // must equal meta.ranks[r].arrays for this rank r). Other ranks' arrays are created collectively but written
+  // only by their owner. Each rank passes the length of its own arrays (a rank without arrays may pass 0); with
+  // arrays it must be positive.
+  std::vector<std::pair<std::string, const float*>> rank_arrays{};
+  size_t rank_array_len = 0;
 };
 
 // Path of the checkpoint for `step` inside `folder`: folder/step_00001000.h5.
@@ -63,9 +86,11 @@ std::string checkpoint_path(const std::string& folder, int64_t step);
 // throws ember::Error and leaves earlier checkpoints and `latest` untouched. Returns the path written.
 // Collective over `comm`: every rank calls it with the same meta (meta.ranks holds every rank's state, and
 // meta.ranks.size() == meta.world_size) and its own tensors; with several ranks the file is written once through
-// MPI-IO, each rank writing its optimizer shard (and a share of the weights) into the full logical datasets with
-// collective transfers. A failure on any rank fails the save on every rank with the same ember::Error, and every rank
-// returns the same path. With one rank (MPI_COMM_SELF) the file is written serially and nothing is communicated.
+// MPI-IO, each rank writing its optimizer shard (and a share of the weights and extra sets) into the full logical
+// datasets, and its own /ranks/<r> arrays, with collective transfers. Only ranks of the save can own arrays: entry r
+// of meta.ranks may list arrays only when r < the size of `comm`. A failure on any rank fails the save on every rank
+// with the same ember::Error, and every rank returns the same path. With one rank (MPI_COMM_SELF) the file is
+// written serially and nothing is communicated.
 std::string save_checkpoint(const std::string& folder, const CheckpointMeta& meta, const ParamTable& table,
                             const CheckpointTensors& tensors, int keep_latest_k, MPI_Comm comm = MPI_COMM_SELF);
 
@@ -75,9 +100,18 @@ CheckpointMeta read_checkpoint_meta(const std::string& path);
 // Loads the tensors after checking that every dataset of `table` exists with its exact shape (mismatch: an error
 // naming the dataset, both shapes and a hint); the Fletcher32 filter turns corruption into an error too.
 // Fills `meta` as read_checkpoint_meta does. The optimizer shard [shard_begin, shard_end) is read out of the full
-// datasets, so a checkpoint written by N ranks loads at any other world size (resharding).
+// datasets, so a checkpoint written by N ranks loads at any other world size (resharding). Each of
+// tensors.extra_sets is read whole; one the file lacks is a "missing dataset" error. rank_arrays are not read here
+// (load_rank_arrays).
 void load_checkpoint(const std::string& path, const ParamTable& table, const CheckpointTensors& tensors,
                      CheckpointMeta& meta);
+
+// Reads /ranks/<rank>/<name> for each name into dst (len floats each). Returns false when the file has no
+// /ranks/<rank> group or that group lacks any of the names (a restart with more workers than the writer had);
+// a dataset of the wrong length or a corrupted one throws ember::Error naming file and dataset, with a hint.
+// Every dataset is checked before any is read, so on false or a shape error no dst is written.
+bool load_rank_arrays(const std::string& path, int rank, const std::vector<std::pair<std::string, float*>>& dst,
+                      size_t len);
 
 // Resolves a --resume value: "" -> "" (fresh start); "auto" -> the checkpoint `latest` names in `folder`, or the
 // newest step_*.h5 if `latest` is missing, or "" if the folder has none; anything else must be an existing file.

@@ -71,29 +71,36 @@ H5Handle create_tensor(hid_t file_id, const std::string& path, const std::vector
   return dset;
 }
 
-// Creates the dataset of parameter `p` under `prefix` and writes this rank's part of it: the arena elements of
-// src.write that fall inside the tensor, taken from `base` (whose element 0 is arena element `base_index`). A rank
-// with nothing inside still calls H5Dwrite with empty selections: in a parallel file the write is collective.
-void write_tensor(hid_t file_id, const std::string& prefix, const ParamInfo& p, const float* base, size_t base_index,
-                  ArenaRange write, hid_t dxpl, const std::string& file) {
-  const std::string path = tensor_path(prefix, p.name);
-  const std::vector<hsize_t> dims = to_dims(p.shape);
+// Creates the float dataset `path` of shape `dims` and writes this rank's part of it: its flat elements [lo, hi),
+// from data[0 .. hi - lo). A rank with nothing to write (lo >= hi; data may then be null) still calls H5Dwrite, with
+// empty selections: in a parallel file the write is collective.
+void write_flat(hid_t file_id, const std::string& path, const std::vector<hsize_t>& dims, size_t lo, size_t hi,
+                const float* data, hid_t dxpl, const std::string& file) {
   H5Handle dset = create_tensor(file_id, path, dims, file);
-  const size_t lo = std::max(write.begin, p.offset), hi = std::min(write.end, p.offset + p.numel);
   H5Handle fspace = EMBER_H5_OWN(H5Dget_space(dset.get()), H5Sclose);
   const hsize_t n = lo < hi ? hsize_t(hi - lo) : 1;
   H5Handle mspace = EMBER_H5_OWN(H5Screate_simple(1, &n, nullptr), H5Sclose);
-  const float* data = base;
+  static const float nothing = 0.0f;  // HDF5 wants a buffer even for an empty selection
   if (lo < hi) {
-    select_flat_range(fspace.get(), dims, lo - p.offset, hi - p.offset);
-    data = base + (lo - base_index);
+    select_flat_range(fspace.get(), dims, lo, hi);
   } else {
     EMBER_H5_CHECK(H5Sselect_none(fspace.get()));
     EMBER_H5_CHECK(H5Sselect_none(mspace.get()));
+    data = &nothing;
   }
   if (H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, data) < 0)
     fail_io(file, "cannot write dataset " + path, HINT_WRITE);
   if (dset.close() < 0) fail_io(file, "cannot close dataset " + path, HINT_WRITE);
+}
+
+// Creates the dataset of parameter `p` under `prefix` and writes this rank's part of it: the arena elements of
+// src.write that fall inside the tensor, taken from `base` (whose element 0 is arena element `base_index`).
+void write_tensor(hid_t file_id, const std::string& prefix, const ParamInfo& p, const float* base, size_t base_index,
+                  ArenaRange write, hid_t dxpl, const std::string& file) {
+  const size_t lo = std::max(write.begin, p.offset), hi = std::min(write.end, p.offset + p.numel);
+  EMBER_ASSERT(lo >= hi || base != nullptr, "a tensor set with elements in the write range needs its data");
+  write_flat(file_id, tensor_path(prefix, p.name), to_dims(p.shape), lo < hi ? lo - p.offset : 0,
+             lo < hi ? hi - p.offset : 0, lo < hi ? base + (lo - base_index) : nullptr, dxpl, file);
 }
 
 // "h/10" after "h/2": digit runs compare as numbers, everything else by character.
@@ -120,6 +127,23 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+// Names of the float datasets directly inside the group `group` (at path `where`), in natural order.
+std::vector<std::string> float_datasets_in(hid_t group, const std::string& where, const std::string& file) {
+  std::vector<std::string> names;
+  for (const std::string& rel : list_datasets(group, h5_context(file))) {
+    // rel is relative to the group ("/exp_avg"); deeper names lie inside a subgroup.
+    const std::string name = rel.substr(1);
+    if (name.find('/') != std::string::npos) continue;
+    H5Handle dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (dset.get() < 0) fail_io(file, "cannot open dataset " + where + "/" + name, HINT_DAMAGED);
+    H5Handle type(H5Dget_type(dset.get()), H5Tclose);
+    if (type.get() < 0) fail_io(file, "cannot read the type of dataset " + where + "/" + name, HINT_DAMAGED);
+    if (H5Tget_class(type.get()) == H5T_FLOAT) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end(), natural_less);
+  return names;
+}
+
 }  // namespace
 
 H5Context h5_context(const std::string& file) { return H5Context{"checkpoint " + file, HINT_DAMAGED, HINT_WRITE}; }
@@ -140,15 +164,19 @@ std::string tensor_path(const std::string& prefix, const std::string& hf_name) {
 
 // The tensors, a Fletcher32 word per chunk, and 8 KiB of metadata per dataset (object header, chunk index, link;
 // ~3 KiB measured) plus 1 MiB for groups, attributes and the config text.
-uint64_t estimated_file_bytes(const ParamTable& table, bool has_exp_avg, bool has_exp_avg_sq, size_t config_bytes) {
-  const uint64_t copies = 1 + (has_exp_avg ? 1 : 0) + (has_exp_avg_sq ? 1 : 0);
+uint64_t estimated_file_bytes(const ParamTable& table, size_t arena_copies, const std::vector<uint64_t>& flat_lens,
+                              size_t config_bytes) {
+  auto dataset_bytes = [](const std::vector<hsize_t>& dims) {
+    const std::vector<hsize_t> chunk = chunk_dims(dims);
+    uint64_t numel = 1;
+    for (hsize_t d : dims) numel *= d;
+    return numel * sizeof(float) + (dims[0] + chunk[0] - 1) / chunk[0] * 4 + 8192;
+  };
   uint64_t per_copy = 0;
-  for (const ParamInfo& p : table.params()) {
-    const std::vector<hsize_t> dims = to_dims(p.shape), chunk = chunk_dims(dims);
-    const uint64_t chunks = (dims[0] + chunk[0] - 1) / chunk[0];
-    per_copy += p.numel * sizeof(float) + chunks * 4 + 8192;
-  }
-  return copies * per_copy + config_bytes + (uint64_t(1) << 20);
+  for (const ParamInfo& p : table.params()) per_copy += dataset_bytes(to_dims(p.shape));
+  uint64_t flat = 0;
+  for (uint64_t n : flat_lens) flat += dataset_bytes({hsize_t(n)});
+  return arena_copies * per_copy + flat + config_bytes + (uint64_t(1) << 20);
 }
 
 // File locking is off: the temp-file-and-rename protocol already keeps readers away from a file being written, and
@@ -185,10 +213,11 @@ std::vector<std::function<void()>> content_steps(hid_t file_id, const Checkpoint
     write_attr_i64(r, "n_embd", meta.model.n_embd, ctx);
     write_attr_i64(r, "block_size", meta.model.block_size, ctx);
     write_attr_i64(r, "vocab_size", meta.model.vocab_size, ctx);
+    if (meta.mode == "async") write_attr_u64(r, "async_version", meta.async_version, ctx);
     if (!parallel) write_config(file_id, meta.config_ini, file);
   });
   for (const ParamInfo& p : table.params())
-    steps.push_back([=, &p] { write_tensor(file_id, "/model", p, src.params, 0, src.write, dxpl, file); });
+    steps.push_back([=, &p, &src] { write_tensor(file_id, "/model", p, src.params, 0, src.write, dxpl, file); });
   steps.push_back([=, &meta] {
     const H5Context ctx = h5_context(file);
     H5Handle opt = create_group(file_id, "/optimizer", ctx);
@@ -200,23 +229,46 @@ std::vector<std::function<void()>> content_steps(hid_t file_id, const Checkpoint
     write_attr_f32(opt.get(), "lr", meta.lr, ctx);
   });
   // A weights-only save (no moment arenas) leaves out the moment tensors; loading them then says so clearly.
+  const size_t moments_base = src.moments_base;
+  const ArenaRange write = src.write;
   for (const auto& moment : {std::pair{"/optimizer/exp_avg", src.exp_avg},
                               std::pair{"/optimizer/exp_avg_sq", src.exp_avg_sq}}) {
     const char* prefix = moment.first;
     const float* base = moment.second;
     if (!base) continue;
     for (const ParamInfo& p : table.params())
-      steps.push_back([=, &p] { write_tensor(file_id, prefix, p, base, src.moments_base, src.write, dxpl, file); });
+      steps.push_back([=, &p] { write_tensor(file_id, prefix, p, base, moments_base, write, dxpl, file); });
   }
+  // After /optimizer exists: an extra set under it (/optimizer/momentum_buffer) goes into that group.
+  for (const std::pair<std::string, const float*>& set : src.extra_sets)
+    for (const ParamInfo& p : table.params())
+      steps.push_back(
+          [=, &p, &set, &src] { write_tensor(file_id, set.first, p, set.second, 0, src.write, dxpl, file); });
   steps.push_back([=, &meta] {
     const H5Context ctx = h5_context(file);
     H5Handle ranks = create_group(file_id, "/ranks", ctx);
     for (size_t r = 0; r < meta.ranks.size(); ++r) {
+      const CheckpointMeta::RankState& state = meta.ranks[r];
       H5Handle g = create_group(ranks.get(), std::to_string(r).c_str(), ctx);
-      write_attr_u64(g.get(), "data_cursor", meta.ranks[r].data_cursor, ctx);
-      write_attr_u64(g.get(), "rng_offset", meta.ranks[r].rng_offset, ctx);
+      write_attr_u64(g.get(), "data_cursor", state.data_cursor, ctx);
+      write_attr_u64(g.get(), "rng_offset", state.rng_offset, ctx);
+      if (!state.role.empty()) {  // sync-mode files keep exactly their old attributes
+        write_attr_str(g.get(), "role", state.role, ctx);
+        write_attr_i64(g.get(), "optimizer_step", state.optimizer_step, ctx);
+        write_attr_u64(g.get(), "seq", state.seq, ctx);
+      }
     }
   });
+  // Rank r's arrays: created by every rank (identical metadata operations), written by rank r alone.
+  for (size_t r = 0; r < meta.ranks.size(); ++r)
+    for (size_t k = 0; k < meta.ranks[r].arrays.size(); ++k)
+      steps.push_back([=, &meta, &src] {
+        const std::string path = "/ranks/" + std::to_string(r) + "/" + meta.ranks[r].arrays[k];
+        const size_t len = size_t(src.rank_array_lens.at(r));
+        const bool mine = r == size_t(src.rank);
+        write_flat(file_id, path, {hsize_t(len)}, 0, mine ? len : 0, mine ? src.rank_arrays.at(k).second : nullptr,
+                   dxpl, file);
+      });
   return steps;
 }
 
@@ -299,6 +351,7 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
   m.model.n_embd = read_attr_int(r, "n_embd", "/", ctx);
   m.model.block_size = read_attr_int(r, "block_size", "/", ctx);
   m.model.vocab_size = read_attr_int(r, "vocab_size", "/", ctx);
+  if (attr_exists(r, "async_version", "/", ctx)) m.async_version = read_attr_u64(r, "async_version", "/", ctx);
 
   if (!path_exists(file_id, "/config", ctx))
     throw Error("checkpoint " + file + ": dataset /config is missing", HINT_DAMAGED);
@@ -330,8 +383,14 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
   for (size_t i = 0; i < m.ranks.size(); ++i) {
     const std::string g = "/ranks/" + std::to_string(i);
     H5Handle rank = open_group(file_id, g.c_str(), ctx);
-    m.ranks[i].data_cursor = read_attr_u64(rank.get(), "data_cursor", g + ":", ctx);
-    m.ranks[i].rng_offset = read_attr_u64(rank.get(), "rng_offset", g + ":", ctx);
+    CheckpointMeta::RankState& state = m.ranks[i];
+    state.data_cursor = read_attr_u64(rank.get(), "data_cursor", g + ":", ctx);
+    state.rng_offset = read_attr_u64(rank.get(), "rng_offset", g + ":", ctx);
+    if (attr_exists(rank.get(), "role", g + ":", ctx)) state.role = read_attr_str(rank.get(), "role", g + ":", ctx);
+    if (attr_exists(rank.get(), "optimizer_step", g + ":", ctx))
+      state.optimizer_step = read_attr_i64(rank.get(), "optimizer_step", g + ":", ctx);
+    if (attr_exists(rank.get(), "seq", g + ":", ctx)) state.seq = read_attr_u64(rank.get(), "seq", g + ":", ctx);
+    state.arrays = float_datasets_in(rank.get(), g, file);
   }
   return m;
 }
@@ -339,12 +398,19 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
 H5Handle open_tensor_checked(hid_t file_id, const std::string& path, const std::vector<hsize_t>& expected,
                              const CheckpointMeta& meta, const std::string& file) {
   const std::string hint_config = hint_other_config(meta.model);
-  if (!path_exists(file_id, path, h5_context(file)))
+  if (!path_exists(file_id, path, h5_context(file))) {
+    auto under = [&](const char* prefix) { return path.rfind(prefix, 0) == 0; };
+    // Weights missing: another model. Moments missing: a weights-only save. Anything else (an extra set such as
+    // /optimizer/momentum_buffer): state of a training mode other than the one that wrote the file.
+    std::string hint = "the checkpoint (mode " + meta.mode +
+                       ") holds no such state; resume it in the training mode that wrote it, or start training fresh";
+    if (under("/model/")) hint = hint_config;
+    if (under("/optimizer/exp_avg/") || under("/optimizer/exp_avg_sq/"))
+      hint = "the checkpoint holds no optimizer state; load it for eval/generate, or start training fresh";
     throw Error("checkpoint " + file + ": dataset " + path + " is missing (the model expects shape " +
                     shape_str(expected) + ")",
-                path.rfind("/optimizer", 0) == 0
-                    ? "the checkpoint holds no optimizer state; load it for eval/generate, or start training fresh"
-                    : hint_config);
+                hint);
+  }
   H5Handle dset(H5Dopen2(file_id, path.c_str(), H5P_DEFAULT), H5Dclose);
   if (dset.get() < 0) {
     if (last_h5_failure().checksum) fail_corrupt(file, path);

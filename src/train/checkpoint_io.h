@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/h5.h"
@@ -21,14 +22,19 @@ struct ArenaRange {
   size_t end = 0;
 };
 
-// What one rank writes: the elements of `write` in /model and, when the moment arenas are given, in
-// /optimizer/exp_avg and exp_avg_sq. params holds the whole arena; exp_avg[i] is arena element moments_base + i.
+// What one rank writes: the elements of `write` in /model, in each extra set and, when the moment arenas are given,
+// in /optimizer/exp_avg and exp_avg_sq; and its own /ranks/<rank>/<name> arrays. params and every extra set hold the
+// whole arena; exp_avg[i] is arena element moments_base + i.
 struct WriteSource {
   const float* params = nullptr;
   const float* exp_avg = nullptr;
   const float* exp_avg_sq = nullptr;
   size_t moments_base = 0;
   ArenaRange write;
+  std::vector<std::pair<std::string, const float*>> extra_sets{};   // (prefix, base); base null if write is empty
+  int rank = 0;                                                     // this rank's index in the save
+  std::vector<std::pair<std::string, const float*>> rank_arrays{};  // named as meta.ranks[rank].arrays
+  std::vector<uint64_t> rank_array_lens{};                          // array length of each rank of the save
 };
 
 // How core/h5.h helpers word failures in checkpoint `file`.
@@ -40,17 +46,21 @@ H5Context h5_context(const std::string& file);
 // Dataset path of a parameter: the Hugging Face key with '.' -> '/', under `prefix` ("/model", "/optimizer/exp_avg").
 std::string tensor_path(const std::string& prefix, const std::string& hf_name);
 
-// Bytes a checkpoint of `table` takes on disk (tensors, checksums, metadata), for the free-space check.
-uint64_t estimated_file_bytes(const ParamTable& table, bool has_exp_avg, bool has_exp_avg_sq, size_t config_bytes);
+// Bytes a checkpoint of `table` takes on disk (tensors, checksums, metadata), for the free-space check:
+// `arena_copies` arena-shaped tensor sets (/model, each moment, each extra set), one flat dataset per entry of
+// `flat_lens` (its length in floats: the /ranks/<r>/<name> arrays) and `config_bytes` of configuration text.
+uint64_t estimated_file_bytes(const ParamTable& table, size_t arena_copies, const std::vector<uint64_t>& flat_lens,
+                              size_t config_bytes);
 
 // File access properties for checkpoints: no file locking, and v1.8 object format (metadata checksums) for writes.
 H5Handle checkpoint_fapl(bool for_writing);
 
-// The writing of one file's contents as a sequence of steps (root attributes, /optimizer, /ranks, one tensor
-// dataset each). Every step closes what it opens. In a parallel file (`parallel`: opened with the MPI-IO driver)
-// each step is collective: all ranks run the same steps in the same order, with identical metadata, each writing
-// only `src.write` of every tensor through `dxpl`; /config is then left out (parallel HDF5 1.10 cannot write
-// variable-length data) and written afterwards by write_config on a serial reopen of the file.
+// The writing of one file's contents as a sequence of steps (root attributes, /optimizer, /ranks, one dataset
+// each). Every step closes what it opens. In a parallel file (`parallel`: opened with the MPI-IO driver) each step is
+// collective: all ranks run the same steps in the same order, with identical metadata, each writing only `src.write`
+// of every tensor, and of the /ranks/<r> arrays only its own, through `dxpl`; /config is then left out (parallel
+// HDF5 1.10 cannot write variable-length data) and written afterwards by write_config on a serial reopen of the
+// file. `src` must outlive the steps.
 std::vector<std::function<void()>> content_steps(hid_t file_id, const CheckpointMeta& meta, const ParamTable& table,
                                                  const WriteSource& src, hid_t dxpl, bool parallel,
                                                  const std::string& file);
@@ -61,11 +71,13 @@ void write_config(hid_t file_id, const std::string& config_ini, const std::strin
 // Opens an existing checkpoint read-only (sec2 driver); missing, non-HDF5 and truncated files get their own message.
 H5Handle open_checkpoint(const std::string& path);
 
-// Reads and validates the root attributes, /config, /optimizer and every /ranks/<r>.
+// Reads and validates the root attributes, /config, /optimizer and every /ranks/<r> (attributes added after the
+// first files, such as async_version and role, default when absent).
 CheckpointMeta read_meta(hid_t file_id, const std::string& file);
 
 // Opens the dataset at `path` and checks it is a float tensor of exactly `expected` dims (missing or mismatched:
-// an error naming the dataset, both shapes and the model config the file was written for).
+// an error naming the dataset, both shapes and the model config the file was written for, or for a missing optimizer
+// set the mode it was written in).
 H5Handle open_tensor_checked(hid_t file_id, const std::string& path, const std::vector<hsize_t>& expected,
                              const CheckpointMeta& meta, const std::string& file);
 

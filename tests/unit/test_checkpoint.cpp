@@ -1,5 +1,6 @@
 // Checkpoint tests: bitwise round trip (whole and sharded), the documented HDF5 layout, atomic save/keep-K/latest,
-// resume resolution with fallback past damaged files, and clear errors for wrong configs and bad files or folders.
+// resume resolution with fallback past damaged files, clear errors for wrong configs and bad files or folders, and
+// the async additions (extra tensor sets, per-rank flat arrays, role state) in one process.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <signal.h>
@@ -121,6 +122,39 @@ std::string plant_marker(const ParamTable& t, Arenas& a, float base) {
   return std::string(reinterpret_cast<const char*>(&a.params[mid]), 16 * sizeof(float));
 }
 
+// True when the dataset `name` of the open file `f` is chunked with the Fletcher32 filter.
+bool chunked_with_fletcher32(hid_t f, const char* name) {
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  if (d < 0) return false;
+  hid_t dcpl = H5Dget_create_plist(d);
+  bool fletcher = false;
+  const int n = H5Pget_nfilters(dcpl);
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, cd[8];
+    size_t ncd = 8;
+    char fname[64];
+    if (H5Pget_filter2(dcpl, unsigned(i), &flags, &ncd, cd, sizeof(fname), fname, nullptr) == H5Z_FILTER_FLETCHER32)
+      fletcher = true;
+  }
+  const bool chunked = H5Pget_layout(dcpl) == H5D_CHUNKED;
+  H5Pclose(dcpl);
+  H5Dclose(d);
+  return chunked && fletcher;
+}
+
+// Shape of the dataset `name` of the open file `f` (empty when it cannot be opened).
+std::vector<hsize_t> dims_of(hid_t f, const char* name) {
+  std::vector<hsize_t> dims;
+  hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  if (d < 0) return dims;
+  hid_t s = H5Dget_space(d);
+  dims.resize(size_t(H5Sget_simple_extent_ndims(s)));
+  H5Sget_simple_extent_dims(s, dims.data(), nullptr);
+  H5Sclose(s);
+  H5Dclose(d);
+  return dims;
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -227,24 +261,8 @@ TEST_F(CheckpointTest, LayoutFollowsHuggingFaceNames) {
 
   // Every tensor dataset is chunked with the Fletcher32 filter.
   for (const char* name : {"/model/transformer/wte/weight", "/model/transformer/h/0/ln_1/weight",
-                           "/optimizer/exp_avg_sq/transformer/h/1/attn/c_attn/bias"}) {
-    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-    ASSERT_GE(d, 0) << name;
-    hid_t dcpl = H5Dget_create_plist(d);
-    EXPECT_EQ(H5Pget_layout(dcpl), H5D_CHUNKED) << name;
-    bool fletcher = false;
-    const int n = H5Pget_nfilters(dcpl);
-    for (int i = 0; i < n; ++i) {
-      unsigned flags = 0, cd[8];
-      size_t ncd = 8;
-      char fname[64];
-      if (H5Pget_filter2(dcpl, unsigned(i), &flags, &ncd, cd, sizeof(fname), fname, nullptr) == H5Z_FILTER_FLETCHER32)
-        fletcher = true;
-    }
-    EXPECT_TRUE(fletcher) << name;
-    H5Pclose(dcpl);
-    H5Dclose(d);
-  }
+                           "/optimizer/exp_avg_sq/transformer/h/1/attn/c_attn/bias"})
+    EXPECT_TRUE(chunked_with_fletcher32(f, name)) << name;
 
   // Root attributes and per-rank state.
   auto read_i64 = [&](const char* obj, const char* name) {
@@ -588,6 +606,260 @@ TEST_F(CheckpointTest, PerRankStateRoundTrips) {
   part.shard_begin = 16;
   expect_error([&] { save_checkpoint(dir_.string(), meta, t, part, 0); }, {"whole parameter arena"});
   EXPECT_FALSE(fs::exists(dir_ / "step_00000006.h5.tmp"));
+}
+
+// What one async rank saves besides the weights: the center's momentum set (random inside every tensor, zero in
+// the padding) and this rank's flat arrays exp_avg, exp_avg_sq, residual of `len` floats each.
+struct AsyncState {
+  std::vector<float> momentum;
+  std::vector<std::vector<float>> arrays;
+  size_t len = 0;
+};
+
+const std::vector<std::string> ASYNC_ARRAYS = {"exp_avg", "exp_avg_sq", "residual"};
+
+AsyncState random_async_state(const ParamTable& t, size_t len, uint32_t seed) {
+  AsyncState a;
+  a.momentum.assign(t.total_numel(), 0.0f);
+  a.len = len;
+  Philox rng(seed, 0, 1, RNG_PURPOSE_TEST);
+  for (const ParamInfo& p : t.params())
+    for (size_t i = 0; i < p.numel; ++i) a.momentum[p.offset + i] = 0.1f * rng.normal();
+  for (size_t k = 0; k < ASYNC_ARRAYS.size(); ++k) {
+    a.arrays.emplace_back(len);
+    for (float& x : a.arrays.back()) x = rng.normal();
+  }
+  return a;
+}
+
+// The meta of an async save by one process: rank 0 is a worker owning the three arrays.
+CheckpointMeta make_async_meta(const ModelConfig& c, int64_t step) {
+  CheckpointMeta m = make_meta(c, step);
+  m.mode = "async";
+  m.async_version = (uint64_t(1) << 33) + 5;  // needs all 64 bits
+  m.ranks.at(0).role = "worker";
+  m.ranks.at(0).optimizer_step = step * 4 + 1;
+  m.ranks.at(0).seq = (uint64_t(1) << 40) + 3;
+  m.ranks.at(0).arrays = ASYNC_ARRAYS;
+  return m;
+}
+
+// Weights, the momentum set and rank 0's arrays, as an async center+worker in one process saves them (no AdamW
+// moments in the arena sets: a worker's live in its rank arrays).
+CheckpointTensors async_tensors(Arenas& arenas, AsyncState& a) {
+  CheckpointTensors tt{arenas.params.data(), nullptr, nullptr};
+  tt.extra_sets = {{"/optimizer/momentum_buffer", a.momentum.data()}};
+  for (size_t k = 0; k < ASYNC_ARRAYS.size(); ++k) tt.rank_arrays.emplace_back(ASYNC_ARRAYS[k], a.arrays[k].data());
+  tt.rank_array_len = a.len;
+  return tt;
+}
+
+// Buffers for load_rank_arrays, filled with `fill`.
+struct RankArraysDst {
+  std::vector<std::vector<float>> arrays;
+  RankArraysDst(size_t len, float fill) : arrays(ASYNC_ARRAYS.size(), std::vector<float>(len, fill)) {}
+  std::vector<std::pair<std::string, float*>> dst() {
+    std::vector<std::pair<std::string, float*>> d;
+    for (size_t k = 0; k < ASYNC_ARRAYS.size(); ++k) d.emplace_back(ASYNC_ARRAYS[k], arrays[k].data());
+    return d;
+  }
+};
+
+TEST_F(CheckpointTest, AsyncExtraSetAndRankArraysRoundTrip) {
+  const ModelConfig c = padded_config();
+  const ParamTable t(c);
+  Arenas src = random_arenas(t, 16);
+  const size_t len = (size_t(1) << 20) + 5;  // two chunks, the second partial
+  AsyncState a = random_async_state(t, len, 16);
+  const CheckpointMeta meta = make_async_meta(c, 12);
+  const std::string path = save_checkpoint(dir_.string(), meta, t, async_tensors(src, a), 0);
+
+  // Weights and the extra set come back bitwise; padding stays untouched (zero on both sides).
+  std::vector<float> params(t.total_numel(), 0.0f), momentum(t.total_numel(), 0.0f);
+  CheckpointTensors load{params.data(), nullptr, nullptr};
+  load.extra_sets = {{"/optimizer/momentum_buffer", momentum.data()}};
+  CheckpointMeta got;
+  load_checkpoint(path, t, load, got);
+  EXPECT_EQ(params, src.params);
+  EXPECT_EQ(momentum, a.momentum);
+
+  EXPECT_EQ(got.mode, "async");
+  EXPECT_EQ(got.async_version, meta.async_version);
+  ASSERT_EQ(got.ranks.size(), 1u);
+  EXPECT_EQ(got.ranks[0].role, "worker");
+  EXPECT_EQ(got.ranks[0].optimizer_step, meta.ranks[0].optimizer_step);
+  EXPECT_EQ(got.ranks[0].seq, meta.ranks[0].seq);
+  EXPECT_EQ(got.ranks[0].arrays, ASYNC_ARRAYS);
+  EXPECT_EQ(got.ranks[0].data_cursor, meta.ranks[0].data_cursor);
+  EXPECT_EQ(read_checkpoint_meta(path).ranks.at(0).arrays, ASYNC_ARRAYS);
+
+  RankArraysDst back(len, -1.0f);
+  ASSERT_TRUE(load_rank_arrays(path, 0, back.dst(), len));
+  for (size_t k = 0; k < ASYNC_ARRAYS.size(); ++k) EXPECT_EQ(back.arrays[k], a.arrays[k]) << ASYNC_ARRAYS[k];
+  std::vector<float> residual(len, -1.0f);  // any subset, in any order
+  ASSERT_TRUE(load_rank_arrays(path, 0, {{"residual", residual.data()}}, len));
+  EXPECT_EQ(residual, a.arrays[2]);
+
+  // The documented layout: the set under its prefix with the model's shapes, flat 1-d Fletcher32 arrays, attributes.
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hsize_t C = hsize_t(c.n_embd), V = hsize_t(c.vocab_size);
+  EXPECT_EQ(dims_of(f, "/optimizer/momentum_buffer/transformer/wte/weight"), (std::vector<hsize_t>{V, C}));
+  EXPECT_EQ(dims_of(f, "/optimizer/momentum_buffer/transformer/h/1/mlp/c_fc/weight"), (std::vector<hsize_t>{C, 4 * C}));
+  EXPECT_TRUE(chunked_with_fletcher32(f, "/optimizer/momentum_buffer/transformer/h/0/ln_1/bias"));
+  for (const std::string& name : ASYNC_ARRAYS) {
+    const std::string ds = "/ranks/0/" + name;
+    EXPECT_EQ(dims_of(f, ds.c_str()), (std::vector<hsize_t>{len})) << ds;
+    EXPECT_TRUE(chunked_with_fletcher32(f, ds.c_str())) << ds;
+  }
+  EXPECT_EQ(H5Lexists(f, "/optimizer/exp_avg", H5P_DEFAULT), 0);
+  for (const char* attr : {"role", "optimizer_step", "seq"})
+    EXPECT_GT(H5Aexists_by_name(f, "/ranks/0", attr, H5P_DEFAULT), 0) << attr;
+  EXPECT_GT(H5Aexists(f, "async_version"), 0);
+  H5Fclose(f);
+
+  // inspect's scan and the resume verification read the flat arrays like any other dataset.
+  verify_checkpoint(path);
+  const std::vector<CheckpointDatasetReport> all = scan_checkpoint(path);
+  EXPECT_EQ(all.size(), 1 + 2 * t.params().size() + ASYNC_ARRAYS.size());
+  size_t flat = 0;
+  for (const CheckpointDatasetReport& r : all) {
+    EXPECT_TRUE(r.ok) << r.path << ": " << r.problem;
+    if (r.path.rfind("/ranks/0/", 0) != 0) continue;
+    ++flat;
+    EXPECT_EQ(r.dtype, "float32") << r.path;
+    EXPECT_EQ(r.shape, (std::vector<uint64_t>{len})) << r.path;
+  }
+  EXPECT_EQ(flat, ASYNC_ARRAYS.size());
+
+  // A training resume that wants AdamW moments from this file gets the clear "no optimizer state" error.
+  Arenas want(t);
+  expect_error([&] { load_checkpoint(path, t, want.tensors(), got); },
+               {path, "/optimizer/exp_avg/transformer/wte/weight", "is missing"});
+}
+
+TEST_F(CheckpointTest, FilesWithoutAsyncAttributesStillLoad) {
+  // A sync save writes exactly the attributes files had before the async additions: none of the new ones.
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas a = random_arenas(t, 17);
+  CheckpointMeta meta = make_meta(c, 5);
+  meta.async_version = 9;  // only stored in async mode
+  const std::string path = save_checkpoint(dir_.string(), meta, t, a.tensors(), 0);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_EQ(H5Aexists(f, "async_version"), 0);
+  for (const char* attr : {"role", "optimizer_step", "seq"})
+    EXPECT_EQ(H5Aexists_by_name(f, "/ranks/0", attr, H5P_DEFAULT), 0) << attr;
+  H5Fclose(f);
+
+  Arenas b(t);
+  CheckpointMeta got;
+  got.async_version = 1;
+  load_checkpoint(path, t, b.tensors(), got);
+  EXPECT_EQ(b.params, a.params);
+  EXPECT_EQ(got.async_version, 0u);
+  ASSERT_EQ(got.ranks.size(), 1u);
+  EXPECT_EQ(got.ranks[0].role, "");
+  EXPECT_EQ(got.ranks[0].optimizer_step, 0);
+  EXPECT_EQ(got.ranks[0].seq, 0u);
+  EXPECT_TRUE(got.ranks[0].arrays.empty());
+  EXPECT_EQ(got.ranks[0].data_cursor, meta.ranks[0].data_cursor);
+
+  // An async run resuming from it: no rank arrays to restore, and a missing extra set is named with its mode.
+  RankArraysDst dst(16, -1.0f);
+  EXPECT_FALSE(load_rank_arrays(path, 0, dst.dst(), 16));
+  EXPECT_EQ(dst.arrays[0], std::vector<float>(16, -1.0f));
+  std::vector<float> momentum(t.total_numel(), 0.0f);
+  CheckpointTensors with_set = b.tensors();
+  with_set.extra_sets = {{"/optimizer/momentum_buffer", momentum.data()}};
+  const Error e = expect_error([&] { load_checkpoint(path, t, with_set, got); },
+                               {path, "/optimizer/momentum_buffer/transformer/wte/weight", "is missing"});
+  EXPECT_NE(e.hint().find("mode sync"), std::string::npos) << e.hint();
+}
+
+TEST_F(CheckpointTest, LoadRankArraysReturnsFalseForMissingRankOrName) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas src = random_arenas(t, 18);
+  AsyncState a = random_async_state(t, 777, 18);
+  const std::string path = save_checkpoint(dir_.string(), make_async_meta(c, 3), t, async_tensors(src, a), 0);
+  RankArraysDst dst(777, -1.0f);
+  EXPECT_FALSE(load_rank_arrays(path, 1, dst.dst(), 777));  // more workers than the writer had
+  EXPECT_FALSE(load_rank_arrays(path, 7, dst.dst(), 777));
+  std::vector<float> x(777, -1.0f), y(777, -1.0f);
+  EXPECT_FALSE(load_rank_arrays(path, 0, {{"exp_avg", x.data()}, {"momentum", y.data()}}, 777));
+  EXPECT_EQ(x, std::vector<float>(777, -1.0f));  // nothing read when any name is missing
+  for (const std::vector<float>& arr : dst.arrays) EXPECT_EQ(arr, std::vector<float>(777, -1.0f));
+  EXPECT_TRUE(load_rank_arrays(path, 0, dst.dst(), 777));
+  EXPECT_EQ(dst.arrays[1], a.arrays[1]);
+}
+
+TEST_F(CheckpointTest, RankArrayOfWrongLengthOrCorruptedIsAnError) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas src = random_arenas(t, 19);
+  const size_t len = 4099;
+  AsyncState a = random_async_state(t, len, 19);
+  for (int i = 0; i < 16; ++i) a.arrays[2][len / 2 + size_t(i)] = 7000.0f + 0.125f * float(i);  // a marker
+  const std::string marker(reinterpret_cast<const char*>(&a.arrays[2][len / 2]), 16 * sizeof(float));
+  const std::string path = save_checkpoint(dir_.string(), make_async_meta(c, 4), t, async_tensors(src, a), 0);
+
+  RankArraysDst dst(len + 1, -1.0f);
+  const Error e = expect_error([&] { load_rank_arrays(path, 0, dst.dst(), len + 1); },
+                               {path, "/ranks/0/exp_avg", "[4099]", "[4100]"});
+  EXPECT_NE(e.hint().find("different model config"), std::string::npos) << e.hint();
+  for (const std::vector<float>& arr : dst.arrays) EXPECT_EQ(arr, std::vector<float>(len + 1, -1.0f));
+
+  flip_marker(path, marker);
+  RankArraysDst back(len, -1.0f);
+  const Error corrupt = expect_error([&] { load_rank_arrays(path, 0, back.dst(), len); },
+                                     {path, "/ranks/0/residual", "corrupted (checksum mismatch)"});
+  EXPECT_NE(corrupt.hint().find("earlier checkpoint"), std::string::npos) << corrupt.hint();
+  size_t damaged = 0;
+  for (const CheckpointDatasetReport& r : scan_checkpoint(path))
+    if (!r.ok) {
+      ++damaged;
+      EXPECT_EQ(r.path, "/ranks/0/residual");
+      EXPECT_EQ(r.problem, "corrupted (checksum mismatch)");
+    }
+  EXPECT_EQ(damaged, 1u);
+  expect_error([&] { verify_checkpoint(path); }, {path, "/ranks/0/residual", "corrupted (checksum mismatch)"});
+}
+
+TEST_F(CheckpointTest, AsyncSaveArgumentsAreChecked) {
+  const ModelConfig c = small_config();
+  const ParamTable t(c);
+  Arenas src = random_arenas(t, 20);
+  AsyncState a = random_async_state(t, 64, 20);
+  const CheckpointMeta meta = make_async_meta(c, 8);
+
+  CheckpointTensors renamed = async_tensors(src, a);
+  renamed.rank_arrays[1].first = "exp_avg2";
+  expect_error([&] { save_checkpoint(dir_.string(), meta, t, renamed, 0); }, {"rank_arrays", "ranks[0].arrays"});
+  CheckpointTensors reordered = async_tensors(src, a);
+  std::swap(reordered.rank_arrays[0], reordered.rank_arrays[2]);
+  expect_error([&] { save_checkpoint(dir_.string(), meta, t, reordered, 0); }, {"rank_arrays"});
+  CheckpointTensors no_len = async_tensors(src, a);
+  no_len.rank_array_len = 0;
+  expect_error([&] { save_checkpoint(dir_.string(), meta, t, no_len, 0); }, {"rank_array_len"});
+
+  // Arrays of a rank that does not take part in the save would never be written.
+  CheckpointMeta two = meta;
+  two.world_size = 2;
+  two.ranks.push_back(two.ranks[0]);
+  expect_error([&] { save_checkpoint(dir_.string(), two, t, async_tensors(src, a), 0); }, {"ranks[1]", "takes part"});
+
+  for (const char* prefix : {"/model", "/model/x", "/optimizer/exp_avg", "/ranks/0/m", "optimizer/m", "/config", "/"}) {
+    CheckpointTensors bad = async_tensors(src, a);
+    bad.extra_sets.emplace_back(prefix, a.momentum.data());
+    expect_error([&] { save_checkpoint(dir_.string(), meta, t, bad, 0); }, {"extra_sets", prefix});
+  }
+  CheckpointTensors no_data = async_tensors(src, a);
+  no_data.extra_sets[0].second = nullptr;  // one rank writes the whole arena: it needs the set
+  expect_error([&] { save_checkpoint(dir_.string(), meta, t, no_data, 0); }, {"/optimizer/momentum_buffer"});
+  EXPECT_FALSE(fs::exists(dir_ / "step_00000008.h5.tmp"));
+  EXPECT_FALSE(fs::exists(dir_ / "step_00000008.h5"));
 }
 
 // Saves steps 1, 2 and 3 into `folder` (keeping all) and returns the marker planted in step 3's wte.

@@ -66,9 +66,16 @@ int cmd_inspect(int argc, char** argv) {
          (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2), double(meta.eps),
          double(meta.weight_decay), double(meta.lr));
   printf("ranks       (per-rank state, /ranks/<r>)\n");
-  for (size_t r = 0; r < meta.ranks.size(); ++r)
-    printf("  rank %-4zu data_cursor=%llu rng_offset=%llu\n", r, (unsigned long long)meta.ranks[r].data_cursor,
-           (unsigned long long)meta.ranks[r].rng_offset);
+  if (meta.mode == "async") printf("async       version=%llu\n", (unsigned long long)meta.async_version);
+  for (size_t r = 0; r < meta.ranks.size(); ++r) {
+    const CheckpointMeta::RankState& rs = meta.ranks[r];
+    printf("  rank %-4zu data_cursor=%llu rng_offset=%llu", r, (unsigned long long)rs.data_cursor,
+           (unsigned long long)rs.rng_offset);
+    if (!rs.role.empty())
+      printf(" role=%s optimizer_step=%lld seq=%llu", rs.role.c_str(), (long long)rs.optimizer_step,
+             (unsigned long long)rs.seq);
+    printf("\n");
+  }
 
   // Every dataset in the file, whatever its path, read in full; tensors of the model are also checked for shape.
   const std::vector<CheckpointDatasetReport> reports = scan_checkpoint(checkpoint);
@@ -86,7 +93,8 @@ int cmd_inspect(int argc, char** argv) {
       if (r.shape != it->second) status = "WRONG SHAPE (the model needs " + shape_str(it->second) + ")";
       expected.erase(it);
     }
-    has_moments = has_moments || r.path.rfind("/optimizer/", 0) == 0;
+    has_moments = has_moments || r.path.rfind("/optimizer/exp_avg/", 0) == 0 ||
+                  r.path.rfind("/optimizer/exp_avg_sq/", 0) == 0;
     if (status != "ok") bad.push_back(r.path);
     printf("  %-8s %-*s %s %s\n", r.dtype.empty() ? "?" : r.dtype.c_str(), int(width), r.path.c_str(),
            shape_str(r.shape).c_str(), status.c_str());
@@ -97,7 +105,11 @@ int cmd_inspect(int argc, char** argv) {
       printf("  %-8s %-*s %s MISSING\n", "float32", int(width), path.c_str(), shape_str(shape).c_str());
       bad.push_back(path);
     }
-  if (!has_moments) printf("  (no optimizer state: a weights-only checkpoint)\n");
+  if (!has_moments && meta.mode == "async")
+    printf("  (async checkpoint: the center's momentum under /optimizer/momentum_buffer, each worker's AdamW state "
+           "and residual under /ranks/<r>)\n");
+  else if (!has_moments)
+    printf("  (no optimizer state: a weights-only checkpoint)\n");
   printf("config:\n%s", meta.config_ini.c_str());
   if (!meta.config_ini.empty() && meta.config_ini.back() != '\n') printf("\n");
   if (!bad.empty())

@@ -123,6 +123,7 @@ std::vector<AsyncMessage> AsyncCenter::take() {
     m.seq = s->seq;
     m.base_version = s->base_version;
     m.tokens = s->tokens;
+    std::memcpy(&m.loss, &s->loss_bits, sizeof(m.loss));
     m.staleness = version_ >= s->base_version ? version_ - s->base_version : 0;
     m.bytes.assign(base_ + layout_.slot_message(w), base_ + layout_.slot_message(w) + layout_.packed);
     s->taken = s->seq;
@@ -245,7 +246,7 @@ uint64_t AsyncWorker::reserve(uint64_t count) {
   return first;
 }
 
-void AsyncWorker::send(const float* delta, uint64_t base_version, uint64_t tokens) {
+void AsyncWorker::send(const float* delta, uint64_t base_version, uint64_t tokens, double loss) {
   feedback_.compress(delta, message_.data());
   if (!shape_.error_feedback) feedback_.reset();
   const double t0 = now_seconds();
@@ -264,7 +265,8 @@ void AsyncWorker::send(const float* delta, uint64_t base_version, uint64_t token
     usleep(useconds_t(pause * 1e6));
     pause = std::min(pause * 2, 5e-3);
   }
-  const uint64_t meta[2] = {base_version, tokens};
+  uint64_t meta[3] = {base_version, tokens, 0};
+  std::memcpy(&meta[2], &loss, sizeof(loss));
   put(message_.data(), layout_.slot_message(worker_), layout_.packed);
   put(meta, slot + offsetof(AsyncLayout::Slot, base_version), sizeof(meta));
   flush();  // the message is complete at the center before its sequence number says so

@@ -51,11 +51,11 @@ struct AsyncLayout {
     uint64_t seq;           // messages the worker has written; written last, after a flush of the message
     uint64_t base_version;  // the published version the delta was taken against
     uint64_t tokens;        // tokens trained into the delta
+    uint64_t loss_bits;     // the worker's mean training loss over those tokens (a double's bits), for the log
     uint64_t taken;         // the newest seq the center has taken: the slot is free again when taken == seq
     uint64_t staleness;     // versions published between the base and the take of the newest message taken
     uint64_t barrier_ack;   // the newest barrier_seq the worker has reached
     uint64_t stop_request;  // non-zero: the worker asks the job to stop (it received SIGUSR1/SIGTERM)
-    uint64_t pad;
   };
 
   explicit AsyncLayout(const AsyncShape& shape);
@@ -76,6 +76,7 @@ struct AsyncMessage {
   uint64_t base_version = 0;
   uint64_t tokens = 0;
   uint64_t staleness = 0;     // versions published since its base
+  double loss = 0.0;          // the worker's mean training loss behind the delta
   std::vector<uint8_t> bytes;
 };
 
@@ -152,7 +153,7 @@ class AsyncWorker {
   uint64_t reserve(uint64_t count);
   // Compresses delta (n floats) with this worker's error feedback and sends it: waits until the center has taken
   // the previous message, puts the message with its base version and token count, flushes, then writes the seq.
-  void send(const float* delta, uint64_t base_version, uint64_t tokens);
+  void send(const float* delta, uint64_t base_version, uint64_t tokens, double loss = 0.0);
 
   // What a fetch saw in the center's header.
   struct Published {

@@ -19,6 +19,7 @@ int cmd_train(int argc, char** argv) {
     return EXIT_CODE_OK;
   }
   const World world = make_world();
+  require_same_config(world, parsed.config_ini);  // before anything else: a mismatch stops every rank alike
   log_set_rank(world.rank, parsed.log_all_ranks);
   require_power_of_two(world);
   log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size,

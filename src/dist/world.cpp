@@ -1,12 +1,77 @@
-// World (implementation): reads rank, size, node-local placement and host from MPI, and checks the topology.
+// World (implementation): reads rank, size, node-local placement and host from MPI, and runs the start-up checks.
 // Node-local rank comes from a shared-memory split rather than environment variables, so it works under any launcher.
 #include "dist/world.h"
 
+#include <climits>
+#include <cstdint>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
 namespace ember {
+
+namespace {
+
+// FNV-1a, 64 bit: a config text is a few kB, so hashing it is instant, and 8 bytes per rank are all that crosses the
+// network when the ranks agree (the usual case).
+std::uint64_t fnv1a_64(const std::string& text) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Sends root's string to every rank (length first, then the bytes); returns it on every rank.
+std::string broadcast_string(const World& world, const std::string& text, int root) {
+  unsigned long long n = world.rank == root ? text.size() : 0;
+  EMBER_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, world.comm));
+  EMBER_ASSERT(n <= (unsigned long long)INT_MAX, "string too long for one MPI_Bcast");
+  std::string out = world.rank == root ? text : std::string(n, '\0');
+  if (n > 0) EMBER_MPI_CHECK(MPI_Bcast(out.data(), (int)n, MPI_CHAR, root, world.comm));
+  return out;
+}
+
+// The key lines of an INI text as "section.key = value", in order; [section] headers and blank lines only set the
+// prefix, so two texts are compared key by key.
+std::vector<std::string> qualified_lines(const std::string& ini) {
+  std::vector<std::string> out;
+  std::string section;
+  std::istringstream in(ini);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos) {
+      out.push_back(line);
+      continue;
+    }
+    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    while (!key.empty() && key.back() == ' ') key.pop_back();
+    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+    out.push_back((section.empty() ? key : section + "." + key) + " = " + value);
+  }
+  return out;
+}
+
+// "rank R: <its line>, rank 0: <rank 0's line>" for the first key line where the two texts differ.
+std::string first_difference(int rank, const std::string& mine, const std::string& root) {
+  const std::vector<std::string> a = qualified_lines(mine), b = qualified_lines(root);
+  for (std::size_t i = 0; i < a.size() || i < b.size(); ++i) {
+    const std::string x = i < a.size() ? a[i] : "(end of config)";
+    const std::string y = i < b.size() ? b[i] : "(end of config)";
+    if (x != y) return "rank " + std::to_string(rank) + ": " + x + ", rank 0: " + y;
+  }
+  return "rank " + std::to_string(rank) + ": same keys and values as rank 0 but a different config text";
+}
+
+}  // namespace
 
 World make_world() {
   int initialized = 0;
@@ -40,6 +105,29 @@ void require_power_of_two(const World& world) {
   throw_error("world size " + std::to_string(n) + " is not a power of two (ember trains on 1, 2, 4, 8, ... ranks)",
               "launch with a power-of-two task count: mpirun -np 4 / srun -n 4 (or --ntasks-per-node so that "
               "nodes x tasks is a power of two)");
+}
+
+void require_same_config(const World& world, const std::string& config_ini) {
+  const std::uint64_t mine = fnv1a_64(config_ini);
+  std::vector<std::uint64_t> hashes(world.size);
+  EMBER_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, world.comm));
+  int first = -1, differing = 0;
+  for (int r = 1; r < world.size; ++r) {
+    if (hashes[r] == hashes[0]) continue;
+    if (first < 0) first = r;
+    ++differing;
+  }
+  if (first < 0) return;
+  // Every rank saw the same hashes, so every rank takes this path and joins both broadcasts: no rank is left waiting.
+  const std::string root_ini = broadcast_string(world, config_ini, 0);
+  const std::string line = world.rank == first ? first_difference(first, config_ini, root_ini) : std::string();
+  std::string message = "config differs between ranks: " + broadcast_string(world, line, first);
+  if (differing > 1)
+    message += " (" + std::to_string(differing) + " of " + std::to_string(world.size) + " ranks differ from rank 0)";
+  throw_error(message,
+              "every rank must get the same --config file (the same contents on every host) and the same "
+              "--section.key=value overrides: check the per-rank commands of the launch (mpirun ':' sections, srun "
+              "--multi-prog, the components of a heterogeneous Slurm job)");
 }
 
 }  // namespace ember

@@ -1,5 +1,5 @@
 // The MPI world as the trainer sees it: rank, size, the rank's place on its node (shared-memory split) and host.
-// Built once at start-up; the topology check (a power-of-two number of ranks) runs on every rank.
+// Built once at start-up; the start-up checks (one configuration on every rank, a power-of-two size) run on every rank.
 #pragma once
 
 #include <mpi.h>
@@ -22,5 +22,11 @@ World make_world();
 
 // Throws ember::Error (on every rank alike, since every rank sees the same size) unless size is a power of two.
 void require_power_of_two(const World& world);
+
+// Throws ember::Error on every rank alike unless every rank resolved the same configuration text: the message names
+// the first rank whose config differs from rank 0's and its first differing line ("rank 2: training.seq_len = 64,
+// rank 0: training.seq_len = 32"; keys are "section.key" from the INI text's [section] headers), with a hint.
+// Collective over world.comm: every rank must call it.
+void require_same_config(const World& world, const std::string& config_ini);
 
 }  // namespace ember

@@ -6,6 +6,7 @@
 #include "app/options.h"
 #include "core/log.h"
 #include "dist/world.h"
+#include "train/async_trainer.h"
 #include "train/trainer.h"
 
 namespace ember {
@@ -21,11 +22,13 @@ int cmd_train(int argc, char** argv) {
   const World world = make_world();
   require_same_config(world, parsed.config_ini);  // before anything else: a mismatch stops every rank alike
   log_set_rank(world.rank, parsed.log_all_ranks);
-  require_power_of_two(world);
+  const bool async = parsed.config.training.mode == "async";
+  if (!async) require_power_of_two(world);  // async: a center and any number of workers
   log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size,
            world.host.c_str(), parsed.config_ini.c_str());
-  Trainer trainer(world, parsed.config, parsed.config_ini, {parsed.stop_after, parsed.max_runtime});
-  const TrainResult r = trainer.run();
+  const TrainLimits limits{parsed.stop_after, parsed.max_runtime};
+  const TrainResult r = async ? run_async(world, parsed.config, parsed.config_ini, limits)
+                              : Trainer(world, parsed.config, parsed.config_ini, limits).run();
   log_info("%s at step %lld | loss %.4f%s%s", r.stopped_early ? "stopped" : "done", (long long)r.step, r.last_loss,
            r.last_checkpoint.empty() ? "" : " | checkpoint ", r.last_checkpoint.c_str());
   return r.stopped_early ? EXIT_CODE_REQUEUE : EXIT_CODE_OK;

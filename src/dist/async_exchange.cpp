@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "core/error.h"
@@ -87,7 +88,10 @@ AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* in
   EMBER_MPI_CHECK(MPI_Barrier(comm));
 }
 
+// Freeing a window is collective: while an error unwinds the stack, the other ranks will never join it, so the
+// window is left to MPI_Abort, which main() calls next.
 AsyncCenter::~AsyncCenter() {
+  if (std::uncaught_exceptions() > 0) return;
   if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
   if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
 }
@@ -140,7 +144,7 @@ void AsyncCenter::decode(const AsyncMessage& message, float* out) const {
   onebit_unpack(message.bytes.data(), shape_.n, shape_.block_size, out);
 }
 
-uint64_t AsyncCenter::publish(const float* update, uint64_t tokens) {
+uint64_t AsyncCenter::publish(const float* update, uint64_t tokens, const std::vector<AsyncMessage>& included) {
   feedback_.compress(update, staging_.data());
   if (!shape_.error_feedback) feedback_.reset();
   const uint64_t next = version_ + 1;
@@ -152,6 +156,7 @@ uint64_t AsyncCenter::publish(const float* update, uint64_t tokens) {
   AsyncLayout::Header* h = header();
   h->version = next;
   h->tokens_applied += tokens;
+  for (const AsyncMessage& m : included) slot(m.worker)->applied = m.seq;
   version_ = next;
   tokens_applied_ = h->tokens_applied;
   unlock();
@@ -200,6 +205,7 @@ AsyncWorker::AsyncWorker(MPI_Comm comm, const AsyncShape& shape, int worker_rank
 }
 
 AsyncWorker::~AsyncWorker() {
+  if (std::uncaught_exceptions() > 0) return;  // as ~AsyncCenter
   if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
   if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
 }
@@ -318,8 +324,22 @@ AsyncWorker::Published AsyncWorker::fetch(float* base) {
   p.barrier_seq = h.barrier_seq;
   p.barrier_kind = AsyncBarrier(h.barrier_kind);
   p.staleness = mine.staleness;
+  p.applied = mine.applied;
   p.full = !in_ring;
   return p;
+}
+
+void AsyncWorker::add_last_message(float scale, float* out) const {
+  if (seq_ == 0) return;
+  const size_t nblocks = onebit_block_count(shape_.n, shape_.block_size);
+  std::vector<uint8_t> scaled(message_);
+  for (size_t b = 0; b < nblocks; ++b) {
+    float s;
+    std::memcpy(&s, scaled.data() + b * sizeof(float), sizeof(float));
+    s *= scale;
+    std::memcpy(scaled.data() + b * sizeof(float), &s, sizeof(float));
+  }
+  onebit_unpack_add(scaled.data(), shape_.n, shape_.block_size, out);
 }
 
 void AsyncWorker::ack_barrier(uint64_t seq) {

@@ -56,6 +56,7 @@ struct AsyncLayout {
     uint64_t staleness;     // versions published between the base and the take of the newest message taken
     uint64_t barrier_ack;   // the newest barrier_seq the worker has reached
     uint64_t stop_request;  // non-zero: the worker asks the job to stop (it received SIGUSR1/SIGTERM)
+    uint64_t applied;       // the newest seq whose delta a published version includes
   };
 
   explicit AsyncLayout(const AsyncShape& shape);
@@ -98,8 +99,9 @@ class AsyncCenter {
   // out (n) = the delta the message carries.
   void decode(const AsyncMessage& message, float* out) const;
   // Publishes `update` (n floats, the change of the global parameters) as the next version: compressed with the
-  // center's error feedback, stored in the ring and added to the published parameters. Returns the new version.
-  uint64_t publish(const float* update, uint64_t tokens);
+  // center's error feedback, stored in the ring and added to the published parameters; marks the `included`
+  // messages as applied in their slots. Returns the new version.
+  uint64_t publish(const float* update, uint64_t tokens, const std::vector<AsyncMessage>& included = {});
 
   // Asks every worker to join a barrier of `kind`; reached() once every worker has acknowledged it.
   void request_barrier(AsyncBarrier kind);
@@ -160,6 +162,7 @@ class AsyncWorker {
     uint64_t version = 0, tokens_applied = 0, samples_reserved = 0, barrier_seq = 0;
     AsyncBarrier barrier_kind = AsyncBarrier::none;
     uint64_t staleness = 0;  // of this worker's newest message the center has taken
+    uint64_t applied = 0;    // the newest seq of this worker that the fetched parameters include
     bool full = false;       // the full parameters were fetched (first fetch, or too far behind for the ring)
   };
   // Brings `base` (n floats, the published parameters as of this worker's previous fetch) to the newest version:
@@ -172,6 +175,8 @@ class AsyncWorker {
 
   ErrorFeedback& feedback() { return feedback_; }
   uint64_t seq() const { return seq_; }
+  // out (n) += scale * the delta the newest sent message carries, as the center will decode it.
+  void add_last_message(float scale, float* out) const;
   // Traffic and time spent in MPI calls on the window, summed since construction.
   uint64_t bytes_put() const { return bytes_put_; }
   uint64_t bytes_got() const { return bytes_got_; }

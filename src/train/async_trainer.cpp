@@ -43,11 +43,11 @@ struct Job {
   int64_t step_base = 0;          // the step and global sample index this invocation starts from (a resume may
   uint64_t sample_base = 0;       // have been written with another number of workers, hence another step size)
   uint64_t target_samples = 0;    // where training.steps is reached
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<GPT> model;
-  std::string resume;             // "" for a fresh start
-  CheckpointMeta meta;            // of `resume`
-  AsyncShape shape;
+  std::unique_ptr<Backend> backend{};
+  std::unique_ptr<GPT> model{};
+  std::string resume{};           // "" for a fresh start
+  CheckpointMeta meta{};          // of `resume`
+  AsyncShape shape{};
 
   // The sync-equivalent step at global sample index `samples` (at least sample_base).
   int64_t step_of(uint64_t samples) const {
@@ -197,7 +197,7 @@ TrainResult run_center(Job& job) {
   int64_t next_log = next_multiple(first_step, c.run.log_every);
   const uint64_t first_version = version;
   const double start = now_seconds();
-  double loss_sum = 0.0, last_log_time = start;
+  double loss_sum = 0.0;
   int loss_count = 0;
   uint64_t max_staleness = 0;
   std::vector<float> d(n), g(n), update(n);
@@ -215,6 +215,7 @@ TrainResult run_center(Job& job) {
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; ++i) g[i] += wgt * d[i];
         msg_tokens += m.tokens;
+        result.last_loss = m.loss;
         loss_sum += m.loss;
         ++loss_count;
         max_staleness = std::max(max_staleness, m.staleness);
@@ -228,7 +229,7 @@ TrainResult run_center(Job& job) {
         update[i] = lr * (g[i] + mu * momentum[i]);
         global[i] += update[i];
       }
-      version = center.publish(update.data(), msg_tokens);
+      version = center.publish(update.data(), msg_tokens, msgs);
       const double minutes = (now_seconds() - start) / 60.0;
       const int64_t step = job.step_of(center.tokens_applied() / uint64_t(job.T));
       metrics.write({{"step", step},
@@ -257,11 +258,9 @@ TrainResult run_center(Job& job) {
                (unsigned long long)max_staleness,
                double(center.tokens_applied() - tokens) / std::max(now - start, 1e-9), int(eta) / 3600,
                int(eta) / 60 % 60, int(eta) % 60);
-      result.last_loss = loss_sum / loss_count;
       loss_sum = 0.0;
       loss_count = 0;
       max_staleness = 0;
-      last_log_time = now;
       next_log = next_multiple(step, c.run.log_every);
     }
     if (step >= next_eval && applied < job.target_samples) {
@@ -308,7 +307,6 @@ TrainResult run_center(Job& job) {
   if (result.stopped_early)
     log_info("stopping early at step %lld: checkpoint written; rerun with --resume auto to continue",
              (long long)result.step);
-  (void)last_log_time;
   return result;
 }
 
@@ -340,9 +338,14 @@ TrainResult run_worker(Job& job) {
   AsyncWorker ex(job.world.comm, job.shape, rank, c.async.center_timeout);
   if (!residual.empty()) ex.feedback().set_residual(residual.data());
 
-  std::vector<float> base(n), x(n), delta(n);
+  // base: the published parameters as of the last fetch. origin: where this round starts, base plus this worker's
+  // own newest delta while the center has not folded it in yet (it was sent just before the fetch), so a worker
+  // never trains from parameters that lack its own last round.
+  std::vector<float> base(n), origin(n), x(n), delta(n);
   AsyncWorker::Published p = ex.fetch(base.data());
   be.copy_to_device(model.params(), base.data(), n * sizeof(float));
+  origin = base;
+  const float own_weight = c.async.outer_lr / float(job.workers);  // what the center applies of a full round's delta
   uint64_t acked = p.barrier_seq;
   MetricsWriter metrics(metrics_path(c, rank), job.step_of(p.tokens_applied / uint64_t(job.T)));
   std::vector<int32_t> inputs(size_t(job.B) * job.T), targets(inputs.size());
@@ -410,13 +413,15 @@ TrainResult run_worker(Job& job) {
     }
     be.copy_to_host(x.data(), model.params(), n * sizeof(float));
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) delta[i] = x[i] - base[i];
+    for (size_t i = 0; i < n; ++i) delta[i] = x[i] - origin[i];
     const uint64_t tokens = uint64_t(steps) * job.A * job.B * job.T;
     const uint64_t put_before = ex.bytes_put(), got_before = ex.bytes_got();
     ex.send(delta.data(), p.version, tokens, loss_sum / steps);
     const uint64_t put_bytes = ex.bytes_put() - put_before;
     p = ex.fetch(base.data());
-    be.copy_to_device(model.params(), base.data(), n * sizeof(float));
+    origin = base;
+    if (p.applied < ex.seq()) ex.add_last_message(own_weight * float(steps) / float(job.H), origin.data());
+    be.copy_to_device(model.params(), origin.data(), n * sizeof(float));
     const double round_seconds = now_seconds() - t_round, blocked = ex.blocked_seconds() - blocked_before;
     train_seconds += round_seconds;
     blocked_seconds += blocked;

@@ -25,7 +25,7 @@ struct TrainingConfig {
 // mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI
 // one-sided windows and rebase onto its newest published parameters.
 struct AsyncConfig {
-  int local_steps = 8;          // H: optimizer steps a worker takes between two syncs
+  int local_steps = 16;         // H: optimizer steps a worker takes between two syncs
   int block_size = 2048;        // values per fp32 scale of a 1-bit message
   float outer_lr = 1.0f;        // the center's (outer) learning rate on the weighted deltas
   float outer_momentum = 0.0f;  // the center's Nesterov momentum (0: plain averaging of deltas)

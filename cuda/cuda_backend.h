@@ -21,6 +21,10 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
   std::string name() const override;
+  // The device ordinal and the stream every op is enqueued on, for work that must order itself after the ops
+  // (the NCCL and host-staged communicators wait on this stream before reading a buffer).
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
 
   void* alloc(size_t bytes) override;
   void free(void* ptr) override;

@@ -19,7 +19,10 @@ int cuda_device_count() {
 
 std::string cuda_device_name(int device) {
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "unknown";
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();  // clear it, so a later launch check does not report it
+    return "unknown";
+  }
   return prop.name;
 }
 

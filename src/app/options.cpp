@@ -95,6 +95,19 @@ std::vector<Binding> bindings(RunConfig& c) {
                                     [](const std::string& v) {
                                       return v == "sync" || v == "async" ? "" : "must be one of: sync, async";
                                     }));
+  b.push_back(bind_key<std::string>("training.device", &c.training.device,
+                                    "cpu, cuda (one GPU per rank) or auto (cuda when every rank sees a GPU, else cpu)",
+                                    [](const std::string& v) {
+                                      const bool ok = v == "cpu" || v == "cuda" || v == "auto";
+                                      return ok ? "" : "must be one of: cpu, cuda, auto";
+                                    }));
+  b.push_back(bind_key<std::string>("training.comm", &c.training.comm,
+                                    "gradient communicator: auto (nccl on cuda, mpi on cpu), nccl, or mpi (staged "
+                                    "through host memory on cuda)",
+                                    [](const std::string& v) {
+                                      const bool ok = v == "auto" || v == "nccl" || v == "mpi";
+                                      return ok ? "" : "must be one of: auto, nccl, mpi";
+                                    }));
   b.push_back(bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",
                        at_least(1)));
   b.push_back(bind_key("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",

@@ -1,5 +1,6 @@
 // The Communicator interface: the collectives data-parallel training needs, blocking and non-blocking, over
-// buffers of the backend's memory. MPI implements it over host buffers; a GPU implementation (NCCL) plugs in later.
+// buffers of the backend's memory. MPI implements it over host buffers; cuda/ adds NCCL and host-staged MPI, which
+// take device buffers and host ones alike (dist/comm_select.h picks one).
 #pragma once
 
 #include <mpi.h>

@@ -20,6 +20,8 @@ struct TrainingConfig {
   int zero = 0;                // 1: ZeRO-1, optimizer state sharded across data-parallel ranks
   float bucket_mb = 25.0f;     // gradient all-reduce bucket size in MiB (as PyTorch DDP's bucket_cap_mb)
   std::string mode = "sync";   // "sync": all-reduce data parallel; "async": rank 0 is a center, ranks 1.. train
+  std::string device = "cpu";  // "cpu", "cuda" (one GPU per rank, by local rank) or "auto" (cuda if all ranks have one)
+  std::string comm = "auto";   // "auto" (nccl on cuda, mpi on cpu), "nccl", or "mpi" (host-staged on cuda)
 };
 
 // mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI

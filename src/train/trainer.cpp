@@ -10,10 +10,12 @@
 #include <csignal>
 #include <vector>
 
+#include "backend/device_select.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/data_loader.h"
+#include "dist/comm_select.h"
 #include "dist/communicator.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
@@ -84,13 +86,14 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   s.limits = limits;
   const RunConfig& c = s.cfg;
   if (c.training.threads > 0) omp_set_num_threads(c.training.threads);
-  s.comm = make_mpi_communicator(world.comm);
+  const DeviceChoice device = select_device(world, c.training.device);
+  s.backend = make_backend(device);
+  s.comm = make_communicator(world, device, c.training.comm, *s.backend);
 
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,
                                               c.training.seed, /*shuffle=*/true);
   s.val_data = std::make_unique<DataLoader>(c.data.dir, "val", c.training.seq_len, c.model.vocab_size,
                                             c.training.seed, /*shuffle=*/false);
-  s.backend = make_cpu_backend();
   Backend& be = *s.backend;
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len);
   const ParamTable& table = s.model->table();

@@ -17,7 +17,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (device < 0 || device >= count)
     throw_error("CUDA backend: device " + std::to_string(device) + " requested but " + std::to_string(count) +
                     " CUDA device(s) are visible",
-                "hint: check nvidia-smi and CUDA_VISIBLE_DEVICES, or run on the CPU backend");
+                "check nvidia-smi and CUDA_VISIBLE_DEVICES, or run on the CPU backend");
   EMBER_CUDA_CHECK(cudaSetDevice(device));
   device_name_ = cuda_device_name(device);
   EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -52,7 +52,7 @@ void* CudaBackend::alloc(size_t bytes) {
     throw_error("CUDA backend: out of device memory allocating " + std::to_string(bytes) + " bytes on " + name() +
                     " (" + std::to_string(free_bytes >> 20) + " MiB free of " + std::to_string(total_bytes >> 20) +
                     " MiB)",
-                "hint: reduce batch_size or seq_len, or use a smaller model config");
+                "reduce batch_size or seq_len, or use a smaller model config");
   }
   EMBER_CUDA_CHECK(rc);
   EMBER_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));  // ordered before every later op on stream_

@@ -73,20 +73,22 @@ std::string first_difference(int rank, const std::string& mine, const std::strin
 
 }  // namespace
 
-World make_world() {
+World make_world() { return make_world(MPI_COMM_WORLD); }
+
+World make_world(MPI_Comm comm) {
   int initialized = 0;
   EMBER_MPI_CHECK(MPI_Initialized(&initialized));
   EMBER_ASSERT(initialized, "make_world() called before MPI_Init");
 
   World world;
-  world.comm = MPI_COMM_WORLD;
-  EMBER_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world.rank));
-  EMBER_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world.size));
+  world.comm = comm;
+  EMBER_MPI_CHECK(MPI_Comm_rank(comm, &world.rank));
+  EMBER_MPI_CHECK(MPI_Comm_size(comm, &world.size));
 
   // Ranks sharing memory share a node; keying by world rank keeps their local order the same as their global order,
   // so local rank 0 is the lowest world rank on the node (the one that picks GPU 0).
   MPI_Comm node = MPI_COMM_NULL;
-  EMBER_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node));
+  EMBER_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node));
   EMBER_MPI_CHECK(MPI_Comm_rank(node, &world.local_rank));
   EMBER_MPI_CHECK(MPI_Comm_size(node, &world.local_size));
   EMBER_MPI_CHECK(MPI_Comm_free(&node));

@@ -19,6 +19,8 @@ struct World {
 
 // Describes MPI_COMM_WORLD. MPI must be initialised.
 World make_world();
+// Describes `comm` (collective over it): its ranks, and each rank's place among the ranks of `comm` on its node.
+World make_world(MPI_Comm comm);
 
 // Throws ember::Error (on every rank alike, since every rank sees the same size) unless size is a power of two.
 void require_power_of_two(const World& world);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/device_select.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -471,7 +472,18 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   job.A = c.training.grad_accum_steps;
   job.H = c.async.local_steps;
   job.samples_per_step = uint64_t(job.A) * job.B * job.workers;
-  job.backend = make_cpu_backend();
+  // Workers pick their device among themselves (one GPU per worker by its rank among the workers on its node); the
+  // center only serves and evaluates, on the CPU.
+  MPI_Comm role_comm = MPI_COMM_NULL;
+  EMBER_MPI_CHECK(MPI_Comm_split(world.comm, world.rank == 0 ? 0 : 1, world.rank, &role_comm));
+  if (world.rank == 0) {
+    job.backend = make_cpu_backend();
+  } else {
+    const World workers = make_world(role_comm);
+    const DeviceChoice choice = select_device(workers, c.training.device);
+    job.backend = make_backend(choice);
+  }
+  EMBER_MPI_CHECK(MPI_Comm_free(&role_comm));
   job.model = std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0);
   job.shape.n = job.model->table().total_numel();
   job.shape.block_size = size_t(c.async.block_size);

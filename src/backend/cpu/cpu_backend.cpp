@@ -29,7 +29,7 @@ void* CpuBackend::alloc(size_t bytes) {
   void* ptr = std::aligned_alloc(64, rounded);
   if (!ptr)
     throw_error("CPU backend: out of host memory allocating " + std::to_string(bytes) + " bytes",
-                "hint: reduce batch_size or seq_len, or use a smaller model config");
+                "reduce batch_size or seq_len, or use a smaller model config");
   std::memset(ptr, 0, rounded);
   return ptr;
 }

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "collective_checks.h"
 #include "test_support.h"
 #include "dist/communicator.h"
 #include "dist/mpi_communicator.h"
@@ -20,43 +21,11 @@ namespace {
 
 using test::world_rank;
 using test::world_size;
-
-// Mismatches on this rank; the first few are printed with the rank so a multi-rank log says where it went wrong.
-struct Mismatches {
-  long long count = 0;
-
-  template <class T>
-  void check(const std::string& what, size_t index, T got, T want) {
-    if (got == want) return;
-    if (count++ < 5)
-      fprintf(stderr, "[rank %d] %s: index %zu: got %.17g, want %.17g\n", world_rank(), what.c_str(), index,
-              double(got), double(want));
-  }
-};
-
-// Every rank calls this at the same point, so a failure on any rank fails the test on all of them.
-long long total_over_ranks(const Mismatches& m) {
-  long long total = 0;
-  MPI_Allreduce(&m.count, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-  return total;
-}
-
-// Inputs for SUM and AVG: multiples of 0.5 below 2^10, so every partial sum (in any order) is exact in fp32.
-template <class T>
-T sum_input(int rank, size_t i) {
-  return T(rank + 1) * T(0.5) + T(i % 97);
-}
-
-// Inputs for MAX: the maximum sits on a different rank from one index to the next.
-template <class T>
-T max_input(int rank, size_t i) {
-  return T((size_t(rank) * 7 + i) % 13) * T(0.25) - T(1);
-}
-
-template <class T>
-T input(ReduceOp op, int rank, size_t i) {
-  return op == REDUCE_OP_MAX ? max_input<T>(rank, i) : sum_input<T>(rank, i);
-}
+using test::Mismatches;
+using test::input;
+using test::max_input;
+using test::sum_input;
+using test::total_over_ranks;
 
 // The reduction of input(op, r, i) over the `size` ranks of the communicator, computed rank by rank here. AVG uses the
 // same float operations as the communicator promises: the (exact) sum times the reciprocal of the size.

@@ -71,7 +71,8 @@ AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* in
       staging_(layout_.packed),
       version_(version),
       tokens_applied_(tokens_applied),
-      barrier_acks_(size_t(shape.workers), 0) {
+      barrier_acks_(size_t(shape.workers), 0),
+      applied_in_(size_t(shape.workers), 0) {
   check_comm(comm, shape, kCenter);
   EMBER_MPI_CHECK(MPI_Comm_dup(comm, &probe_comm_));
   win_ = allocate_window(comm, layout_.total, &base_);
@@ -128,7 +129,10 @@ std::vector<AsyncMessage> AsyncCenter::take() {
     m.base_version = s->base_version;
     m.tokens = s->tokens;
     std::memcpy(&m.loss, &s->loss_bits, sizeof(m.loss));
-    m.staleness = version_ >= s->base_version ? version_ - s->base_version : 0;
+    // The worker rebased onto base_version and, when its previous message was not in that version yet, added that
+    // message itself: the version that applied it later is no news to the worker and does not count as staleness.
+    const uint64_t own = applied_in_[size_t(w)] > s->base_version ? 1 : 0;
+    m.staleness = version_ >= s->base_version + own ? version_ - s->base_version - own : 0;
     m.bytes.assign(base_ + layout_.slot_message(w), base_ + layout_.slot_message(w) + layout_.packed);
     s->taken = s->seq;
     s->staleness = m.staleness;
@@ -156,7 +160,10 @@ uint64_t AsyncCenter::publish(const float* update, uint64_t tokens, const std::v
   AsyncLayout::Header* h = header();
   h->version = next;
   h->tokens_applied += tokens;
-  for (const AsyncMessage& m : included) slot(m.worker)->applied = m.seq;
+  for (const AsyncMessage& m : included) {
+    slot(m.worker)->applied = m.seq;
+    applied_in_[size_t(m.worker)] = next;
+  }
   version_ = next;
   tokens_applied_ = h->tokens_applied;
   unlock();

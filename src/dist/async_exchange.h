@@ -76,7 +76,8 @@ struct AsyncMessage {
   uint64_t seq = 0;
   uint64_t base_version = 0;
   uint64_t tokens = 0;
-  uint64_t staleness = 0;     // versions published since its base
+  uint64_t staleness = 0;     // versions published since its base by other workers' messages (a worker whose own
+                              // previous message was applied after its base has folded that one in itself)
   double loss = 0.0;          // the worker's mean training loss behind the delta
   std::vector<uint8_t> bytes;
 };
@@ -138,6 +139,7 @@ class AsyncCenter {
   uint64_t barrier_seq_ = 0;
   AsyncBarrier barrier_kind_ = AsyncBarrier::none;
   std::vector<uint64_t> barrier_acks_;
+  std::vector<uint64_t> applied_in_;  // per worker: the version that applied its last message (0: none yet)
   bool stop_requested_ = false;
   uint64_t bytes_taken_ = 0, messages_taken_ = 0;
 };

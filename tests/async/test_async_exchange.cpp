@@ -1,7 +1,8 @@
 // The async exchange over a real MPI window (DESIGN §5): every message arrives once and in order, reservations are
 // disjoint, published parameters reach every worker (from the ring and in full), both error-feedback identities hold
-// across the wire, and a center that does not serve makes a worker fail instead of hang. Registered at np 3 and 5,
-// each with the default one-sided component (osc/sm on one host), --mca osc pt2pt and --mca osc ucx (UCX_TLS=tcp).
+// across the wire, staleness leaves out a worker's own message, and a center that does not serve makes a worker fail
+// instead of hang. Registered at np 3 and 5, each with the default one-sided component (osc/sm on one host),
+// --mca osc pt2pt and --mca osc ucx (UCX_TLS=tcp).
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -235,6 +236,67 @@ TEST(AsyncExchange, WorkerTooFarBehindFetchesInFullThenFromTheRing) {
       EXPECT_LT(max_rel_diff(have, expected), 1e-5) << "round " << round;
       worker.ack_barrier(p.barrier_seq);
     }
+  }
+}
+
+// Staleness counts the versions a worker has not seen, less its own previous message when that was applied after the
+// worker's base: the worker rebased onto its base and added that message itself. Worker rank 1 sends four messages
+// with chosen base versions; the other workers only join the closing barrier.
+TEST(AsyncExchange, StalenessLeavesOutTheWorkersOwnMessage) {
+  if (test::world_size() < 2) GTEST_SKIP() << "needs a center and at least one worker (np >= 2)";
+  const AsyncShape s = shape();
+  const std::vector<float> init = initial_params();
+  const int kGo = 31;
+  if (rank() == 0) {
+    AsyncCenter center(MPI_COMM_WORLD, s, init.data(), 0, 0, 0);
+    const std::vector<float> u = make_delta(0, 0);
+    auto take_one = [&] {
+      for (;;) {
+        std::vector<AsyncMessage> m = center.take();
+        if (!m.empty()) return m;
+        usleep(100);
+      }
+    };
+    auto go = [] {
+      int one = 1;
+      MPI_Send(&one, 1, MPI_INT, 1, kGo, MPI_COMM_WORLD);
+    };
+    // Expected staleness of each message: base 0 at version 0; base 0 at version 2, of which version 1 was its own;
+    // base 2 at version 3, its own; base 4 (its own included) at version 5, another worker's.
+    const uint64_t expected[4] = {0, 1, 0, 1};
+    for (int k = 0; k < 4; ++k) {
+      std::vector<AsyncMessage> m = take_one();
+      ASSERT_EQ(m.size(), 1u);
+      EXPECT_EQ(m[0].worker, 0);
+      EXPECT_EQ(m[0].staleness, expected[k]) << "message " << k + 1 << " with base version " << m[0].base_version
+                                            << " at version " << center.version();
+      center.publish(u.data(), 1, m);                // applies the message
+      if (k == 0 || k == 2) center.publish(u.data(), 1);  // another worker's version
+      go();
+    }
+    center.request_barrier(AsyncBarrier::finish);
+    while (!center.barrier_reached()) {
+      (void)center.take();
+      usleep(100);
+    }
+  } else {
+    AsyncWorker worker(MPI_COMM_WORLD, s, rank(), 60.0);
+    std::vector<float> base(kN, 0.0f);
+    AsyncWorker::Published p = worker.fetch(base.data());
+    if (rank() == 1) {
+      const std::vector<float> d = make_delta(rank(), 0);
+      const uint64_t bases[4] = {0, 0, 2, 4};
+      for (uint64_t b : bases) {
+        worker.send(d.data(), b, 1);
+        int one = 0;
+        MPI_Recv(&one, 1, MPI_INT, 0, kGo, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      }
+    }
+    while (p.barrier_kind != AsyncBarrier::finish) {
+      usleep(200);
+      p = worker.fetch(base.data());
+    }
+    worker.ack_barrier(p.barrier_seq);
   }
 }
 

@@ -108,6 +108,13 @@ std::vector<Binding> bindings(RunConfig& c) {
                                       const bool ok = v == "auto" || v == "nccl" || v == "mpi";
                                       return ok ? "" : "must be one of: auto, nccl, mpi";
                                     }));
+  b.push_back(bind_key<std::string>("training.recompute", &c.training.recompute,
+                                    "activation recomputation in backward: none, attention (each layer's attention "
+                                    "half) or full (whole layers; only layer outputs are kept)",
+                                    [](const std::string& v) {
+                                      const bool ok = v == "none" || v == "attention" || v == "full";
+                                      return ok ? "" : "must be one of: none, attention, full";
+                                    }));
   b.push_back(bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",
                        at_least(1)));
   b.push_back(bind_key("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",

@@ -9,41 +9,72 @@
 
 namespace ember {
 
-float* GPT::alloc_floats(size_t n) {
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "attention") return Recompute::attention;
+  if (name == "full") return Recompute::full;
+  throw_error("recompute = '" + name + "' is not a recomputation mode", "use one of: none, attention, full");
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::attention: return "attention";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+float* GPT::alloc_floats(size_t n, bool weights) {
   void* ptr = backend_.alloc(n * sizeof(float));
+  (weights ? weight_bytes_ : activation_bytes_) += n * sizeof(float);
   allocations_.push_back(ptr);
   return static_cast<float*>(ptr);
 }
 
-GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads)
-    : config_(config), backend_(backend), table_(config), max_B_(max_B), max_T_(max_T) {
+GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads, Recompute recompute)
+    : config_(config), backend_(backend), recompute_(recompute), table_(config), max_B_(max_B), max_T_(max_T) {
   EMBER_ASSERT(max_T >= 1 && max_T <= config.block_size, "max_T must be in [1, block_size]");
   EMBER_ASSERT(max_B >= 1, "max_B must be positive");
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
   const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
   arena_numel_ = (table_.total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
-  params_ = alloc_floats(arena_numel_);
+  params_ = alloc_floats(arena_numel_, /*weights=*/true);
   inputs_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
   targets_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
+  activation_bytes_ += 2 * BT * sizeof(int32_t);
   allocations_.push_back(inputs_);
   allocations_.push_back(targets_);
   encoded_ = alloc_floats(BT * C);
   attproj_ = alloc_floats(BT * C);
   fcproj_ = alloc_floats(BT * C);
+  // Which tensors each layer keeps; the rest point into one shared layer of scratch.
+  const Recompute layout = with_grads ? recompute : Recompute::full;
+  const bool keep_attention = layout == Recompute::none, keep_mlp = layout != Recompute::full;
+  LayerActs scratch{};
+  auto fill = [&](LayerActs& a, bool attention, bool mlp) {
+    if (attention) {
+      a.ln1 = alloc_floats(BT * C);
+      a.ln1_mean = alloc_floats(BT);
+      a.ln1_rstd = alloc_floats(BT);
+      a.qkv = alloc_floats(BT * 3 * C);
+      a.atty = alloc_floats(BT * C);
+      a.lse = alloc_floats(BT * NH);
+    }
+    if (mlp) {
+      a.residual2 = alloc_floats(BT * C);
+      a.ln2 = alloc_floats(BT * C);
+      a.ln2_mean = alloc_floats(BT);
+      a.ln2_rstd = alloc_floats(BT);
+      a.fch = alloc_floats(BT * 4 * C);
+      a.fch_gelu = alloc_floats(BT * 4 * C);
+    }
+  };
+  if (!keep_attention || !keep_mlp) fill(scratch, !keep_attention, !keep_mlp);
   layers_.resize(config.n_layer);
   for (auto& a : layers_) {
-    a.ln1 = alloc_floats(BT * C);
-    a.ln1_mean = alloc_floats(BT);
-    a.ln1_rstd = alloc_floats(BT);
-    a.qkv = alloc_floats(BT * 3 * C);
-    a.atty = alloc_floats(BT * C);
-    a.lse = alloc_floats(BT * NH);
-    a.residual2 = alloc_floats(BT * C);
-    a.ln2 = alloc_floats(BT * C);
-    a.ln2_mean = alloc_floats(BT);
-    a.ln2_rstd = alloc_floats(BT);
-    a.fch = alloc_floats(BT * 4 * C);
-    a.fch_gelu = alloc_floats(BT * 4 * C);
+    a = scratch;
+    fill(a, keep_attention, keep_mlp);
     a.residual3 = alloc_floats(BT * C);
   }
   lnf_ = alloc_floats(BT * C);
@@ -53,7 +84,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   losses_ = alloc_floats(BT);
   losses_host_.resize(BT);
   if (with_grads) {
-    grads_ = alloc_floats(arena_numel_);
+    grads_ = alloc_floats(arena_numel_, /*weights=*/true);
     dresidual_ = alloc_floats(BT * C);
     dC_ = alloc_floats(BT * C);
     d3C_ = alloc_floats(BT * 3 * C);
@@ -95,7 +126,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   B_ = B;
   T_ = T;
   have_targets_ = targets != nullptr;
-  const int C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, N = B * T;
+  const int C = config_.n_embd, V = config_.vocab_size, N = B * T;
   Backend& be = backend_;
   be.copy_to_device(inputs_, inputs, size_t(N) * sizeof(int32_t));
   if (targets) be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
@@ -103,19 +134,11 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   be.encoder_forward(encoded_, inputs_, p(table_.wte()), p(table_.wpe()), B, T, C);
   const float* residual = encoded_;
   for (int l = 0; l < config_.n_layer; ++l) {
-    LayerActs& a = layers_[l];
-    auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, P(BLOCK_PARAM_LN1_W), P(BLOCK_PARAM_LN1_B), N, C);
-    be.matmul_forward(a.qkv, a.ln1, P(BLOCK_PARAM_QKV_W), P(BLOCK_PARAM_QKV_B), N, C, 3 * C);
-    be.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);
-    be.matmul_forward(attproj_, a.atty, P(BLOCK_PARAM_PROJ_W), P(BLOCK_PARAM_PROJ_B), N, C, C);
-    be.add(a.residual2, residual, attproj_, size_t(N) * C);
-    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, P(BLOCK_PARAM_LN2_W), P(BLOCK_PARAM_LN2_B), N, C);
-    be.matmul_forward(a.fch, a.ln2, P(BLOCK_PARAM_FC_W), P(BLOCK_PARAM_FC_B), N, C, 4 * C);
-    be.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * C);
-    be.matmul_forward(fcproj_, a.fch_gelu, P(BLOCK_PARAM_FCPROJ_W), P(BLOCK_PARAM_FCPROJ_B), N, 4 * C, C);
-    be.add(a.residual3, a.residual2, fcproj_, size_t(N) * C);
-    residual = a.residual3;
+    attention_in(l, residual);
+    attention_out(l, residual);
+    mlp_in(l);
+    mlp_out(l);
+    residual = layers_[l].residual3;
   }
   be.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, p(table_.ln_f_weight()), p(table_.ln_f_bias()), N, C);
   be.matmul_forward_transposed(logits_, lnf_, p(table_.wte()), N, C, V);
@@ -126,6 +149,41 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += losses_host_[i];
   return sum / N;
+}
+
+void GPT::attention_in(int l, const float* residual) {
+  const int C = config_.n_embd, NH = config_.n_head, N = B_ * T_;
+  LayerActs& a = layers_[l];
+  auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
+  backend_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, P(BLOCK_PARAM_LN1_W), P(BLOCK_PARAM_LN1_B), N, C);
+  backend_.matmul_forward(a.qkv, a.ln1, P(BLOCK_PARAM_QKV_W), P(BLOCK_PARAM_QKV_B), N, C, 3 * C);
+  backend_.attention_forward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
+}
+
+void GPT::attention_out(int l, const float* residual) {
+  const int C = config_.n_embd, N = B_ * T_;
+  LayerActs& a = layers_[l];
+  auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
+  backend_.matmul_forward(attproj_, a.atty, P(BLOCK_PARAM_PROJ_W), P(BLOCK_PARAM_PROJ_B), N, C, C);
+  backend_.add(a.residual2, residual, attproj_, size_t(N) * C);
+}
+
+void GPT::mlp_in(int l) {
+  const int C = config_.n_embd, N = B_ * T_;
+  LayerActs& a = layers_[l];
+  auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
+  backend_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, P(BLOCK_PARAM_LN2_W), P(BLOCK_PARAM_LN2_B),
+                             N, C);
+  backend_.matmul_forward(a.fch, a.ln2, P(BLOCK_PARAM_FC_W), P(BLOCK_PARAM_FC_B), N, C, 4 * C);
+  backend_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * C);
+}
+
+void GPT::mlp_out(int l) {
+  const int C = config_.n_embd, N = B_ * T_;
+  LayerActs& a = layers_[l];
+  auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
+  backend_.matmul_forward(fcproj_, a.fch_gelu, P(BLOCK_PARAM_FCPROJ_W), P(BLOCK_PARAM_FCPROJ_B), N, 4 * C, C);
+  backend_.add(a.residual3, a.residual2, fcproj_, size_t(N) * C);
 }
 
 void GPT::zero_grad() {
@@ -154,6 +212,11 @@ void GPT::backward(float loss_scale) {
     const float* residual = l == 0 ? encoded_ : layers_[l - 1].residual3;
     auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
     auto G = [&](BlockParam bp) { return g(table_.block(l, bp)); };
+    if (recompute_ == Recompute::full) {  // everything but the stored output, in forward order
+      attention_in(l, residual);
+      attention_out(l, residual);
+      mlp_in(l);
+    }
     // MLP branch: residual3 = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))).
     be.zero(d4C_a_, NC * 4 * sizeof(float));
     be.matmul_backward(d4C_a_, G(BLOCK_PARAM_FCPROJ_W), G(BLOCK_PARAM_FCPROJ_B), dresidual_, a.fch_gelu,
@@ -165,6 +228,7 @@ void GPT::backward(float loss_scale) {
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN2_W), G(BLOCK_PARAM_LN2_B), dC_, a.residual2,
                           P(BLOCK_PARAM_LN2_W), a.ln2_mean, a.ln2_rstd, N, C);
     // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
+    if (recompute_ == Recompute::attention) attention_in(l, residual);
     be.zero(dC_, NC * sizeof(float));
     be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, P(BLOCK_PARAM_PROJ_W),
                        N, C, C);

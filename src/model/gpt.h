@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -12,11 +13,22 @@
 
 namespace ember {
 
+// Activation recomputation (training.recompute), as Megatron names it: none keeps every layer's activations for
+// backward; attention keeps the MLP half and recomputes each layer's attention half (ln_1, c_attn, attention) in
+// backward from the layer input; full keeps only each layer's output and recomputes the whole layer in backward.
+// Recomputed tensors live in one layer's worth of scratch. Gradients are bitwise those of none (the same ops run on
+// the same inputs again).
+enum class Recompute { none, attention, full };
+Recompute parse_recompute(const std::string& name);  // "none" | "attention" | "full"; anything else throws
+const char* recompute_name(Recompute r);
+
 class GPT {
  public:
   // Allocates parameters, gradients and activations for batches up to (max_B, max_T); max_T <= block_size.
   // with_grads = false skips the gradient arena and backward buffers (eval, generate).
-  GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true);
+  // Without gradients nothing is kept for backward, so activations take the layout of Recompute::full.
+  GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true,
+      Recompute recompute = Recompute::none);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -26,6 +38,10 @@ class GPT {
   static constexpr size_t ARENA_ALIGN = 4096;
 
   const ModelConfig& config() const { return config_; }
+  Recompute recompute() const { return recompute_; }
+  // Backend memory this model allocated: parameters and gradients; activations, backward scratch and token ids.
+  size_t weight_bytes() const { return weight_bytes_; }
+  size_t activation_bytes() const { return activation_bytes_; }
   size_t arena_numel() const { return arena_numel_; }  // table().total_numel() rounded up to ARENA_ALIGN
   const ParamTable& table() const { return table_; }
   Backend& backend() { return backend_; }
@@ -62,10 +78,18 @@ class GPT {
   };
   float* p(const ParamInfo& info) { return params_ + info.offset; }
   float* g(const ParamInfo& info) { return grads_ + info.offset; }
-  float* alloc_floats(size_t n);
+  float* alloc_floats(size_t n, bool weights = false);
+  // Forward pieces of layer l from its input: ln_1, c_attn and attention; c_proj and the residual add (residual2);
+  // ln_2, c_fc and GELU; c_proj and the residual add (residual3). Backward reruns the first three as recompute asks.
+  void attention_in(int l, const float* residual);
+  void attention_out(int l, const float* residual);
+  void mlp_in(int l);
+  void mlp_out(int l);
 
   ModelConfig config_;
   Backend& backend_;
+  Recompute recompute_ = Recompute::none;
+  size_t weight_bytes_ = 0, activation_bytes_ = 0;
   ParamTable table_;
   size_t arena_numel_ = 0;
   std::function<void(int)> backward_hook_;

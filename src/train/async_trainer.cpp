@@ -322,6 +322,7 @@ TrainResult run_worker(Job& job) {
   const ParamTable& table = model.table();
   const size_t n = table.total_numel(), arena = model.arena_numel();
   AdamW adam(be, table, c.optimizer, 0, arena);
+  log_model_memory(model, adam, be);
   DataLoader train(c.data.dir, "train", job.T, c.model.vocab_size, c.training.seed, /*shuffle=*/true);
   std::vector<float> residual;
   if (!job.resume.empty() && job.meta.mode == "async") {
@@ -484,7 +485,8 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     job.backend = make_backend(choice);
   }
   EMBER_MPI_CHECK(MPI_Comm_free(&role_comm));
-  job.model = std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0);
+  job.model = std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0,
+                                    parse_recompute(c.training.recompute));
   job.shape.n = job.model->table().total_numel();
   job.shape.block_size = size_t(c.async.block_size);
   job.shape.workers = job.workers;

@@ -22,6 +22,7 @@ struct TrainingConfig {
   std::string mode = "sync";   // "sync": all-reduce data parallel; "async": rank 0 is a center, ranks 1.. train
   std::string device = "cpu";  // "cpu", "cuda" (one GPU per rank, by local rank) or "auto" (cuda if all ranks have one)
   std::string comm = "auto";   // "auto" (nccl on cuda, mpi on cpu), "nccl", or "mpi" (host-staged on cuda)
+  std::string recompute = "none";  // activation recomputation: "none", "attention" or "full" (model/gpt.h)
 };
 
 // mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI

@@ -95,7 +95,8 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   s.val_data = std::make_unique<DataLoader>(c.data.dir, "val", c.training.seq_len, c.model.vocab_size,
                                             c.training.seed, /*shuffle=*/false);
   Backend& be = *s.backend;
-  s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len);
+  s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
+                                  parse_recompute(c.training.recompute));
   const ParamTable& table = s.model->table();
   const size_t arena = s.model->arena_numel(), share = arena / size_t(world.size);
   s.shard_begin = share * size_t(world.rank);
@@ -108,6 +109,7 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
     if (world.size > 1)
       s.buckets = make_buckets(table, c.model.n_layer, arena, size_t(c.training.bucket_mb * 1048576.0 / 4.0));
   }
+  log_model_memory(*s.model, *s.optimizer, be);
   s.inputs.resize(size_t(c.training.batch_size) * c.training.seq_len);
   s.targets.resize(s.inputs.size());
   log_info("world: %d rank(s) | data parallel%s | global batch %d x %d tokens x %d accumulation x %d ranks",
@@ -153,6 +155,16 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
              meta.world_size, world.size, (unsigned long long)cursor);
   log_info("resumed from %s at step %lld (%lld tokens seen)", resume.c_str(), (long long)meta.step,
            (long long)meta.tokens_seen);
+}
+
+void log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend) {
+  const double mib = 1.0 / 1048576.0;
+  const double moments = 2.0 * double(optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
+  log_info("memory on %s: parameters + gradients %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
+           "(recompute = %s); %.1f MiB in all",
+           backend.name().c_str(), double(model.weight_bytes()) * mib, moments * mib,
+           double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
+           (double(model.weight_bytes()) + moments + double(model.activation_bytes())) * mib);
 }
 
 Trainer::~Trainer() {

@@ -37,4 +37,12 @@ class Trainer {
   std::unique_ptr<State> s_;
 };
 
+class AdamW;
+class Backend;
+class GPT;
+// Logs the backend memory the model and optimizer hold for the configured batch: parameters and gradients, AdamW
+// moments, activations with the recompute mode. All of it is allocated at start-up, so this is the training peak
+// apart from the communicator's buckets and the GPU libraries' workspaces.
+void log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend);
+
 }  // namespace ember

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/gpt.h"
 
 namespace po = boost::program_options;
 
@@ -111,9 +112,13 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key<std::string>("training.recompute", &c.training.recompute,
                                     "activation recomputation in backward: none, attention (each layer's attention "
                                     "half) or full (whole layers; only layer outputs are kept)",
-                                    [](const std::string& v) {
-                                      const bool ok = v == "none" || v == "attention" || v == "full";
-                                      return ok ? "" : "must be one of: none, attention, full";
+                                    [](const std::string& v) -> std::string {
+                                      try {
+                                        parse_recompute(v);  // the model's own list of modes
+                                        return "";
+                                      } catch (const Error&) {
+                                        return "must be one of: none, attention, full";
+                                      }
                                     }));
   b.push_back(bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",
                        at_least(1)));

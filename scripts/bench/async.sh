@@ -17,7 +17,7 @@ BUILD_DIR=${EMBER_BUILD_DIR:-build}
 CONFIG=$([[ -n "${BENCH_CONFIG:-}" ]] && from_caller "$BENCH_CONFIG" || echo "$ROOT/configs/demo.ini")
 STEPS=${BENCH_STEPS:-300}
 UTIL_STEPS=${BENCH_UTIL_STEPS:-192}
-LOCAL_STEPS=${BENCH_LOCAL_STEPS:-16}
+LOCAL_STEPS=${BENCH_LOCAL_STEPS:-8}
 EVAL_EVERY=${BENCH_EVAL_EVERY:-25}
 SLOWDOWN=${BENCH_SLOWDOWN:-4}
 PLOT=$([[ -n "${BENCH_PLOT:-}" ]] && from_caller "$BENCH_PLOT" || echo "$ROOT/docs/async_loss_vs_tokens.png")
@@ -27,7 +27,7 @@ PYTHON=${PYTHON:-$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || echo py
 for knob in BENCH_STEPS="$STEPS" BENCH_UTIL_STEPS="$UTIL_STEPS" BENCH_LOCAL_STEPS="$LOCAL_STEPS" \
             BENCH_EVAL_EVERY="$EVAL_EVERY"; do
   [[ "${knob#*=}" =~ ^[1-9][0-9]*$ ]] || die "${knob%%=*}='${knob#*=}' is not a positive integer" \
-    "e.g. BENCH_STEPS=300 BENCH_UTIL_STEPS=192 BENCH_LOCAL_STEPS=16 BENCH_EVAL_EVERY=25"
+    "e.g. BENCH_STEPS=300 BENCH_UTIL_STEPS=192 BENCH_LOCAL_STEPS=8 BENCH_EVAL_EVERY=25"
 done
 [[ "$SLOWDOWN" =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v s="$SLOWDOWN" 'BEGIN { exit !(s > 1) }' ||
   die "BENCH_SLOWDOWN='$SLOWDOWN' is not a number above 1" "e.g. BENCH_SLOWDOWN=4 (worker 1 then trains 4x slower)"

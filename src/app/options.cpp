@@ -127,7 +127,7 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key<float>("async.outer_lr", &c.async.outer_lr, "async: the center's learning rate on deltas",
                               [](float v) { return v > 0 && v <= 10 ? "" : "must be in (0, 10]"; }));
   b.push_back(bind_key<float>("async.outer_momentum", &c.async.outer_momentum, "async: the center's Nesterov momentum",
-                              [](float v) { return v >= 0 && v < 1 ? "" : "must be in [0, 1)"; }));
+                              [](float v) { return v > -1 && v < 1 ? "" : "must be in (-1, 1)"; }));
   b.push_back(bind_key<float>("async.center_timeout", &c.async.center_timeout,
                               "async: seconds a worker waits for the center before failing",
                               [](float v) { return v > 0 ? "" : "must be > 0"; }));
@@ -147,7 +147,7 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key("optimizer.warmup_steps", &c.optimizer.warmup_steps, "linear warm-up steps", at_least(0)));
   b.push_back(bind_key<float>("optimizer.weight_decay", &c.optimizer.weight_decay, "AdamW weight decay (matrices only)",
                           [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
-  auto beta = [](float v) { return v >= 0 && v < 1 ? "" : "must be in [0, 1)"; };
+  auto beta = [](float v) { return v > -1 && v < 1 ? "" : "must be in (-1, 1)"; };
   b.push_back(bind_key<float>("optimizer.beta1", &c.optimizer.beta1, "AdamW beta1", beta));
   b.push_back(bind_key<float>("optimizer.beta2", &c.optimizer.beta2, "AdamW beta2", beta));
   b.push_back(bind_key<float>("optimizer.eps", &c.optimizer.eps, "AdamW epsilon",

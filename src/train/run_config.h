@@ -28,10 +28,13 @@ struct TrainingConfig {
 // mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI
 // one-sided windows and rebase onto its newest published parameters.
 struct AsyncConfig {
-  int local_steps = 16;         // H: optimizer steps a worker takes between two syncs
-  int block_size = 2048;        // values per fp32 scale of a 1-bit message
-  float outer_lr = 1.0f;        // the center's (outer) learning rate on the weighted deltas
-  float outer_momentum = 0.0f;  // the center's Nesterov momentum (0: plain averaging of deltas)
+  int local_steps = 8;           // H: optimizer steps a worker takes between two syncs
+  int block_size = 2048;         // values per fp32 scale of a 1-bit message
+  float outer_lr = 1.3f;         // the center's (outer) learning rate on the weighted deltas
+  // The center's Nesterov momentum. Negative by default: applying deltas taken against older parameters acts like
+  // extra momentum already (README, "Several hosts of unequal speed"); -0.4 with outer_lr 1.3 keeps the long-run
+  // gain lr / (1 - momentum) near 1 while damping that.
+  float outer_momentum = -0.4f;
   float center_timeout = 120.0f;  // seconds a worker waits for the center before failing the job
   bool error_feedback = true;   // test-only switch: false drops what the 1-bit compression lost
   int test_slow_worker = 0;     // test-only: this worker rank (>= 1) trains test_slowdown times slower

@@ -84,6 +84,17 @@ TEST(Options, NegativeLearningRateIsAnError) {
   EXPECT_NE(msg.find("optimizer.lr"), std::string::npos) << msg;
 }
 
+// The center's momentum may be negative (the async default is), but not reach -1 or 1, where it never decays.
+TEST(Options, OuterMomentumRangeIsOpenMinusOneToOne) {
+  EXPECT_FLOAT_EQ(parse({"--async.outer_momentum=-0.9"}).config.async.outer_momentum, -0.9f);
+  EXPECT_LT(RunConfig().async.outer_momentum, 0.0f);
+  for (const char* bad : {"--async.outer_momentum=1", "--async.outer_momentum=-1"}) {
+    const std::string msg = error_of({bad});
+    EXPECT_NE(msg.find("async.outer_momentum"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(-1, 1)"), std::string::npos) << msg;
+  }
+}
+
 TEST(Options, SequenceLongerThanBlockSizeIsAnError) {
   const std::string msg = error_of({"--model.block_size=16", "--training.seq_len=32"});
   EXPECT_NE(msg.find("training.seq_len"), std::string::npos) << msg;

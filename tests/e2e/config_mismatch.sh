@@ -52,7 +52,13 @@ launch two_ranks_differ -np 2 "${train[@]}" --run.dir=run2 : -np 1 "${train[@]}"
 expect_mismatch two_ranks_differ run2 \
   'rank 2: optimizer\.lr = [0-9.e-]+, rank 0: optimizer\.lr = [0-9.e-]+ \(2 of 4 ranks differ'
 
-# 3. The same resolved configuration reached by different arguments (rank 1 repeats the INI's seq_len on the command
+# 3. Async mode (center + 2 workers): worker rank 2 syncs every 4 local steps instead of the default; the job stops
+#    before the center opens its window.
+launch async -np 2 "${train[@]}" --training.mode=async --run.dir=run4 \
+  : -np 1 "${train[@]}" --training.mode=async --run.dir=run4 --async.local_steps=4
+expect_mismatch async run4 'rank 2: async\.local_steps = 4, rank 0: async\.local_steps = [0-9]+'
+
+# 4. The same resolved configuration reached by different arguments (rank 1 repeats the INI's seq_len on the command
 #    line) passes the check and trains.
 launch same -np 1 "${train[@]}" --run.dir=run3 : -np 1 "${train[@]}" --run.dir=run3 --training.seq_len=32
 [ "$rc" -eq 0 ] || { show same; fail "same config by different arguments: exit $rc, expected 0"; }

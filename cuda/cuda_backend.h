@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
                     float eps, float weight_decay, int t) override;
 
  private:
+  bool bf16() const { return matmul_precision_ == MatmulPrecision::bf16; }
   // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
   void* scratch(size_t bytes);
 

@@ -23,15 +23,17 @@ void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const 
                                const float* weight, const float* mean, const float* rstd, int N, int C,
                                cudaStream_t stream);
 
-// matmul (cuBLAS, fp32 without TF32); the handle is bound to `stream`
+// matmul (cuBLAS: fp32 without TF32, or bf16 inputs with fp32 accumulation when `bf16`); the handle is bound to
+// `stream`
 void launch_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
-                           cublasHandle_t handle, cudaStream_t stream);
+                           bool bf16, cublasHandle_t handle, cudaStream_t stream);
 void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int N, int IC, int OC, cublasHandle_t handle, cudaStream_t stream);
-void launch_matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V,
+                            const float* weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
+                            cudaStream_t stream);
+void launch_matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle);
 void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp,
-                                       const float* wte, int N, int C, int V, cublasHandle_t handle);
+                                       const float* wte, int N, int C, int V, bool bf16, cublasHandle_t handle);
 void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cudaStream_t stream);
 
 // attention; `delta` is (B, NH, T) scratch for the backward pass

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/gpt.h"
 
@@ -118,6 +119,17 @@ std::vector<Binding> bindings(RunConfig& c) {
                                         return "";
                                       } catch (const Error&) {
                                         return "must be one of: none, attention, full";
+                                      }
+                                    }));
+  b.push_back(bind_key<std::string>("training.precision", &c.training.precision,
+                                    "GEMM inputs: fp32, or bf16 (rounded to bf16, accumulated in fp32; weights, "
+                                    "gradients and AdamW stay fp32)",
+                                    [](const std::string& v) -> std::string {
+                                      try {
+                                        parse_matmul_precision(v);
+                                        return "";
+                                      } catch (const Error&) {
+                                        return "must be one of: fp32, bf16";
                                       }
                                     }));
   b.push_back(bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",

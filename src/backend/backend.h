@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace ember {
 
 // Conventions shared by every op:
@@ -127,6 +129,13 @@ class Backend {
   // AdamW with bias correction; t is the 1-based step. Decoupled weight decay: p -= lr * wd * p.
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
                             float beta2, float eps, float weight_decay, int t) = 0;
+
+  // --- the precision of the four matmul ops' GEMM inputs (core/dtype.h); fp32 until set ---
+  void set_matmul_precision(MatmulPrecision p) { matmul_precision_ = p; }
+  MatmulPrecision matmul_precision() const { return matmul_precision_; }
+
+ protected:
+  MatmulPrecision matmul_precision_ = MatmulPrecision::fp32;
 };
 
 // The CPU backend (OpenMP + OpenBLAS), always built; it is the reference for every other backend.

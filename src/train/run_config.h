@@ -23,6 +23,7 @@ struct TrainingConfig {
   std::string device = "cpu";  // "cpu", "cuda" (one GPU per rank, by local rank) or "auto" (cuda if all ranks have one)
   std::string comm = "auto";   // "auto" (nccl on cuda, mpi on cpu), "nccl", or "mpi" (host-staged on cuda)
   std::string recompute = "none";  // activation recomputation: "none", "attention" or "full" (model/gpt.h)
+  std::string precision = "fp32";  // GEMM inputs: "fp32" or "bf16" (fp32 accumulation and masters; core/dtype.h)
 };
 
 // mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI

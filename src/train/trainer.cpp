@@ -88,6 +88,7 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   if (c.training.threads > 0) omp_set_num_threads(c.training.threads);
   const DeviceChoice device = select_device(world, c.training.device);
   s.backend = make_backend(device);
+  s.backend->set_matmul_precision(parse_matmul_precision(c.training.precision));
   s.comm = make_communicator(world, device, c.training.comm, *s.backend);
 
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,
@@ -161,9 +162,10 @@ void log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& b
   const double mib = 1.0 / 1048576.0;
   const double moments = 2.0 * double(optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
   log_info("memory on %s: parameters + gradients %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
-           "(recompute = %s); %.1f MiB in all",
+           "(recompute = %s, matmul precision %s); %.1f MiB in all",
            backend.name().c_str(), double(model.weight_bytes()) * mib, moments * mib,
            double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
+           matmul_precision_name(backend.matmul_precision()).c_str(),
            (double(model.weight_bytes()) + moments + double(model.activation_bytes())) * mib);
 }
 

@@ -204,6 +204,38 @@ TEST_F(CudaOps, MatmulTransposed) {
   expect_close("lm_head dwte", dwte[1], dwte[0], fp32_tol(N + 1, dwte[0]));
 }
 
+// Matmul precision bf16: cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF rounds the inputs to bf16 and accumulates in fp32,
+// which the CPU backend emulates (round to nearest even, then fp32 GEMM). Both must agree within the fp32 tolerance
+// of the sums; an input rounded another way (or not at all) is off by up to a bf16 ulp, far outside it.
+TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
+  const int N = 37, IC = 45, OC = 67;
+  Rng rng(8);
+  const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), bias = rng.normal(OC),
+               dout = rng.normal(size_t(N) * OC);
+  Floats out[2], dx[2], dw[2], tout[2], tdx[2], tdw[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    be[k]->set_matmul_precision(MatmulPrecision::bf16);
+    FBuf xi(*be[k], x), wi(*be[k], w), bi(*be[k], bias), o(*be[k], Floats(size_t(N) * OC)), g(*be[k], dout),
+        gx(*be[k], Floats(x.size())), gw(*be[k], Floats(w.size()));
+    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), bi.get(), N, IC, OC);
+    be[k]->matmul_backward(gx.get(), gw.get(), nullptr, g.get(), xi.get(), wi.get(), N, IC, OC);
+    out[k] = o.host(), dx[k] = gx.host(), dw[k] = gw.host();
+    // The same arrays as the lm_head's: w read as wte (OC, IC).
+    FBuf to(*be[k], Floats(size_t(N) * OC)), tgx(*be[k], Floats(x.size())), tgw(*be[k], Floats(w.size()));
+    be[k]->matmul_forward_transposed(to.get(), xi.get(), wi.get(), N, IC, OC);
+    be[k]->matmul_backward_transposed(tgx.get(), tgw.get(), g.get(), xi.get(), wi.get(), N, IC, OC);
+    tout[k] = to.host(), tdx[k] = tgx.host(), tdw[k] = tgw.host();
+    be[k]->set_matmul_precision(MatmulPrecision::fp32);
+  }
+  expect_close("bf16 matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
+  expect_close("bf16 matmul dinp", dx[1], dx[0], fp32_tol(OC, dx[0]));
+  expect_close("bf16 matmul dweight", dw[1], dw[0], fp32_tol(N, dw[0]));
+  expect_close("bf16 lm_head out", tout[1], tout[0], fp32_tol(IC, tout[0]));
+  expect_close("bf16 lm_head dinp", tdx[1], tdx[0], fp32_tol(OC, tdx[0]));
+  expect_close("bf16 lm_head dwte", tdw[1], tdw[0], fp32_tol(N, tdw[0]));
+}
+
 // (B, T, C, NH): HS = 16 with T = 150 > the 32-key tile and not a multiple of the 16/8-row blocks; HS = 64
 // (GPT-2's); HS = 128 (the kernel's maximum); HS = 5 (odd, below a warp); T = 1.
 struct AttnShape {

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "test_support.h"
 #include "backend/cpu/cpu_common.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -733,6 +734,97 @@ TEST_F(CpuOpsMisc, RejectsBadArguments) {
   Ints targets(*be, std::vector<int32_t>{1, 5});                                             // 5 is not < V
   Floats losses(*be, 2);
   EXPECT_THROW(be->crossentropy_forward(losses.get(), logits.get(), targets.get(), 2, 5), Error);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// bf16: rounding to nearest, ties to even, checked on bit patterns whose answers are known.
+uint32_t bits_of(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof(b));
+  return b;
+}
+float float_of(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof(x));
+  return x;
+}
+
+TEST(Bf16, RoundsToNearestTiesToEven) {
+  EXPECT_EQ(bits_of(round_to_bf16(1.0f)), 0x3f800000u);
+  EXPECT_EQ(bits_of(round_to_bf16(float_of(0x3f808000u))), 0x3f800000u);  // 1 + 2^-8, a tie: to the even 1
+  EXPECT_EQ(bits_of(round_to_bf16(float_of(0x3f818000u))), 0x3f820000u);  // 1 + 3 * 2^-8, a tie: to the even side
+  EXPECT_EQ(bits_of(round_to_bf16(float_of(0x3f808001u))), 0x3f810000u);  // just above a tie: up
+  EXPECT_EQ(bits_of(round_to_bf16(float_of(0x3f807fffu))), 0x3f800000u);  // just below: down
+  EXPECT_EQ(bits_of(round_to_bf16(float_of(0xbf80ffffu))), 0xbf810000u);  // negative: by magnitude
+  EXPECT_EQ(round_to_bf16(float_of(0x7f7fffffu)), INFINITY);             // FLT_MAX is past the largest bf16
+  EXPECT_EQ(round_to_bf16(-INFINITY), -INFINITY);
+  EXPECT_TRUE(std::isnan(round_to_bf16(float_of(0x7f800001u))));  // a NaN whose payload lies in the dropped bits
+  // Any value: low 16 bits clear, within half a bf16 ulp (at most 2^-8 of the value) of the input.
+  Rng rng(200);
+  for (float x : rng.normal(10000, 100.0f)) {
+    const float r = round_to_bf16(x);
+    ASSERT_EQ(bits_of(r) & 0xffffu, 0u) << x;
+    ASSERT_LE(std::fabs(double(r) - x), std::ldexp(std::fabs(double(x)), -8)) << x;
+  }
+}
+
+// Matmul precision bf16: every GEMM input (activations, weights and output gradients, in all four matmul ops) is
+// rounded to bf16 and the products accumulate in fp32. The results must match float64 products of the rounded inputs
+// within the fp32 tolerance, and be far (> 20 fp32 tolerances) from the products of the unrounded inputs somewhere,
+// which they would not be if an input were left unrounded.
+TEST_F(CpuOpsMisc, MatmulBf16RoundsEveryGemmInput) {
+  const int N = 37, IC = 29, OC = 43;
+  Rng rng(201);
+  const auto x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), g = rng.normal(size_t(N) * OC);
+  auto rounded = [](std::vector<float> v) {
+    for (float& a : v) a = round_to_bf16(a);
+    return to_double(v);
+  };
+  const Vec xr = rounded(x), wr = rounded(w), gr = rounded(g), xd = to_double(x), wd = to_double(w),
+            gd = to_double(g);
+  // Dense layer: out = x @ w (w as (IC, OC)); dx = g @ w^T; dw = x^T @ g. With transposed = true the same arrays
+  // serve as the lm_head's: w read as wte (OC, IC) -> out = x @ wte^T; dx = g @ wte; dwte = g^T @ x.
+  for (bool transposed : {false, true}) {
+    const std::string tag = transposed ? "lm_head bf16 " : "matmul bf16 ";
+    auto refs = [&](const Vec& X, const Vec& W, const Vec& G, Vec& out, Vec& dx, Vec& dw) {
+      out = ref_matmul(X, W, nullptr, N, IC, OC, transposed);
+      dx.assign(X.size(), 0.0);
+      dw.assign(W.size(), 0.0);
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < IC; ++i)
+          for (int o = 0; o < OC; ++o) {
+            const size_t wi = transposed ? size_t(o) * IC + i : size_t(i) * OC + o;
+            dx[size_t(n) * IC + i] += G[size_t(n) * OC + o] * W[wi];
+            dw[wi] += X[size_t(n) * IC + i] * G[size_t(n) * OC + o];
+          }
+    };
+    Floats d_x(*be, x), d_w(*be, w), d_g(*be, g), d_out(*be, size_t(N) * OC), d_dx(*be, x.size()),
+        d_dw(*be, w.size());
+    be->set_matmul_precision(MatmulPrecision::bf16);
+    if (transposed) {
+      be->matmul_forward_transposed(d_out.get(), d_x.get(), d_w.get(), N, IC, OC);
+      be->matmul_backward_transposed(d_dx.get(), d_dw.get(), d_g.get(), d_x.get(), d_w.get(), N, IC, OC);
+    } else {
+      be->matmul_forward(d_out.get(), d_x.get(), d_w.get(), nullptr, N, IC, OC);
+      be->matmul_backward(d_dx.get(), d_dw.get(), nullptr, d_g.get(), d_x.get(), d_w.get(), N, IC, OC);
+    }
+    be->set_matmul_precision(MatmulPrecision::fp32);
+    Vec out, dx, dw, out_exact, dx_exact, dw_exact;
+    refs(xr, wr, gr, out, dx, dw);
+    refs(xd, wd, gd, out_exact, dx_exact, dw_exact);
+    const Tol t_out = fp32_tol(IC, out), t_dx = fp32_tol(OC, dx), t_dw = fp32_tol(N, dw);
+    expect_close(tag + "out", d_out.host(), out, t_out);
+    expect_close(tag + "dinp", d_dx.host(), dx, t_dx);
+    expect_close(tag + "dweight", d_dw.host(), dw, t_dw);
+    auto max_err = [](const std::vector<float>& got, const Vec& want) {
+      double m = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) m = std::max(m, std::fabs(double(got[i]) - want[i]));
+      return m;
+    };
+    EXPECT_GT(max_err(d_out.host(), out_exact), 20 * t_out.atol) << tag << "out: inputs not rounded";
+    EXPECT_GT(max_err(d_dx.host(), dx_exact), 20 * t_dx.atol) << tag << "dinp: inputs not rounded";
+    EXPECT_GT(max_err(d_dw.host(), dw_exact), 20 * t_dw.atol) << tag << "dweight: inputs not rounded";
+  }
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // CPU backend: dense layers (out = inp @ weight + bias) and the tied lm_head (out = inp @ wte^T), both directions.
-// GEMMs go to OpenBLAS sliced over threads; the bias add and dbias reduction are plain static-split loops.
+// GEMMs go to OpenBLAS sliced over threads; the bias add and dbias reduction are plain static-split loops. With
+// matmul precision bf16 the GEMM inputs are first rounded to bf16 (into scratch copies), which emulates a bf16 GEMM
+// with fp32 accumulation exactly up to the order of the sums.
 #include <omp.h>
+
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
@@ -10,6 +14,20 @@ namespace ember {
 
 using cpu::gemm_parallel;
 using cpu::kMinParallelWork;
+
+namespace {
+
+// x itself in fp32; in bf16, a copy of its n values rounded to bf16, held in `scratch`.
+const float* gemm_input(const float* x, size_t n, MatmulPrecision p, std::vector<float>& scratch) {
+  if (p == MatmulPrecision::fp32) return x;
+  scratch.resize(n);
+  float* s = scratch.data();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+  for (size_t i = 0; i < n; ++i) s[i] = round_to_bf16(x[i]);
+  return s;
+}
+
+}  // namespace
 
 void CpuBackend::matmul_forward(float* out,           // (N, OC)
                                 const float* inp,     // (N, IC)
@@ -26,7 +44,10 @@ void CpuBackend::matmul_forward(float* out,           // (N, OC)
       for (int c = 0; c < OC; ++c) o[c] = bias[c];
     }
   }
-  gemm_parallel(false, false, N, OC, IC, 1.0f, inp, IC, weight, OC, bias ? 1.0f : 0.0f, out, OC);
+  std::vector<float> si, sw;
+  const MatmulPrecision p = matmul_precision_;
+  gemm_parallel(false, false, N, OC, IC, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC,
+                gemm_input(weight, size_t(IC) * OC, p, sw), OC, bias ? 1.0f : 0.0f, out, OC);
 }
 
 void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
@@ -36,8 +57,12 @@ void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
                                  const float* inp,     // (N, IC)
                                  const float* weight,  // (IC, OC)
                                  int N, int IC, int OC) {
-  gemm_parallel(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, IC);  // dinp += dout @ W^T
-  gemm_parallel(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC);  // dW += inp^T @ dout
+  std::vector<float> sg, si, sw;
+  const MatmulPrecision p = matmul_precision_;
+  const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
+  // dinp += dout @ W^T; dW += inp^T @ dout
+  gemm_parallel(false, true, N, IC, OC, 1.0f, dy, OC, gemm_input(weight, size_t(IC) * OC, p, sw), OC, 1.0f, dinp, IC);
+  gemm_parallel(true, false, IC, OC, N, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC, dy, OC, 1.0f, dweight, OC);
   if (dbias) {
     // Split over OC (whole cache lines per thread), rows summed in order: identical for any thread count.
 #pragma omp parallel if (size_t(N) * OC >= kMinParallelWork)
@@ -57,7 +82,10 @@ void CpuBackend::matmul_forward_transposed(float* out,        // (N, V)
                                            const float* inp,  // (N, C)
                                            const float* wte,  // (V, C)
                                            int N, int C, int V) {
-  gemm_parallel(false, true, N, V, C, 1.0f, inp, C, wte, C, 0.0f, out, V);
+  std::vector<float> si, sw;
+  const MatmulPrecision p = matmul_precision_;
+  gemm_parallel(false, true, N, V, C, 1.0f, gemm_input(inp, size_t(N) * C, p, si), C,
+                gemm_input(wte, size_t(V) * C, p, sw), C, 0.0f, out, V);
 }
 
 void CpuBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
@@ -66,8 +94,12 @@ void CpuBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
                                             const float* inp,   // (N, C)
                                             const float* wte,   // (V, C)
                                             int N, int C, int V) {
-  gemm_parallel(false, false, N, C, V, 1.0f, dout, V, wte, C, 1.0f, dinp, C);  // dinp += dout @ wte
-  gemm_parallel(true, false, V, C, N, 1.0f, dout, V, inp, C, 1.0f, dwte, C);   // dwte += dout^T @ inp
+  std::vector<float> sg, si, sw;
+  const MatmulPrecision p = matmul_precision_;
+  const float* g = gemm_input(dout, size_t(N) * V, p, sg);
+  // dinp += dout @ wte; dwte += dout^T @ inp
+  gemm_parallel(false, false, N, C, V, 1.0f, g, V, gemm_input(wte, size_t(V) * C, p, sw), C, 1.0f, dinp, C);
+  gemm_parallel(true, false, V, C, N, 1.0f, g, V, gemm_input(inp, size_t(N) * C, p, si), C, 1.0f, dwte, C);
 }
 
 }  // namespace ember

@@ -59,6 +59,20 @@ std::function<std::string(int)> in_range(int lo, int hi) {
   };
 }
 
+// A string option whose values the owning module parses (throwing ember::Error on an unknown one): valid exactly when
+// that parser accepts it, so the list of names lives in one place.
+template <typename Parse>
+std::function<std::string(const std::string&)> parsed_by(Parse parse, std::string message) {
+  return [parse, message](const std::string& v) -> std::string {
+    try {
+      parse(v);
+      return "";
+    } catch (const Error&) {
+      return message;
+    }
+  };
+}
+
 std::vector<Binding> bindings(RunConfig& c) {
   std::vector<Binding> b;
   b.push_back(bind_key("model.n_layer", &c.model.n_layer, "transformer blocks", at_least(1)));
@@ -113,25 +127,11 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key<std::string>("training.recompute", &c.training.recompute,
                                     "activation recomputation in backward: none, attention (each layer's attention "
                                     "half) or full (whole layers; only layer outputs are kept)",
-                                    [](const std::string& v) -> std::string {
-                                      try {
-                                        parse_recompute(v);  // the model's own list of modes
-                                        return "";
-                                      } catch (const Error&) {
-                                        return "must be one of: none, attention, full";
-                                      }
-                                    }));
+                                    parsed_by(parse_recompute, "must be one of: none, attention, full")));
   b.push_back(bind_key<std::string>("training.precision", &c.training.precision,
                                     "GEMM inputs: fp32, or bf16 (rounded to bf16, accumulated in fp32; weights, "
                                     "gradients and AdamW stay fp32)",
-                                    [](const std::string& v) -> std::string {
-                                      try {
-                                        parse_matmul_precision(v);
-                                        return "";
-                                      } catch (const Error&) {
-                                        return "must be one of: fp32, bf16";
-                                      }
-                                    }));
+                                    parsed_by(parse_matmul_precision, "must be one of: fp32, bf16")));
   b.push_back(bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",
                        at_least(1)));
   b.push_back(bind_key("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",

@@ -39,7 +39,7 @@ for line in open(sys.argv[1]):
 rank_pid() {
   local pid
   for pid in $(pgrep -P "$mpirun_pid" || true); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -x "OMPI_COMM_WORLD_RANK=$1" >/dev/null; then
       echo "$pid"
       return 0
     fi

@@ -22,7 +22,8 @@ case $choice in
   *) fail "unexpected device line: $choice" ;;
 esac
 # The binary's own link line says whether the CUDA backend is in it: the log must agree.
-if ldd "$EMBER" 2>/dev/null | grep -q libcudart; then linked=cuda; else linked=cpu; fi
+# (grep reads all of ldd's output: with pipefail, grep -q could quit at the match and fail the pipe by SIGPIPE.)
+if ldd "$EMBER" 2>/dev/null | grep libcudart >/dev/null; then linked=cuda; else linked=cpu; fi
 [ "$build" = gpu ] || [ "$build" = "$linked" ] || fail "auto reports a $build build, but the binary links ${linked}"
 [ "$(grep -c '"step"' auto/metrics.jsonl)" -eq 3 ] || fail "device = auto did not train 3 steps"
 grep -q '^communicator: mpi' auto.log || [ "$build" = gpu ] || { cat auto.log >&2; fail "no 'communicator: mpi' line"; }

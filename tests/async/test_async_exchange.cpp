@@ -148,7 +148,14 @@ TEST(AsyncExchange, EveryMessageOnceInOrderAndBothErrorFeedbackIdentitiesHold) {
     std::vector<float> base(kN, 0.0f);
     AsyncWorker::Published p = worker.fetch(base.data());
     EXPECT_TRUE(p.full) << "the first fetch must bring the full parameters";
-    for (size_t i = 0; i < kN; ++i) ASSERT_EQ(base[i], init[i]);
+    // Another worker's first message may already be applied and published when this worker first fetches (a slow
+    // start under oversubscription): only version 0 is the initial parameters. The end of the test checks the
+    // fetched parameters against the center's whatever the first version was.
+    if (p.version == 0) {
+      size_t differ = 0;
+      for (size_t i = 0; i < kN; ++i) differ += base[i] != init[i] ? 1 : 0;
+      EXPECT_EQ(differ, 0u) << "values at version 0 that are not the initial parameters";
+    }
     std::vector<double> sum_deltas(kN, 0.0);
     std::vector<uint64_t> firsts;
     int ring_fetches = 0;

@@ -28,6 +28,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   EMBER_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   EMBER_CUBLAS_CHECK(cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED));
   EMBER_CUDA_CHECK(cudaMalloc(&reduce_, sizeof(double) * (cuda::kSumSquaresBlocks + 1)));
+  track_alloc(reduce_, sizeof(double) * (cuda::kSumSquaresBlocks + 1));
 }
 
 CudaBackend::~CudaBackend() {
@@ -56,13 +57,26 @@ void* CudaBackend::alloc(size_t bytes) {
   }
   EMBER_CUDA_CHECK(rc);
   EMBER_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));  // ordered before every later op on stream_
+  track_alloc(ptr, bytes == 0 ? 64 : bytes);
   return ptr;
 }
 
 void CudaBackend::free(void* ptr) {
   if (!ptr) return;
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // ops still queued may use the memory
+  track_free(ptr);
   EMBER_CUDA_CHECK(cudaFree(ptr));
+}
+
+bool CudaBackend::device_memory(size_t* used, size_t* total) const {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();  // not sticky, but do not leave it for the next check to report
+    return false;
+  }
+  *used = total_bytes - free_bytes;
+  *total = total_bytes;
+  return true;
 }
 
 void CudaBackend::copy_to_device(void* dst, const void* src_host, size_t bytes) {
@@ -101,10 +115,12 @@ void CudaBackend::synchronize() { EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_
 void* CudaBackend::scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
     EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued ops may still read the old scratch
+    track_free(scratch_);
     EMBER_CUDA_CHECK(cudaFree(scratch_));
     scratch_ = nullptr;
     scratch_bytes_ = 0;
     EMBER_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+    track_alloc(scratch_, bytes);
     scratch_bytes_ = bytes;
   }
   return scratch_;

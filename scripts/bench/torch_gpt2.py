@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-# PyTorch (fp32, CPU) GPT-2 training loop with exactly Ember's architecture and optimizer, the peer in
-# scripts/bench/cpu-vs-torch.sh: same shapes, same threads, random token batches, tokens/s after warm-up.
+# PyTorch GPT-2 training loop with exactly Ember's architecture and optimizer, the peer in scripts/bench/cpu-vs-torch.sh
+# (fp32 on the CPU) and scripts/bench/gpu.sh (CUDA, bf16 autocast, torch.compile, fused attention): same shapes, random
+# token batches, tokens/s after warm-up, and on a GPU the peak memory PyTorch allocated.
 """Architecture, as in Ember: learned wte [V, C] and wpe [block_size, C]; pre-LN blocks (eps 1e-5) with causal
 multi-head attention scaled by 1/sqrt(HS) and a 4C tanh-GELU MLP; a final LayerNorm; lm_head tied to wte; no dropout.
 Optimizer: AdamW (betas 0.9/0.95, weight decay 0.1 on matrices only), gradients clipped to global norm 1.0.
-Data: uniform random token ids, since data loading is not what this measures."""
+Data: uniform random token ids, since data loading is not what this measures.
+On a GPU (--device cuda) with --dtype bf16, matmuls and attention run under bf16 autocast while parameters, gradients
+and AdamW stay fp32 (as Ember's training.precision = bf16); attention is scaled_dot_product_attention, which picks
+its flash or memory-efficient kernel; --compile wraps the model in torch.compile."""
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -114,6 +119,9 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads; 0 = all cores")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast matmuls and attention")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (compiling counts as warm-up)")
     args = ap.parse_args()
 
     if args.n_embd % args.n_head != 0:
@@ -123,11 +131,21 @@ def main():
     if args.steps <= args.warmup:
         ap.error(f"--steps {args.steps} must exceed --warmup {args.warmup} to leave steps to measure")
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("error: --device cuda but torch.cuda.is_available() is false (torch " + torch.__version__ + ")"
+                 "\nhint: run it on a machine with an NVIDIA GPU and a CUDA build of PyTorch")
+    if args.dtype == "bf16" and args.device == "cpu":
+        ap.error("--dtype bf16 is for --device cuda; the CPU comparison runs in fp32")
     threads = args.threads if args.threads > 0 else torch.get_num_threads()
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    if args.device == "cuda":
+        # fp32 matmuls stay true fp32 (no TF32), as Ember's fp32 precision; bf16 runs go through autocast instead.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
-    model = GPT(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab_size)
+    model = GPT(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab_size).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
@@ -142,27 +160,43 @@ def main():
 
     n_params = sum(p.numel() for p in model.parameters())
     B, T, A = args.batch_size, args.seq_len, args.grad_accum
-    print(f"torch {torch.__version__}, threads {threads}, params {n_params}, "
+    forward = torch.compile(model) if args.compile else model
+    def autocast():
+        if args.dtype == "bf16":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    where = (f"device {torch.cuda.get_device_name(device)}" if args.device == "cuda" else f"threads {threads}")
+    print(f"torch {torch.__version__}, {where}, params {n_params}, "
           f"L={args.n_layer} NH={args.n_head} C={args.n_embd} V={args.vocab_size} block={args.block_size}, "
-          f"B={B} T={T} accum={A}, attention={'sdpa' if HAVE_SDPA else 'manual'}, adamw={opt_mode}", flush=True)
+          f"B={B} T={T} accum={A}, attention={'sdpa' if HAVE_SDPA else 'manual'}, adamw={opt_mode}, "
+          f"dtype={args.dtype}, compile={'yes' if args.compile else 'no'}", flush=True)
+
+    def sync():
+        if args.device == "cuda":
+            torch.cuda.synchronize()
 
     gen = torch.Generator().manual_seed(args.seed)
     rates = []
     for step in range(1, args.steps + 1):
-        # Batches are drawn outside the timed region: data loading is not what we measure.
+        # Batches are drawn and moved outside the timed region: data loading is not what we measure.
         batches = []
         for _ in range(A):
-            tokens = torch.randint(0, args.vocab_size, (B, T + 1), generator=gen)
+            tokens = torch.randint(0, args.vocab_size, (B, T + 1), generator=gen).to(device)
             batches.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+        sync()
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=device)
         for inputs, targets in batches:
-            loss = model(inputs, targets) / A
+            with autocast():
+                loss = forward(inputs, targets) / A
             loss.backward()
-            loss_sum += loss.item()
+            loss_sum += loss.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        loss_sum = float(loss_sum)  # waits for the step, as Ember's per-step loss does
+        sync()
         dt = time.perf_counter() - t0
         rate = B * T * A / dt
         if step > args.warmup:
@@ -172,6 +206,8 @@ def main():
               flush=True)
 
     print(f"tokens_per_s {statistics.mean(rates):.1f}")
+    if args.device == "cuda":
+        print(f"peak_memory_mib {torch.cuda.max_memory_allocated(device) / 2**20:.1f}")
 
 
 if __name__ == "__main__":

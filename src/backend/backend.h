@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "core/dtype.h"
 
@@ -134,8 +135,27 @@ class Backend {
   void set_matmul_precision(MatmulPrecision p) { matmul_precision_ = p; }
   MatmulPrecision matmul_precision() const { return matmul_precision_; }
 
+  // --- memory accounting: bytes held now and at most so far, counting alloc() and the backend's own scratch ---
+  size_t allocated_bytes() const { return allocated_; }
+  size_t peak_allocated_bytes() const { return peak_; }
+  // What the device itself reports in use and in all (every process and library on it, the runtime's context
+  // included); false where the backend has no such device (the CPU).
+  virtual bool device_memory(size_t* used, size_t* total) const {
+    (void)used;
+    (void)total;
+    return false;
+  }
+
  protected:
+  // Implementations call these for every allocation they make and free (null pointers are ignored).
+  void track_alloc(const void* ptr, size_t bytes);
+  void track_free(const void* ptr);
+
   MatmulPrecision matmul_precision_ = MatmulPrecision::fp32;
+
+ private:
+  std::unordered_map<const void*, size_t> live_;
+  size_t allocated_ = 0, peak_ = 0;
 };
 
 // The CPU backend (OpenMP + OpenBLAS), always built; it is the reference for every other backend.

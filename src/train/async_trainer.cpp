@@ -322,7 +322,7 @@ TrainResult run_worker(Job& job) {
   const ParamTable& table = model.table();
   const size_t n = table.total_numel(), arena = model.arena_numel();
   AdamW adam(be, table, c.optimizer, 0, arena);
-  log_model_memory(model, adam, be);
+  const size_t counted_bytes = log_model_memory(model, adam, be);
   DataLoader train(c.data.dir, "train", job.T, c.model.vocab_size, c.training.seed, /*shuffle=*/true);
   std::vector<float> residual;
   if (!job.resume.empty() && job.meta.mode == "async") {
@@ -410,6 +410,7 @@ TrainResult run_worker(Job& job) {
                       c.optimizer.min_lr);
       adam.step(model.params(), model.grads(), lr);
       be.synchronize();
+      if (round == 0 && i == 0) log_measured_memory(be, counted_bytes);
       loss_sum += loss;
       if (slow) usleep(useconds_t((c.async.test_slowdown - 1.0f) * (now_seconds() - t_step) * 1e6));
     }

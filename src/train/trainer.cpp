@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <vector>
 
 #include "backend/device_select.h"
@@ -66,6 +67,7 @@ struct Trainer::State {
   std::unique_ptr<DataLoader> val_data;
   size_t shard_begin = 0, shard_end = 0;  // this rank's equal share of the arena (ZeRO-1 shard; checkpoint writes)
   float* shard_grads = nullptr;           // ZeRO-1: reduce-scattered gradients of the shard
+  size_t counted_bytes = 0;               // backend memory counted at start-up (log_model_memory)
   std::vector<Bucket> buckets;
   int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
@@ -110,7 +112,7 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
     if (world.size > 1)
       s.buckets = make_buckets(table, c.model.n_layer, arena, size_t(c.training.bucket_mb * 1048576.0 / 4.0));
   }
-  log_model_memory(*s.model, *s.optimizer, be);
+  s.counted_bytes = log_model_memory(*s.model, *s.optimizer, be, s.zero() ? share * sizeof(float) : 0);
   s.inputs.resize(size_t(c.training.batch_size) * c.training.seq_len);
   s.targets.resize(s.inputs.size());
   log_info("world: %d rank(s) | data parallel%s | global batch %d x %d tokens x %d accumulation x %d ranks",
@@ -158,15 +160,29 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
            (long long)meta.tokens_seen);
 }
 
-void log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend) {
+size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend, size_t extra_bytes) {
   const double mib = 1.0 / 1048576.0;
-  const double moments = 2.0 * double(optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
+  const size_t moments = 2 * (optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
+  const size_t total = model.weight_bytes() + moments + model.activation_bytes() + extra_bytes;
+  char shard[64] = "";
+  if (extra_bytes) snprintf(shard, sizeof(shard), ", ZeRO-1 gradient shard %.1f MiB", double(extra_bytes) * mib);
   log_info("memory on %s: parameters + gradients %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
-           "(recompute = %s, matmul precision %s); %.1f MiB in all",
-           backend.name().c_str(), double(model.weight_bytes()) * mib, moments * mib,
+           "(recompute = %s, matmul precision %s)%s; %.1f MiB in all",
+           backend.name().c_str(), double(model.weight_bytes()) * mib, double(moments) * mib,
            double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
-           matmul_precision_name(backend.matmul_precision()).c_str(),
-           (double(model.weight_bytes()) + moments + double(model.activation_bytes())) * mib);
+           matmul_precision_name(backend.matmul_precision()).c_str(), shard, double(total) * mib);
+  return total;
+}
+
+void log_measured_memory(const Backend& backend, size_t counted_bytes) {
+  const double mib = 1.0 / 1048576.0;
+  char device[160] = "";
+  size_t used = 0, total = 0;
+  if (backend.device_memory(&used, &total))
+    snprintf(device, sizeof(device), "; the device reports %.1f of %.1f MiB in use (CUDA context and library "
+             "workspaces included)", double(used) * mib, double(total) * mib);
+  log_info("memory measured after the first step on %s: peak %.1f MiB allocated (%.1f MiB counted at start-up)%s",
+           backend.name().c_str(), double(backend.peak_allocated_bytes()) * mib, double(counted_bytes) * mib, device);
 }
 
 Trainer::~Trainer() {
@@ -303,6 +319,7 @@ TrainResult Trainer::run() {
     const double dt = now_seconds() - t0;
     ++s.step;
     s.tokens_seen += tokens_per_step;
+    if (s.step == first_step + 1) log_measured_memory(be, s.counted_bytes);
     if (!std::isfinite(loss))
       throw_error("training diverged at step " + std::to_string(s.step) + ": loss is " + std::to_string(loss),
                   "lower optimizer.lr or raise optimizer.warmup_steps, then resume from the last checkpoint");

@@ -41,8 +41,12 @@ class AdamW;
 class Backend;
 class GPT;
 // Logs the backend memory the model and optimizer hold for the configured batch: parameters and gradients, AdamW
-// moments, activations with the recompute mode. All of it is allocated at start-up, so this is the training peak
-// apart from the communicator's buckets and the GPU libraries' workspaces.
-void log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend);
+// moments, activations with the recompute mode, and extra_bytes (ZeRO-1's gradient shard). All of it is allocated at
+// start-up, so this is the training peak apart from op scratch, the communicator's buckets and the GPU libraries'
+// workspaces. Returns the bytes counted.
+size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend, size_t extra_bytes = 0);
+// Logs what was measured once a step has run: the backend's peak allocation against the start-up count, and on a GPU
+// the memory the device reports in use (CUDA context and library workspaces included).
+void log_measured_memory(const Backend& backend, size_t counted_bytes);
 
 }  // namespace ember

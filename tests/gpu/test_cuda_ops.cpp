@@ -426,5 +426,34 @@ TEST_F(CudaOps, WholeModelLossAndGradients) {
   }
 }
 
+// Memory accounting on the GPU: a training step allocates nothing beyond the model's buffers except attention
+// backward's scratch row sums (B NH T floats), and the device reports at least what the backend holds in use.
+TEST_F(CudaOps, StepsAllocateOnlyAttentionScratchAndTheDeviceReportsUse) {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 3;
+  c.n_embd = 48;
+  c.block_size = 64;
+  c.vocab_size = 101;
+  const int B = 2, T = 45;
+  GPT model(c, *gpu, B, T);
+  model.init_weights(5);
+  const size_t held = gpu->allocated_bytes();
+  EXPECT_GE(held, model.weight_bytes() + model.activation_bytes());
+  Rng rng(37);
+  const Ints in = rng.tokens(size_t(B) * T, c.vocab_size), tg = rng.tokens(size_t(B) * T, c.vocab_size);
+  for (int s = 0; s < 2; ++s) {
+    model.zero_grad();
+    (void)model.forward(in.data(), tg.data(), B, T);
+    model.backward(1.0f);
+  }
+  gpu->synchronize();
+  EXPECT_LE(gpu->peak_allocated_bytes(), held + sizeof(float) * size_t(B) * c.n_head * T);
+  size_t used = 0, total = 0;
+  ASSERT_TRUE(gpu->device_memory(&used, &total));
+  EXPECT_GE(used, gpu->allocated_bytes());
+  EXPECT_GT(total, used);
+}
+
 }  // namespace
 }  // namespace ember

@@ -229,6 +229,34 @@ TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
   EXPECT_GT(differ, steps / 2) << "bf16 losses equal the fp32 ones: were the GEMM inputs rounded?";
 }
 
+// The start-up memory line is the training peak: every buffer a step uses is allocated when the model and optimizer
+// are built (counted by weight_bytes, activation_bytes and the moments), and forward, backward and the AdamW step
+// allocate nothing more, with any recompute mode.
+TEST(GPT, TrainingStepsAllocateNothingBeyondTheStartUpCount) {
+  const ModelConfig c = tiny_config();
+  const int B = 3, T = 20;
+  const auto in = random_tokens(size_t(B) * T, c.vocab_size, 5), tg = random_tokens(size_t(B) * T, c.vocab_size, 6);
+  for (Recompute r : {Recompute::none, Recompute::attention, Recompute::full}) {
+    auto backend = make_cpu_backend();
+    GPT model(c, *backend, B, T, /*with_grads=*/true, r);
+    model.init_weights(1);
+    AdamW adam(*backend, model.table(), OptimizerConfig{}, 0, model.arena_numel());
+    const size_t held = backend->allocated_bytes();
+    const size_t counted = model.weight_bytes() + model.activation_bytes() + 2 * model.arena_numel() * sizeof(float);
+    // The CPU backend rounds each allocation up to 64 bytes: under 64 bytes each, a few dozen buffers here.
+    EXPECT_GE(held, counted) << recompute_name(r);
+    EXPECT_LT(held - counted, 64u * 64u) << recompute_name(r);
+    for (int s = 0; s < 2; ++s) {
+      model.zero_grad();
+      (void)model.forward(in.data(), tg.data(), B, T);
+      model.backward(1.0f);
+      adam.step(model.params(), model.grads(), 1e-3f);
+    }
+    EXPECT_EQ(backend->peak_allocated_bytes(), held) << recompute_name(r) << ": a step allocated more";
+    EXPECT_EQ(backend->allocated_bytes(), held) << recompute_name(r);
+  }
+}
+
 TEST(LrSchedule, WarmupThenCosineToFloor) {
   EXPECT_FLOAT_EQ(lr_at_step(0, 100, 10, 1.0f, 0.1f), 0.1f);
   EXPECT_FLOAT_EQ(lr_at_step(9, 100, 10, 1.0f, 0.1f), 1.0f);

@@ -631,6 +631,27 @@ TEST_F(CpuOpsMisc, AllocIsAlignedZeroedAndCopies) {
   EXPECT_EQ(b.host(), std::vector<float>(host.size(), 0.0f));
 }
 
+// Memory accounting: bytes held now and the high-water mark, each allocation counted at its 64-byte rounded size.
+TEST_F(CpuOpsMisc, AllocationsAreCountedWithTheirPeak) {
+  const size_t base = be->allocated_bytes();
+  void* a = be->alloc(100);   // 128 bytes held
+  void* b = be->alloc(1000);  // 1024
+  EXPECT_EQ(be->allocated_bytes() - base, 1152u);
+  EXPECT_EQ(be->peak_allocated_bytes() - base, 1152u);
+  be->free(a);
+  EXPECT_EQ(be->allocated_bytes() - base, 1024u);
+  void* c = be->alloc(0);     // 64: a zero-byte request still holds a block
+  EXPECT_EQ(be->allocated_bytes() - base, 1088u);
+  EXPECT_EQ(be->peak_allocated_bytes() - base, 1152u) << "the peak fell or grew without a new high";
+  be->free(b);
+  be->free(c);
+  be->free(nullptr);
+  EXPECT_EQ(be->allocated_bytes(), base);
+  EXPECT_EQ(be->peak_allocated_bytes() - base, 1152u);
+  size_t used = 0, total = 0;
+  EXPECT_FALSE(be->device_memory(&used, &total)) << "the CPU backend has no device to report";
+}
+
 TEST_F(CpuOpsMisc, Elementwise) {
   // The sum or product of two floats is exact in double, so the fp32 op must match the rounded double exactly.
   for (size_t n : {size_t(1), size_t(13), size_t(100003)}) {

@@ -31,10 +31,14 @@ void* CpuBackend::alloc(size_t bytes) {
     throw_error("CPU backend: out of host memory allocating " + std::to_string(bytes) + " bytes",
                 "reduce batch_size or seq_len, or use a smaller model config");
   std::memset(ptr, 0, rounded);
+  track_alloc(ptr, rounded);
   return ptr;
 }
 
-void CpuBackend::free(void* ptr) { std::free(ptr); }
+void CpuBackend::free(void* ptr) {
+  track_free(ptr);
+  std::free(ptr);
+}
 
 void CpuBackend::copy_to_device(void* dst, const void* src_host, size_t bytes) {
   if (bytes) std::memcpy(dst, src_host, bytes);

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# GPU training throughput: Ember against PyTorch (bf16 autocast, torch.compile, its fused attention) on one GPU, same
+# model, batch and sequence length, in one run: tokens/s, MFU against the device's measured bf16 GEMM peak
+# (tests/bench/gpu_gemm_peak.cpp), peak memory, and the ratio. Defaults: GPT-2 124M and 350M at T = 1024.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$(pwd)
+
+# Knobs (environment): the model configs measured (their model shapes and batch_size), the sequence length, a batch
+# size for every config, steps and warm-up steps left out of the mean (torch.compile compiles during warm-up), the
+# matmul precision, the Python with a CUDA build of PyTorch (BENCH_TORCH=0 leaves PyTorch out), the build folder.
+# BENCH_DEVICE=cpu runs the whole script on the CPU, fp32, without MFU: a check of the script itself, not a benchmark.
+CONFIGS=${BENCH_CONFIGS:-configs/gpt2-124m.ini configs/gpt2-350m.ini}
+SEQ_LEN=${BENCH_SEQ_LEN:-1024}
+BATCH=${BENCH_BATCH:-}
+STEPS=${BENCH_STEPS:-30}
+WARMUP=${BENCH_WARMUP:-10}
+PRECISION=${BENCH_PRECISION:-bf16}
+DEVICE=${BENCH_DEVICE:-cuda}
+PYTHON=${BENCH_PYTHON:-python3}
+WITH_TORCH=${BENCH_TORCH:-1}
+BUILD_DIR=${EMBER_BUILD_DIR:-build}
+
+die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
+
+[[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ && "$SEQ_LEN" =~ ^[0-9]+$ ]] ||
+  die "BENCH_STEPS, BENCH_WARMUP and BENCH_SEQ_LEN must be non-negative integers" "e.g. BENCH_STEPS=30 BENCH_WARMUP=10"
+[[ -z "$BATCH" || "$BATCH" =~ ^[1-9][0-9]*$ ]] || die "BENCH_BATCH='$BATCH' is not a positive integer" \
+  "leave it unset to take each config's batch_size"
+(( STEPS > WARMUP )) || die "BENCH_STEPS=$STEPS leaves no step after BENCH_WARMUP=$WARMUP" "raise BENCH_STEPS"
+[[ "$PRECISION" == fp32 || "$PRECISION" == bf16 ]] || die "BENCH_PRECISION='$PRECISION' must be fp32 or bf16" \
+  "bf16 is what the targets are stated for"
+[[ "$DEVICE" == cuda || "$DEVICE" == cpu ]] || die "BENCH_DEVICE='$DEVICE' must be cuda or cpu" \
+  "cpu only checks this script on a machine without a GPU"
+for config in $CONFIGS; do
+  [[ -f "$config" ]] || die "config '$config' not found" "set BENCH_CONFIGS to INI files under configs/"
+done
+if [[ "$DEVICE" == cpu ]]; then
+  PRECISION=fp32  # PyTorch's CPU side of this comparison runs fp32; Ember's bf16 on the CPU is an emulation
+  echo "bench: BENCH_DEVICE=cpu: checking the script on the CPU (fp32, no MFU); these are not GPU numbers" >&2
+fi
+if [[ "$WITH_TORCH" == 1 ]] && ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
+  die "PyTorch is not importable by '$PYTHON'" \
+      "set BENCH_PYTHON to a Python with a CUDA build of PyTorch (pip install torch), or BENCH_TORCH=0 to measure Ember alone"
+fi
+if [[ "$DEVICE" == cuda && "$WITH_TORCH" == 1 ]] && ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  die "PyTorch ($("$PYTHON" -c 'import torch; print(torch.__version__)')) sees no CUDA device" \
+      "run this on a GPU machine with a CUDA build of PyTorch, or BENCH_DEVICE=cpu to check the script"
+fi
+
+# --- Ember (Release; an existing build folder is reused, as on the GPU machine after scripts/device/gpu-run.sh) ---
+if [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+  [[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
+    "use another folder: EMBER_BUILD_DIR=build-release $0"
+else
+  bash scripts/setup.sh
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+targets=(ember)
+[[ "$DEVICE" == cuda ]] && targets+=(gpu_gemm_peak)
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${targets[@]}" >/dev/null ||
+  die "building ${targets[*]} in $BUILD_DIR failed" "run: cmake --build $BUILD_DIR --target ${targets[*]}" \
+      "gpu_gemm_peak exists only in a CUDA build (nvcc found at configure time)"
+[[ "$BUILD_DIR" == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
+EMBER=$BUILD_DIR/ember
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-gpu-bench.XXXXXX")
+cleanup() { local rc=$?; if (( rc == 0 )); then rm -rf "$WORK"; else echo "bench: work folder kept: $WORK" >&2; fi; }
+trap cleanup EXIT
+
+# --- the device's bf16 GEMM peak, the MFU denominator ---
+PEAK_TFLOPS=""
+GPU_NAME="none (BENCH_DEVICE=cpu)"
+if [[ "$DEVICE" == cuda ]]; then
+  "$BUILD_DIR/tests/bench/gpu_gemm_peak" >"$WORK/gemm.log" 2>&1 || { cat "$WORK/gemm.log" >&2;
+    die "gpu_gemm_peak failed (output above)" "check nvidia-smi; without a GPU use BENCH_DEVICE=cpu to check the script"; }
+  PEAK_TFLOPS=$(sed -n 's/^bf16_gemm_tflops //p' "$WORK/gemm.log")
+  GPU_NAME=$(sed -n 's/^device //p' "$WORK/gemm.log")
+  echo "bench: measured bf16 GEMM peak $PEAK_TFLOPS TFLOP/s on $GPU_NAME"
+  sed 's/^/  /' "$WORK/gemm.log"
+fi
+
+# Real text through the real data path (bytes: token ids < 256 are valid rows of a 50257-token embedding); the loader
+# wraps around, so the corpus size does not matter.
+mkdir -p "$WORK/corpus"
+for item in README.md docs src configs scripts; do [[ -e "$item" ]] && cp -R "$item" "$WORK/corpus/"; done
+"$EMBER" prep --input "$WORK/corpus" --output "$WORK/data" --tokenizer bytes --val-fraction 0.05 >"$WORK/prep.log" 2>&1 ||
+  { cat "$WORK/prep.log" >&2; die "ember prep failed (log above)" "check that $EMBER is up to date"; }
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ROWS=()
+COMMANDS=()
+TORCH_INFO=()
+for config in $CONFIGS; do
+  name=$(basename "$config" .ini)
+  # Shapes from the config (missing keys take Ember's defaults), batch from BENCH_BATCH or the config.
+  read -r L NH C BLOCK V B < <("$PYTHON" - "$config" "$BATCH" <<'PY'
+import configparser, sys
+ini = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
+ini.read(sys.argv[1])
+get = lambda s, k, d: int(ini.get(s, k, fallback=str(d)))
+batch = int(sys.argv[2]) if sys.argv[2] else get("training", "batch_size", 8)
+print(get("model", "n_layer", 2), get("model", "n_head", 2), get("model", "n_embd", 32),
+      get("model", "block_size", 64), get("model", "vocab_size", 256), batch)
+PY
+  )
+  (( SEQ_LEN <= BLOCK )) || die "BENCH_SEQ_LEN=$SEQ_LEN exceeds $config's block_size $BLOCK" "lower BENCH_SEQ_LEN"
+  run=$WORK/$name
+  EMBER_CMD=("$EMBER" train --config "$config" --training.device="$DEVICE" --training.precision="$PRECISION"
+    --training.steps="$STEPS" --training.batch_size="$B" --training.seq_len="$SEQ_LEN" --training.grad_accum_steps=1
+    --eval.every=0 --eval.batches=1 --checkpoint.interval=0 --run.dir="$run/ember" --data.dir="$WORK/data")
+  echo "bench: $name: ember, $STEPS steps of B $B x T $SEQ_LEN"
+  if ! "${EMBER_CMD[@]}" >"$run.ember.log" 2>&1; then
+    tail -n 40 "$run.ember.log" >&2
+    die "ember train failed on $name (last lines above)" "rerun by hand: ${EMBER_CMD[*]}"
+  fi
+  ember_tps=$("$PYTHON" - "$run/ember/metrics.jsonl" "$WARMUP" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+rows = sorted((r for r in rows if "tokens_per_s" in r), key=lambda r: r["step"])[int(sys.argv[2]):]
+if not rows:
+    sys.exit("error: no steps after the warm-up in " + sys.argv[1])
+print(f"{sum(r['tokens_per_s'] for r in rows) / len(rows):.1f}")
+PY
+  )
+  # "memory measured after the first step on ...: peak X MiB allocated (...)[; the device reports U of T MiB ...]"
+  ember_peak=$(sed -n 's/.*memory measured after the first step.*: peak \([0-9.]*\) MiB allocated.*/\1/p' "$run.ember.log")
+  ember_device=$(sed -n 's/.*the device reports \([0-9.]*\) of.*/\1/p' "$run.ember.log")
+
+  torch_tps="" torch_peak=""
+  if [[ "$WITH_TORCH" == 1 ]]; then
+    TORCH_CMD=("$PYTHON" scripts/bench/torch_gpt2.py --device "$DEVICE" --dtype "$PRECISION" --n-layer "$L"
+      --n-head "$NH" --n-embd "$C" --block-size "$BLOCK" --vocab-size "$V" --batch-size "$B" --seq-len "$SEQ_LEN"
+      --steps "$STEPS" --warmup "$WARMUP")
+    [[ "$DEVICE" == cuda ]] && TORCH_CMD+=(--compile)
+    echo "bench: $name: torch, $STEPS steps"
+    if ! "${TORCH_CMD[@]}" >"$run.torch.log" 2>&1; then
+      tail -n 40 "$run.torch.log" >&2
+      die "torch_gpt2.py failed on $name (last lines above)" "rerun by hand: ${TORCH_CMD[*]}"
+    fi
+    torch_tps=$(sed -n 's/^tokens_per_s //p' "$run.torch.log" | tail -n 1)
+    torch_peak=$(sed -n 's/^peak_memory_mib //p' "$run.torch.log" | tail -n 1)
+    TORCH_INFO+=("torch ($name): $(head -n 1 "$run.torch.log")")
+    COMMANDS+=("torch ($name): ${TORCH_CMD[*]}")
+  fi
+  COMMANDS+=("ember ($name): ${EMBER_CMD[*]//$WORK/\$WORK}")
+
+  # Training FLOPs per token: 6 N for the parameter GEMMs (forward 2, backward 4) plus causal attention's QK^T and
+  # AV, 6 L C T (half of the full T x T products); the same formula for both, so the ratio does not depend on it.
+  ROWS+=("$("$PYTHON" - "$L" "$C" "$BLOCK" "$V" "$SEQ_LEN" "$B" "$ember_tps" "${torch_tps:-0}" "${PEAK_TFLOPS:-0}" \
+    "${ember_peak:-?}" "${ember_device:-}" "${torch_peak:-}" "$name" <<'PY'
+import sys
+L, C, block, V, T, B = map(int, sys.argv[1:7])
+ember, torch, peak = map(float, sys.argv[7:10])
+ember_peak, ember_device, torch_peak, name = sys.argv[10:14]
+n_params = V * C + block * C + L * (12 * C * C + 13 * C) + 2 * C
+flops_per_token = 6 * n_params + 6 * L * C * T
+mfu = lambda tps: f"{100 * tps * flops_per_token / (peak * 1e12):.1f}%" if peak > 0 and tps > 0 else "n/a"
+ratio = f"{ember / torch:.2f}" if torch > 0 else "n/a"
+mem = ember_peak + (f" ({ember_device} on the device)" if ember_device else "")
+print(f"| {name} ({n_params / 1e6:.1f}M) | {B} x {T} | {ember:.0f} | {mfu(ember)} | {mem} | "
+      f"{f'{torch:.0f}' if torch > 0 else 'n/a'} | {mfu(torch)} | {torch_peak or 'n/a'} | {ratio} |")
+PY
+  )")
+done
+
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
+cat <<TABLE
+
+date: $(date -u +%Y-%m-%dT%H:%M:%SZ)
+gpu: $GPU_NAME${DRIVER:+, driver $DRIVER}; bf16 GEMM peak measured ${PEAK_TFLOPS:-n/a} TFLOP/s (gpu_gemm_peak)
+precision: Ember training.precision = $PRECISION; PyTorch $( [[ "$DEVICE" == cuda && "$PRECISION" == bf16 ]] && echo "bf16 autocast" || echo "$PRECISION")
+steps: $STEPS per run, the first $WARMUP left out of the means
+$( ((${#TORCH_INFO[@]})) && printf '%s\n' "${TORCH_INFO[@]}" || echo "torch: not run (BENCH_TORCH=0)")
+
+| model | B x T | ember tokens/s | ember MFU | ember peak MiB | torch tokens/s | torch MFU | torch peak MiB | ember/torch |
+|-------|-------|----------------|-----------|----------------|----------------|-----------|----------------|-------------|
+$(printf '%s\n' "${ROWS[@]}")
+
+command: BENCH_CONFIGS="$CONFIGS" BENCH_SEQ_LEN=$SEQ_LEN BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_PRECISION=$PRECISION${BATCH:+ BENCH_BATCH=$BATCH} scripts/bench/gpu.sh
+$(printf '%s\n' "${COMMANDS[@]//$ROOT\//}")
+TABLE

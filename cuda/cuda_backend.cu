@@ -68,6 +68,13 @@ void CudaBackend::free(void* ptr) {
   EMBER_CUDA_CHECK(cudaFree(ptr));
 }
 
+void CudaBackend::set_deterministic(bool on) {
+  Backend::set_deterministic(on);
+  // Every kernel of this backend reduces in a fixed order; cuBLAS is the one part with a faster, timing-dependent
+  // choice (split-K with atomic accumulation), which it may take only when allowed.
+  EMBER_CUBLAS_CHECK(cublasSetAtomicsMode(cublas_, on ? CUBLAS_ATOMICS_NOT_ALLOWED : CUBLAS_ATOMICS_ALLOWED));
+}
+
 bool CudaBackend::device_memory(size_t* used, size_t* total) const {
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {

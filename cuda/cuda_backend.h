@@ -34,6 +34,7 @@ class CudaBackend final : public Backend {
   void zero(void* ptr, size_t bytes) override;
   void synchronize() override;
   bool device_memory(size_t* used, size_t* total) const override;
+  void set_deterministic(bool on) override;
 
   void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                        int C) override;

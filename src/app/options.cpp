@@ -132,6 +132,9 @@ std::vector<Binding> bindings(RunConfig& c) {
                                     "GEMM inputs: fp32, or bf16 (rounded to bf16, accumulated in fp32; weights, "
                                     "gradients and AdamW stay fp32)",
                                     parsed_by(parse_matmul_precision, "must be one of: fp32, bf16")));
+  b.push_back(bind_key("training.deterministic", &c.training.deterministic,
+                       "bitwise-repeatable GPU results (false lets cuBLAS reduce with atomics; the CPU backend is "
+                       "deterministic either way)"));
   b.push_back(bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",
                        at_least(1)));
   b.push_back(bind_key("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",

@@ -135,6 +135,11 @@ class Backend {
   void set_matmul_precision(MatmulPrecision p) { matmul_precision_ = p; }
   MatmulPrecision matmul_precision() const { return matmul_precision_; }
 
+  // --- determinism: on (the default), repeated runs give bitwise-equal results; off lets a backend use faster
+  // kernels whose reductions depend on timing (the CPU backend has none: it is deterministic either way) ---
+  virtual void set_deterministic(bool on) { deterministic_ = on; }
+  bool deterministic() const { return deterministic_; }
+
   // --- memory accounting: bytes held now and at most so far, counting alloc() and the backend's own scratch ---
   size_t allocated_bytes() const { return allocated_; }
   size_t peak_allocated_bytes() const { return peak_; }
@@ -152,6 +157,7 @@ class Backend {
   void track_free(const void* ptr);
 
   MatmulPrecision matmul_precision_ = MatmulPrecision::fp32;
+  bool deterministic_ = true;
 
  private:
   std::unordered_map<const void*, size_t> live_;

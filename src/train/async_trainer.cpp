@@ -485,6 +485,7 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     const DeviceChoice choice = select_device(workers, c.training.device);
     job.backend = make_backend(choice);
     job.backend->set_matmul_precision(parse_matmul_precision(c.training.precision));
+    job.backend->set_deterministic(c.training.deterministic);
   }
   EMBER_MPI_CHECK(MPI_Comm_free(&role_comm));
   job.model = std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0,

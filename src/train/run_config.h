@@ -24,6 +24,7 @@ struct TrainingConfig {
   std::string comm = "auto";   // "auto" (nccl on cuda, mpi on cpu), "nccl", or "mpi" (host-staged on cuda)
   std::string recompute = "none";  // activation recomputation: "none", "attention" or "full" (model/gpt.h)
   std::string precision = "fp32";  // GEMM inputs: "fp32" or "bf16" (fp32 accumulation and masters; core/dtype.h)
+  bool deterministic = true;   // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
 };
 
 // mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI

@@ -91,6 +91,10 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   const DeviceChoice device = select_device(world, c.training.device);
   s.backend = make_backend(device);
   s.backend->set_matmul_precision(parse_matmul_precision(c.training.precision));
+  s.backend->set_deterministic(c.training.deterministic);
+  if (!c.training.deterministic)
+    log_info("training.deterministic = false: GPU GEMMs may accumulate with atomics, so losses need not repeat "
+             "bitwise");
   s.comm = make_communicator(world, device, c.training.comm, *s.backend);
 
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,

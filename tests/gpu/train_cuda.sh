@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training on the GPU (label gpu): the CUDA backend follows the CPU backend's loss trajectory; two ranks (NCCL where
 # there are two GPUs, else MPI staged through host memory on one shared GPU) match one rank with gradient
-# accumulation, with and without ZeRO-1; a stop and resume is bitwise. Exits 77 (skipped) where no GPU is visible.
+# accumulation, with and without ZeRO-1; deterministic mode repeats bitwise; a stop and resume is bitwise, and
+# checkpoints move between GPU and CPU both ways. Exits 77 (skipped) where no GPU is visible.
 # Called as: train_cuda.sh EMBER_BINARY SOURCE_DIR WORK_DIR
 source "$2/tests/e2e/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2
@@ -83,13 +84,51 @@ for ref, other, tol in [("cpu", "gpu", 2e-3), ("gpu_accum2", "dp2", 1e-5), ("gpu
 assert bad == 0, "GPU training does not match its reference"
 PY
 
+# Deterministic mode (training.deterministic = true, the default): a second identical GPU run repeats every loss
+# bitwise. With it off cuBLAS may accumulate with atomics: the run must still track the CPU within the tolerance above.
+train gpu_again 1 --training.device=cuda
+losses gpu/metrics.jsonl >gpu.txt
+losses gpu_again/metrics.jsonl >gpu_again.txt
+diff gpu.txt gpu_again.txt || fail "two deterministic GPU runs gave different losses"
+train gpu_nondet 1 --training.device=cuda --training.deterministic=false
+grep -q "training.deterministic = false" gpu_nondet.log || { cat gpu_nondet.log >&2; fail "no non-deterministic notice"; }
+
 # Golden resume on the GPU: 6 steps, a stop with a checkpoint, --resume auto, 6 more, bitwise equal to the straight
-# run (the CUDA kernels are deterministic).
+# run (the CUDA kernels are deterministic). A copy of the stopped run resumes on the CPU instead, and a CPU run
+# stopped at 6 resumes on the GPU: checkpoints hold host fp32 values whatever device wrote them.
 "$EMBER" train "${common[@]}" --run.dir=split --training.device=cuda --stop-after 6 >split1.log 2>&1 ||
   { cat split1.log >&2; fail "split run, first half"; }
+cp -R split gpu_to_cpu
 "$EMBER" train "${common[@]}" --run.dir=split --training.device=cuda --resume auto >split2.log 2>&1 ||
   { cat split2.log >&2; fail "split run, second half"; }
 losses gpu/metrics.jsonl >straight.txt
 losses split/metrics.jsonl >split.txt
 diff straight.txt split.txt || fail "GPU losses after a resume differ from the straight run"
+
+"$EMBER" train "${common[@]}" --run.dir=gpu_to_cpu --training.device=cpu --resume auto >gpu_to_cpu.log 2>&1 ||
+  { cat gpu_to_cpu.log >&2; fail "a GPU checkpoint did not resume on the CPU"; }
+"$EMBER" train "${common[@]}" --run.dir=cpu_to_gpu --training.device=cpu --stop-after 6 >cpu_to_gpu1.log 2>&1 ||
+  { cat cpu_to_gpu1.log >&2; fail "CPU run, first half"; }
+"$EMBER" train "${common[@]}" --run.dir=cpu_to_gpu --training.device=cuda --resume auto >cpu_to_gpu2.log 2>&1 ||
+  { cat cpu_to_gpu2.log >&2; fail "a CPU checkpoint did not resume on the GPU"; }
+for log in gpu_to_cpu.log cpu_to_gpu2.log; do
+  grep -q "resumed from .* at step 6 " "$log" || { cat "$log" >&2; fail "$log: no resume at step 6"; }
+done
+grep -q '^device: cpu' gpu_to_cpu.log || { cat gpu_to_cpu.log >&2; fail "gpu_to_cpu did not run on the CPU"; }
+grep -q '^device: cuda' cpu_to_gpu2.log || { cat cpu_to_gpu2.log >&2; fail "cpu_to_gpu did not run on the GPU"; }
+# After the switch, steps 7-12 follow the straight run of the device that wrote steps 1-6 within the GPU-vs-CPU
+# tolerance (2e-3): both halves are the same computation up to fp32 summation order.
+"$PYTHON" - <<'PY'
+import json
+def after6(d):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{d}/metrics.jsonl")) if r["step"] > 6}
+bad = 0
+for ref, other in [("gpu", "gpu_to_cpu"), ("cpu", "cpu_to_gpu"), ("cpu", "gpu_nondet")]:
+    a, b = after6(ref), after6(other)
+    assert sorted(a) == sorted(b) == list(range(7, 13)), (ref, other, sorted(a), sorted(b))
+    worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
+    print(f"{ref:4s} vs {other:10s} (steps 7-12): max relative difference {worst:.2e} (tolerance 2e-03)")
+    bad += not worst <= 2e-3
+assert bad == 0, "training after a change of device (or without determinism) left its reference"
+PY
 echo PASS

@@ -95,6 +95,15 @@ TEST(Options, OuterMomentumRangeIsOpenMinusOneToOne) {
   }
 }
 
+// training.deterministic: on unless switched off; a boolean, so anything but true/false (1/0) is an error naming it.
+TEST(Options, DeterministicIsOnByDefaultAndBoolean) {
+  EXPECT_TRUE(parse({}).config.training.deterministic);
+  EXPECT_FALSE(parse({"--training.deterministic=false"}).config.training.deterministic);
+  EXPECT_NE(parse({"--training.deterministic=false"}).config_ini.find("deterministic = false"), std::string::npos);
+  const std::string msg = error_of({"--training.deterministic=sometimes"});
+  EXPECT_NE(msg.find("training.deterministic"), std::string::npos) << msg;
+}
+
 TEST(Options, SequenceLongerThanBlockSizeIsAnError) {
   const std::string msg = error_of({"--model.block_size=16", "--training.seq_len=32"});
   EXPECT_NE(msg.find("training.seq_len"), std::string::npos) << msg;

@@ -35,6 +35,7 @@ CudaBackend::~CudaBackend() {
   // No checks here: a destructor must not throw, and after a sticky device fault every call below fails anyway.
   cudaStreamSynchronize(stream_);
   cudaFree(scratch_);
+  cudaFree(segments_);
   cudaFree(reduce_);
   cublasDestroy(cublas_);
   cudaStreamDestroy(stream_);

@@ -72,6 +72,8 @@ class CudaBackend final : public Backend {
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, int t) override;
+  void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
+                             size_t nseg, float lr, float beta1, float beta2, float eps, int t) override;
 
  private:
   bool bf16() const { return matmul_precision_ == MatmulPrecision::bf16; }
@@ -85,6 +87,8 @@ class CudaBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   double* reduce_ = nullptr;  // (kSumSquaresBlocks + 1) partial sums of sum_squares
+  AdamWSegment* segments_ = nullptr;  // device copy of adamw_update_segments' segments
+  size_t segments_capacity_ = 0;
 };
 
 }  // namespace ember

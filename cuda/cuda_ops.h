@@ -8,6 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace ember {
+struct AdamWSegment;  // backend/backend.h
+}
+
 namespace ember::cuda {
 
 // encoder
@@ -63,5 +67,9 @@ constexpr int kSumSquaresBlocks = 1024;
 void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t stream);
 void launch_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
                          float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2, cudaStream_t stream);
+// segs: a device copy of nseg ascending segments spanning `span` elements from segs[0].begin.
+void launch_adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
+                                  int nseg, size_t span, float lr, float beta1, float beta2, float eps, float inv_bc1,
+                                  float inv_bc2, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -39,21 +39,47 @@ __global__ void __launch_bounds__(kSumSquaresThreads)
 
 // The CPU formula, in the same order: m, v, bias-corrected mhat and vhat, then p -= lr (mhat / (sqrt(vhat) + eps)
 // + wd p), with the decoupled decay inside the same update.
+__device__ inline void adamw_element(float* params, const float* grads, float* m, float* v, size_t i, float lr,
+                                     float beta1, float beta2, float eps, float weight_decay, float inv_bc1,
+                                     float inv_bc2) {
+  const float g = grads[i];
+  const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+  const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
+  params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
+}
+
 __global__ void adamw_kernel(float* params,       // (n)
                              const float* grads,  // (n)
                              float* m,            // (n)
                              float* v,            // (n)
                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                              float inv_bc1, float inv_bc2) {
-  const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float g = grads[i];
-    const float mi = beta1 * m[i] + a1 * g;
-    const float vi = beta2 * v[i] + a2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
-    params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * params[i]);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    adamw_element(params, grads, m, v, i, lr, beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2);
+}
+
+// All segments in one grid-stride pass over [segs[0].begin, segs[nseg - 1].end): each thread finds the segment of
+// its first element by bisection, then walks forward (its elements only grow); elements in gaps are skipped.
+__global__ void adamw_segments_kernel(float* params, const float* grads, float* m, float* v,
+                                      const AdamWSegment* segs,  // (nseg) device copy, ascending
+                                      int nseg, float lr, float beta1, float beta2, float eps, float inv_bc1,
+                                      float inv_bc2) {
+  const size_t first = segs[0].begin, last = segs[nseg - 1].end;
+  size_t i = first + size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= last) return;
+  int lo = 0, hi = nseg - 1;
+  while (lo < hi) {  // the first segment whose end lies past i
+    const int mid = (lo + hi) / 2;
+    if (segs[mid].end > i) hi = mid; else lo = mid + 1;
+  }
+  int k = lo;
+  for (; i < last; i += size_t(gridDim.x) * blockDim.x) {
+    while (segs[k].end <= i) ++k;  // stops at nseg - 1 at the latest, since i < last
+    if (i < segs[k].begin) continue;
+    adamw_element(params, grads, m, v, i, lr, beta1, beta2, eps, segs[k].weight_decay, inv_bc1, inv_bc2);
   }
 }
 
@@ -73,6 +99,15 @@ void launch_adamw_update(float* params, const float* grads, float* m, float* v, 
   if (n == 0) return;
   adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(params, grads, m, v, n, lr, beta1, beta2,
                                                                           eps, weight_decay, inv_bc1, inv_bc2);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
+                                  int nseg, size_t span, float lr, float beta1, float beta2, float eps, float inv_bc1,
+                                  float inv_bc2, cudaStream_t stream) {
+  if (nseg == 0 || span == 0) return;
+  adamw_segments_kernel<<<elementwise_blocks(span), kElementwiseThreads, 0, stream>>>(
+      params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, inv_bc1, inv_bc2);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -98,6 +133,33 @@ void CudaBackend::adamw_update(float* params,       // (n)
   const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
   const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
   cuda::launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2, stream_);
+}
+
+void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                                        const AdamWSegment* segs, size_t nseg, float lr, float beta1, float beta2,
+                                        float eps, int t) {
+  EMBER_ASSERT(t >= 1, "adamw_update_segments: the step t is 1-based");
+  if (nseg == 0) return;
+  for (size_t k = 0; k < nseg; ++k)
+    EMBER_ASSERT(segs[k].begin <= segs[k].end && (k == 0 || segs[k - 1].end <= segs[k].begin),
+                 "adamw_update_segments: segments must be ascending and must not overlap");
+  EMBER_ASSERT(nseg <= size_t(INT32_MAX), "adamw_update_segments: too many segments");
+  if (nseg > segments_capacity_) {
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a queued update may still read the old copy
+    track_free(segments_);
+    EMBER_CUDA_CHECK(cudaFree(segments_));
+    segments_ = nullptr;
+    segments_capacity_ = 0;
+    EMBER_CUDA_CHECK(cudaMalloc(&segments_, nseg * sizeof(AdamWSegment)));
+    track_alloc(segments_, nseg * sizeof(AdamWSegment));
+    segments_capacity_ = nseg;
+  }
+  // From pageable memory the copy has read segs when it returns; stream order puts it after any update still queued.
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(segments_, segs, nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice, stream_));
+  const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
+  const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
+  cuda::launch_adamw_update_segments(params, grads, m, v, segments_, int(nseg), segs[nseg - 1].end - segs[0].begin,
+                                     lr, beta1, beta2, eps, inv_bc1, inv_bc2, stream_);
 }
 
 }  // namespace ember

@@ -18,6 +18,12 @@ namespace ember {
 //  - Backward ops ACCUMULATE (+=) into every gradient argument (activation and parameter gradients alike),
 //    so gradient accumulation and residual branches need no extra adds. Callers zero gradients first.
 //  - Token ids are int32.
+// One piece of an AdamW update over several tensors: elements [begin, end) of the arrays, with its weight decay.
+struct AdamWSegment {
+  size_t begin = 0, end = 0;
+  float weight_decay = 0.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -130,6 +136,16 @@ class Backend {
   // AdamW with bias correction; t is the 1-based step. Decoupled weight decay: p -= lr * wd * p.
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
                             float beta2, float eps, float weight_decay, int t) = 0;
+  // The same update over many tensors in one call: segs (host memory; ascending, not overlapping) name the element
+  // ranges of params/grads/m/v and each range's weight decay; elements between segments are left untouched. The
+  // result equals one adamw_update per segment, bitwise. This default does exactly that; a GPU backend runs one
+  // kernel over them all.
+  virtual void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
+                                     size_t nseg, float lr, float beta1, float beta2, float eps, int t) {
+    for (size_t k = 0; k < nseg; ++k)
+      adamw_update(params + segs[k].begin, grads + segs[k].begin, m + segs[k].begin, v + segs[k].begin,
+                   segs[k].end - segs[k].begin, lr, beta1, beta2, eps, segs[k].weight_decay, t);
+  }
 
   // --- the precision of the four matmul ops' GEMM inputs (core/dtype.h); fp32 until set ---
   void set_matmul_precision(MatmulPrecision p) { matmul_precision_ = p; }

@@ -1,5 +1,5 @@
-// AdamW (implementation): one backend update per table row that meets the shard, so each row keeps its own
-// weight decay whichever ranks its elements land on.
+// AdamW (implementation): one backend call per step over the shard's table rows, each row keeping its own weight
+// decay whichever ranks its elements land on; adjacent rows with the same decay form one segment.
 #include "train/adamw.h"
 
 #include <algorithm>
@@ -16,6 +16,19 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
   const size_t n = std::max<size_t>(end_ - begin_, 1);
   m_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
   v_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
+  std::vector<const ParamInfo*> rows;
+  for (const ParamInfo& p : table_.params()) rows.push_back(&p);
+  std::sort(rows.begin(), rows.end(), [](const ParamInfo* a, const ParamInfo* b) { return a->offset < b->offset; });
+  for (const ParamInfo* p : rows) {
+    const size_t lo = std::max(p->offset, begin_), hi = std::min(p->offset + p->numel, end_);
+    if (lo >= hi) continue;
+    const float wd = p->decay ? config_.weight_decay : 0.0f;
+    AdamWSegment* last = segments_.empty() ? nullptr : &segments_.back();
+    if (last && last->end == lo - begin_ && last->weight_decay == wd)
+      last->end = hi - begin_;
+    else
+      segments_.push_back({lo - begin_, hi - begin_, wd});
+  }
 }
 
 AdamW::~AdamW() {
@@ -25,14 +38,8 @@ AdamW::~AdamW() {
 
 void AdamW::step(float* params, const float* shard_grads, float lr) {
   ++t_;
-  for (const ParamInfo& p : table_.params()) {
-    const size_t lo = std::max(p.offset, begin_), hi = std::min(p.offset + p.numel, end_);
-    if (lo >= hi) continue;
-    const float wd = p.decay ? config_.weight_decay : 0.0f;
-    const size_t s = lo - begin_;
-    backend_.adamw_update(params + lo, shard_grads + s, m_ + s, v_ + s, hi - lo, lr, config_.beta1, config_.beta2,
-                          config_.eps, wd, t_);
-  }
+  backend_.adamw_update_segments(params + begin_, shard_grads, m_, v_, segments_.data(), segments_.size(), lr,
+                                 config_.beta1, config_.beta2, config_.eps, t_);
 }
 
 void clip_grads(Backend& backend, float* grads, size_t n, float norm, float max_norm) {

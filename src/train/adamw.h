@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/param_table.h"
@@ -38,6 +39,7 @@ class AdamW {
   float* m_ = nullptr;
   float* v_ = nullptr;
   int t_ = 0;
+  std::vector<AdamWSegment> segments_;  // the shard's table rows, relative to begin_, merged where decay agrees
 };
 
 // Scales n gradients so that a global norm `norm` becomes max_norm, when max_norm > 0 and norm exceeds it.

@@ -714,6 +714,34 @@ TEST_F(CpuOpsMisc, AdamW) {
   }
 }
 
+// AdamW over segments in one call: each segment equals adamw_update on its slice with its own decay, bitwise, and
+// the elements between segments (the arena's alignment padding) are not touched.
+TEST_F(CpuOpsMisc, AdamWSegmentsEqualOneUpdatePerSegmentAndSkipGaps) {
+  const size_t n = 1000;
+  const std::vector<AdamWSegment> segs = {{3, 200, 0.1f}, {200, 517, 0.0f}, {530, 531, 0.1f}, {544, 990, 0.0f}};
+  Rng rng(310);
+  const auto p0 = rng.normal(n), g = rng.normal(n, 0.1f);
+  Floats p(*be, p0), m(*be, n), v(*be, n), gb(*be, g);
+  Floats q(*be, p0), qm(*be, n), qv(*be, n);
+  for (int t = 1; t <= 3; ++t) {
+    be->adamw_update_segments(p.get(), gb.get(), m.get(), v.get(), segs.data(), segs.size(), 1e-2f, 0.9f, 0.95f,
+                              1e-8f, t);
+    for (const AdamWSegment& s : segs)
+      be->adamw_update(q.get() + s.begin, gb.get() + s.begin, qm.get() + s.begin, qv.get() + s.begin,
+                       s.end - s.begin, 1e-2f, 0.9f, 0.95f, 1e-8f, s.weight_decay, t);
+  }
+  EXPECT_EQ(p.host(), q.host());
+  EXPECT_EQ(m.host(), qm.host());
+  EXPECT_EQ(v.host(), qv.host());
+  const auto ph = p.host(), mh = m.host();
+  for (size_t i : {size_t(0), size_t(2), size_t(517), size_t(529), size_t(531), size_t(543), size_t(990), n - 1}) {
+    EXPECT_EQ(ph[i], p0[i]) << "gap element " << i << " was updated";
+    EXPECT_EQ(mh[i], 0.0f) << "gap element " << i;
+  }
+  EXPECT_NE(ph[100], p0[100]);
+  EXPECT_NE(ph[530], p0[530]);
+}
+
 TEST(CpuKernels, ExpApprox) {
   // The vectorised exp behind softmax, attention and GELU: within 3e-7 relative of exp over [-87, 88] (glibc's
   // expf is within 1 ulp; 3e-7 is 2.5 ulp), finite above, and e^-87 (not a denormal) below.

@@ -12,18 +12,18 @@
 
 namespace ember {
 
-// Conventions shared by every op:
-//  - Shapes are row-major; the shape of each argument is in its trailing comment.
-//  - Matrices use the Hugging Face Conv1D orientation: weight (IC, OC), so out = inp @ weight + bias.
-//  - Backward ops ACCUMULATE (+=) into every gradient argument (activation and parameter gradients alike),
-//    so gradient accumulation and residual branches need no extra adds. Callers zero gradients first.
-//  - Token ids are int32.
 // One piece of an AdamW update over several tensors: elements [begin, end) of the arrays, with its weight decay.
 struct AdamWSegment {
   size_t begin = 0, end = 0;
   float weight_decay = 0.0f;
 };
 
+// Conventions shared by every op:
+//  - Shapes are row-major; the shape of each argument is in its trailing comment.
+//  - Matrices use the Hugging Face Conv1D orientation: weight (IC, OC), so out = inp @ weight + bias.
+//  - Backward ops ACCUMULATE (+=) into every gradient argument (activation and parameter gradients alike),
+//    so gradient accumulation and residual branches need no extra adds. Callers zero gradients first.
+//  - Token ids are int32.
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -107,15 +107,7 @@ if ! "${EMBER_CMD[@]}" >"$WORK/ember.log" 2>&1; then
   tail -n 40 "$WORK/ember.log" >&2
   die "ember train failed (last lines above)" "rerun the command by hand: ${EMBER_CMD[*]}"
 fi
-EMBER_TPS=$("$PYTHON" - "$WORK/run/metrics.jsonl" "$WARMUP" <<'PY'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-rows = sorted((r for r in rows if "tokens_per_s" in r), key=lambda r: r["step"])[int(sys.argv[2]):]
-if not rows:
-    sys.exit("error: no steps after the warm-up in " + sys.argv[1])
-print(f"{sum(r['tokens_per_s'] for r in rows) / len(rows):.1f}")
-PY
-)
+EMBER_TPS=$("$PYTHON" scripts/bench/mean_tokens_per_s.py "$WORK/run/metrics.jsonl" "$WARMUP")
 
 echo "bench: torch, $STEPS steps"
 if ! "${TORCH_CMD[@]}" >"$WORK/torch.log" 2>&1; then

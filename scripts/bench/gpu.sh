@@ -115,15 +115,7 @@ PY
     tail -n 40 "$run.ember.log" >&2
     die "ember train failed on $name (last lines above)" "rerun by hand: ${EMBER_CMD[*]}"
   fi
-  ember_tps=$("$PYTHON" - "$run/ember/metrics.jsonl" "$WARMUP" <<'PY'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-rows = sorted((r for r in rows if "tokens_per_s" in r), key=lambda r: r["step"])[int(sys.argv[2]):]
-if not rows:
-    sys.exit("error: no steps after the warm-up in " + sys.argv[1])
-print(f"{sum(r['tokens_per_s'] for r in rows) / len(rows):.1f}")
-PY
-  )
+  ember_tps=$("$PYTHON" scripts/bench/mean_tokens_per_s.py "$run/ember/metrics.jsonl" "$WARMUP")
   # "memory measured after the first step on ...: peak X MiB allocated (...)[; the device reports U of T MiB ...]"
   ember_peak=$(sed -n 's/.*memory measured after the first step.*: peak \([0-9.]*\) MiB allocated.*/\1/p' "$run.ember.log")
   ember_device=$(sed -n 's/.*the device reports \([0-9.]*\) of.*/\1/p' "$run.ember.log")

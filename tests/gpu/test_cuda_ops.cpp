@@ -423,13 +423,19 @@ TEST_F(CudaOps, Deterministic) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // The whole GPT on both backends from the same init seed and tokens: loss and every gradient agree.
-TEST_F(CudaOps, WholeModelLossAndGradients) {
+// The whole-model tests' config: HS = 16, odd vocabulary.
+ModelConfig whole_model_config() {
   ModelConfig c;
   c.n_layer = 2;
   c.n_head = 3;  // HS = 16
   c.n_embd = 48;
   c.block_size = 64;
   c.vocab_size = 101;
+  return c;
+}
+
+TEST_F(CudaOps, WholeModelLossAndGradients) {
+  const ModelConfig c = whole_model_config();
   const int B = 2, T = 45;  // T past the 32-key attention tile
   GPT cpu_model(c, *cpu, B, T), gpu_model(c, *gpu, B, T);
   cpu_model.init_weights(5);
@@ -461,12 +467,7 @@ TEST_F(CudaOps, WholeModelLossAndGradients) {
 // Memory accounting on the GPU: a training step allocates nothing beyond the model's buffers except attention
 // backward's scratch row sums (B NH T floats), and the device reports at least what the backend holds in use.
 TEST_F(CudaOps, StepsAllocateOnlyAttentionScratchAndTheDeviceReportsUse) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 3;
-  c.n_embd = 48;
-  c.block_size = 64;
-  c.vocab_size = 101;
+  const ModelConfig c = whole_model_config();
   const int B = 2, T = 45;
   GPT model(c, *gpu, B, T);
   model.init_weights(5);

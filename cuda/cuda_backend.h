@@ -42,6 +42,8 @@ class CudaBackend final : public Backend {
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                          int N, int C) override;
+  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a, const float* b,
+                                  const float* weight, const float* bias, int N, int C) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 

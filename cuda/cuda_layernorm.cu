@@ -1,4 +1,5 @@
-// CUDA backend: layernorm over the last dim (eps 1e-5, biased variance), forward and backward.
+// CUDA backend: layernorm over the last dim (eps 1e-5, biased variance), forward and backward, and the forward fused
+// with the residual add before it.
 // One warp per row for the row-wise parts; dweight/dbias are column sums over rows in a fixed order (no atomics).
 #include "core/error.h"
 #include "cuda_backend.h"
@@ -14,6 +15,28 @@ constexpr float kLayerNormEps = 1e-5f;
 // 8 warps (rows) per block of 256 threads: at N = 8192 rows that is 1024 blocks, ~8 per SM on an H100.
 constexpr int kRowsPerBlock = 8;
 
+// One warp normalises one row x whose lane-strided partial sum (elements lane, lane + 32, ...) the caller has taken,
+// so that the fused residual kernel can sum while it adds. The order of every sum depends only on C, which makes the
+// plain and the fused forward bitwise equal.
+__device__ inline void layernorm_warp_row(float* y,             // (C)
+                                          float* mean,          // (1)
+                                          float* rstd,          // (1)
+                                          const float* x,       // (C)
+                                          const float* weight,  // (C)
+                                          const float* bias,    // (C)
+                                          float lane_sum, int C, int lane) {
+  const float m = warp_sum(lane_sum) / float(C);
+  // Two passes (mean, then squared deviations), as on the CPU: E[x^2] - m^2 cancels badly for large means.
+  float var = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) var += (x[c] - m) * (x[c] - m);
+  const float rs = 1.0f / sqrtf(warp_sum(var) / float(C) + kLayerNormEps);
+  for (int c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * rs * weight[c] + bias[c];
+  if (lane == 0) {
+    *mean = m;
+    *rstd = rs;
+  }
+}
+
 __global__ void layernorm_forward_kernel(float* out,           // (N, C)
                                          float* mean,          // (N)
                                          float* rstd,          // (N)
@@ -27,17 +50,33 @@ __global__ void layernorm_forward_kernel(float* out,           // (N, C)
   const float* x = inp + size_t(row) * C;
   float sum = 0.0f;
   for (int c = lane; c < C; c += kWarpSize) sum += x[c];
-  const float m = warp_sum(sum) / float(C);
-  // Two passes (mean, then squared deviations), as on the CPU: E[x^2] - m^2 cancels badly for large means.
-  float var = 0.0f;
-  for (int c = lane; c < C; c += kWarpSize) var += (x[c] - m) * (x[c] - m);
-  const float rs = 1.0f / sqrtf(warp_sum(var) / float(C) + kLayerNormEps);
-  float* y = out + size_t(row) * C;
-  for (int c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * rs * weight[c] + bias[c];
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = rs;
+  layernorm_warp_row(out + size_t(row) * C, &mean[row], &rstd[row], x, weight, bias, sum, C, lane);
+}
+
+// residual = a + b, then the layernorm of residual, one warp per row. Each lane later reads back only the elements
+// it wrote itself (same c), so no barrier is needed, and those reads come from L1/L2 rather than a second pass over
+// DRAM. No __restrict__: residual may alias a or b (each element is read before it is written, by the same lane).
+__global__ void residual_layernorm_forward_kernel(float* residual,      // (N, C)
+                                                  float* out,           // (N, C)
+                                                  float* mean,          // (N)
+                                                  float* rstd,          // (N)
+                                                  const float* a,       // (N, C)
+                                                  const float* b,       // (N, C)
+                                                  const float* weight,  // (C)
+                                                  const float* bias,    // (C)
+                                                  int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const size_t base = size_t(row) * C;
+  float* x = residual + base;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float v = a[base + c] + b[base + c];
+    x[c] = v;
+    sum += v;
   }
+  layernorm_warp_row(out + base, &mean[row], &rstd[row], x, weight, bias, sum, C, lane);
 }
 
 // dx += rs * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = g * weight, xhat the normalised input.
@@ -114,6 +153,15 @@ void launch_layernorm_forward(float* out, float* mean, float* rstd, const float*
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
+void launch_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                       const float* b, const float* weight, const float* bias, int N, int C,
+                                       cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && C > 0, "residual_layernorm_forward: N and C must be positive");
+  residual_layernorm_forward_kernel<<<ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
+      residual, out, mean, rstd, a, b, weight, bias, N, C);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
 void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C,
                                cudaStream_t stream) {
@@ -136,6 +184,18 @@ void CudaBackend::layernorm_forward(float* out,           // (N, C)
                                     const float* bias,    // (C)
                                     int N, int C) {
   cuda::launch_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+}
+
+void CudaBackend::residual_layernorm_forward(float* residual,      // (N, C)
+                                             float* out,           // (N, C)
+                                             float* mean,          // (N)
+                                             float* rstd,          // (N)
+                                             const float* a,       // (N, C)
+                                             const float* b,       // (N, C)
+                                             const float* weight,  // (C)
+                                             const float* bias,    // (C)
+                                             int N, int C) {
+  cuda::launch_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, stream_);
 }
 
 void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=

@@ -23,6 +23,10 @@ void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const 
 // layernorm
 void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int N, int C, cudaStream_t stream);
+// residual = a + b, then the layernorm of residual, in one kernel; bitwise equal to launch_add + launch_layernorm_forward
+void launch_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+                                       const float* b, const float* weight, const float* bias, int N, int C,
+                                       cudaStream_t stream);
 void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C,
                                cudaStream_t stream);

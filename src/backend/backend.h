@@ -68,6 +68,22 @@ class Backend {
                                   const float* rstd,    // (N)
                                   int N, int C) = 0;
 
+  // --- fused residual add + layernorm: residual = a + b, then out, mean and rstd as layernorm_forward of residual.
+  // Bitwise equal to add() followed by layernorm_forward() on the same backend (this default does exactly that); a GPU
+  // backend reads a and b once and writes both results from one kernel. residual may alias a or b. ---
+  virtual void residual_layernorm_forward(float* residual,      // (N, C)
+                                          float* out,           // (N, C)
+                                          float* mean,          // (N)
+                                          float* rstd,          // (N)
+                                          const float* a,       // (N, C)
+                                          const float* b,       // (N, C)
+                                          const float* weight,  // (C)
+                                          const float* bias,    // (C)
+                                          int N, int C) {
+    add(residual, a, b, size_t(N) * C);
+    layernorm_forward(out, mean, rstd, residual, weight, bias, N, C);
+  }
+
   // --- out = inp @ weight + bias (bias may be null) ---
   virtual void matmul_forward(float* out,           // (N, OC)
                               const float* inp,     // (N, IC)

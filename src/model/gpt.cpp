@@ -132,15 +132,19 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   if (targets) be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
 
   be.encoder_forward(encoded_, inputs_, p(table_.wte()), p(table_.wpe()), B, T, C);
+  // Each layer's closing residual add is fused with the layernorm that follows it: the next layer's ln_1, or ln_f.
+  if (config_.n_layer == 0)
+    be.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, encoded_, p(table_.ln_f_weight()), p(table_.ln_f_bias()), N, C);
+  else
+    layernorm_1(0, encoded_);
   const float* residual = encoded_;
   for (int l = 0; l < config_.n_layer; ++l) {
-    attention_in(l, residual);
+    attention_core(l);
     attention_out(l, residual);
     mlp_in(l);
     mlp_out(l);
     residual = layers_[l].residual3;
   }
-  be.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, p(table_.ln_f_weight()), p(table_.ln_f_bias()), N, C);
   be.matmul_forward_transposed(logits_, lnf_, p(table_.wte()), N, C, V);
   if (!targets) return 0.0;
 
@@ -151,11 +155,16 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   return sum / N;
 }
 
-void GPT::attention_in(int l, const float* residual) {
+void GPT::layernorm_1(int l, const float* residual) {
+  LayerActs& a = layers_[l];
+  backend_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p(table_.block(l, BLOCK_PARAM_LN1_W)),
+                             p(table_.block(l, BLOCK_PARAM_LN1_B)), B_ * T_, config_.n_embd);
+}
+
+void GPT::attention_core(int l) {
   const int C = config_.n_embd, NH = config_.n_head, N = B_ * T_;
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, P(BLOCK_PARAM_LN1_W), P(BLOCK_PARAM_LN1_B), N, C);
   backend_.matmul_forward(a.qkv, a.ln1, P(BLOCK_PARAM_QKV_W), P(BLOCK_PARAM_QKV_B), N, C, 3 * C);
   backend_.attention_forward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
 }
@@ -165,15 +174,14 @@ void GPT::attention_out(int l, const float* residual) {
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
   backend_.matmul_forward(attproj_, a.atty, P(BLOCK_PARAM_PROJ_W), P(BLOCK_PARAM_PROJ_B), N, C, C);
-  backend_.add(a.residual2, residual, attproj_, size_t(N) * C);
+  backend_.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, attproj_,
+                                      P(BLOCK_PARAM_LN2_W), P(BLOCK_PARAM_LN2_B), N, C);
 }
 
 void GPT::mlp_in(int l) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, P(BLOCK_PARAM_LN2_W), P(BLOCK_PARAM_LN2_B),
-                             N, C);
   backend_.matmul_forward(a.fch, a.ln2, P(BLOCK_PARAM_FC_W), P(BLOCK_PARAM_FC_B), N, C, 4 * C);
   backend_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * C);
 }
@@ -183,7 +191,13 @@ void GPT::mlp_out(int l) {
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
   backend_.matmul_forward(fcproj_, a.fch_gelu, P(BLOCK_PARAM_FCPROJ_W), P(BLOCK_PARAM_FCPROJ_B), N, 4 * C, C);
-  backend_.add(a.residual3, a.residual2, fcproj_, size_t(N) * C);
+  // The layernorm after this layer: the next layer's ln_1, or ln_f after the last.
+  const bool last = l + 1 == config_.n_layer;
+  LayerActs* next = last ? nullptr : &layers_[l + 1];
+  const ParamInfo& w = last ? table_.ln_f_weight() : table_.block(l + 1, BLOCK_PARAM_LN1_W);
+  const ParamInfo& b = last ? table_.ln_f_bias() : table_.block(l + 1, BLOCK_PARAM_LN1_B);
+  backend_.residual_layernorm_forward(a.residual3, last ? lnf_ : next->ln1, last ? lnf_mean_ : next->ln1_mean,
+                                      last ? lnf_rstd_ : next->ln1_rstd, a.residual2, fcproj_, p(w), p(b), N, C);
 }
 
 void GPT::zero_grad() {
@@ -213,7 +227,8 @@ void GPT::backward(float loss_scale) {
     auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
     auto G = [&](BlockParam bp) { return g(table_.block(l, bp)); };
     if (recompute_ == Recompute::full) {  // everything but the stored output, in forward order
-      attention_in(l, residual);
+      layernorm_1(l, residual);
+      attention_core(l);
       attention_out(l, residual);
       mlp_in(l);
     }
@@ -228,7 +243,10 @@ void GPT::backward(float loss_scale) {
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN2_W), G(BLOCK_PARAM_LN2_B), dC_, a.residual2,
                           P(BLOCK_PARAM_LN2_W), a.ln2_mean, a.ln2_rstd, N, C);
     // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
-    if (recompute_ == Recompute::attention) attention_in(l, residual);
+    if (recompute_ == Recompute::attention) {
+      layernorm_1(l, residual);
+      attention_core(l);
+    }
     be.zero(dC_, NC * sizeof(float));
     be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, P(BLOCK_PARAM_PROJ_W),
                        N, C, C);

@@ -160,6 +160,33 @@ TEST_P(CudaLayerNorm, ForwardBackward) {
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNorm, ::testing::Values(45, 768));
 
+// The fused residual add + layernorm: bitwise equal to the CUDA add and layernorm it replaces (backend.h's contract,
+// which recompute relies on), and within the layernorm's tolerance of the CPU.
+TEST_P(CudaLayerNorm, ResidualFusedEqualsAddThenLayerNorm) {
+  const int N = 74, C = GetParam();
+  Rng rng(4 + uint32_t(C));
+  const Floats a = rng.normal(size_t(N) * C, 2.0f), b = rng.normal(size_t(N) * C), w = rng.normal(C),
+               bias = rng.normal(C);
+  FBuf ga(*gpu, a), gb(*gpu, b), gw(*gpu, w), gbias(*gpu, bias);
+  FBuf r1(*gpu, Floats(a.size())), o1(*gpu, Floats(a.size())), m1(*gpu, Floats(N)), s1(*gpu, Floats(N));
+  gpu->add(r1.get(), ga.get(), gb.get(), a.size());
+  gpu->layernorm_forward(o1.get(), m1.get(), s1.get(), r1.get(), gw.get(), gbias.get(), N, C);
+  FBuf r2(*gpu, Floats(a.size())), o2(*gpu, Floats(a.size())), m2(*gpu, Floats(N)), s2(*gpu, Floats(N));
+  gpu->residual_layernorm_forward(r2.get(), o2.get(), m2.get(), s2.get(), ga.get(), gb.get(), gw.get(), gbias.get(), N,
+                                  C);
+  expect_bitwise("fused residual", r2.host(), r1.host());
+  expect_bitwise("fused out", o2.host(), o1.host());
+  expect_bitwise("fused mean", m2.host(), m1.host());
+  expect_bitwise("fused rstd", s2.host(), s1.host());
+  FBuf ca(*cpu, a), cb(*cpu, b), cw(*cpu, w), cbias(*cpu, bias);
+  FBuf r3(*cpu, Floats(a.size())), o3(*cpu, Floats(a.size())), m3(*cpu, Floats(N)), s3(*cpu, Floats(N));
+  cpu->residual_layernorm_forward(r3.get(), o3.get(), m3.get(), s3.get(), ca.get(), cb.get(), cw.get(), cbias.get(), N,
+                                  C);
+  expect_bitwise("fused residual vs cpu (one fp32 add)", r2.host(), r3.host());
+  const Floats want = o3.host();
+  expect_close("fused out vs cpu", o2.host(), want, fp32_tol(C, want));
+}
+
 class CudaMatmul : public CudaOps, public ::testing::WithParamInterface<bool> {};
 TEST_P(CudaMatmul, ForwardBackward) {
   const bool with_bias = GetParam();

@@ -388,6 +388,36 @@ TEST_P(CpuOps, LayerNorm) {
   expect_fd("layernorm dbias", d_db.host(), db0, finite_differences(bd, loss, rng, fd), tb);
 }
 
+// The fused residual add + layernorm against the two ops it replaces (bitwise, the contract of backend.h) and the
+// float64 reference, also with the residual written over its first input.
+TEST_P(CpuOps, ResidualLayerNorm) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T;
+  Rng rng(stream(9));
+  const auto a = rng.normal(size_t(N) * C, 2.0f, 0.5f), b = rng.normal(size_t(N) * C), w = rng.normal(C, 0.5f, 1.0f),
+             bias = rng.normal(C, 0.5f);
+  Floats d_a(*be, a), d_b(*be, b), d_w(*be, w), d_bias(*be, bias);
+  Floats r1(*be, a.size()), o1(*be, a.size()), m1(*be, N), s1(*be, N);
+  be->add(r1.get(), d_a.get(), d_b.get(), a.size());
+  be->layernorm_forward(o1.get(), m1.get(), s1.get(), r1.get(), d_w.get(), d_bias.get(), N, C);
+  Floats r2(*be, a.size()), o2(*be, a.size()), m2(*be, N), s2(*be, N);
+  be->residual_layernorm_forward(r2.get(), o2.get(), m2.get(), s2.get(), d_a.get(), d_b.get(), d_w.get(), d_bias.get(),
+                                 N, C);
+  EXPECT_EQ(r2.host(), r1.host()) << "residual";
+  EXPECT_EQ(o2.host(), o1.host()) << "out";
+  EXPECT_EQ(m2.host(), m1.host()) << "mean";
+  EXPECT_EQ(s2.host(), s1.host()) << "rstd";
+  Floats o3(*be, a.size()), m3(*be, N), s3(*be, N);
+  be->residual_layernorm_forward(d_a.get(), o3.get(), m3.get(), s3.get(), d_a.get(), d_b.get(), d_w.get(),
+                                 d_bias.get(), N, C);  // residual over a
+  EXPECT_EQ(d_a.host(), r1.host()) << "residual written over a";
+  EXPECT_EQ(o3.host(), o1.host()) << "out with the residual written over a";
+  Vec sum(a.size());
+  for (size_t i = 0; i < a.size(); ++i) sum[i] = double(a[i]) + double(b[i]);
+  const Vec out = ref_layernorm(sum, to_double(w), to_double(bias), N, C);
+  expect_close("residual layernorm out", o2.host(), out, fp32_tol(C, out));  // one extra rounding: the add
+}
+
 // Dense layer shapes from the attention shape: qkv-like (C -> 3C + 1, odd) and, for the big shape, a product wide
 // enough (OC > N) that the threaded GEMM splits columns rather than rows.
 void check_matmul(Backend& be, Rng& rng, int N, int IC, int OC, bool with_bias) {

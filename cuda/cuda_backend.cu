@@ -29,11 +29,19 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   EMBER_CUBLAS_CHECK(cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED));
   EMBER_CUDA_CHECK(cudaMalloc(&reduce_, sizeof(double) * (cuda::kSumSquaresBlocks + 1)));
   track_alloc(reduce_, sizeof(double) * (cuda::kSumSquaresBlocks + 1));
+  EMBER_CUDA_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspaceBytes));
+  track_alloc(lt_workspace_, kLtWorkspaceBytes);
+  EMBER_CUDA_CHECK(cudaMalloc(&bias_grad_, sizeof(float) * kBiasGradCapacity));
+  track_alloc(bias_grad_, sizeof(float) * kBiasGradCapacity);
+  lt_ = std::make_unique<cuda::LtGemm>(stream_, lt_workspace_, kLtWorkspaceBytes);
 }
 
 CudaBackend::~CudaBackend() {
   // No checks here: a destructor must not throw, and after a sticky device fault every call below fails anyway.
   cudaStreamSynchronize(stream_);
+  lt_.reset();
+  cudaFree(bias_grad_);
+  cudaFree(lt_workspace_);
   cudaFree(scratch_);
   cudaFree(segments_);
   cudaFree(reduce_);

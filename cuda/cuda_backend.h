@@ -1,15 +1,20 @@
-// The CUDA backend: every op of backend.h in fp32 on one device, one stream and one cuBLAS handle bound to it.
+// The CUDA backend: every op of backend.h in fp32 on one device, one stream, and the cuBLAS and cuBLASLt handles
+// bound to it.
 // Ops are defined across one .cu per family (encoder, layernorm, matmul, attention, gelu, loss, optim, elementwise).
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <string>
 
 #include "backend/backend.h"
 
 namespace ember {
+namespace cuda {
+class LtGemm;  // cuda_ops.h
+}
 
 // Every op is enqueued on stream_ and returns without waiting, except where host data must be ready: copy_to_host,
 // copy_to_device (the caller may reuse its buffer at once), sum_squares and synchronize. Results are deterministic:
@@ -91,6 +96,13 @@ class CudaBackend final : public Backend {
   double* reduce_ = nullptr;  // (kSumSquaresBlocks + 1) partial sums of sum_squares
   AdamWSegment* segments_ = nullptr;  // device copy of adamw_update_segments' segments
   size_t segments_capacity_ = 0;
+  // cuBLASLt for the dense layers' fused bias epilogues: its workspace, and the bias gradient its epilogue writes
+  // before it is added to dbias (layers wider than the capacity take the plain path).
+  static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+  static constexpr size_t kBiasGradCapacity = 65536;
+  void* lt_workspace_ = nullptr;
+  float* bias_grad_ = nullptr;
+  std::unique_ptr<cuda::LtGemm> lt_;
 };
 
 }  // namespace ember

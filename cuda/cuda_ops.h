@@ -31,13 +31,40 @@ void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const 
                                const float* weight, const float* mean, const float* rstd, int N, int C,
                                cudaStream_t stream);
 
+// cuBLASLt GEMMs with a fused epilogue, for the dense layers (column-major, as cuBLAS): D (m, n) = op(A) op(B) +
+// beta D, then the bias added to every column (bias) or the bias gradient sum_k A[:, k] written out (bias_grad_a).
+// Each distinct call (shape, transposes, precision, epilogue and the alignment of every pointer, which cuBLASLt's
+// choice depends on) asks the heuristic once and keeps the answer; run() returns false where it has none, and the
+// caller takes its plain cuBLAS path. One heuristic answer per call shape keeps results deterministic.
+class LtGemm {
+ public:
+  enum class Epilogue { bias, bias_grad_a };
+  // `workspace` (device memory of `workspace_bytes`) is the caller's; it must outlive this object.
+  LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+  bool run(Epilogue epilogue, bool bf16, bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+           const float* b, int ldb, float beta, float* d, int ldd, void* bias);
+
+ private:
+  struct Plan;
+  struct Cache;
+  cudaStream_t stream_;
+  void* workspace_;
+  size_t workspace_bytes_;
+  void* handle_ = nullptr;  // cublasLtHandle_t, kept out of this header
+  Cache* cache_;
+};
+
 // matmul (cuBLAS: fp32 without TF32, or bf16 inputs with fp32 accumulation when `bf16`); the handle is bound to
-// `stream`
+// `stream`. With `lt`, the bias is added in the GEMM's epilogue and dbias comes from the dweight GEMM's, through
+// `bias_grad` (device scratch of `bias_grad_capacity` floats), wherever cuBLASLt offers that; null: the plain path.
 void launch_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
-                           bool bf16, cublasHandle_t handle, cudaStream_t stream);
+                           bool bf16, cublasHandle_t handle, LtGemm* lt, cudaStream_t stream);
 void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
-                            cudaStream_t stream);
+                            const float* weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
+                            float* bias_grad, size_t bias_grad_capacity, cudaStream_t stream);
 void launch_matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle);
 void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp,

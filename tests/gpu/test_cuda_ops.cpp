@@ -212,6 +212,51 @@ TEST_P(CudaMatmul, ForwardBackward) {
 }
 INSTANTIATE_TEST_SUITE_P(Bias, CudaMatmul, ::testing::Bool());
 
+// Dense layers as the model calls them: weight and bias at odd float offsets inside one arena (the alignment cuBLASLt's
+// fused bias epilogues must be told of), at both matmul precisions. bf16 rounds each GEMM input to 8 bits; dbias may
+// then be summed from dout as the GEMM read it (rounded: a relative error of at most 2^-9 per term, summing to about
+// 2^-9 of dbias's RMS over N random-sign terms), so it gets 8x that on top of the fp32 bound.
+TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
+  const int N = 64, IC = 48, OC = 144;
+  Rng rng(9);
+  const size_t w_at = 3, b_at = w_at + size_t(IC) * OC + 5;  // 12- and 4-byte aligned
+  Floats arena = rng.normal(b_at + OC + 7);
+  const Floats x = rng.normal(size_t(N) * IC), dout = rng.normal(size_t(N) * OC);
+  for (MatmulPrecision prec : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+    Floats out[2], dx[2], dgrads[2];
+    Backend* be[2] = {cpu.get(), gpu.get()};
+    for (int k = 0; k < 2; ++k) {
+      be[k]->set_matmul_precision(prec);
+      FBuf params(*be[k], arena), grads(*be[k], Floats(arena.size())), xi(*be[k], x), g(*be[k], dout),
+          o(*be[k], Floats(size_t(N) * OC)), gx(*be[k], Floats(x.size()));
+      be[k]->matmul_forward(o.get(), xi.get(), params.get() + w_at, params.get() + b_at, N, IC, OC);
+      for (int rep = 0; rep < 2; ++rep)  // twice: the second call accumulates onto the first
+        be[k]->matmul_backward(gx.get(), grads.get() + w_at, grads.get() + b_at, g.get(), xi.get(),
+                               params.get() + w_at, N, IC, OC);
+      out[k] = o.host(), dx[k] = gx.host(), dgrads[k] = grads.host();
+      be[k]->set_matmul_precision(MatmulPrecision::fp32);
+    }
+    const std::string tag = prec == MatmulPrecision::bf16 ? "bf16 " : "fp32 ";
+    const Floats dw0(dgrads[0].begin() + w_at, dgrads[0].begin() + w_at + size_t(IC) * OC),
+        dw1(dgrads[1].begin() + w_at, dgrads[1].begin() + w_at + size_t(IC) * OC),
+        db0(dgrads[0].begin() + b_at, dgrads[0].begin() + b_at + OC),
+        db1(dgrads[1].begin() + b_at, dgrads[1].begin() + b_at + OC);
+    expect_close(tag + "arena matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
+    expect_close(tag + "arena matmul dinp", dx[1], dx[0], fp32_tol(2 * OC, dx[0]));
+    expect_close(tag + "arena matmul dweight", dw1, dw0, fp32_tol(2 * N, dw0));
+    Tol tb = fp32_tol(2 * N, db0);
+    if (prec == MatmulPrecision::bf16) tb.atol += 8.0 * std::ldexp(1.0, -9) * rms(db0);
+    expect_close(tag + "arena matmul dbias", db1, db0, tb);
+    // Everything outside the two tensors stays zero.
+    for (size_t i = 0; i < arena.size(); ++i) {
+      const bool outside = i < w_at || (i >= w_at + size_t(IC) * OC && i < b_at) || i >= b_at + OC;
+      if (outside) {
+        ASSERT_EQ(dgrads[1][i], 0.0f) << tag << "gradient written outside its tensor at " << i;
+      }
+    }
+  }
+}
+
 TEST_F(CudaOps, MatmulTransposed) {
   const int N = 37, C = 45, V = 101;
   Rng rng(7);

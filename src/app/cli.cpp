@@ -5,7 +5,10 @@
 #include <sstream>
 #include <vector>
 
+#include "backend/device_select.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "dist/world.h"
 
 namespace po = boost::program_options;
 
@@ -29,6 +32,12 @@ bool parse_command(int argc, char** argv, const po::options_description& desc, c
 
 void require_option(const po::variables_map& vm, const char* name, const char* hint) {
   if (!vm.count(name)) throw_error(std::string("missing required option --") + name, hint);
+}
+
+std::unique_ptr<Backend> backend_for_device(const std::string& device) {
+  log_info_to_stderr(true);  // stdout is the command's product; the device line and any notice go to stderr
+  const World world = make_world();
+  return make_backend(select_device(world, device, "--device"));
 }
 
 LoadedModel load_model(const std::string& checkpoint, Backend& backend, int max_B, int max_T) {

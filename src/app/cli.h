@@ -1,5 +1,5 @@
 // Shared command-line plumbing for the subcommands: Boost.Program_options parsing with ember's error style, and
-// loading a model's weights from a checkpoint for eval and generate.
+// choosing the device and loading a model's weights from a checkpoint for eval and generate.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -25,6 +25,10 @@ struct LoadedModel {
   std::unique_ptr<GPT> model;
   CheckpointMeta meta;
 };
+
+// The backend for a --device value (cpu, cuda or auto), chosen as training.device is (backend/device_select.h) and
+// named "--device" in its log line and errors. From here on info lines go to stderr: stdout is the command's product.
+std::unique_ptr<Backend> backend_for_device(const std::string& device);
 
 // Builds a GPT (no gradients) sized (max_B, max_T) from a checkpoint's model attributes and loads its weights.
 // max_T = 0 means the model's block_size.

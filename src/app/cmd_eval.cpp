@@ -17,7 +17,7 @@ namespace po = boost::program_options;
 namespace ember {
 
 int cmd_eval(int argc, char** argv) {
-  std::string checkpoint, data, split;
+  std::string checkpoint, data, split, device;
   int batch_size = 0, seq_len = 0, max_batches = 0;
   po::options_description desc("ember eval options");
   desc.add_options()("help,h", "print this help")("checkpoint", po::value(&checkpoint), "checkpoint file (.h5)")(
@@ -26,7 +26,8 @@ int cmd_eval(int argc, char** argv) {
       "batch-size", po::value(&batch_size)->default_value(8), "sequences per batch")(
       "seq-len", po::value(&seq_len)->default_value(0), "sequence length (0: the model's block_size)")(
       "max-batches", po::value(&max_batches)->default_value(0), "evaluate at most N batches (0: all full batches)")(
-      "json", "print one JSON object instead of text");
+      "json", "print one JSON object instead of text")(
+      "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc, "usage: ember eval --checkpoint F --data DIR [--json]", vm)) return EXIT_CODE_OK;
   require_option(vm, "checkpoint", "give the checkpoint to evaluate, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
@@ -34,7 +35,7 @@ int cmd_eval(int argc, char** argv) {
   if (batch_size < 1 || seq_len < 0 || max_batches < 0)
     throw_error("--batch-size must be >= 1, --seq-len and --max-batches >= 0", "fix the option values");
 
-  auto backend = make_cpu_backend();
+  auto backend = backend_for_device(device);
   LoadedModel loaded = load_model(checkpoint, *backend, batch_size, seq_len);
   const ModelConfig& mc = loaded.meta.model;
   const int T = seq_len > 0 ? seq_len : mc.block_size;

@@ -17,7 +17,7 @@ namespace po = boost::program_options;
 namespace ember {
 
 int cmd_generate(int argc, char** argv) {
-  std::string checkpoint, prompt;
+  std::string checkpoint, prompt, device;
   int max_new_tokens = 0, top_k = 0;
   float temperature = 1.0f;
   uint64_t seed = 0;
@@ -27,7 +27,8 @@ int cmd_generate(int argc, char** argv) {
       "max-new-tokens", po::value(&max_new_tokens)->default_value(200), "tokens to generate")(
       "temperature", po::value(&temperature)->default_value(1.0f), "softmax temperature (0: greedy)")(
       "top-k", po::value(&top_k)->default_value(0), "sample among the k most likely tokens (0: all)")(
-      "seed", po::value(&seed)->default_value(1337), "sampling seed");
+      "seed", po::value(&seed)->default_value(1337), "sampling seed")(
+      "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc, "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]", vm))
     return EXIT_CODE_OK;
@@ -35,7 +36,7 @@ int cmd_generate(int argc, char** argv) {
   if (max_new_tokens < 0 || temperature < 0.0f || top_k < 0)
     throw_error("--max-new-tokens, --temperature and --top-k must be >= 0", "fix the option values");
 
-  auto backend = make_cpu_backend();
+  auto backend = backend_for_device(device);
   LoadedModel loaded = load_model(checkpoint, *backend, 1, 0);
   const ModelConfig& mc = loaded.meta.model;
   auto tokenizer = make_tokenizer(ini_value(loaded.meta.config_ini, "data.tokenizer", "bytes"));

@@ -40,16 +40,23 @@ int all_ranks(const World& world, int v, MPI_Op op) {
 
 std::string rank_on_host(const World& world) { return "rank " + std::to_string(world.rank) + " on " + world.host; }
 
+// How a setting of the option reads in messages: "training.device = cuda" for a config key, "--device cuda" for a
+// command-line flag.
+std::string setting(const std::string& option, const std::string& value) {
+  return option.rfind("--", 0) == 0 ? option + " " + value : option + " = " + value;
+}
+
 // GPU local_rank of this node, after the checks every rank of a node makes alike (they see the same devices).
 // `setting` names the option in errors, `why` says in the log why the GPU was chosen.
-DeviceChoice choose_cuda(const World& world, int count, const std::string& setting, const std::string& why) {
+DeviceChoice choose_cuda(const World& world, int count, const std::string& option, const std::string& why) {
+  const std::string chosen = setting(option, "cuda");
   if (count == 0)
-    throw_error(setting + ": no CUDA device is visible to " + rank_on_host(world),
+    throw_error(chosen + ": no CUDA device is visible to " + rank_on_host(world),
                 "check nvidia-smi and CUDA_VISIBLE_DEVICES on " + world.host +
-                    " (and that the job asked for GPUs, e.g. --gpus-per-node), or set training.device = cpu");
+                    " (and that the job asked for GPUs, e.g. --gpus-per-node), or set " + setting(option, "cpu"));
   const bool share = share_gpus_from_env();
   if (world.local_size > count && !share)
-    throw_error(setting + ": " + std::to_string(world.local_size) + " ranks run on " + world.host + " but only " +
+    throw_error(chosen + ": " + std::to_string(world.local_size) + " ranks run on " + world.host + " but only " +
                     std::to_string(count) + " CUDA device(s) are visible there (one rank per GPU)",
                 "launch at most " + std::to_string(count) + " rank(s) per node (mpirun -np " + std::to_string(count) +
                     ", srun --ntasks-per-node=" + std::to_string(count) +
@@ -74,33 +81,35 @@ DeviceChoice choose_cpu(const std::string& why) {
 
 }  // namespace
 
-DeviceChoice select_device(const World& world, const std::string& device) {
+DeviceChoice select_device(const World& world, const std::string& device, const std::string& option) {
   // Only cpu skips discovery: a CPU run never touches the CUDA driver.
-  return select_device(world, device, device == "cpu" || !kBuiltWithCuda ? 0 : cuda_device_count());
+  return select_device(world, device, device == "cpu" || !kBuiltWithCuda ? 0 : cuda_device_count(), option);
 }
 
-DeviceChoice select_device(const World& world, const std::string& device, int visible_cuda_devices) {
-  if (device == "cpu") return choose_cpu("training.device = cpu");
+DeviceChoice select_device(const World& world, const std::string& device, int visible_cuda_devices,
+                           const std::string& option) {
+  if (device == "cpu") return choose_cpu(setting(option, "cpu"));
   if (device == "cuda") {
     if (!kBuiltWithCuda)
-      throw_error("training.device = cuda: this ember was built without the CUDA backend",
+      throw_error(setting(option, "cuda") + ": this ember was built without the CUDA backend",
                   "install the CUDA toolkit (nvcc on PATH, or -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc) and "
-                  "rebuild, or set training.device = cpu");
-    return choose_cuda(world, visible_cuda_devices, "training.device = cuda", "training.device = cuda");
+                  "rebuild, or set " + setting(option, "cpu"));
+    return choose_cuda(world, visible_cuda_devices, option, setting(option, "cuda"));
   }
-  EMBER_ASSERT(device == "auto", "training.device = " + device + " passed the option check");
+  if (device != "auto")
+    throw_error(setting(option, device) + " is not a device", "use one of: cpu, cuda, auto");
   // Every rank must take the same branch: a job never mixes backends, and NCCL needs every rank on a GPU.
+  const std::string chosen = setting(option, "auto");
   const int count = kBuiltWithCuda ? visible_cuda_devices : 0;
   const int without_gpu = all_ranks(world, count == 0, MPI_SUM);
-  if (!kBuiltWithCuda) return choose_cpu("training.device = auto: this ember was built without the CUDA backend");
+  if (!kBuiltWithCuda) return choose_cpu(chosen + ": this ember was built without the CUDA backend");
   if (without_gpu == world.size)
-    return choose_cpu(world.size == 1 ? "training.device = auto: no CUDA device is visible on " + world.host
-                                      : "training.device = auto: no rank sees a CUDA device");
+    return choose_cpu(world.size == 1 ? chosen + ": no CUDA device is visible on " + world.host
+                                      : chosen + ": no rank sees a CUDA device");
   if (without_gpu > 0)
-    return choose_cpu("training.device = auto: " + std::to_string(without_gpu) + " of " + std::to_string(world.size) +
+    return choose_cpu(chosen + ": " + std::to_string(without_gpu) + " of " + std::to_string(world.size) +
                       " ranks see no CUDA device");
-  return choose_cuda(world, count, "training.device = auto",
-                     "training.device = auto: the CUDA backend is built and every rank sees a GPU");
+  return choose_cuda(world, count, option, chosen + ": the CUDA backend is built and every rank sees a GPU");
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& choice) {

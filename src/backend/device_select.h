@@ -1,5 +1,6 @@
-// Device selection: turns training.device (cpu, cuda or auto) into this rank's backend, one GPU per rank by local
-// rank. CPU-only builds compile it too: they know no CUDA device and refuse `cuda` with a hint.
+// Device selection: turns training.device, or the --device of eval and generate (cpu, cuda or auto), into this rank's
+// backend, one GPU per rank by local rank. CPU-only builds compile it too: they know no CUDA device and refuse `cuda`
+// with a hint.
 #pragma once
 
 #include <memory>
@@ -27,10 +28,14 @@ struct DeviceChoice {
 //          EMBER_SHARE_GPU=1 lets ranks share them round-robin (local_rank % count; for tests on a one-GPU machine).
 //  - auto: cuda when the build has the CUDA backend and every rank's node has a visible GPU, else cpu (one job never
 //          mixes the two); logs which and why.
-DeviceChoice select_device(const World& world, const std::string& device);
+// `option` names the setting in the log and in errors: the config key (messages read "training.device = cuda") or a
+// command-line flag such as "--device" (they read "--device cuda"). A value other than the three is an error.
+DeviceChoice select_device(const World& world, const std::string& device,
+                           const std::string& option = "training.device");
 // As above with the number of visible CUDA devices given instead of discovered, so tests reach every rule on any
 // machine (the build check still applies: a CPU-only build refuses `cuda` and picks cpu for `auto`).
-DeviceChoice select_device(const World& world, const std::string& device, int visible_cuda_devices);
+DeviceChoice select_device(const World& world, const std::string& device, int visible_cuda_devices,
+                           const std::string& option = "training.device");
 
 // The backend of a choice: make_cpu_backend() or make_cuda_backend(choice.cuda_device).
 std::unique_ptr<Backend> make_backend(const DeviceChoice& choice);

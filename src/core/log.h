@@ -10,6 +10,9 @@ enum LogLevel { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO = 1, LOG_LEVEL_WARN = 2, LOG
 
 void log_set_rank(int rank, bool all_ranks);
 void log_set_level(LogLevel level);
+// Info and debug lines go to stdout unless this sends them to stderr, for commands whose stdout is their product
+// (generate's text, eval's JSON).
+void log_info_to_stderr(bool on);
 bool log_is_printing_rank();
 
 void log_info(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tools around a checkpoint: eval (text and JSON, bits per byte = loss / ln 2 for bytes), generate (the same
-# seed gives the same text; greedy is deterministic), inspect (metadata and verified datasets).
+# seed gives the same text; greedy is deterministic), inspect (metadata and verified datasets); --device: the
+# device line goes to stderr (stdout stays the product), bad values and an unavailable cuda are refused.
 source "$(dirname "$0")/common.bash"
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1
@@ -30,6 +31,32 @@ cmp -s a.txt c.txt && fail "different seeds gave identical text"
 gen --temperature 0 > g1.txt
 gen --temperature 0 --seed 99 > g2.txt
 cmp g1.txt g2.txt || fail "greedy decoding depends on the seed"
+
+# --device: cpu by default; the choice is logged on stderr, so stdout is only the text or the JSON.
+gen --seed 1 --temperature 0.8 --top-k 20 --device cpu > d.txt 2> d.err
+cmp a.txt d.txt || fail "--device cpu changed the text"
+grep -q '^device: cpu (--device cpu)' d.err || { cat d.err >&2; fail "no device line on stderr"; }
+"$EMBER" eval --checkpoint "$ckpt" --data data --seq-len 32 --json --device cpu > eval_cpu.json 2> eval_cpu.err
+cmp eval.json eval_cpu.json || fail "--device cpu changed eval's JSON"
+expect_error device_bad "--device gpu is not a device" gen --device gpu
+grep -q '^hint: use one of: cpu, cuda, auto' device_bad.err || fail "bad --device: hint"
+# auto: the GPU when there is one (eval then agrees with the CPU to fp32 rounding), else the CPU, saying why.
+"$EMBER" eval --checkpoint "$ckpt" --data data --seq-len 32 --json --device auto > eval_auto.json 2> eval_auto.err ||
+  { cat eval_auto.err >&2; fail "eval --device auto failed"; }
+grep -q '^device: ' eval_auto.err || fail "eval --device auto logged no device line"
+"$PYTHON" - <<'PY'
+import json
+a, b = json.load(open("eval.json")), json.load(open("eval_auto.json"))
+# fp32 on both devices; a mean of ~10^3 token losses, each after ~10 chained ops: 1e-5 relative.
+assert abs(a["loss"] - b["loss"]) <= 1e-5 * a["loss"], (a, b)
+PY
+if grep -q '^device: cpu' eval_auto.err; then
+  expect_error device_cuda "--device cuda: " gen --device cuda
+  grep -q '^hint: .*--device cpu' device_cuda.err || fail "--device cuda without a GPU: hint does not say --device cpu"
+else
+  gen --temperature 0 --device cuda > g_cuda.txt || fail "generate --device cuda failed"
+  [ "$(head -c 8 g_cuda.txt)" = "int main" ] || fail "generate on the GPU: output does not start with the prompt"
+fi
 
 "$EMBER" inspect "$ckpt" | tee inspect.txt
 grep -q "^step *30" inspect.txt || fail "inspect step"

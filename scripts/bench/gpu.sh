@@ -22,6 +22,16 @@ WITH_TORCH=${BENCH_TORCH:-1}
 BUILD_DIR=${EMBER_BUILD_DIR:-build}
 
 die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
+# Python, with the machine's own library path where the caller saved one in BENCH_PYTHON_LD_LIBRARY_PATH:
+# scripts/device/gpu-run.sh puts its private prefix of Debian libraries first on LD_LIBRARY_PATH for Ember, and the
+# machine's own Python and PyTorch must not load those in place of their own.
+py() {
+  if [[ -n "${BENCH_PYTHON_LD_LIBRARY_PATH+set}" ]]; then
+    LD_LIBRARY_PATH=$BENCH_PYTHON_LD_LIBRARY_PATH "$PYTHON" "$@"
+  else
+    "$PYTHON" "$@"
+  fi
+}
 
 [[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ && "$SEQ_LEN" =~ ^[0-9]+$ ]] ||
   die "BENCH_STEPS, BENCH_WARMUP and BENCH_SEQ_LEN must be non-negative integers" "e.g. BENCH_STEPS=30 BENCH_WARMUP=10"
@@ -39,12 +49,12 @@ if [[ "$DEVICE" == cpu ]]; then
   PRECISION=fp32  # PyTorch's CPU side of this comparison runs fp32; Ember's bf16 on the CPU is an emulation
   echo "bench: BENCH_DEVICE=cpu: checking the script on the CPU (fp32, no MFU); these are not GPU numbers" >&2
 fi
-if [[ "$WITH_TORCH" == 1 ]] && ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
+if [[ "$WITH_TORCH" == 1 ]] && ! py -c "import torch" >/dev/null 2>&1; then
   die "PyTorch is not importable by '$PYTHON'" \
       "set BENCH_PYTHON to a Python with a CUDA build of PyTorch (pip install torch), or BENCH_TORCH=0 to measure Ember alone"
 fi
-if [[ "$DEVICE" == cuda && "$WITH_TORCH" == 1 ]] && ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  die "PyTorch ($("$PYTHON" -c 'import torch; print(torch.__version__)')) sees no CUDA device" \
+if [[ "$DEVICE" == cuda && "$WITH_TORCH" == 1 ]] && ! py -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  die "PyTorch ($(py -c 'import torch; print(torch.__version__)')) sees no CUDA device" \
       "run this on a GPU machine with a CUDA build of PyTorch, or BENCH_DEVICE=cpu to check the script"
 fi
 
@@ -95,7 +105,7 @@ TORCH_INFO=()
 for config in $CONFIGS; do
   name=$(basename "$config" .ini)
   # Shapes from the config (missing keys take Ember's defaults), batch from BENCH_BATCH or the config.
-  read -r L NH C BLOCK V B < <("$PYTHON" - "$config" "$BATCH" <<'PY'
+  read -r L NH C BLOCK V B < <(py - "$config" "$BATCH" <<'PY'
 import configparser, sys
 ini = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
 ini.read(sys.argv[1])
@@ -115,21 +125,21 @@ PY
     tail -n 40 "$run.ember.log" >&2
     die "ember train failed on $name (last lines above)" "rerun by hand: ${EMBER_CMD[*]}"
   fi
-  ember_tps=$("$PYTHON" scripts/bench/mean_tokens_per_s.py "$run/ember/metrics.jsonl" "$WARMUP")
+  ember_tps=$(py scripts/bench/mean_tokens_per_s.py "$run/ember/metrics.jsonl" "$WARMUP")
   # "memory measured after the first step on ...: peak X MiB allocated (...)[; the device reports U of T MiB ...]"
   ember_peak=$(sed -n 's/.*memory measured after the first step.*: peak \([0-9.]*\) MiB allocated.*/\1/p' "$run.ember.log")
   ember_device=$(sed -n 's/.*the device reports \([0-9.]*\) of.*/\1/p' "$run.ember.log")
 
   torch_tps="" torch_peak=""
   if [[ "$WITH_TORCH" == 1 ]]; then
-    TORCH_CMD=("$PYTHON" scripts/bench/torch_gpt2.py --device "$DEVICE" --dtype "$PRECISION" --n-layer "$L"
+    TORCH_CMD=(scripts/bench/torch_gpt2.py --device "$DEVICE" --dtype "$PRECISION" --n-layer "$L"
       --n-head "$NH" --n-embd "$C" --block-size "$BLOCK" --vocab-size "$V" --batch-size "$B" --seq-len "$SEQ_LEN"
       --steps "$STEPS" --warmup "$WARMUP")
     [[ "$DEVICE" == cuda ]] && TORCH_CMD+=(--compile)
     echo "bench: $name: torch, $STEPS steps"
-    if ! "${TORCH_CMD[@]}" >"$run.torch.log" 2>&1; then
+    if ! py "${TORCH_CMD[@]}" >"$run.torch.log" 2>&1; then
       tail -n 40 "$run.torch.log" >&2
-      die "torch_gpt2.py failed on $name (last lines above)" "rerun by hand: ${TORCH_CMD[*]}"
+      die "torch_gpt2.py failed on $name (last lines above)" "rerun by hand: $PYTHON ${TORCH_CMD[*]}"
     fi
     torch_tps=$(sed -n 's/^tokens_per_s //p' "$run.torch.log" | tail -n 1)
     torch_peak=$(sed -n 's/^peak_memory_mib //p' "$run.torch.log" | tail -n 1)
@@ -140,7 +150,7 @@ PY
 
   # Training FLOPs per token: 6 N for the parameter GEMMs (forward 2, backward 4) plus causal attention's QK^T and
   # AV, 6 L C T (half of the full T x T products); the same formula for both, so the ratio does not depend on it.
-  ROWS+=("$("$PYTHON" - "$L" "$C" "$BLOCK" "$V" "$SEQ_LEN" "$B" "$ember_tps" "${torch_tps:-0}" "${PEAK_TFLOPS:-0}" \
+  ROWS+=("$(py - "$L" "$C" "$BLOCK" "$V" "$SEQ_LEN" "$B" "$ember_tps" "${torch_tps:-0}" "${PEAK_TFLOPS:-0}" \
     "${ember_peak:-?}" "${ember_device:-}" "${torch_peak:-}" "$name" <<'PY'
 import sys
 L, C, block, V, T, B = map(int, sys.argv[1:7])

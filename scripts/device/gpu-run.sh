@@ -104,6 +104,8 @@ else
 fi
 
 # --- environment: the prefix first, for the build and for every process the tests start ---
+# The machine's own library path, kept for its Python and PyTorch (scripts/bench/gpu.sh runs them with it).
+export BENCH_PYTHON_LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}
 export PATH=$P/bin:$PATH
 # Library folders: a few packages (libnl, keyutils) still install into /lib rather than /usr/lib.
 PREFIX_LIBS=$PREFIX/lib/$MULTIARCH:$LIBDIR

@@ -161,6 +161,11 @@ void GPT::layernorm_1(int l, const float* residual) {
                              p(table_.block(l, BLOCK_PARAM_LN1_B)), B_ * T_, config_.n_embd);
 }
 
+void GPT::attention_in(int l, const float* residual) {
+  layernorm_1(l, residual);
+  attention_core(l);
+}
+
 void GPT::attention_core(int l) {
   const int C = config_.n_embd, NH = config_.n_head, N = B_ * T_;
   LayerActs& a = layers_[l];
@@ -191,13 +196,15 @@ void GPT::mlp_out(int l) {
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
   backend_.matmul_forward(fcproj_, a.fch_gelu, P(BLOCK_PARAM_FCPROJ_W), P(BLOCK_PARAM_FCPROJ_B), N, 4 * C, C);
-  // The layernorm after this layer: the next layer's ln_1, or ln_f after the last.
-  const bool last = l + 1 == config_.n_layer;
-  LayerActs* next = last ? nullptr : &layers_[l + 1];
-  const ParamInfo& w = last ? table_.ln_f_weight() : table_.block(l + 1, BLOCK_PARAM_LN1_W);
-  const ParamInfo& b = last ? table_.ln_f_bias() : table_.block(l + 1, BLOCK_PARAM_LN1_B);
-  backend_.residual_layernorm_forward(a.residual3, last ? lnf_ : next->ln1, last ? lnf_mean_ : next->ln1_mean,
-                                      last ? lnf_rstd_ : next->ln1_rstd, a.residual2, fcproj_, p(w), p(b), N, C);
+  // The layernorm after this layer: ln_f after the last, else the next layer's ln_1.
+  float *out = lnf_, *mean = lnf_mean_, *rstd = lnf_rstd_;
+  const ParamInfo *w = &table_.ln_f_weight(), *b = &table_.ln_f_bias();
+  if (l + 1 < config_.n_layer) {
+    LayerActs& next = layers_[l + 1];
+    out = next.ln1, mean = next.ln1_mean, rstd = next.ln1_rstd;
+    w = &table_.block(l + 1, BLOCK_PARAM_LN1_W), b = &table_.block(l + 1, BLOCK_PARAM_LN1_B);
+  }
+  backend_.residual_layernorm_forward(a.residual3, out, mean, rstd, a.residual2, fcproj_, p(*w), p(*b), N, C);
 }
 
 void GPT::zero_grad() {
@@ -227,8 +234,7 @@ void GPT::backward(float loss_scale) {
     auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
     auto G = [&](BlockParam bp) { return g(table_.block(l, bp)); };
     if (recompute_ == Recompute::full) {  // everything but the stored output, in forward order
-      layernorm_1(l, residual);
-      attention_core(l);
+      attention_in(l, residual);
       attention_out(l, residual);
       mlp_in(l);
     }
@@ -243,10 +249,7 @@ void GPT::backward(float loss_scale) {
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN2_W), G(BLOCK_PARAM_LN2_B), dC_, a.residual2,
                           P(BLOCK_PARAM_LN2_W), a.ln2_mean, a.ln2_rstd, N, C);
     // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
-    if (recompute_ == Recompute::attention) {
-      layernorm_1(l, residual);
-      attention_core(l);
-    }
+    if (recompute_ == Recompute::attention) attention_in(l, residual);
     be.zero(dC_, NC * sizeof(float));
     be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, P(BLOCK_PARAM_PROJ_W),
                        N, C, C);

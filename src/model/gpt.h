@@ -81,10 +81,11 @@ class GPT {
   float* alloc_floats(size_t n, bool weights = false);
   // Forward pieces of layer l: ln_1 of its input; c_attn and attention; c_proj, the residual add (residual2) fused
   // with ln_2; c_fc and GELU; c_proj and the residual add (residual3) fused with the next layernorm (the next layer's
-  // ln_1, or ln_f). Backward reruns the first four as recompute asks, ln_1 with the unfused layernorm, which gives
-  // the bitwise-same result (backend.h).
+  // ln_1, or ln_f). Forward runs ln_1 only for layer 0; backward reruns the first four as recompute asks, ln_1 with
+  // the unfused layernorm (attention_in = layernorm_1 + attention_core), which gives the bitwise-same result.
   void layernorm_1(int l, const float* residual);
   void attention_core(int l);
+  void attention_in(int l, const float* residual);
   void attention_out(int l, const float* residual);
   void mlp_in(int l);
   void mlp_out(int l);

@@ -47,9 +47,10 @@ std::string setting(const std::string& option, const std::string& value) {
 }
 
 // GPU local_rank of this node, after the checks every rank of a node makes alike (they see the same devices).
-// `setting` names the option in errors, `why` says in the log why the GPU was chosen.
-DeviceChoice choose_cuda(const World& world, int count, const std::string& option, const std::string& why) {
-  const std::string chosen = setting(option, "cuda");
+// `option = value` is the setting being resolved, named in errors; `why` says in the log why the GPU was chosen.
+DeviceChoice choose_cuda(const World& world, int count, const std::string& option, const std::string& value,
+                         const std::string& why) {
+  const std::string chosen = setting(option, value);
   if (count == 0)
     throw_error(chosen + ": no CUDA device is visible to " + rank_on_host(world),
                 "check nvidia-smi and CUDA_VISIBLE_DEVICES on " + world.host +
@@ -94,7 +95,7 @@ DeviceChoice select_device(const World& world, const std::string& device, int vi
       throw_error(setting(option, "cuda") + ": this ember was built without the CUDA backend",
                   "install the CUDA toolkit (nvcc on PATH, or -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc) and "
                   "rebuild, or set " + setting(option, "cpu"));
-    return choose_cuda(world, visible_cuda_devices, option, setting(option, "cuda"));
+    return choose_cuda(world, visible_cuda_devices, option, "cuda", setting(option, "cuda"));
   }
   if (device != "auto")
     throw_error(setting(option, device) + " is not a device", "use one of: cpu, cuda, auto");
@@ -109,7 +110,7 @@ DeviceChoice select_device(const World& world, const std::string& device, int vi
   if (without_gpu > 0)
     return choose_cpu(chosen + ": " + std::to_string(without_gpu) + " of " + std::to_string(world.size) +
                       " ranks see no CUDA device");
-  return choose_cuda(world, count, option, chosen + ": the CUDA backend is built and every rank sees a GPU");
+  return choose_cuda(world, count, option, "auto", chosen + ": the CUDA backend is built and every rank sees a GPU");
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& choice) {

@@ -1,5 +1,7 @@
 // CUDA backend: causal multi-head self-attention, flash style: the (T, T) score matrix is never stored. Forward
 // tiles over keys with an online softmax and saves the log-sum-exp per row; backward recomputes P from q, k and lse.
+// These are the fp32 kernels (CUDA cores); with matmul precision bf16 the backend methods below take the tensor-core
+// kernels of cuda_attention_tc.cu where the device and head size allow.
 #include <cmath>
 
 #include "core/error.h"
@@ -304,7 +306,10 @@ void CudaBackend::attention_forward(float* out,        // (B, T, C)
                                     float* lse,        // (B, NH, T)
                                     const float* qkv,  // (B, T, 3C)
                                     int B, int T, int C, int NH) {
-  cuda::launch_attention_forward(out, lse, qkv, B, T, C, NH, stream_);
+  if (tensor_core_attention(C, NH))
+    cuda::launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, stream_);
+  else
+    cuda::launch_attention_forward(out, lse, qkv, B, T, C, NH, stream_);
 }
 
 void CudaBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
@@ -314,7 +319,14 @@ void CudaBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
                                      const float* lse,   // (B, NH, T)
                                      int B, int T, int C, int NH) {
   float* delta = static_cast<float*>(scratch(sizeof(float) * size_t(B) * NH * T));  // (B, NH, T)
-  cuda::launch_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
+  if (tensor_core_attention(C, NH))
+    cuda::launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
+  else
+    cuda::launch_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
+}
+
+bool CudaBackend::tensor_core_attention(int C, int NH) const {
+  return bf16() && compute_major_ >= 8 && NH > 0 && C % NH == 0 && cuda::attention_tensor_cores_support(C / NH);
 }
 
 }  // namespace ember

@@ -20,6 +20,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                 "check nvidia-smi and CUDA_VISIBLE_DEVICES, or run on the CPU backend");
   EMBER_CUDA_CHECK(cudaSetDevice(device));
   device_name_ = cuda_device_name(device);
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&compute_major_, cudaDevAttrComputeCapabilityMajor, device));
   EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EMBER_CUBLAS_CHECK(cublasCreate(&cublas_));
   EMBER_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

@@ -1,5 +1,5 @@
-// The CUDA backend: every op of backend.h in fp32 on one device, one stream, and the cuBLAS and cuBLASLt handles
-// bound to it.
+// The CUDA backend: every op of backend.h on one device (fp32 storage; bf16 GEMM and attention inputs with matmul
+// precision bf16), one stream, and the cuBLAS and cuBLASLt handles bound to it.
 // Ops are defined across one .cu per family (encoder, layernorm, matmul, attention, gelu, loss, optim, elementwise).
 #pragma once
 
@@ -84,10 +84,13 @@ class CudaBackend final : public Backend {
 
  private:
   bool bf16() const { return matmul_precision_ == MatmulPrecision::bf16; }
+  // Whether attention takes the tensor-core kernels: matmul precision bf16, sm_80 or newer, a supported head size.
+  bool tensor_core_attention(int C, int NH) const;
   // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
   void* scratch(size_t bytes);
 
   int device_ = 0;
+  int compute_major_ = 0;  // the device's compute capability, major part
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

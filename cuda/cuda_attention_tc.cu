@@ -1,0 +1,65 @@
+// CUDA backend: the launchers of the tensor-core attention kernels (cuda_attention_tc.cuh), taken with matmul
+// precision bf16 on sm_80 and newer for head sizes 16, 32 and 64.
+#include "core/error.h"
+#include "cuda_check.h"
+#include "cuda_common.cuh"
+#include "cuda_attention_tc.cuh"
+#include "cuda_ops.h"
+
+namespace ember::cuda {
+namespace {
+
+using namespace tc;
+
+void check_tc_shape(int B, int T, int C, int NH) {
+  EMBER_ASSERT(attention_tensor_cores_support(C / NH), "attention: no tensor-core kernel for this head size");
+  EMBER_ASSERT(ceil_div(size_t(T), kRows) <= 65535u && size_t(B) * NH <= 0x7fffffffu,
+               "attention: grid too large for this T or B * NH");
+}
+
+template <int HS>
+void forward_tc(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+  const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
+  attention_forward_tc_kernel<HS><<<grid, kWarps * kWarpSize, 0, stream>>>(out, lse, qkv, T, C, NH,
+                                                                          1.0f / sqrtf(float(HS)));
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+template <int HS>
+void backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out, const float* lse,
+                 int B, int T, int C, int NH, cudaStream_t stream) {
+  const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
+  const float scale = 1.0f / sqrtf(float(HS));
+  attention_backward_dq_tc_kernel<HS><<<grid, kWarps * kWarpSize, 0, stream>>>(dqkv, delta, dout, qkv, out, lse, T,
+                                                                              C, NH, scale);
+  EMBER_CUDA_LAUNCH_CHECK();
+  attention_backward_dkv_tc_kernel<HS><<<grid, kWarps * kWarpSize, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C,
+                                                                               NH, scale);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool attention_tensor_cores_support(int HS) { return HS == 16 || HS == 32 || HS == 64; }
+
+void launch_attention_forward_tc(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                                 cudaStream_t stream) {
+  check_tc_shape(B, T, C, NH);
+  switch (C / NH) {
+    case 16: forward_tc<16>(out, lse, qkv, B, T, C, NH, stream); break;
+    case 32: forward_tc<32>(out, lse, qkv, B, T, C, NH, stream); break;
+    default: forward_tc<64>(out, lse, qkv, B, T, C, NH, stream); break;
+  }
+}
+
+void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+                                  const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
+  check_tc_shape(B, T, C, NH);
+  switch (C / NH) {
+    case 16: backward_tc<16>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
+    case 32: backward_tc<32>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
+    default: backward_tc<64>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
+  }
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,84 @@
+// Error bounds for attention whose products take bf16 inputs (the CUDA backend's tensor-core kernels), against fp32
+// attention on the same bf16-rounded q, k, v and dout. The kernels round P (before P V and P^T dO) and dS (before
+// dS K and dS^T Q) to bf16, a relative error of at most 2^-8 per term (the unit roundoff of an 8-bit significand),
+// so to first order each element may differ by at most
+//   out_i:  2^-8 sum_j P_ij |v_j|              dV_j: 2^-8 sum_i P_ij |dO_i|
+//   dQ_i:   2^-8 scale sum_j |dS_ij| |k_j|     dK_j: 2^-8 scale sum_i |dS_ij| |q_i|
+// (componentwise in the head dim), computed here in double from the inputs. A wrong fragment, mask or tile boundary
+// moves elements by O(|v|), far beyond these.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ember::test {
+
+struct AttnBounds {
+  std::vector<float> out, dqkv;  // (B, T, C) and (B, T, 3C)
+};
+
+inline std::vector<float> rounded_to_bf16(std::vector<float> v) {
+  for (float& x : v) x = round_to_bf16(x);
+  return v;
+}
+
+inline AttnBounds attention_bf16_bounds(const std::vector<float>& qkv,   // (B, T, 3C), bf16 values
+                                        const std::vector<float>& dout,  // (B, T, C), bf16 values
+                                        int B, int T, int C, int NH) {
+  const int HS = C / NH, C3 = 3 * C;
+  const double scale = 1.0 / std::sqrt(double(HS)), u = std::ldexp(1.0, -8);
+  AttnBounds bd{std::vector<float>(size_t(B) * T * C), std::vector<float>(size_t(B) * T * C3)};
+  std::vector<double> P(size_t(T) * T), dS(size_t(T) * T), o(HS);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      auto q = [&](int t, int d) { return double(qkv[(size_t(b) * T + t) * C3 + h * HS + d]); };
+      auto k = [&](int t, int d) { return double(qkv[(size_t(b) * T + t) * C3 + C + h * HS + d]); };
+      auto v = [&](int t, int d) { return double(qkv[(size_t(b) * T + t) * C3 + 2 * C + h * HS + d]); };
+      auto dO = [&](int t, int d) { return double(dout[(size_t(b) * T + t) * C + h * HS + d]); };
+      for (int i = 0; i < T; ++i) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= i; ++j) {
+          double s = 0.0;
+          for (int d = 0; d < HS; ++d) s += q(i, d) * k(j, d);
+          P[size_t(i) * T + j] = s * scale;
+          mx = std::max(mx, s * scale);
+        }
+        for (int j = 0; j <= i; ++j) sum += (P[size_t(i) * T + j] = std::exp(P[size_t(i) * T + j] - mx));
+        for (int j = 0; j <= i; ++j) P[size_t(i) * T + j] /= sum;
+        double D = 0.0;
+        for (int d = 0; d < HS; ++d) {
+          o[d] = 0.0;
+          double ob = 0.0;
+          for (int j = 0; j <= i; ++j) {
+            o[d] += P[size_t(i) * T + j] * v(j, d);
+            ob += P[size_t(i) * T + j] * std::fabs(v(j, d));
+          }
+          D += dO(i, d) * o[d];
+          bd.out[(size_t(b) * T + i) * C + h * HS + d] = float(u * ob);
+        }
+        for (int j = 0; j <= i; ++j) {
+          double dp = 0.0;
+          for (int d = 0; d < HS; ++d) dp += dO(i, d) * v(j, d);
+          dS[size_t(i) * T + j] = P[size_t(i) * T + j] * (dp - D);
+        }
+      }
+      for (int t = 0; t < T; ++t)
+        for (int d = 0; d < HS; ++d) {
+          double bq = 0.0, bk = 0.0, bv = 0.0;
+          for (int j = 0; j <= t; ++j) bq += std::fabs(dS[size_t(t) * T + j]) * std::fabs(k(j, d));
+          for (int i = t; i < T; ++i) {
+            bk += std::fabs(dS[size_t(i) * T + t]) * std::fabs(q(i, d));
+            bv += P[size_t(i) * T + t] * std::fabs(dO(i, d));
+          }
+          float* row = bd.dqkv.data() + (size_t(b) * T + t) * C3 + h * HS + d;
+          row[0] = float(u * scale * bq), row[C] = float(u * scale * bk), row[2 * C] = float(u * bv);
+        }
+    }
+  return bd;
+}
+
+}  // namespace ember::test

@@ -326,7 +326,7 @@ void CudaBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
 }
 
 bool CudaBackend::tensor_core_attention(int C, int NH) const {
-  return bf16() && compute_major_ >= 8 && NH > 0 && C % NH == 0 && cuda::attention_tensor_cores_support(C / NH);
+  return compute_major_ >= 8 && NH > 0 && C % NH == 0 && attention_in_bf16(matmul_precision_, C / NH);
 }
 
 }  // namespace ember

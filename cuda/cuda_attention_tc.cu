@@ -1,5 +1,6 @@
 // CUDA backend: the launchers of the tensor-core attention kernels (cuda_attention_tc.cuh), taken with matmul
 // precision bf16 on sm_80 and newer for head sizes 16, 32 and 64.
+#include "core/dtype.h"
 #include "core/error.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
@@ -12,7 +13,7 @@ namespace {
 using namespace tc;
 
 void check_tc_shape(int B, int T, int C, int NH) {
-  EMBER_ASSERT(attention_tensor_cores_support(C / NH), "attention: no tensor-core kernel for this head size");
+  EMBER_ASSERT(attention_in_bf16(MatmulPrecision::bf16, C / NH), "attention: no tensor-core kernel for this head size");
   EMBER_ASSERT(ceil_div(size_t(T), kRows) <= 65535u && size_t(B) * NH <= 0x7fffffffu,
                "attention: grid too large for this T or B * NH");
 }
@@ -39,8 +40,6 @@ void backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv,
 }
 
 }  // namespace
-
-bool attention_tensor_cores_support(int HS) { return HS == 16 || HS == 32 || HS == 64; }
 
 void launch_attention_forward_tc(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                                  cudaStream_t stream) {

@@ -84,7 +84,7 @@ class CudaBackend final : public Backend {
 
  private:
   bool bf16() const { return matmul_precision_ == MatmulPrecision::bf16; }
-  // Whether attention takes the tensor-core kernels: matmul precision bf16, sm_80 or newer, a supported head size.
+  // Whether attention takes the tensor-core kernels: attention_in_bf16 (core/dtype.h) on sm_80 or newer.
   bool tensor_core_attention(int C, int NH) const;
   // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
   void* scratch(size_t bytes);

@@ -73,12 +73,11 @@ void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cu
 
 // attention; `delta` is (B, NH, T) scratch for the backward pass. The fp32 kernels (CUDA cores, head sizes up to
 // 128) and, for matmul precision bf16 on sm_80 and newer, the tensor-core kernels (bf16 products, fp32 softmax and
-// accumulation) for the head sizes attention_tensor_cores_support accepts.
+// accumulation) for the head sizes of attention_in_bf16 (core/dtype.h).
 void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                               cudaStream_t stream);
 void launch_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                                const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
-bool attention_tensor_cores_support(int HS);
 void launch_attention_forward_tc(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                                  cudaStream_t stream);
 void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,

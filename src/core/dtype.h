@@ -31,4 +31,11 @@ enum class MatmulPrecision { fp32, bf16 };
 MatmulPrecision parse_matmul_precision(const std::string& name);  // throws on an unknown name
 std::string matmul_precision_name(MatmulPrecision p);
 
+// Under matmul precision bf16, attention's products (q k^T, P v and the backward's four) take bf16 inputs too, with
+// fp32 softmax statistics and accumulation, for the head sizes the CUDA backend has tensor-core kernels for (16, 32
+// and 64; GPT-2's is 64 at every size). Other head sizes keep fp32 attention, on every backend alike.
+inline bool attention_in_bf16(MatmulPrecision p, int head_size) {
+  return p == MatmulPrecision::bf16 && (head_size == 16 || head_size == 32 || head_size == 64);
+}
+
 }  // namespace ember

@@ -1,5 +1,7 @@
 // CPU backend: causal multi-head self-attention, flash style (forward saves only the per-row log-sum-exp).
 // Threads take whole (batch, head) pairs; each walks its queries in blocks with small GEMMs on a private scratch.
+// Under matmul precision bf16 (for the head sizes of attention_in_bf16) the products' inputs are rounded to bf16, as
+// the CUDA backend's tensor-core kernels take them.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -8,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_gemm.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace ember {
@@ -66,11 +69,22 @@ EMBER_CPU_CLONES void attention_dscores_row(float* p, float* ds, int n, int ld, 
   for (int j = n; j < ld; ++j) p[j] = ds[j] = 0.0f;
 }
 
+// Attention in bf16 (attention_in_bf16) emulates the CUDA backend's tensor-core kernels: every product's inputs are
+// rounded to bf16 (q, k, v and dout as they are read; P and dS before the product each feeds), while the softmax
+// statistics, the row sums and D = dO . O stay fp32. This rounds the first n values of each of `rows` rows `ld`
+// apart, in place.
+void round_rows(float* x, int rows, int n, int ld) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) x[size_t(r) * ld + j] = round_to_bf16(x[size_t(r) * ld + j]);
+}
+
 // Copies one head's (T, HS) slice out of rows `stride` apart into a contiguous buffer. The GEMMs read K and V once
 // per query block; packing them straight from (B, T, 3C) rows 3C apart costs a TLB miss per row at T = 1024
-// (measured 2.5x slower than from a contiguous copy, which also stays in L2 across the blocks).
-void gather_head(float* dst, const float* src, int T, int HS, int stride) {
+// (measured 2.5x slower than from a contiguous copy, which also stays in L2 across the blocks). With `bf16` the copy
+// is rounded to bf16.
+void gather_head(float* dst, const float* src, int T, int HS, int stride, bool bf16 = false) {
   for (int t = 0; t < T; ++t) std::memcpy(dst + size_t(t) * HS, src + size_t(t) * stride, sizeof(float) * HS);
+  if (bf16) round_rows(dst, T, HS, HS);
 }
 
 }  // namespace
@@ -82,29 +96,36 @@ void CpuBackend::attention_forward(float* out,        // (B, T, C)
   EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
   const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
   const float scale = 1.0f / std::sqrt(float(HS));
+  const bool bf16 = attention_in_bf16(matmul_precision_, HS);
 #pragma omp parallel if (size_t(B) * T * T * C >= cpu::kMinParallelWork)
   {
-    // Per thread: one query block's scores (BQ, T) with rows padded to whole vectors, and the head's K and V.
+    // Per thread: one query block's scores (BQ, T) with rows padded to whole vectors, the head's K and V, and in
+    // bf16 the query block's rounded q.
     const size_t score_size = size_t(BQ) * pad_lanes(T), head_size = size_t(T) * HS;
-    std::unique_ptr<float[]> scratch(new float[score_size + 2 * head_size]);
+    std::unique_ptr<float[]> scratch(new float[score_size + 2 * head_size + (bf16 ? size_t(BQ) * HS : 0)]);
     float* S = scratch.get();
     float* kc = S + score_size;  // (T, HS)
     float* vc = kc + head_size;  // (T, HS)
+    float* qr = vc + head_size;  // (BQ, HS) in bf16
     float inv_sum[kQueryBlock];
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
       const float* q = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // (T, HS), row stride 3C
-      gather_head(kc, q + C, T, HS, C3);
-      gather_head(vc, q + 2 * C, T, HS, C3);
+      gather_head(kc, q + C, T, HS, C3, bf16);
+      gather_head(vc, q + 2 * C, T, HS, C3, bf16);
       float* o = out + size_t(b) * T * C + size_t(h) * HS;  // (T, HS), row stride C
       float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
         const int rows = std::min(BQ, T - i0), keys = i0 + rows;  // queries i0.. see keys 0..keys-1 at most
         const int ld = pad_lanes(keys);                           // S is (rows, keys) with row stride ld
-        gemm(false, true, rows, keys, HS, scale, q + size_t(i0) * C3, C3, kc, HS, 0.0f, S, ld);
+        const float* qb = q + size_t(i0) * C3;
+        int ldq = C3;
+        if (bf16) gather_head(qr, qb, rows, HS, C3, true), qb = qr, ldq = HS;
+        gemm(false, true, rows, keys, HS, scale, qb, ldq, kc, HS, 0.0f, S, ld);
         for (int r = 0; r < rows; ++r)
           inv_sum[r] = 1.0f / softmax_causal_row(S + size_t(r) * ld, i0 + r + 1, ld, &row_lse[i0 + r]);
+        if (bf16) round_rows(S, rows, keys, ld);  // P after its sum was taken, as the GPU's
         // O = P V with P unnormalised, then each row divided by its sum: (rows, HS) multiplies instead of (rows, keys).
         float* ob = o + size_t(i0) * C;
         gemm(false, false, rows, HS, keys, 1.0f, S, ld, vc, HS, 0.0f, ob, C);
@@ -127,26 +148,30 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
   EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
   const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
   const float scale = 1.0f / std::sqrt(float(HS));
+  const bool bf16 = attention_in_bf16(matmul_precision_, HS);
   // Every (b, h) pair writes only its own columns of dqkv, so pairs run on different threads without races, and
   // within a pair the query blocks run in order: the sums are deterministic.
 #pragma omp parallel if (size_t(B) * T * T * C >= cpu::kMinParallelWork)
   {
-    // Per thread: P and dS for one query block, the head's K and V, and its dK and dV accumulated over all blocks.
+    // Per thread: P and dS for one query block, the head's K and V, its dK and dV accumulated over all blocks, and
+    // in bf16 the query block's rounded q and dout.
     const size_t score_size = size_t(BQ) * pad_lanes(T), head_size = size_t(T) * HS;
-    std::unique_ptr<float[]> scratch(new float[2 * score_size + 4 * head_size]);
+    std::unique_ptr<float[]> scratch(new float[2 * score_size + 4 * head_size + (bf16 ? 2 * size_t(BQ) * HS : 0)]);
     float* P = scratch.get();     // (rows, keys) probabilities, row stride ld
     float* dS = P + score_size;   // (rows, keys) dP, then dS in place
     float* kc = dS + score_size;  // (T, HS) each
     float* vc = kc + head_size;
     float* dkc = vc + head_size;
     float* dvc = dkc + head_size;
+    float* qr = dvc + head_size;  // (BQ, HS) each, in bf16
+    float* dor = qr + size_t(BQ) * HS;
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
       const size_t qkv_off = size_t(b) * T * C3 + size_t(h) * HS, out_off = size_t(b) * T * C + size_t(h) * HS;
       const float* q = qkv + qkv_off;  // (T, HS), row stride 3C
-      gather_head(kc, q + C, T, HS, C3);
-      gather_head(vc, q + 2 * C, T, HS, C3);
+      gather_head(kc, q + C, T, HS, C3, bf16);
+      gather_head(vc, q + 2 * C, T, HS, C3, bf16);
       std::memset(dkc, 0, 2 * head_size * sizeof(float));
       float* dq = dqkv + qkv_off;      // (T, HS), row stride 3C
       const float* o = out + out_off;  // (T, HS), row stride C
@@ -157,16 +182,22 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
         const int ld = pad_lanes(keys);
         const float* dOb = dO + size_t(i0) * C;
         const float* qb = q + size_t(i0) * C3;
-        gemm(false, true, rows, keys, HS, scale, qb, C3, kc, HS, 0.0f, P, ld);  // scaled scores
-        gemm(false, true, rows, keys, HS, 1.0f, dOb, C, vc, HS, 0.0f, dS, ld);  // dP = dO V^T
+        int ldq = C3, ldo = C;
+        if (bf16) {
+          gather_head(qr, qb, rows, HS, C3, true), qb = qr, ldq = HS;
+          gather_head(dor, dOb, rows, HS, C, true), dOb = dor, ldo = HS;
+        }
+        gemm(false, true, rows, keys, HS, scale, qb, ldq, kc, HS, 0.0f, P, ld);  // scaled scores
+        gemm(false, true, rows, keys, HS, 1.0f, dOb, ldo, vc, HS, 0.0f, dS, ld);  // dP = dO V^T
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
           attention_dscores_row(P + size_t(r) * ld, dS + size_t(r) * ld, i + 1, ld, row_lse[i], o + size_t(i) * C,
-                                dO + size_t(i) * C, HS);
+                                dO + size_t(i) * C, HS);  // D from the fp32 dout
         }
-        gemm(true, false, keys, HS, rows, 1.0f, P, ld, dOb, C, 1.0f, dvc, HS);                      // dV += P^T dO
+        if (bf16) round_rows(P, rows, keys, ld), round_rows(dS, rows, keys, ld);
+        gemm(true, false, keys, HS, rows, 1.0f, P, ld, dOb, ldo, 1.0f, dvc, HS);                    // dV += P^T dO
         gemm(false, false, rows, HS, keys, scale, dS, ld, kc, HS, 1.0f, dq + size_t(i0) * C3, C3);  // dQ += s dS K
-        gemm(true, false, keys, HS, rows, scale, dS, ld, qb, C3, 1.0f, dkc, HS);                    // dK += s dS^T Q
+        gemm(true, false, keys, HS, rows, scale, dS, ld, qb, ldq, 1.0f, dkc, HS);                   // dK += s dS^T Q
       }
       float* dk = dq + C;
       float* dv = dq + 2 * C;

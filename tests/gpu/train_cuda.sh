@@ -2,7 +2,7 @@
 # Training on the GPU (label gpu): the CUDA backend follows the CPU backend's loss trajectory; two ranks (NCCL where
 # there are two GPUs, else MPI staged through host memory on one shared GPU) match one rank with gradient
 # accumulation, with and without ZeRO-1; deterministic mode repeats bitwise; a stop and resume is bitwise, and
-# checkpoints move between GPU and CPU both ways. Exits 77 (skipped) where no GPU is visible.
+# checkpoints move between GPU and CPU both ways; matmul precision bf16 follows the CPU's emulation of it. Exits 77 (skipped) where no GPU is visible.
 # Called as: train_cuda.sh EMBER_BINARY SOURCE_DIR WORK_DIR
 source "$2/tests/e2e/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2
@@ -130,5 +130,29 @@ for ref, other in [("gpu", "gpu_to_cpu"), ("cpu", "cpu_to_gpu"), ("cpu", "gpu_no
     print(f"{ref:4s} vs {other:10s} (steps 7-12): max relative difference {worst:.2e} (tolerance 2e-03)")
     bad += not worst <= 2e-3
 assert bad == 0, "training after a change of device (or without determinism) left its reference"
+PY
+
+# Matmul precision bf16. The tiny config's head size is 16, so attention takes the tensor-core kernels. The GPU run
+# follows the CPU's emulation of the same roundings, and a second GPU run repeats it bitwise. The two backends round
+# the same kinds of inputs, but a difference in fp32 summation order can move a value across a bf16 rounding boundary
+# (2^-8 relative), so they agree only to bf16 resolution: 1e-2 relative over 12 steps (a wrong kernel gives 1e-1 or
+# more; the fp32 comparison above allows 2e-3).
+train cpu_bf16 1 --training.device=cpu --training.precision=bf16
+train gpu_bf16 1 --training.device=cuda --training.precision=bf16
+train gpu_bf16_again 1 --training.device=cuda --training.precision=bf16
+grep -q "matmul precision bf16" gpu_bf16.log || { cat gpu_bf16.log >&2; fail "gpu_bf16 did not log matmul precision bf16"; }
+losses gpu_bf16/metrics.jsonl >gpu_bf16.txt
+losses gpu_bf16_again/metrics.jsonl >gpu_bf16_again.txt
+diff gpu_bf16.txt gpu_bf16_again.txt || fail "two deterministic bf16 GPU runs gave different losses"
+"$PYTHON" - <<'PY'
+import json
+def losses(d):
+    recs = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+    return [r["loss"] for r in recs] + [r["val_loss"] for r in recs if "val_loss" in r]
+a, b = losses("cpu_bf16"), losses("gpu_bf16")
+assert len(a) == len(b) == 14, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"cpu_bf16   vs gpu_bf16 : max relative difference {worst:.2e} (tolerance 1e-02)")
+assert worst <= 1e-2, "bf16 GPU training does not follow the CPU's bf16 emulation"
 PY
 echo PASS

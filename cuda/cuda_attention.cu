@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -283,7 +282,7 @@ void launch_attention_forward(float* out, float* lse, const float* qkv, int B, i
   check_attention_shape(B, T, C, NH, kForwardRows);
   const float scale = 1.0f / sqrtf(float(C / NH));
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kForwardRows));
-  attention_forward_kernel<<<grid, kForwardRows * kWarpSize, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+  EMBER_KERNEL_LAUNCH(attention_forward_kernel, grid, kForwardRows * kWarpSize, stream, out, lse, qkv, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -292,41 +291,14 @@ void launch_attention_backward(float* dqkv, float* delta, const float* dout, con
   check_attention_shape(B, T, C, NH, kBackwardRows);
   const float scale = 1.0f / sqrtf(float(C / NH));
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kBackwardRows));
-  attention_backward_dq_kernel<<<grid, kBackwardRows * kWarpSize, 0, stream>>>(dqkv, delta, dout, qkv, out, lse, T,
-                                                                               C, NH, scale);
+  EMBER_KERNEL_LAUNCH(attention_backward_dq_kernel, grid, kBackwardRows * kWarpSize, stream, dqkv, delta, dout, qkv,
+                      out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
-  attention_backward_dkv_kernel<<<grid, kBackwardRows * kWarpSize, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C,
-                                                                                NH, scale);
+  EMBER_KERNEL_LAUNCH(attention_backward_dkv_kernel, grid, kBackwardRows * kWarpSize, stream, dqkv, delta, dout, qkv,
+                      lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
-
-void CudaBackend::attention_forward(float* out,        // (B, T, C)
-                                    float* lse,        // (B, NH, T)
-                                    const float* qkv,  // (B, T, 3C)
-                                    int B, int T, int C, int NH) {
-  if (tensor_core_attention(C, NH))
-    cuda::launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, stream_);
-  else
-    cuda::launch_attention_forward(out, lse, qkv, B, T, C, NH, stream_);
-}
-
-void CudaBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
-                                     const float* dout,  // (B, T, C)
-                                     const float* qkv,   // (B, T, 3C)
-                                     const float* out,   // (B, T, C)
-                                     const float* lse,   // (B, NH, T)
-                                     int B, int T, int C, int NH) {
-  float* delta = static_cast<float*>(scratch(sizeof(float) * size_t(B) * NH * T));  // (B, NH, T)
-  if (tensor_core_attention(C, NH))
-    cuda::launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
-  else
-    cuda::launch_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
-}
-
-bool CudaBackend::tensor_core_attention(int C, int NH) const {
-  return compute_major_ >= 8 && NH > 0 && C % NH == 0 && attention_in_bf16(matmul_precision_, C / NH);
-}
 
 }  // namespace ember

@@ -21,8 +21,8 @@ void check_tc_shape(int B, int T, int C, int NH) {
 template <int HS>
 void forward_tc(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
-  attention_forward_tc_kernel<HS><<<grid, kWarps * kWarpSize, 0, stream>>>(out, lse, qkv, T, C, NH,
-                                                                          1.0f / sqrtf(float(HS)));
+  EMBER_KERNEL_LAUNCH(attention_forward_tc_kernel<HS>, grid, kWarps * kWarpSize, stream, out, lse, qkv, T, C, NH,
+                      1.0f / sqrtf(float(HS)));
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -31,11 +31,11 @@ void backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv,
                  int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
   const float scale = 1.0f / sqrtf(float(HS));
-  attention_backward_dq_tc_kernel<HS><<<grid, kWarps * kWarpSize, 0, stream>>>(dqkv, delta, dout, qkv, out, lse, T,
-                                                                              C, NH, scale);
+  EMBER_KERNEL_LAUNCH(attention_backward_dq_tc_kernel<HS>, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv,
+                      out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
-  attention_backward_dkv_tc_kernel<HS><<<grid, kWarps * kWarpSize, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C,
-                                                                               NH, scale);
+  EMBER_KERNEL_LAUNCH(attention_backward_dkv_tc_kernel<HS>, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv,
+                      lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,5 +1,6 @@
 // CUDA backend (core): device selection, the stream and cuBLAS handle, device memory and copies, and the factory.
-// The op families live in cuda_<family>.cu next to this file, each as kernel, launcher and backend method.
+// The op families' kernels and launchers live in cuda_<family>.cu next to this file, the op methods in
+// cuda_backend_ops.cu.
 #include "cuda_backend.h"
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // The CUDA backend: every op of backend.h on one device (fp32 storage; bf16 GEMM and attention inputs with matmul
 // precision bf16), one stream, and the cuBLAS and cuBLASLt handles bound to it.
-// Ops are defined across one .cu per family (encoder, layernorm, matmul, attention, gelu, loss, optim, elementwise).
+// Kernels and launchers live in one .cu per op family (encoder, layernorm, matmul, attention, gelu, loss, optim,
+// elementwise); the op methods that call them in cuda_backend_ops.cu, except matmul's, in cuda_matmul.cu.
 #pragma once
 
 #include <cublas_v2.h>

@@ -7,6 +7,15 @@
 #include <cmath>
 #include <cstddef>
 
+// Every kernel launch: kernel<<<grid, block, 0, stream>>>(args...). A macro, so that the kernels and their launchers
+// also compile as plain C++ under tests/gpu/kernel_model.h (EMBER_KERNEL_MODEL), which runs them on the CPU.
+#ifdef EMBER_KERNEL_MODEL
+#define EMBER_KERNEL_LAUNCH(kernel, grid, block, stream, ...) \
+  ((void)(stream), ::ember::kernel_model::launch(kernel, dim3(grid), dim3(block), __VA_ARGS__))
+#else
+#define EMBER_KERNEL_LAUNCH(kernel, grid, block, stream, ...) kernel<<<grid, block, 0, stream>>>(__VA_ARGS__)
+#endif
+
 namespace ember::cuda {
 
 constexpr int kWarpSize = 32;

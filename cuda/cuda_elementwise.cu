@@ -1,6 +1,5 @@
 // CUDA backend: the plain elementwise ops (add, accumulate, scale) as grid-stride loops.
 // Each element is one independent fp32 operation, so results equal the CPU's bit for bit.
-#include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -28,26 +27,22 @@ __global__ void scale_kernel(float* x, float s, size_t n) {  // (n)
 
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, a, b, n);
+  EMBER_KERNEL_LAUNCH(add_kernel, elementwise_blocks(n), kElementwiseThreads, stream, out, a, b, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  accumulate_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dst, src, n);
+  EMBER_KERNEL_LAUNCH(accumulate_kernel, elementwise_blocks(n), kElementwiseThreads, stream, dst, src, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_scale(float* x, float s, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  scale_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(x, s, n);
+  EMBER_KERNEL_LAUNCH(scale_kernel, elementwise_blocks(n), kElementwiseThreads, stream, x, s, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
-
-void CudaBackend::add(float* out, const float* a, const float* b, size_t n) { cuda::launch_add(out, a, b, n, stream_); }
-void CudaBackend::accumulate(float* dst, const float* src, size_t n) { cuda::launch_accumulate(dst, src, n, stream_); }
-void CudaBackend::scale(float* x, float s, size_t n) { cuda::launch_scale(x, s, n, stream_); }
 
 }  // namespace ember

@@ -1,7 +1,6 @@
 // CUDA backend: token + position embedding, forward and backward.
 // Backward is deterministic without atomics: every dwte/dwpe element is summed by one thread, in token order.
 #include "core/error.h"
-#include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -60,38 +59,22 @@ void launch_encoder_forward(float* out, const int32_t* inp, const float* wte, co
                             cudaStream_t stream) {
   EMBER_ASSERT(B > 0 && T > 0 && C > 0, "encoder_forward: B, T and C must be positive");
   const size_t total = size_t(B) * T * C;
-  encoder_forward_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, stream>>>(out, inp, wte, wpe, T, C,
-                                                                                        total);
+  EMBER_KERNEL_LAUNCH(encoder_forward_kernel, elementwise_blocks(total), kElementwiseThreads, stream, out, inp, wte,
+                      wpe, T, C, total);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C,
                              cudaStream_t stream) {
   EMBER_ASSERT(B > 0 && T > 0 && C > 0, "encoder_backward: B, T and C must be positive");
-  encoder_backward_wpe_kernel<<<ceil_div(size_t(T) * C, kEncoderThreads), kEncoderThreads, 0, stream>>>(dwpe, dout,
-                                                                                                         B, T, C);
+  EMBER_KERNEL_LAUNCH(encoder_backward_wpe_kernel, ceil_div(size_t(T) * C, kEncoderThreads), kEncoderThreads, stream,
+                      dwpe, dout, B, T, C);
   EMBER_CUDA_LAUNCH_CHECK();
   const dim3 grid(ceil_div(size_t(C), kEncoderThreads), kWteBuckets);
-  encoder_backward_wte_kernel<<<grid, kEncoderThreads, 0, stream>>>(dwte, dout, inp, B * T, C);
+  EMBER_KERNEL_LAUNCH(encoder_backward_wte_kernel, grid, kEncoderThreads, stream, dwte, dout, inp, B * T, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
-
-void CudaBackend::encoder_forward(float* out,          // (B, T, C)
-                                  const int32_t* inp,  // (B, T)
-                                  const float* wte,    // (V, C)
-                                  const float* wpe,    // (maxT, C)
-                                  int B, int T, int C) {
-  cuda::launch_encoder_forward(out, inp, wte, wpe, B, T, C, stream_);
-}
-
-void CudaBackend::encoder_backward(float* dwte,         // (V, C) +=
-                                   float* dwpe,         // (maxT, C) +=
-                                   const float* dout,   // (B, T, C)
-                                   const int32_t* inp,  // (B, T)
-                                   int B, int T, int C) {
-  cuda::launch_encoder_backward(dwte, dwpe, dout, inp, B, T, C, stream_);
-}
 
 }  // namespace ember

@@ -1,6 +1,5 @@
 // CUDA backend: tanh-approximate GELU, forward and backward, with the CPU's formulation: 0.5 (1 + tanh(u)) is
 // written as sigmoid(2u) = 1 / (1 + e^{-2u}), with e^{-2u}'s argument clamped as on the CPU.
-#include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -43,23 +42,16 @@ __global__ void gelu_backward_kernel(float* dinp,        // (n) +=
 
 void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, inp, n);
+  EMBER_KERNEL_LAUNCH(gelu_forward_kernel, elementwise_blocks(n), kElementwiseThreads, stream, out, inp, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dinp, inp, dout, n);
+  EMBER_KERNEL_LAUNCH(gelu_backward_kernel, elementwise_blocks(n), kElementwiseThreads, stream, dinp, inp, dout, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
-
-void CudaBackend::gelu_forward(float* out, const float* inp, size_t n) {  // (n)
-  cuda::launch_gelu_forward(out, inp, n, stream_);
-}
-void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {  // (n) +=
-  cuda::launch_gelu_backward(dinp, inp, dout, n, stream_);
-}
 
 }  // namespace ember

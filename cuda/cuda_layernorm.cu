@@ -2,7 +2,6 @@
 // with the residual add before it.
 // One warp per row for the row-wise parts; dweight/dbias are column sums over rows in a fixed order (no atomics).
 #include "core/error.h"
-#include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -148,8 +147,8 @@ __global__ void layernorm_backward_params_kernel(float* dweight,      // (C) +=
 void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int N, int C, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "layernorm_forward: N and C must be positive");
-  layernorm_forward_kernel<<<ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
-      out, mean, rstd, inp, weight, bias, N, C);
+  EMBER_KERNEL_LAUNCH(layernorm_forward_kernel, ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize, stream,
+                      out, mean, rstd, inp, weight, bias, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -157,8 +156,8 @@ void launch_residual_layernorm_forward(float* residual, float* out, float* mean,
                                        const float* b, const float* weight, const float* bias, int N, int C,
                                        cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "residual_layernorm_forward: N and C must be positive");
-  residual_layernorm_forward_kernel<<<ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
-      residual, out, mean, rstd, a, b, weight, bias, N, C);
+  EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel, ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize,
+                      stream, residual, out, mean, rstd, a, b, weight, bias, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -166,48 +165,14 @@ void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const 
                                const float* weight, const float* mean, const float* rstd, int N, int C,
                                cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "layernorm_backward: N and C must be positive");
-  layernorm_backward_dinp_kernel<<<ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize, 0, stream>>>(
-      dinp, dout, inp, weight, mean, rstd, N, C);
+  EMBER_KERNEL_LAUNCH(layernorm_backward_dinp_kernel, ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize,
+                      stream, dinp, dout, inp, weight, mean, rstd, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
-  layernorm_backward_params_kernel<<<ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes), 0, stream>>>(
-      dweight, dbias, dout, inp, mean, rstd, N, C);
+  EMBER_KERNEL_LAUNCH(layernorm_backward_params_kernel, ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes),
+                      stream, dweight, dbias, dout, inp, mean, rstd, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
-
-void CudaBackend::layernorm_forward(float* out,           // (N, C)
-                                    float* mean,          // (N)
-                                    float* rstd,          // (N)
-                                    const float* inp,     // (N, C)
-                                    const float* weight,  // (C)
-                                    const float* bias,    // (C)
-                                    int N, int C) {
-  cuda::launch_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
-}
-
-void CudaBackend::residual_layernorm_forward(float* residual,      // (N, C)
-                                             float* out,           // (N, C)
-                                             float* mean,          // (N)
-                                             float* rstd,          // (N)
-                                             const float* a,       // (N, C)
-                                             const float* b,       // (N, C)
-                                             const float* weight,  // (C)
-                                             const float* bias,    // (C)
-                                             int N, int C) {
-  cuda::launch_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, stream_);
-}
-
-void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=
-                                     float* dweight,       // (C) +=
-                                     float* dbias,         // (C) +=
-                                     const float* dout,    // (N, C)
-                                     const float* inp,     // (N, C)
-                                     const float* weight,  // (C)
-                                     const float* mean,    // (N)
-                                     const float* rstd,    // (N)
-                                     int N, int C) {
-  cuda::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
-}
 
 }  // namespace ember

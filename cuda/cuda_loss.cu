@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -72,45 +71,26 @@ __global__ void __launch_bounds__(kRowThreads)
 void launch_crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
                                  cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "crossentropy_forward: N and V must be positive");
-  crossentropy_forward_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(losses, logits, targets, V);
+  EMBER_KERNEL_LAUNCH(crossentropy_forward_kernel, unsigned(N), kRowThreads, stream, losses, logits, targets, V);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
                                   int V, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "crossentropy_backward: N and V must be positive");
-  scaled_softmax_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, logits, targets, 1.0f, dloss, V);
+  EMBER_KERNEL_LAUNCH(scaled_softmax_kernel, unsigned(N), kRowThreads, stream, dlogits, logits, targets, 1.0f, dloss,
+                      V);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "softmax_forward: N and V must be positive");
   EMBER_ASSERT(temperature > 0.0f, "softmax: temperature must be positive");
-  scaled_softmax_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(probs, logits, nullptr, 1.0f / temperature, 1.0f,
-                                                                 V);
+  EMBER_KERNEL_LAUNCH(scaled_softmax_kernel, unsigned(N), kRowThreads, stream, probs, logits, nullptr,
+                      1.0f / temperature, 1.0f, V);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
-
-void CudaBackend::crossentropy_forward(float* losses,           // (N)
-                                       const float* logits,     // (N, V)
-                                       const int32_t* targets,  // (N)
-                                       int N, int V) {
-  cuda::launch_crossentropy_forward(losses, logits, targets, N, V, stream_);
-}
-
-void CudaBackend::crossentropy_backward(float* dlogits,          // (N, V), may alias logits
-                                        const float* logits,     // (N, V)
-                                        const int32_t* targets,  // (N)
-                                        float dloss, int N, int V) {
-  cuda::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
-}
-
-void CudaBackend::softmax_forward(float* probs,         // (N, V)
-                                  const float* logits,  // (N, V)
-                                  float temperature, int N, int V) {
-  cuda::launch_softmax_forward(probs, logits, temperature, N, V, stream_);
-}
 
 }  // namespace ember

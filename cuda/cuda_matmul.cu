@@ -165,7 +165,8 @@ bool LtGemm::run(Epilogue epilogue, bool bf16, bool trans_a, bool trans_b, int m
 
 void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "column sum: N and C must be positive");
-  column_sum_kernel<<<ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes), 0, stream>>>(dst, src, N, C);
+  EMBER_KERNEL_LAUNCH(column_sum_kernel, ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes), stream, dst, src, N,
+                      C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -180,7 +181,8 @@ void launch_matmul_forward(float* out, const float* inp, const float* weight, co
   if (bias) {
     // Seed out with the bias and let the GEMM accumulate onto it (beta = 1), as the CPU backend does.
     const size_t total = size_t(N) * OC;
-    broadcast_rows_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, stream>>>(out, bias, OC, total);
+    EMBER_KERNEL_LAUNCH(broadcast_rows_kernel, elementwise_blocks(total), kElementwiseThreads, stream, out, bias, OC,
+                        total);
     EMBER_CUDA_LAUNCH_CHECK();
   }
   // out^T (OC, N) = weight^T (OC, IC) @ inp^T (IC, N)

@@ -2,8 +2,8 @@
 // The sum is a fixed two-pass tree (1024 block partials, then one block), so it is bitwise reproducible.
 #include <cmath>
 
+#include "backend/backend.h"  // AdamWSegment
 #include "core/error.h"
-#include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -87,9 +87,9 @@ __global__ void adamw_segments_kernel(float* params, const float* grads, float* 
 
 void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t stream) {
   // n = 0 still runs both passes: every partial is then 0 and the result slot is written.
-  sum_squares_partial_kernel<<<kSumSquaresBlocks, kSumSquaresThreads, 0, stream>>>(partials, x, n);
+  EMBER_KERNEL_LAUNCH(sum_squares_partial_kernel, kSumSquaresBlocks, kSumSquaresThreads, stream, partials, x, n);
   EMBER_CUDA_LAUNCH_CHECK();
-  sum_squares_final_kernel<<<1, kSumSquaresThreads, 0, stream>>>(partials);
+  EMBER_KERNEL_LAUNCH(sum_squares_final_kernel, 1, kSumSquaresThreads, stream, partials);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -97,8 +97,8 @@ void launch_adamw_update(float* params, const float* grads, float* m, float* v, 
                          float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2,
                          cudaStream_t stream) {
   if (n == 0) return;
-  adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(params, grads, m, v, n, lr, beta1, beta2,
-                                                                          eps, weight_decay, inv_bc1, inv_bc2);
+  EMBER_KERNEL_LAUNCH(adamw_kernel, elementwise_blocks(n), kElementwiseThreads, stream, params, grads, m, v, n, lr,
+                      beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -106,60 +106,11 @@ void launch_adamw_update_segments(float* params, const float* grads, float* m, f
                                   int nseg, size_t span, float lr, float beta1, float beta2, float eps, float inv_bc1,
                                   float inv_bc2, cudaStream_t stream) {
   if (nseg == 0 || span == 0) return;
-  adamw_segments_kernel<<<elementwise_blocks(span), kElementwiseThreads, 0, stream>>>(
-      params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, inv_bc1, inv_bc2);
+  EMBER_KERNEL_LAUNCH(adamw_segments_kernel, elementwise_blocks(span), kElementwiseThreads, stream, params, grads, m, v,
+                      segs, nseg, lr, beta1, beta2, eps, inv_bc1, inv_bc2);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
-
-double CudaBackend::sum_squares(const float* x,  // (n)
-                                size_t n) {
-  cuda::launch_sum_squares(reduce_, x, n, stream_);
-  double total = 0.0;
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(&total, reduce_ + cuda::kSumSquaresBlocks, sizeof(double),
-                                   cudaMemcpyDeviceToHost, stream_));
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return total;
-}
-
-void CudaBackend::adamw_update(float* params,       // (n)
-                               const float* grads,  // (n)
-                               float* m,            // (n)
-                               float* v,            // (n)
-                               size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
-  EMBER_ASSERT(t >= 1, "adamw_update: the step t is 1-based");
-  // Bias corrections in fp64 on the host, exactly as the CPU backend computes them.
-  const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
-  const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
-  cuda::launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2, stream_);
-}
-
-void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
-                                        const AdamWSegment* segs, size_t nseg, float lr, float beta1, float beta2,
-                                        float eps, int t) {
-  EMBER_ASSERT(t >= 1, "adamw_update_segments: the step t is 1-based");
-  if (nseg == 0) return;
-  for (size_t k = 0; k < nseg; ++k)
-    EMBER_ASSERT(segs[k].begin <= segs[k].end && (k == 0 || segs[k - 1].end <= segs[k].begin),
-                 "adamw_update_segments: segments must be ascending and must not overlap");
-  EMBER_ASSERT(nseg <= size_t(INT32_MAX), "adamw_update_segments: too many segments");
-  if (nseg > segments_capacity_) {
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a queued update may still read the old copy
-    track_free(segments_);
-    EMBER_CUDA_CHECK(cudaFree(segments_));
-    segments_ = nullptr;
-    segments_capacity_ = 0;
-    EMBER_CUDA_CHECK(cudaMalloc(&segments_, nseg * sizeof(AdamWSegment)));
-    track_alloc(segments_, nseg * sizeof(AdamWSegment));
-    segments_capacity_ = nseg;
-  }
-  // From pageable memory the copy has read segs when it returns; stream order puts it after any update still queued.
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(segments_, segs, nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice, stream_));
-  const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
-  const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
-  cuda::launch_adamw_update_segments(params, grads, m, v, segments_, int(nseg), segs[nseg - 1].end - segs[0].begin,
-                                     lr, beta1, beta2, eps, inv_bc1, inv_bc2, stream_);
-}
 
 }  // namespace ember

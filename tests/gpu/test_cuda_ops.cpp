@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "test_support.h"
+#ifdef EMBER_TEST_KERNEL_MODEL
+#include "kernel_model_backend.h"
+#endif
 #include "attention_bf16_bounds.h"
 #include "backend/backend.h"
 #include "backend/device.h"
@@ -91,17 +94,25 @@ struct Rng {
 using FBuf = test::BackendArray<float>;
 using IBuf = test::BackendArray<int32_t>;
 
+// Built as test_cuda_ops_model (EMBER_TEST_KERNEL_MODEL), `gpu` is the kernel-model backend instead: the CUDA
+// backend's kernels run on the CPU under kernel_model.h, with the CPU's GEMMs. The tests of what only a device has
+// (its name and memory, the cuBLAS and cuBLASLt GEMMs) are left out of that build.
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
+#ifdef EMBER_TEST_KERNEL_MODEL
+    gpu = make_kernel_model_backend();
+#else
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    cpu = make_cpu_backend();
     gpu = make_cuda_backend(0);
+#endif
+    cpu = make_cpu_backend();
   }
   std::unique_ptr<Backend> cpu, gpu;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
+#ifndef EMBER_TEST_KERNEL_MODEL
 TEST_F(CudaOps, BackendName) { EXPECT_EQ(gpu->name().rfind("cuda:0 (", 0), 0u) << gpu->name(); }
 
 TEST_F(CudaOps, MemoryAllocIsZeroAndCopiesRoundTrip) {
@@ -121,6 +132,7 @@ TEST_F(CudaOps, MemoryAllocIsZeroAndCopiesRoundTrip) {
   for (float x : h) ASSERT_EQ(x, 0.0f);
   gpu->free(p);
 }
+#endif  // EMBER_TEST_KERNEL_MODEL
 
 TEST_F(CudaOps, Encoder) {
   const int B = 3, T = 37, C = 45, V = 50, maxT = 40;  // odd sizes; V small so rows get many tokens
@@ -196,6 +208,7 @@ TEST_P(CudaLayerNorm, ResidualFusedEqualsAddThenLayerNorm) {
   expect_close("fused out vs cpu", o2.host(), want, fp32_tol(C, want));
 }
 
+#ifndef EMBER_TEST_KERNEL_MODEL
 class CudaMatmul : public CudaOps, public ::testing::WithParamInterface<bool> {};
 TEST_P(CudaMatmul, ForwardBackward) {
   const bool with_bias = GetParam();
@@ -316,6 +329,7 @@ TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
   expect_close("bf16 lm_head dinp", tdx[1], tdx[0], fp32_tol(OC, tdx[0]));
   expect_close("bf16 lm_head dwte", tdw[1], tdw[0], fp32_tol(N, tdw[0]));
 }
+#endif  // EMBER_TEST_KERNEL_MODEL
 
 // (B, T, C, NH): HS = 16 with T = 150 > the 32-key tile and not a multiple of the 16/8-row blocks; HS = 64
 // (GPT-2's); HS = 128 (the kernel's maximum); HS = 5 (odd, below a warp); T = 1.
@@ -623,6 +637,7 @@ TEST_F(CudaOps, WholeModelLossAndGradients) {
   }
 }
 
+#ifndef EMBER_TEST_KERNEL_MODEL
 // Memory accounting on the GPU: a training step allocates nothing beyond the model's buffers except attention
 // backward's scratch row sums (B NH T floats), and the device reports at least what the backend holds in use.
 TEST_F(CudaOps, StepsAllocateOnlyAttentionScratchAndTheDeviceReportsUse) {
@@ -646,6 +661,7 @@ TEST_F(CudaOps, StepsAllocateOnlyAttentionScratchAndTheDeviceReportsUse) {
   EXPECT_GE(used, gpu->allocated_bytes());
   EXPECT_GT(total, used);
 }
+#endif  // EMBER_TEST_KERNEL_MODEL
 
 }  // namespace
 }  // namespace ember

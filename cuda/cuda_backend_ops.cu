@@ -1,0 +1,177 @@
+// CUDA backend: the Backend op methods, each handing its arguments to the launcher of its op family (cuda_<family>.cu)
+// with the backend's stream and scratch. The matmul ops sit with their cuBLAS and cuBLASLt code in cuda_matmul.cu.
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "cuda_backend.h"
+#include "cuda_check.h"
+#include "cuda_ops.h"
+
+namespace ember {
+
+// --- encoder ---
+void CudaBackend::encoder_forward(float* out,          // (B, T, C)
+                                  const int32_t* inp,  // (B, T)
+                                  const float* wte,    // (V, C)
+                                  const float* wpe,    // (maxT, C)
+                                  int B, int T, int C) {
+  cuda::launch_encoder_forward(out, inp, wte, wpe, B, T, C, stream_);
+}
+
+void CudaBackend::encoder_backward(float* dwte,         // (V, C) +=
+                                   float* dwpe,         // (maxT, C) +=
+                                   const float* dout,   // (B, T, C)
+                                   const int32_t* inp,  // (B, T)
+                                   int B, int T, int C) {
+  cuda::launch_encoder_backward(dwte, dwpe, dout, inp, B, T, C, stream_);
+}
+
+// --- layernorm ---
+void CudaBackend::layernorm_forward(float* out,           // (N, C)
+                                    float* mean,          // (N)
+                                    float* rstd,          // (N)
+                                    const float* inp,     // (N, C)
+                                    const float* weight,  // (C)
+                                    const float* bias,    // (C)
+                                    int N, int C) {
+  cuda::launch_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+}
+
+void CudaBackend::residual_layernorm_forward(float* residual,      // (N, C)
+                                             float* out,           // (N, C)
+                                             float* mean,          // (N)
+                                             float* rstd,          // (N)
+                                             const float* a,       // (N, C)
+                                             const float* b,       // (N, C)
+                                             const float* weight,  // (C)
+                                             const float* bias,    // (C)
+                                             int N, int C) {
+  cuda::launch_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, stream_);
+}
+
+void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=
+                                     float* dweight,       // (C) +=
+                                     float* dbias,         // (C) +=
+                                     const float* dout,    // (N, C)
+                                     const float* inp,     // (N, C)
+                                     const float* weight,  // (C)
+                                     const float* mean,    // (N)
+                                     const float* rstd,    // (N)
+                                     int N, int C) {
+  cuda::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
+}
+
+// --- gelu ---
+void CudaBackend::gelu_forward(float* out, const float* inp, size_t n) {  // (n)
+  cuda::launch_gelu_forward(out, inp, n, stream_);
+}
+void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {  // (n) +=
+  cuda::launch_gelu_backward(dinp, inp, dout, n, stream_);
+}
+
+// --- loss ---
+void CudaBackend::crossentropy_forward(float* losses,           // (N)
+                                       const float* logits,     // (N, V)
+                                       const int32_t* targets,  // (N)
+                                       int N, int V) {
+  cuda::launch_crossentropy_forward(losses, logits, targets, N, V, stream_);
+}
+
+void CudaBackend::crossentropy_backward(float* dlogits,          // (N, V), may alias logits
+                                        const float* logits,     // (N, V)
+                                        const int32_t* targets,  // (N)
+                                        float dloss, int N, int V) {
+  cuda::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
+}
+
+void CudaBackend::softmax_forward(float* probs,         // (N, V)
+                                  const float* logits,  // (N, V)
+                                  float temperature, int N, int V) {
+  cuda::launch_softmax_forward(probs, logits, temperature, N, V, stream_);
+}
+
+// --- optim ---
+double CudaBackend::sum_squares(const float* x,  // (n)
+                                size_t n) {
+  cuda::launch_sum_squares(reduce_, x, n, stream_);
+  double total = 0.0;
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(&total, reduce_ + cuda::kSumSquaresBlocks, sizeof(double),
+                                   cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return total;
+}
+
+void CudaBackend::adamw_update(float* params,       // (n)
+                               const float* grads,  // (n)
+                               float* m,            // (n)
+                               float* v,            // (n)
+                               size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+  EMBER_ASSERT(t >= 1, "adamw_update: the step t is 1-based");
+  // Bias corrections in fp64 on the host, exactly as the CPU backend computes them.
+  const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
+  const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
+  cuda::launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2, stream_);
+}
+
+void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                                        const AdamWSegment* segs, size_t nseg, float lr, float beta1, float beta2,
+                                        float eps, int t) {
+  EMBER_ASSERT(t >= 1, "adamw_update_segments: the step t is 1-based");
+  if (nseg == 0) return;
+  for (size_t k = 0; k < nseg; ++k)
+    EMBER_ASSERT(segs[k].begin <= segs[k].end && (k == 0 || segs[k - 1].end <= segs[k].begin),
+                 "adamw_update_segments: segments must be ascending and must not overlap");
+  EMBER_ASSERT(nseg <= size_t(INT32_MAX), "adamw_update_segments: too many segments");
+  if (nseg > segments_capacity_) {
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a queued update may still read the old copy
+    track_free(segments_);
+    EMBER_CUDA_CHECK(cudaFree(segments_));
+    segments_ = nullptr;
+    segments_capacity_ = 0;
+    EMBER_CUDA_CHECK(cudaMalloc(&segments_, nseg * sizeof(AdamWSegment)));
+    track_alloc(segments_, nseg * sizeof(AdamWSegment));
+    segments_capacity_ = nseg;
+  }
+  // From pageable memory the copy has read segs when it returns; stream order puts it after any update still queued.
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(segments_, segs, nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice, stream_));
+  const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
+  const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
+  cuda::launch_adamw_update_segments(params, grads, m, v, segments_, int(nseg), segs[nseg - 1].end - segs[0].begin,
+                                     lr, beta1, beta2, eps, inv_bc1, inv_bc2, stream_);
+}
+
+// --- elementwise ---
+void CudaBackend::add(float* out, const float* a, const float* b, size_t n) { cuda::launch_add(out, a, b, n, stream_); }
+void CudaBackend::accumulate(float* dst, const float* src, size_t n) { cuda::launch_accumulate(dst, src, n, stream_); }
+void CudaBackend::scale(float* x, float s, size_t n) { cuda::launch_scale(x, s, n, stream_); }
+
+// --- attention ---
+void CudaBackend::attention_forward(float* out,        // (B, T, C)
+                                    float* lse,        // (B, NH, T)
+                                    const float* qkv,  // (B, T, 3C)
+                                    int B, int T, int C, int NH) {
+  if (tensor_core_attention(C, NH))
+    cuda::launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, stream_);
+  else
+    cuda::launch_attention_forward(out, lse, qkv, B, T, C, NH, stream_);
+}
+
+void CudaBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
+                                     const float* dout,  // (B, T, C)
+                                     const float* qkv,   // (B, T, 3C)
+                                     const float* out,   // (B, T, C)
+                                     const float* lse,   // (B, NH, T)
+                                     int B, int T, int C, int NH) {
+  float* delta = static_cast<float*>(scratch(sizeof(float) * size_t(B) * NH * T));  // (B, NH, T)
+  if (tensor_core_attention(C, NH))
+    cuda::launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
+  else
+    cuda::launch_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
+}
+
+bool CudaBackend::tensor_core_attention(int C, int NH) const {
+  return compute_major_ >= 8 && NH > 0 && C % NH == 0 && attention_in_bf16(matmul_precision_, C / NH);
+}
+
+}  // namespace ember

@@ -1,0 +1,248 @@
+// A software model of CUDA execution that runs the CUDA backend's kernels, compiled as plain C++, on the CPU, so
+// that their indexing, masking, synchronisation and reductions are checked on machines without a GPU.
+//
+// Include this header first in its translation unit, then the kernels (cuda/*.cu or cuda/*.cuh). It defines
+// EMBER_KERNEL_MODEL, under which EMBER_KERNEL_LAUNCH (cuda_common.cuh) calls launch() below and
+// EMBER_CUDA_LAUNCH_CHECK does nothing, and EMBER_TC_EMULATION, under which mma.sync is emulated_mma_bf16().
+//
+// The model: blocks run one after another; the threads of a block are fibers (ucontext) on the calling thread,
+// switched only at __syncthreads and at warp-wide operations, so shared memory (`__shared__` becomes `static`) and
+// the built-in variables need no locking and every run is deterministic. __syncthreads waits for every thread of
+// the block that has not returned; __shfl_sync, __shfl_xor_sync and mma.sync exchange values through memory among
+// the live lanes of the warp, all of which must take part (as the full mask the kernels pass requires). A barrier
+// that can never complete (some threads wait where the others never arrive) aborts with a message. mma.sync
+// m16n8k16 (bf16 inputs, fp32 accumulation) places its fragments as the PTX ISA lays them out
+// (cuda/cuda_attention_tc.cuh) and sums the exact bf16 products in k order in fp32.
+//
+// What the model cannot check: timing, memory coalescing and bank conflicts, register limits, and whatever the
+// hardware does differently from this reading of the programming guide and the PTX ISA. The gpu tests check those.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <ucontext.h>
+
+#define EMBER_KERNEL_MODEL 1
+#define EMBER_TC_EMULATION 1
+#undef __shared__
+#define __shared__ static  // one copy per kernel (instantiation), shared by the threads of the running block
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+// The built-in variables, set by the scheduler before it resumes each thread.
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+
+namespace ember::kernel_model {
+
+constexpr int kWarp = 32;
+constexpr size_t kStackBytes = size_t(256) << 10;  // per thread; the attention kernels keep ~1 KB of arrays
+
+struct Barrier {
+  int live = 0, arrived = 0;
+  unsigned generation = 0;
+};
+
+struct Fiber {
+  ucontext_t ctx{};
+  std::unique_ptr<char[]> stack;  // uninitialised: pages are touched only as the stack grows
+  bool done = false;
+  Barrier* waiting = nullptr;     // the barrier this thread waits at, or null when it can run
+  unsigned waiting_generation = 0;
+};
+
+struct Scheduler {
+  ucontext_t main{};
+  std::vector<Fiber> fibers;  // grows to the largest block seen; stacks are reused
+  int threads = 0, current = -1;
+  Barrier block;
+  std::vector<Barrier> warps;
+  std::vector<uint64_t> slot;                    // one shuffle value per thread
+  std::vector<std::array<uint32_t, 6>> mma;      // one mma.sync operand set (a[4], b0, b1) per thread
+  std::function<void()> body;                    // the kernel with its arguments bound
+};
+inline Scheduler sched;
+
+inline int warp_of(int tid) { return tid / kWarp; }
+inline int lane_of(int tid) { return tid % kWarp; }
+
+inline void set_builtins(int tid) {
+  threadIdx.x = unsigned(tid) % blockDim.x;
+  threadIdx.y = unsigned(tid) / blockDim.x % blockDim.y;
+  threadIdx.z = unsigned(tid) / (blockDim.x * blockDim.y);
+}
+
+// Releases everyone waiting at b once every live member has arrived.
+inline void release_if_complete(Barrier& b) {
+  if (b.arrived == 0 || b.arrived < b.live) return;
+  b.arrived = 0;
+  ++b.generation;
+  for (Fiber& f : sched.fibers)
+    if (f.waiting == &b) f.waiting = nullptr;
+}
+
+// The running thread arrives at b and, unless it is the last to, yields until the others have.
+inline void arrive_and_wait(Barrier& b) {
+  Fiber& me = sched.fibers[size_t(sched.current)];
+  ++b.arrived;
+  if (b.arrived == b.live) {
+    release_if_complete(b);
+    return;
+  }
+  me.waiting = &b;
+  me.waiting_generation = b.generation;
+  swapcontext(&me.ctx, &sched.main);
+}
+
+inline void trampoline() {
+  const int tid = sched.current;
+  sched.body();
+  Fiber& me = sched.fibers[size_t(tid)];
+  me.done = true;
+  // A returned thread no longer counts at the block's barrier or its warp's.
+  --sched.block.live;
+  release_if_complete(sched.block);
+  Barrier& w = sched.warps[size_t(warp_of(tid))];
+  --w.live;
+  release_if_complete(w);
+  swapcontext(&me.ctx, &sched.main);  // never resumed
+}
+
+inline void run_block(int threads) {
+  if (sched.fibers.size() < size_t(threads)) sched.fibers.resize(size_t(threads));
+  sched.threads = threads;
+  sched.block = Barrier{threads, 0, 0};
+  sched.warps.assign(size_t((threads + kWarp - 1) / kWarp), Barrier{});
+  for (int w = 0; w * kWarp < threads; ++w) sched.warps[size_t(w)].live = std::min(kWarp, threads - w * kWarp);
+  sched.slot.assign(size_t(threads), 0);
+  sched.mma.assign(size_t(threads), {});
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = sched.fibers[size_t(t)];
+    if (!f.stack) f.stack.reset(new char[kStackBytes]);
+    f.done = false;
+    f.waiting = nullptr;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, trampoline, 0);
+  }
+  // Round robin over the threads that can run, each until it waits or returns.
+  for (int remaining = threads; remaining > 0;) {
+    bool progress = false;
+    remaining = 0;
+    for (int t = 0; t < threads; ++t) {
+      Fiber& f = sched.fibers[size_t(t)];
+      if (f.done) continue;
+      if (!f.waiting) {
+        sched.current = t;
+        set_builtins(t);
+        swapcontext(&sched.main, &f.ctx);
+        progress = true;
+      }
+      remaining += f.done ? 0 : 1;
+    }
+    if (remaining > 0 && !progress) {
+      std::fprintf(stderr, "kernel model: block (%u, %u) deadlocked: %d threads wait at a barrier that the others "
+                   "never reach\n", blockIdx.x, blockIdx.y, remaining);
+      std::abort();
+    }
+  }
+  sched.current = -1;
+}
+
+// kernel<<<grid, block>>>(args...): every block in turn, x fastest.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
+  std::tuple<Params...> params(std::forward<Args>(args)...);
+  gridDim = grid;
+  blockDim = block;
+  sched.body = [&] { std::apply(kernel, params); };
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
+        run_block(int(block.x * block.y * block.z));
+      }
+  sched.body = nullptr;
+}
+
+inline int current_lane() { return lane_of(sched.current); }
+inline int current_warp_base() { return warp_of(sched.current) * kWarp; }
+inline void warp_sync() { arrive_and_wait(sched.warps[size_t(warp_of(sched.current))]); }
+
+// Every live lane posts v, then reads lane src's.
+template <typename T>
+T exchange(T v, int src) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  const int base = current_warp_base();
+  std::memcpy(&sched.slot[size_t(base + current_lane())], &v, sizeof(T));
+  warp_sync();
+  T r;
+  std::memcpy(&r, &sched.slot[size_t(base + (src & (kWarp - 1)))], sizeof(T));
+  warp_sync();  // every lane has read before any posts again
+  return r;
+}
+
+inline float bf16_lo(uint32_t u) { return std::bit_cast<float>(u << 16); }
+inline float bf16_hi(uint32_t u) { return std::bit_cast<float>(u & 0xffff0000u); }
+
+}  // namespace ember::kernel_model
+
+inline void __syncthreads() { ember::kernel_model::arrive_and_wait(ember::kernel_model::sched.block); }
+
+template <typename T>
+T __shfl_sync(unsigned, T v, int src_lane) {
+  return ember::kernel_model::exchange(v, src_lane);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+  return ember::kernel_model::exchange(v, ember::kernel_model::current_lane() ^ lane_mask);
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling lane: every lane posts its fragments, then
+// each rebuilds A (16 x 16) and B (16 x 8) from all 32 and computes its four elements of D = A B + C.
+inline void emulated_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  using namespace ember::kernel_model;
+  const int base = current_warp_base(), lane = current_lane();
+  sched.mma[size_t(base + lane)] = {a[0], a[1], a[2], a[3], b0, b1};
+  warp_sync();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < kWarp; ++l) {
+    const int g = l / 4, t = l % 4;
+    const auto& r = sched.mma[size_t(base + l)];
+    A[g][2 * t] = bf16_lo(r[0]), A[g][2 * t + 1] = bf16_hi(r[0]);
+    A[g + 8][2 * t] = bf16_lo(r[1]), A[g + 8][2 * t + 1] = bf16_hi(r[1]);
+    A[g][2 * t + 8] = bf16_lo(r[2]), A[g][2 * t + 9] = bf16_hi(r[2]);
+    A[g + 8][2 * t + 8] = bf16_lo(r[3]), A[g + 8][2 * t + 9] = bf16_hi(r[3]);
+    B[2 * t][g] = bf16_lo(r[4]), B[2 * t + 1][g] = bf16_hi(r[4]);
+    B[2 * t + 8][g] = bf16_lo(r[5]), B[2 * t + 9][g] = bf16_hi(r[5]);
+  }
+  warp_sync();
+  const int g = lane / 4, t = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + (e / 2) * 8, col = 2 * t + (e & 1);
+    float acc = d[e];
+    for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+    d[e] = acc;
+  }
+}
+
+// Device functions the kernels call on ints. (A translation unit that renames the namespace `cuda` with a macro, to
+// keep its copies of the launchers apart from the CUDA backend's, gets these in the renamed namespace too.)
+namespace ember::cuda {
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+}  // namespace ember::cuda

@@ -108,10 +108,9 @@ void CudaBackend::adamw_update(float* params,       // (n)
                                float* v,            // (n)
                                size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
   EMBER_ASSERT(t >= 1, "adamw_update: the step t is 1-based");
-  // Bias corrections in fp64 on the host, exactly as the CPU backend computes them.
-  const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
-  const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
-  cuda::launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2, stream_);
+  cuda::launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                            cuda::adamw_inv_bias_correction(beta1, t), cuda::adamw_inv_bias_correction(beta2, t),
+                            stream_);
 }
 
 void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
@@ -135,10 +134,9 @@ void CudaBackend::adamw_update_segments(float* params, const float* grads, float
   }
   // From pageable memory the copy has read segs when it returns; stream order puts it after any update still queued.
   EMBER_CUDA_CHECK(cudaMemcpyAsync(segments_, segs, nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice, stream_));
-  const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
-  const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
   cuda::launch_adamw_update_segments(params, grads, m, v, segments_, int(nseg), segs[nseg - 1].end - segs[0].begin,
-                                     lr, beta1, beta2, eps, inv_bc1, inv_bc2, stream_);
+                                     lr, beta1, beta2, eps, cuda::adamw_inv_bias_correction(beta1, t),
+                                     cuda::adamw_inv_bias_correction(beta2, t), stream_);
 }
 
 // --- elementwise ---

@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -99,9 +100,11 @@ void launch_crossentropy_backward(float* dlogits, const float* logits, const int
                                   int V, cudaStream_t stream);
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream);
 
-// optimizer; `partials` holds kSumSquaresBlocks + 1 doubles of device scratch, the result lands in partials[last]
+// optimizer; `partials` holds kSumSquaresBlocks + 1 doubles of device scratch, the result lands in partials[last].
+// AdamW's inverse bias corrections 1 / (1 - beta^t) come from the host in fp64, as the CPU backend computes them.
 constexpr int kSumSquaresBlocks = 1024;
 void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t stream);
+inline float adamw_inv_bias_correction(float beta, int t) { return float(1.0 / (1.0 - std::pow(double(beta), t))); }
 void launch_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
                          float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2, cudaStream_t stream);
 // segs: a device copy of nseg ascending segments spanning `span` elements from segs[0].begin.

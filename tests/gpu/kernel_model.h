@@ -5,9 +5,10 @@
 // EMBER_KERNEL_MODEL, under which EMBER_KERNEL_LAUNCH (cuda_common.cuh) calls launch() below and
 // EMBER_CUDA_LAUNCH_CHECK does nothing, and EMBER_TC_EMULATION, under which mma.sync is emulated_mma_bf16().
 //
-// The model: blocks run one after another; the threads of a block are fibers (ucontext) on the calling thread,
+// The model: blocks run one after another; the threads of a block are fibers on the calling thread,
 // switched only at __syncthreads and at warp-wide operations, so shared memory (`__shared__` becomes `static`) and
-// the built-in variables need no locking and every run is deterministic. __syncthreads waits for every thread of
+// the built-in variables need no locking and every run is deterministic. Each warp runs ahead of the later ones as
+// far as the block's barriers let it, which turns a missing __syncthreads into a wrong result. __syncthreads waits for every thread of
 // the block that has not returned; __shfl_sync, __shfl_xor_sync and mma.sync exchange values through memory among
 // the live lanes of the warp, all of which must take part (as the full mask the kernels pass requires). A barrier
 // that can never complete (some threads wait where the others never arrive) aborts with a message. mma.sync
@@ -51,20 +52,58 @@ constexpr int kWarp = 32;
 constexpr size_t kStackBytes = size_t(256) << 10;  // per thread; the attention kernels keep ~1 KB of arrays
 
 struct Barrier {
+  int first = 0, count = 0;  // its members: threads first .. first + count - 1 (the block, or one warp)
   int live = 0, arrived = 0;
-  unsigned generation = 0;
 };
 
+// Switching between threads. On x86-64 a plain register switch (callee-saved registers and the stack pointer, as
+// any coroutine library does); elsewhere ucontext, which also saves the signal mask with a system call per switch.
+#if defined(__x86_64__)
+#define EMBER_MODEL_ASM_SWITCH 1
+// Saves the callee-saved registers on the current stack, stores the stack pointer in *save and resumes the context
+// whose stack pointer is `to`. Local to each object file that includes this header (no .globl).
+extern "C" void ember_kernel_model_switch(void** save, void* to);
+asm(R"(
+  .text
+  .p2align 4
+  .type ember_kernel_model_switch,@function
+ember_kernel_model_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ember_kernel_model_switch, .-ember_kernel_model_switch
+)");
+#endif
+
 struct Fiber {
+#ifdef EMBER_MODEL_ASM_SWITCH
+  void* sp = nullptr;
+#else
   ucontext_t ctx{};
+#endif
   std::unique_ptr<char[]> stack;  // uninitialised: pages are touched only as the stack grows
   bool done = false;
   Barrier* waiting = nullptr;     // the barrier this thread waits at, or null when it can run
-  unsigned waiting_generation = 0;
 };
 
 struct Scheduler {
+#ifdef EMBER_MODEL_ASM_SWITCH
+  void* main_sp = nullptr;
+#else
   ucontext_t main{};
+#endif
   std::vector<Fiber> fibers;  // grows to the largest block seen; stacks are reused
   int threads = 0, current = -1;
   Barrier block;
@@ -74,6 +113,21 @@ struct Scheduler {
   std::function<void()> body;                    // the kernel with its arguments bound
 };
 inline Scheduler sched;
+
+inline void to_scheduler(Fiber& me) {
+#ifdef EMBER_MODEL_ASM_SWITCH
+  ember_kernel_model_switch(&me.sp, sched.main_sp);
+#else
+  swapcontext(&me.ctx, &sched.main);
+#endif
+}
+inline void to_fiber(Fiber& f) {
+#ifdef EMBER_MODEL_ASM_SWITCH
+  ember_kernel_model_switch(&sched.main_sp, f.sp);
+#else
+  swapcontext(&sched.main, &f.ctx);
+#endif
+}
 
 inline int warp_of(int tid) { return tid / kWarp; }
 inline int lane_of(int tid) { return tid % kWarp; }
@@ -88,9 +142,8 @@ inline void set_builtins(int tid) {
 inline void release_if_complete(Barrier& b) {
   if (b.arrived == 0 || b.arrived < b.live) return;
   b.arrived = 0;
-  ++b.generation;
-  for (Fiber& f : sched.fibers)
-    if (f.waiting == &b) f.waiting = nullptr;
+  for (int t = b.first; t < b.first + b.count; ++t)
+    if (sched.fibers[size_t(t)].waiting == &b) sched.fibers[size_t(t)].waiting = nullptr;
 }
 
 // The running thread arrives at b and, unless it is the last to, yields until the others have.
@@ -102,11 +155,10 @@ inline void arrive_and_wait(Barrier& b) {
     return;
   }
   me.waiting = &b;
-  me.waiting_generation = b.generation;
-  swapcontext(&me.ctx, &sched.main);
+  to_scheduler(me);
 }
 
-inline void trampoline() {
+inline void fiber_main() {
   const int tid = sched.current;
   sched.body();
   Fiber& me = sched.fibers[size_t(tid)];
@@ -117,43 +169,65 @@ inline void trampoline() {
   Barrier& w = sched.warps[size_t(warp_of(tid))];
   --w.live;
   release_if_complete(w);
-  swapcontext(&me.ctx, &sched.main);  // never resumed
+  to_scheduler(me);  // never resumed
+  std::abort();
+}
+
+// A fresh stack for thread t that starts in fiber_main when first switched to.
+inline void start_fiber(Fiber& f) {
+  if (!f.stack) f.stack.reset(new char[kStackBytes]);
+  f.done = false;
+  f.waiting = nullptr;
+#ifdef EMBER_MODEL_ASM_SWITCH
+  // What ember_kernel_model_switch pops: six registers, then the return address, fiber_main, entered with the stack
+  // as a call leaves it (16-byte aligned before the call, so 8 past alignment inside).
+  auto top = reinterpret_cast<uintptr_t>(f.stack.get() + kStackBytes) & ~uintptr_t(15);
+  auto* frame = reinterpret_cast<void**>(top - 16);
+  frame[0] = reinterpret_cast<void*>(&fiber_main);
+  frame[1] = nullptr;
+  for (int r = 1; r <= 6; ++r) frame[-r] = nullptr;
+  f.sp = frame - 6;
+#else
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.get();
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, fiber_main, 0);
+#endif
 }
 
 inline void run_block(int threads) {
   if (sched.fibers.size() < size_t(threads)) sched.fibers.resize(size_t(threads));
   sched.threads = threads;
-  sched.block = Barrier{threads, 0, 0};
+  sched.block = Barrier{0, threads, threads, 0};
   sched.warps.assign(size_t((threads + kWarp - 1) / kWarp), Barrier{});
-  for (int w = 0; w * kWarp < threads; ++w) sched.warps[size_t(w)].live = std::min(kWarp, threads - w * kWarp);
+  for (int w = 0; w * kWarp < threads; ++w) {
+    const int n = std::min(kWarp, threads - w * kWarp);
+    sched.warps[size_t(w)] = Barrier{w * kWarp, n, n, 0};
+  }
   sched.slot.assign(size_t(threads), 0);
   sched.mma.assign(size_t(threads), {});
-  for (int t = 0; t < threads; ++t) {
-    Fiber& f = sched.fibers[size_t(t)];
-    if (!f.stack) f.stack.reset(new char[kStackBytes]);
-    f.done = false;
-    f.waiting = nullptr;
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.get();
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, trampoline, 0);
-  }
-  // Round robin over the threads that can run, each until it waits or returns.
+  for (int t = 0; t < threads; ++t) start_fiber(sched.fibers[size_t(t)]);
+  // Warp by warp, each as far as it can go: a warp's lanes run (each until it waits or returns) until all of them
+  // wait at __syncthreads or have returned, and only then does the next warp start. Letting one warp run ahead of
+  // the others as far as the barriers allow is what exposes a missing __syncthreads: a warp that reads shared memory
+  // before another has written it, or overwrites what another has yet to read.
   for (int remaining = threads; remaining > 0;) {
     bool progress = false;
-    remaining = 0;
-    for (int t = 0; t < threads; ++t) {
-      Fiber& f = sched.fibers[size_t(t)];
-      if (f.done) continue;
-      if (!f.waiting) {
-        sched.current = t;
-        set_builtins(t);
-        swapcontext(&sched.main, &f.ctx);
-        progress = true;
+    for (const Barrier& w : sched.warps)
+      for (bool warp_progress = true; warp_progress;) {
+        warp_progress = false;
+        for (int t = w.first; t < w.first + w.count; ++t) {
+          Fiber& f = sched.fibers[size_t(t)];
+          if (f.done || f.waiting) continue;
+          sched.current = t;
+          set_builtins(t);
+          to_fiber(f);
+          warp_progress = progress = true;
+        }
       }
-      remaining += f.done ? 0 : 1;
-    }
+    remaining = 0;
+    for (int t = 0; t < threads; ++t) remaining += sched.fibers[size_t(t)].done ? 0 : 1;
     if (remaining > 0 && !progress) {
       std::fprintf(stderr, "kernel model: block (%u, %u) deadlocked: %d threads wait at a barrier that the others "
                    "never reach\n", blockIdx.x, blockIdx.y, remaining);

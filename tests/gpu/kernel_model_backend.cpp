@@ -134,22 +134,20 @@ class KernelModelBackend final : public Backend {
     k::launch_sum_squares(partials.data(), x, n, kNoStream);
     return partials.back();
   }
-  // The bias corrections as CudaBackend computes them (fp64 on the host).
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, int t) override {
-    k::launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, inv_bias_correction(beta1, t),
-                           inv_bias_correction(beta2, t), kNoStream);
+    k::launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                           k::adamw_inv_bias_correction(beta1, t), k::adamw_inv_bias_correction(beta2, t), kNoStream);
   }
   void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
                              size_t nseg, float lr, float beta1, float beta2, float eps, int t) override {
     if (nseg == 0) return;
     k::launch_adamw_update_segments(params, grads, m, v, segs, int(nseg), segs[nseg - 1].end - segs[0].begin, lr,
-                                    beta1, beta2, eps, inv_bias_correction(beta1, t), inv_bias_correction(beta2, t),
-                                    kNoStream);
+                                    beta1, beta2, eps, k::adamw_inv_bias_correction(beta1, t),
+                                    k::adamw_inv_bias_correction(beta2, t), kNoStream);
   }
 
  private:
-  static float inv_bias_correction(float beta, int t) { return float(1.0 / (1.0 - std::pow(double(beta), t))); }
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
 };
 

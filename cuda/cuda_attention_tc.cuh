@@ -91,6 +91,36 @@ __device__ inline void c_to_a(uint32_t (&a)[4], const float (&c)[N][4], int kc) 
   a[3] = pack_bf16(c[2 * kc + 1][2], c[2 * kc + 1][3]);
 }
 
+// The warp's two products. acc (16 x 8 NT) += a (16 x 16 KC, fragments in registers) B, with B[k][n] = tile[n][k]
+// (rows of LD elements): the scores q k^T and dO v^T, and their transposes.
+template <int LD, int KC, int NT>
+__device__ inline void mma_rows(float (&acc)[NT][4], const uint32_t (&a)[KC][4], const bf16* tile, int lane) {
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      uint32_t b0, b1;
+      load_b<LD>(b0, b1, tile, nt * 8, kc * 16, lane);
+      mma_bf16(acc[nt], a[kc], b0, b1);
+    }
+}
+// acc (16 x 8 DT) += round(c) (16 x 8 NT, accumulators rounded to bf16 A fragments) B, with B[k][n] = tile_t[n][k]
+// (a tile stored transposed, rows of kLdT): P v, dS k, P^T dO and dS^T q.
+template <int NT, int DT>
+__device__ inline void mma_scores(float (&acc)[DT][4], const float (&c)[NT][4], const bf16* tile_t, int lane) {
+#pragma unroll
+  for (int kc = 0; kc < NT / 2; ++kc) {
+    uint32_t a[4];
+    c_to_a(a, c, kc);
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      uint32_t b0, b1;
+      load_b<kLdT>(b0, b1, tile_t, dt * 8, kc * 16, lane);
+      mma_bf16(acc[dt], a, b0, b1);
+    }
+  }
+}
+
 // Stages rows row0.. (kTile of them) of one head's (T, HS) slice, rows `stride` floats apart, as bf16: row-major
 // into dst[r * (HS + kSkew) + d] and, where dst_t is given, transposed into dst_t[d * kLdT + r]. Rows past T are
 // zero, never garbage: a masked p = 0 times a NaN would still be NaN.
@@ -136,14 +166,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     stage<HS>(nullptr, vt_s, base + 2 * C, j0, T, C3);
     __syncthreads();
     float s[NT][4] = {};
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        uint32_t b0, b1;
-        load_b<LD>(b0, b1, k_s, nt * 8, kc * 16, lane);  // B[d][j] = K[j][d]
-        mma_bf16(s[nt], qf[kc], b0, b1);
-      }
+    mma_rows<LD>(s, qf, k_s, lane);  // S = Q K^T
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -182,17 +205,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
       o[dt][0] *= corr[0], o[dt][1] *= corr[0];
       o[dt][2] *= corr[1], o[dt][3] *= corr[1];
     }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      uint32_t pa[4];
-      c_to_a(pa, s, kc);
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        uint32_t b0, b1;
-        load_b<kLdT>(b0, b1, vt_s, dt * 8, kc * 16, lane);  // B[j][d] = V[j][d], stored transposed
-        mma_bf16(o[dt], pa, b0, b1);
-      }
-    }
+    mma_scores(o, s, vt_s, lane);  // O += P V
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -267,16 +280,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     stage<HS>(v_s, nullptr, base + 2 * C, j0, T, C3);
     __syncthreads();
     float s[NT][4] = {}, dp[NT][4] = {};
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        uint32_t b0, b1;
-        load_b<LD>(b0, b1, k_s, nt * 8, kc * 16, lane);  // S = Q K^T
-        mma_bf16(s[nt], qf[kc], b0, b1);
-        load_b<LD>(b0, b1, v_s, nt * 8, kc * 16, lane);  // dP = dO V^T
-        mma_bf16(dp[nt], dof[kc], b0, b1);
-      }
+    mma_rows<LD>(s, qf, k_s, lane);    // S = Q K^T
+    mma_rows<LD>(dp, dof, v_s, lane);  // dP = dO V^T
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -285,17 +290,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
         const float p = j <= i && i < T ? expf(s[nt][e] * scale - row_lse[e / 2]) : 0.0f;
         s[nt][e] = p * (dp[nt][e] - row_D[e / 2]);  // dS
       }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      uint32_t da[4];
-      c_to_a(da, s, kc);
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        uint32_t b0, b1;
-        load_b<kLdT>(b0, b1, kt_s, dt * 8, kc * 16, lane);  // B[j][d] = K[j][d], stored transposed
-        mma_bf16(dq[dt], da, b0, b1);
-      }
-    }
+    mma_scores(dq, s, kt_s, lane);  // dQ += dS K
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -356,16 +351,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     }
     __syncthreads();
     float st[NT][4] = {}, dpt[NT][4] = {};
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        uint32_t b0, b1;
-        load_b<LD>(b0, b1, q_s, nt * 8, kc * 16, lane);  // S^T = K Q^T
-        mma_bf16(st[nt], kf[kc], b0, b1);
-        load_b<LD>(b0, b1, do_s, nt * 8, kc * 16, lane);  // dP^T = V dO^T
-        mma_bf16(dpt[nt], vf[kc], b0, b1);
-      }
+    mma_rows<LD>(st, kf, q_s, lane);    // S^T = K Q^T
+    mma_rows<LD>(dpt, vf, do_s, lane);  // dP^T = V dO^T
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -375,20 +362,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
         st[nt][e] = p;
         dpt[nt][e] = p * (dpt[nt][e] - d_s[c]);  // dS^T
       }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      uint32_t pa[4], da[4];
-      c_to_a(pa, st, kc);
-      c_to_a(da, dpt, kc);
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        uint32_t b0, b1;
-        load_b<kLdT>(b0, b1, dot_s, dt * 8, kc * 16, lane);  // dV += P^T dO
-        mma_bf16(dv[dt], pa, b0, b1);
-        load_b<kLdT>(b0, b1, qt_s, dt * 8, kc * 16, lane);  // dK += dS^T Q
-        mma_bf16(dk[dt], da, b0, b1);
-      }
-    }
+    mma_scores(dv, st, dot_s, lane);  // dV += P^T dO
+    mma_scores(dk, dpt, qt_s, lane);  // dK += dS^T Q
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

@@ -70,12 +70,36 @@ EMBER_CPU_CLONES void attention_dscores_row(float* p, float* ds, int n, int ld, 
 }
 
 // Attention in bf16 (attention_in_bf16) emulates the CUDA backend's tensor-core kernels: every product's inputs are
-// rounded to bf16 (q, k, v and dout as they are read; P and dS before the product each feeds), while the softmax
-// statistics, the row sums and D = dO . O stay fp32. This rounds the first n values of each of `rows` rows `ld`
+// rounded to bf16 (q, k, v and dout as they are read; P and dS before the product each feeds, P in the forward pass
+// relative to the running maximum as the kernel holds it), while the softmax statistics, the row sums and
+// D = dO . O stay fp32. This rounds the first n values of each of `rows` rows `ld`
 // apart, in place.
 void round_rows(float* x, int rows, int n, int ld) {
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < n; ++j) x[size_t(r) * ld + j] = round_to_bf16(x[size_t(r) * ld + j]);
+}
+
+// The forward pass's row in bf16: as softmax_causal_row (the row sum and lse from e^(s - max) in fp32), but the
+// values left in s for P V are those the tensor-core kernel multiplies. It walks the keys in tiles of
+// kTensorCoreKeyTile with a running maximum m_t, rounds e^(s_j - m_t) to bf16 and rescales the tile's share by
+// e^(m_t - m) at the end; the same here: s_j = bf16(e^(s_j - m_t)) e^(m_t - max).
+constexpr int kTensorCoreKeyTile = 64;  // cuda/cuda_attention_tc.cuh kTile
+float softmax_causal_row_bf16(float* s, int n, int ld, float* lse) {
+  float m = kMinusInf;
+  for (int j = 0; j < n; ++j) m = cpu::max_value(m, s[j]);
+  float sum = 0.0f, m_t = kMinusInf;
+  for (int j0 = 0; j0 < n; j0 += kTensorCoreKeyTile) {
+    const int j1 = std::min(n, j0 + kTensorCoreKeyTile);
+    for (int j = j0; j < j1; ++j) m_t = cpu::max_value(m_t, s[j]);
+    const float rescale = exp_approx(m_t - m);
+    for (int j = j0; j < j1; ++j) {
+      sum += exp_approx(s[j] - m);
+      s[j] = round_to_bf16(exp_approx(s[j] - m_t)) * rescale;
+    }
+  }
+  for (int j = n; j < ld; ++j) s[j] = 0.0f;
+  *lse = m + std::log(sum);
+  return sum;
 }
 
 // Copies one head's (T, HS) slice out of rows `stride` apart into a contiguous buffer. The GEMMs read K and V once
@@ -123,9 +147,12 @@ void CpuBackend::attention_forward(float* out,        // (B, T, C)
         int ldq = C3;
         if (bf16) gather_head(qr, qb, rows, HS, C3, true), qb = qr, ldq = HS;
         gemm(false, true, rows, keys, HS, scale, qb, ldq, kc, HS, 0.0f, S, ld);
-        for (int r = 0; r < rows; ++r)
-          inv_sum[r] = 1.0f / softmax_causal_row(S + size_t(r) * ld, i0 + r + 1, ld, &row_lse[i0 + r]);
-        if (bf16) round_rows(S, rows, keys, ld);  // P after its sum was taken, as the GPU's
+        for (int r = 0; r < rows; ++r) {
+          float* row = S + size_t(r) * ld;
+          const float sum = bf16 ? softmax_causal_row_bf16(row, i0 + r + 1, ld, &row_lse[i0 + r])
+                                 : softmax_causal_row(row, i0 + r + 1, ld, &row_lse[i0 + r]);
+          inv_sum[r] = 1.0f / sum;
+        }
         // O = P V with P unnormalised, then each row divided by its sum: (rows, HS) multiplies instead of (rows, keys).
         float* ob = o + size_t(i0) * C;
         gemm(false, false, rows, HS, keys, 1.0f, S, ld, vc, HS, 0.0f, ob, C);

@@ -33,6 +33,11 @@ inline unsigned elementwise_blocks(size_t n) {
   return unsigned(b < 1 ? 1 : (b > kMaxElementwiseBlocks ? kMaxElementwiseBlocks : b));
 }
 
+// Column sums over rows (the bias and layernorm parameter gradients): blocks of kColTile columns x kRowLanes row
+// lanes; lane y sums rows y, y + kRowLanes, ... in order, then the lanes' partials are added in lane order. The split
+// depends only on the shape, so the sums are deterministic.
+constexpr int kColTile = 32, kRowLanes = 16;
+
 // Xor butterflies: addition and max are commutative, so every lane ends with the bitwise-same result.
 template <typename T>
 __device__ inline T warp_sum(T v) {

@@ -106,9 +106,7 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp,          // (N, C) +
   }
 }
 
-// dweight[c] += sum_r g[r,c] xhat[r,c], dbias[c] += sum_r g[r,c]. Block (32 columns, 16 row lanes): lane y sums
-// rows y, y+16, ... in order, then the 16 partials are added in lane order. A fixed split, so deterministic.
-constexpr int kColTile = 32, kRowLanes = 16;
+// dweight[c] += sum_r g[r,c] xhat[r,c], dbias[c] += sum_r g[r,c], in the column-sum blocks of cuda_common.cuh.
 __global__ void layernorm_backward_params_kernel(float* dweight,      // (C) +=
                                                  float* dbias,        // (C) +=
                                                  const float* dout,   // (N, C)

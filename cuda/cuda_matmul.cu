@@ -41,9 +41,7 @@ __global__ void broadcast_rows_kernel(float* out,         // (N, OC)
     out[i] = bias[i % OC];
 }
 
-// dst[c] += sum_r src[r, c]. Block (32 columns, 16 row lanes): lane y sums rows y, y+16, ... in order, then the 16
-// partials are added in lane order; the split depends only on the shape, so results are deterministic.
-constexpr int kColTile = 32, kRowLanes = 16;
+// dst[c] += sum_r src[r, c], in the column-sum blocks of cuda_common.cuh.
 __global__ void column_sum_kernel(float* dst,        // (C) +=
                                   const float* src,  // (N, C)
                                   int N, int C) {

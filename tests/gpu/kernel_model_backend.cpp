@@ -1,7 +1,7 @@
 // A Backend whose ops run the CUDA backend's own kernels and launchers (cuda/cuda_<family>.cu, compiled here as
-// plain C++) under the kernel model (kernel_model.h), on host memory. The matmul ops, which the CUDA backend hands to
-// cuBLAS and cuBLASLt, are the CPU backend's here, and memory is the CPU backend's. test_cuda_ops_model runs the
-// gpu op tests (test_cuda_ops.cpp) against it, so every kernel is exercised wherever the CUDA headers are.
+// plain C++) under the kernel model (kernel_model.h), on host memory (the CPU backend's). The matmul launchers call
+// a model of cuBLAS's two GEMM entry points (below) and never cuBLASLt. test_cuda_ops_model runs the gpu op tests
+// (test_cuda_ops.cpp) against it, so every kernel and launcher is exercised wherever the CUDA headers are.
 //
 // The launchers keep their names: this translation unit renames the namespace ember::cuda to ember::cuda_model with
 // a macro, so its copies never meet the CUDA backend's at link time. System headers come first, before the macro.
@@ -22,6 +22,55 @@
 
 #define cuda cuda_model
 #include "kernel_model.h"  // before the kernels
+
+// cuBLAS's two GEMM entry points, as cuda_matmul.cu's launchers call them, computed from their column-major
+// definition: C (m, n) = alpha op(A) op(B) + beta C with op(X) = X or X^T, element (i, j) of X at X[i + j ld].
+// CUBLAS_COMPUTE_32F_FAST_16BF rounds both inputs to bf16 first (to nearest even, as the CPU backend's emulation),
+// then multiplies and sums in fp32. This checks the launchers' transposes and leading dimensions, and the bias and
+// column-sum kernels around them; cuBLAS itself (and cuBLASLt's fused epilogues, which the model backend leaves
+// out) is for the gpu tests.
+namespace ember::kernel_model {
+inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
+                           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc,
+                           bool bf16) {
+  auto in = [bf16](float x) { return bf16 ? round_to_bf16(x) : x; };
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float acc = 0.0f;
+      for (int l = 0; l < k; ++l) {
+        const float a = op_a == CUBLAS_OP_N ? A[i + size_t(l) * lda] : A[l + size_t(i) * lda];
+        const float b = op_b == CUBLAS_OP_N ? B[l + size_t(j) * ldb] : B[j + size_t(l) * ldb];
+        acc += in(a) * in(b);
+      }
+      float& c = C[i + size_t(j) * ldc];
+      c = alpha * acc + (beta == 0.0f ? 0.0f : beta * c);  // beta = 0: C is not read, as in cuBLAS
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t sgemm(cublasHandle_t, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                            const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                            float* C, int ldc) {
+  return gemm(op_a, op_b, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc, false);
+}
+inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                              const void* alpha, const void* A, cudaDataType a_type, int lda, const void* B,
+                              cudaDataType b_type, int ldb, const void* beta, void* C, cudaDataType c_type, int ldc,
+                              cublasComputeType_t compute, cublasGemmAlgo_t) {
+  if (a_type != CUDA_R_32F || b_type != CUDA_R_32F || c_type != CUDA_R_32F ||
+      (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF))
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // only what the launchers ask for is modelled
+  return gemm(op_a, op_b, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,
+              static_cast<const float*>(B), ldb, *static_cast<const float*>(beta), static_cast<float*>(C), ldc,
+              compute == CUBLAS_COMPUTE_32F_FAST_16BF);
+}
+}  // namespace ember::kernel_model
+#undef cublasSgemm
+#define cublasSgemm ::ember::kernel_model::sgemm
+#define cublasGemmEx ::ember::kernel_model::gemm_ex
+#include "cuda_matmul.cu"
+#undef cublasGemmEx
+#undef cublasSgemm
+
 #include "cuda_attention.cu"
 #include "cuda_attention_tc.cu"
 #include "cuda_elementwise.cu"
@@ -72,25 +121,23 @@ class KernelModelBackend final : public Backend {
     k::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, kNoStream);
   }
 
-  // GEMMs: the CPU backend's, at this backend's matmul precision.
+  // The dense layers and the lm_head through cuda_matmul.cu's launchers on the cuBLAS model above, without
+  // cuBLASLt (no fused epilogues: the bias and column-sum kernels instead).
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
                       int OC) override {
-    cpu_->set_matmul_precision(matmul_precision());
-    cpu_->matmul_forward(out, inp, weight, bias, N, IC, OC);
+    k::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), nullptr, nullptr, kNoStream);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int N, int IC, int OC) override {
-    cpu_->set_matmul_precision(matmul_precision());
-    cpu_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    k::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), nullptr, nullptr, nullptr,
+                              0, kNoStream);
   }
   void matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V) override {
-    cpu_->set_matmul_precision(matmul_precision());
-    cpu_->matmul_forward_transposed(out, inp, wte, N, C, V);
+    k::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), nullptr);
   }
   void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp, const float* wte,
                                   int N, int C, int V) override {
-    cpu_->set_matmul_precision(matmul_precision());
-    cpu_->matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V);
+    k::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), nullptr);
   }
 
   // Attention as CudaBackend chooses it on sm_80 and newer: the tensor-core kernels where attention_in_bf16 holds.
@@ -148,7 +195,8 @@ class KernelModelBackend final : public Backend {
   }
 
  private:
-  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+  bool bf16() const { return matmul_precision() == MatmulPrecision::bf16; }
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();  // memory
 };
 
 }  // namespace

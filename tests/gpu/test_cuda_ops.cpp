@@ -95,8 +95,8 @@ using FBuf = test::BackendArray<float>;
 using IBuf = test::BackendArray<int32_t>;
 
 // Built as test_cuda_ops_model (EMBER_TEST_KERNEL_MODEL), `gpu` is the kernel-model backend instead: the CUDA
-// backend's kernels run on the CPU under kernel_model.h, with the CPU's GEMMs. The tests of what only a device has
-// (its name and memory, the cuBLAS and cuBLASLt GEMMs) are left out of that build.
+// backend's kernels and launchers run on the CPU under kernel_model.h, the GEMMs on a model of cuBLAS without
+// cuBLASLt. The tests of what only a device has (its name and memory) are left out of that build.
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -208,7 +208,6 @@ TEST_P(CudaLayerNorm, ResidualFusedEqualsAddThenLayerNorm) {
   expect_close("fused out vs cpu", o2.host(), want, fp32_tol(C, want));
 }
 
-#ifndef EMBER_TEST_KERNEL_MODEL
 class CudaMatmul : public CudaOps, public ::testing::WithParamInterface<bool> {};
 TEST_P(CudaMatmul, ForwardBackward) {
   const bool with_bias = GetParam();
@@ -329,7 +328,6 @@ TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
   expect_close("bf16 lm_head dinp", tdx[1], tdx[0], fp32_tol(OC, tdx[0]));
   expect_close("bf16 lm_head dwte", tdw[1], tdw[0], fp32_tol(N, tdw[0]));
 }
-#endif  // EMBER_TEST_KERNEL_MODEL
 
 // (B, T, C, NH): HS = 16 with T = 150 > the 32-key tile and not a multiple of the 16/8-row blocks; HS = 64
 // (GPT-2's); HS = 128 (the kernel's maximum); HS = 5 (odd, below a warp); T = 1.

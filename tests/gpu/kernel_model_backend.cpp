@@ -34,14 +34,18 @@ inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m
                            const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc,
                            bool bf16) {
   auto in = [bf16](float x) { return bf16 ? round_to_bf16(x) : x; };
+  // Row i of op(A) and column j of op(B), each copied out contiguous (and rounded) once.
+  std::vector<float> a(size_t(m) * k), b(size_t(n) * k);
+  for (int i = 0; i < m; ++i)
+    for (int l = 0; l < k; ++l)
+      a[size_t(i) * k + l] = in(op_a == CUBLAS_OP_N ? A[i + size_t(l) * lda] : A[l + size_t(i) * lda]);
+  for (int j = 0; j < n; ++j)
+    for (int l = 0; l < k; ++l)
+      b[size_t(j) * k + l] = in(op_b == CUBLAS_OP_N ? B[l + size_t(j) * ldb] : B[j + size_t(l) * ldb]);
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
       float acc = 0.0f;
-      for (int l = 0; l < k; ++l) {
-        const float a = op_a == CUBLAS_OP_N ? A[i + size_t(l) * lda] : A[l + size_t(i) * lda];
-        const float b = op_b == CUBLAS_OP_N ? B[l + size_t(j) * ldb] : B[j + size_t(l) * ldb];
-        acc += in(a) * in(b);
-      }
+      for (int l = 0; l < k; ++l) acc += a[size_t(i) * k + l] * b[size_t(j) * k + l];
       float& c = C[i + size_t(j) * ldc];
       c = alpha * acc + (beta == 0.0f ? 0.0f : beta * c);  // beta = 0: C is not read, as in cuBLAS
     }

@@ -193,7 +193,7 @@ TEST(GPT, RecomputeGivesBitwiseEqualGradientsWithLessMemory) {
 }
 
 // Matmul precision bf16 on the whole model: 50 AdamW steps on one fixed batch (the loss falls by more than half as the
-// model memorises it) track the fp32 run. bf16 keeps 8 significant bits, so each GEMM input is off by up to 2^-9
+// model memorises it) track the fp32 run. bf16 keeps 8 significant bits, so each GEMM input is off by up to 2^-8
 // relative; the products average those errors over their sums, and the losses must agree within 2% at every step
 // (measured: 0.5% at worst).
 // The bf16 losses must still differ from the fp32 ones (else nothing was rounded).

@@ -10,6 +10,8 @@ ROOT=$(pwd)
 # size for every config, steps and warm-up steps left out of the mean (torch.compile compiles during warm-up), the
 # matmul precision, the Python with a CUDA build of PyTorch (BENCH_TORCH=0 leaves PyTorch out), the build folder.
 # BENCH_DEVICE=cpu runs the whole script on the CPU, fp32, without MFU: a check of the script itself, not a benchmark.
+# BENCH_PROFILE=1 (the default where Nsight Systems' nsys is on PATH) adds, after each config's timed run, a short
+# run of Ember under nsys and prints its kernels by total GPU time; that run's timings are not used.
 CONFIGS=${BENCH_CONFIGS:-configs/gpt2-124m.ini configs/gpt2-350m.ini}
 SEQ_LEN=${BENCH_SEQ_LEN:-1024}
 BATCH=${BENCH_BATCH:-}
@@ -20,6 +22,7 @@ DEVICE=${BENCH_DEVICE:-cuda}
 PYTHON=${BENCH_PYTHON:-python3}
 WITH_TORCH=${BENCH_TORCH:-1}
 BUILD_DIR=${EMBER_BUILD_DIR:-build}
+PROFILE=${BENCH_PROFILE:-$(command -v nsys >/dev/null && echo 1 || echo 0)}
 
 die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
 # Python, with the machine's own library path where the caller saved one in BENCH_PYTHON_LD_LIBRARY_PATH:
@@ -99,6 +102,29 @@ for item in README.md docs src configs scripts; do [[ -e "$item" ]] && cp -R "$i
   { cat "$WORK/prep.log" >&2; die "ember prep failed (log above)" "check that $EMBER is up to date"; }
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# Where the GPU time of a training step goes: EMBER_CMD again for 6 steps under nsys, then the kernel summary (total
+# time per kernel, largest first). Diagnostics only: a failure here is reported and the benchmark goes on.
+profile() {
+  local name=$1 run=$2
+  local cmd=("${EMBER_CMD[@]}" --training.steps=6 --run.dir="$run/profile")
+  echo "bench: $name: ember under nsys, 6 steps (not timed)"
+  if ! nsys profile --force-overwrite true --trace cuda -o "$run/ember-profile" "${cmd[@]}" >"$run.nsys.log" 2>&1; then
+    echo "warning: nsys profile failed on $name; see $run.nsys.log" >&2
+    return 0
+  fi
+  local report
+  for report in cuda_gpu_kern_sum gpukernsum; do  # the report's name in newer and older Nsight Systems
+    if nsys stats --report "$report" --format csv --output - "$run/ember-profile.nsys-rep" >"$run.kernels.csv" \
+        2>>"$run.nsys.log" && [[ -s "$run.kernels.csv" ]]; then
+      echo "kernels ($name, 6 steps; columns as nsys names them, the largest 25):"
+      { grep -m 26 ',' "$run.kernels.csv" || true; } | cut -c1-240
+      return 0
+    fi
+  done
+  echo "warning: nsys stats gave no kernel summary for $name; see $run.nsys.log" >&2
+}
+
 ROWS=()
 COMMANDS=()
 TORCH_INFO=()
@@ -126,6 +152,9 @@ PY
     die "ember train failed on $name (last lines above)" "rerun by hand: ${EMBER_CMD[*]}"
   fi
   ember_tps=$(py scripts/bench/mean_tokens_per_s.py "$run/ember/metrics.jsonl" "$WARMUP")
+  if [[ "$PROFILE" == 1 ]]; then
+    profile "$name" "$run"
+  fi
   # "memory measured after the first step on ...: peak X MiB allocated (...)[; the device reports U of T MiB ...]"
   ember_peak=$(sed -n 's/.*memory measured after the first step.*: peak \([0-9.]*\) MiB allocated.*/\1/p' "$run.ember.log")
   ember_device=$(sed -n 's/.*the device reports \([0-9.]*\) of.*/\1/p' "$run.ember.log")

@@ -75,6 +75,12 @@ __device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int r0, int c0
   a[2] = ld32(p + 8);
   a[3] = ld32(p + 8 * LD + 8);
 }
+// The A fragments of the warp's 16 rows r0.. across all KC 16-column blocks of a row-major tile.
+template <int LD, int KC>
+__device__ inline void load_a_rows(uint32_t (&a)[KC][4], const bf16* tile, int r0, int lane) {
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) load_a<LD>(a[kc], tile, r0, kc * 16, lane);
+}
 // The B fragment of k0.. and n0.. of a matrix B stored n-major: B[k][n] at tile[n * LD + k].
 template <int LD>
 __device__ inline void load_b(uint32_t& b0, uint32_t& b1, const bf16* tile, int n0, int k0, int lane) {
@@ -155,8 +161,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   stage<HS>(q_s, nullptr, base, i0, T, C3);
   __syncthreads();
   uint32_t qf[KC][4];
-#pragma unroll
-  for (int kc = 0; kc < KC; ++kc) load_a<LD>(qf[kc], q_s, warp * 16, kc * 16, lane);
+  load_a_rows<LD>(qf, q_s, warp * 16, lane);
   float o[DT][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   const int last_row = min(i0 + kRows, T) - 1;
@@ -264,11 +269,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   }
   __syncthreads();
   uint32_t qf[KC][4], dof[KC][4];
-#pragma unroll
-  for (int kc = 0; kc < KC; ++kc) {
-    load_a<LD>(qf[kc], q_s, warp * 16, kc * 16, lane);
-    load_a<LD>(dof[kc], do_s, warp * 16, kc * 16, lane);
-  }
+  load_a_rows<LD>(qf, q_s, warp * 16, lane);
+  load_a_rows<LD>(dof, do_s, warp * 16, lane);
   const float row_lse[2] = {lse_s[warp * 16 + lane / 4], lse_s[warp * 16 + lane / 4 + 8]};
   const float row_D[2] = {d_s[warp * 16 + lane / 4], d_s[warp * 16 + lane / 4 + 8]};
   float dq[DT][4] = {};
@@ -333,11 +335,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   stage<HS>(do_s, nullptr, base + 2 * C, j_first, T, C3);
   __syncthreads();
   uint32_t kf[KC][4], vf[KC][4];
-#pragma unroll
-  for (int kc = 0; kc < KC; ++kc) {
-    load_a<LD>(kf[kc], q_s, warp * 16, kc * 16, lane);
-    load_a<LD>(vf[kc], do_s, warp * 16, kc * 16, lane);
-  }
+  load_a_rows<LD>(kf, q_s, warp * 16, lane);
+  load_a_rows<LD>(vf, do_s, warp * 16, lane);
   float dk[DT][4] = {}, dv[DT][4] = {};
 
   for (int i0 = j_first; i0 < T; i0 += kTile) {

@@ -16,6 +16,7 @@
 #include "kernel_model_backend.h"
 #endif
 #include "attention_bf16_bounds.h"
+#include "train_steps.h"
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "core/dtype.h"
@@ -677,13 +678,7 @@ void expect_training_tracks_cpu(Backend& cpu, Backend& gpu, MatmulPrecision p, d
     GPT model(c, be, B, T);
     model.init_weights(7);
     AdamW adam(be, model.table(), oc, 0, model.arena_numel());
-    std::vector<double> losses;
-    for (int s = 0; s < steps; ++s) {
-      model.zero_grad();
-      losses.push_back(model.forward(in.data(), tg.data(), B, T));
-      model.backward(1.0f);
-      adam.step(model.params(), model.grads(), oc.lr);
-    }
+    const std::vector<double> losses = test::train_on_one_batch(model, adam, in, tg, B, T, steps, oc.lr);
     be.set_matmul_precision(MatmulPrecision::fp32);
     return losses;
   };

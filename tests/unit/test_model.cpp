@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "model/param_table.h"
 #include "train/adamw.h"
+#include "train_steps.h"
 #include "train/lr_schedule.h"
 
 namespace ember {
@@ -210,14 +211,7 @@ TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
     GPT model(c, *backend, B, T);
     model.init_weights(1);
     AdamW adam(*backend, model.table(), oc, 0, model.arena_numel());
-    std::vector<double> losses;
-    for (int s = 0; s < steps; ++s) {
-      model.zero_grad();
-      losses.push_back(model.forward(in.data(), tg.data(), B, T));
-      model.backward(1.0f);
-      adam.step(model.params(), model.grads(), oc.lr);
-    }
-    return losses;
+    return test::train_on_one_batch(model, adam, in, tg, B, T, steps, oc.lr);
   };
   const std::vector<double> fp32 = run(MatmulPrecision::fp32), bf16 = run(MatmulPrecision::bf16);
   EXPECT_LT(fp32.back(), 0.5 * fp32.front()) << "the fp32 run did not learn the batch";

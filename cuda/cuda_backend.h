@@ -1,7 +1,7 @@
 // The CUDA backend: every op of backend.h on one device (fp32 storage; bf16 GEMM and attention inputs with matmul
 // precision bf16), one stream, and the cuBLAS and cuBLASLt handles bound to it.
 // Kernels and launchers live in one .cu per op family (encoder, layernorm, matmul, attention, gelu, loss, optim,
-// elementwise); the op methods that call them in cuda_backend_ops.cu, except matmul's, in cuda_matmul.cu.
+// elementwise); the op methods that call them in cuda_backend_ops.cu.
 #pragma once
 
 #include <cublas_v2.h>
@@ -46,31 +46,31 @@ class CudaBackend final : public Backend {
                        int C) override;
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override;
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                          int N, int C) override;
-  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a, const float* b,
+  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a, const float* b,
                                   const float* weight, const float* bias, int N, int C) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                      int OC) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, int N, int IC, int OC) override;
-  void matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V) override;
-  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp, const float* wte,
-                                  int N, int C, int V) override;
+  void matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
+                       int N, int IC, int OC) override;
+  void matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
+  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
+                                  int V) override;
 
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                           int T, int C, int NH) override;
 
-  void gelu_forward(float* out, const float* inp, size_t n) override;
+  void gelu_forward(TensorOut out, const float* inp, size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
 
   void add(float* out, const float* a, const float* b, size_t n) override;
   void accumulate(float* dst, const float* src, size_t n) override;
   void scale(float* x, float s, size_t n) override;
+  void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override;
 
   void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override;
   void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
@@ -89,6 +89,11 @@ class CudaBackend final : public Backend {
   bool tensor_core_attention(int C, int NH) const;
   // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
   void* scratch(size_t bytes);
+  // The scratch a matmul backward pass over bf16-stored inputs takes for dout in bf16, (N, cols): all of it, or whole
+  // rows up to kGemmScratchBytes (0 for fp32 storage). The dense layers' dout fits whole at GPT-2 sizes (16K tokens
+  // x 3072 x 2 bytes is 96 MiB); the lm_head's (16K x 50304 x 2 = 1.6 GiB) goes in blocks of ~1300 rows.
+  size_t gemm_scratch_bytes(TensorIn inp, int N, int cols) const;
+  static constexpr size_t kGemmScratchBytes = size_t(128) << 20;
 
   int device_ = 0;
   int compute_major_ = 0;  // the device's compute capability, major part

@@ -1,5 +1,6 @@
 // CUDA backend: the Backend op methods, each handing its arguments to the launcher of its op family (cuda_<family>.cu)
-// with the backend's stream and scratch. The matmul ops sit with their cuBLAS and cuBLASLt code in cuda_matmul.cu.
+// with the backend's stream and scratch.
+#include <algorithm>
 #include <cmath>
 
 #include "core/dtype.h"
@@ -28,7 +29,7 @@ void CudaBackend::encoder_backward(float* dwte,         // (V, C) +=
 }
 
 // --- layernorm ---
-void CudaBackend::layernorm_forward(float* out,           // (N, C)
+void CudaBackend::layernorm_forward(TensorOut out,        // (N, C)
                                     float* mean,          // (N)
                                     float* rstd,          // (N)
                                     const float* inp,     // (N, C)
@@ -39,7 +40,7 @@ void CudaBackend::layernorm_forward(float* out,           // (N, C)
 }
 
 void CudaBackend::residual_layernorm_forward(float* residual,      // (N, C)
-                                             float* out,           // (N, C)
+                                             TensorOut out,        // (N, C)
                                              float* mean,          // (N)
                                              float* rstd,          // (N)
                                              const float* a,       // (N, C)
@@ -63,7 +64,7 @@ void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=
 }
 
 // --- gelu ---
-void CudaBackend::gelu_forward(float* out, const float* inp, size_t n) {  // (n)
+void CudaBackend::gelu_forward(TensorOut out, const float* inp, size_t n) {  // (n)
   cuda::launch_gelu_forward(out, inp, n, stream_);
 }
 void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {  // (n) +=
@@ -143,6 +144,58 @@ void CudaBackend::adamw_update_segments(float* params, const float* grads, float
 void CudaBackend::add(float* out, const float* a, const float* b, size_t n) { cuda::launch_add(out, a, b, n, stream_); }
 void CudaBackend::accumulate(float* dst, const float* src, size_t n) { cuda::launch_accumulate(dst, src, n, stream_); }
 void CudaBackend::scale(float* x, float s, size_t n) { cuda::launch_scale(x, s, n, stream_); }
+void CudaBackend::cast_to_bf16(BFloat16* out, const float* inp, size_t n) {
+  cuda::launch_cast_to_bf16(out, inp, n, stream_);
+}
+
+// --- matmul ---
+void CudaBackend::matmul_forward(float* out,        // (N, OC)
+                                 TensorIn inp,      // (N, IC)
+                                 TensorIn weight,   // (IC, OC)
+                                 const float* bias,  // (OC) or null
+                                 int N, int IC, int OC) {
+  check_gemm_inputs(inp, weight, "matmul_forward");
+  cuda::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), cublas_, lt_.get(), stream_);
+}
+
+void CudaBackend::matmul_backward(float* dinp,        // (N, IC) +=
+                                  float* dweight,     // (IC, OC) +=
+                                  float* dbias,       // (OC) += or null
+                                  const float* dout,  // (N, OC)
+                                  TensorIn inp,       // (N, IC)
+                                  TensorIn weight,    // (IC, OC)
+                                  int N, int IC, int OC) {
+  check_gemm_inputs(inp, weight, "matmul_backward");
+  const size_t bytes = gemm_scratch_bytes(inp, N, OC);
+  cuda::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), cublas_, lt_.get(),
+                               bias_grad_, kBiasGradCapacity, bytes ? scratch(bytes) : nullptr, bytes, stream_);
+}
+
+void CudaBackend::matmul_forward_transposed(float* out,    // (N, V)
+                                            TensorIn inp,  // (N, C)
+                                            TensorIn wte,  // (V, C)
+                                            int N, int C, int V) {
+  check_gemm_inputs(inp, wte, "matmul_forward_transposed");
+  cuda::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), cublas_);
+}
+
+void CudaBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
+                                             float* dwte,        // (V, C) +=
+                                             const float* dout,  // (N, V)
+                                             TensorIn inp,       // (N, C)
+                                             TensorIn wte,       // (V, C)
+                                             int N, int C, int V) {
+  check_gemm_inputs(inp, wte, "matmul_backward_transposed");
+  const size_t bytes = gemm_scratch_bytes(inp, N, V);
+  cuda::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), cublas_,
+                                          bytes ? scratch(bytes) : nullptr, bytes, stream_);
+}
+
+size_t CudaBackend::gemm_scratch_bytes(TensorIn inp, int N, int cols) const {
+  if (!inp.bf16 || N <= 0 || cols <= 0) return 0;
+  const size_t row = size_t(cols) * sizeof(BFloat16), all = row * size_t(N);
+  return all <= kGemmScratchBytes ? all : std::max(row, kGemmScratchBytes / row * row);
+}
 
 // --- attention ---
 void CudaBackend::attention_forward(float* out,        // (B, T, C)

@@ -2,6 +2,7 @@
 // Every reduction is a fixed tree (xor butterfly, then one warp over the per-warp results): no atomics anywhere.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -37,6 +38,10 @@ inline unsigned elementwise_blocks(size_t n) {
 // lanes; lane y sums rows y, y + kRowLanes, ... in order, then the lanes' partials are added in lane order. The split
 // depends only on the shape, so the sums are deterministic.
 constexpr int kColTile = 32, kRowLanes = 16;
+
+// Stores an fp32 result into fp32 or bf16 storage (core/dtype.h's TensorOut): bf16 rounds to nearest even.
+__device__ inline void store(float* p, float v) { *p = v; }
+__device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 // Xor butterflies: addition and max are commutative, so every lane ends with the bitwise-same result.
 template <typename T>

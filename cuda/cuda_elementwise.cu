@@ -1,5 +1,5 @@
-// CUDA backend: the plain elementwise ops (add, accumulate, scale) as grid-stride loops.
-// Each element is one independent fp32 operation, so results equal the CPU's bit for bit.
+// CUDA backend: the plain elementwise ops (add, accumulate, scale, the cast to bf16) as grid-stride loops.
+// Each element is one independent fp32 operation (or rounding), so results equal the CPU's bit for bit.
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -23,6 +23,11 @@ __global__ void scale_kernel(float* x, float s, size_t n) {  // (n)
     x[i] *= s;
 }
 
+__global__ void cast_to_bf16_kernel(__nv_bfloat16* out, const float* inp, size_t n) {  // (n) each
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(inp[i]);
+}
+
 }  // namespace
 
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
@@ -40,6 +45,13 @@ void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t stre
 void launch_scale(float* x, float s, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   EMBER_KERNEL_LAUNCH(scale_kernel, elementwise_blocks(n), kElementwiseThreads, stream, x, s, n);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_cast_to_bf16(BFloat16* out, const float* inp, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  EMBER_KERNEL_LAUNCH(cast_to_bf16_kernel, elementwise_blocks(n), kElementwiseThreads, stream,
+                      reinterpret_cast<__nv_bfloat16*>(out), inp, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,5 +1,6 @@
 // CUDA backend: tanh-approximate GELU, forward and backward, with the CPU's formulation: 0.5 (1 + tanh(u)) is
-// written as sigmoid(2u) = 1 / (1 + e^{-2u}), with e^{-2u}'s argument clamped as on the CPU.
+// written as sigmoid(2u) = 1 / (1 + e^{-2u}), with e^{-2u}'s argument clamped as on the CPU. The forward output may
+// be stored in fp32 or bf16 (rounded from the fp32 result).
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -13,13 +14,14 @@ constexpr float kCubic = 0.044715f;
 // Beyond e^60 the output is below 1e-25 anyway; the cap keeps sigmoid(2u) a normal float (as in cpu_gelu.cpp).
 constexpr float kMinExpArg = -80.0f, kMaxExpArg = 60.0f;
 
-__global__ void gelu_forward_kernel(float* out,        // (n)
+template <typename OutT>
+__global__ void gelu_forward_kernel(OutT* out,         // (n)
                                     const float* inp,  // (n)
                                     size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float x = inp[i];
     const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    out[i] = x / (1.0f + expf(fminf(fmaxf(-2.0f * u, kMinExpArg), kMaxExpArg)));
+    store(&out[i], x / (1.0f + expf(fminf(fmaxf(-2.0f * u, kMinExpArg), kMaxExpArg))));
   }
 }
 
@@ -40,9 +42,14 @@ __global__ void gelu_backward_kernel(float* dinp,        // (n) +=
 
 }  // namespace
 
-void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+void launch_gelu_forward(TensorOut out, const float* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  EMBER_KERNEL_LAUNCH(gelu_forward_kernel, elementwise_blocks(n), kElementwiseThreads, stream, out, inp, n);
+  if (out.bf16)
+    EMBER_KERNEL_LAUNCH(gelu_forward_kernel<__nv_bfloat16>, elementwise_blocks(n), kElementwiseThreads, stream,
+                        reinterpret_cast<__nv_bfloat16*>(out.b16()), inp, n);
+  else
+    EMBER_KERNEL_LAUNCH(gelu_forward_kernel<float>, elementwise_blocks(n), kElementwiseThreads, stream, out.f32(), inp,
+                        n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

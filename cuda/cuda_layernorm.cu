@@ -1,5 +1,5 @@
 // CUDA backend: layernorm over the last dim (eps 1e-5, biased variance), forward and backward, and the forward fused
-// with the residual add before it.
+// with the residual add before it. The forward output may be stored in fp32 or bf16 (rounded from the fp32 result).
 // One warp per row for the row-wise parts; dweight/dbias are column sums over rows in a fixed order (no atomics).
 #include "core/error.h"
 #include "cuda_check.h"
@@ -17,7 +17,8 @@ constexpr int kRowsPerBlock = 8;
 // One warp normalises one row x whose lane-strided partial sum (elements lane, lane + 32, ...) the caller has taken,
 // so that the fused residual kernel can sum while it adds. The order of every sum depends only on C, which makes the
 // plain and the fused forward bitwise equal.
-__device__ inline void layernorm_warp_row(float* y,             // (C)
+template <typename OutT>
+__device__ inline void layernorm_warp_row(OutT* y,              // (C)
                                           float* mean,          // (1)
                                           float* rstd,          // (1)
                                           const float* x,       // (C)
@@ -29,14 +30,15 @@ __device__ inline void layernorm_warp_row(float* y,             // (C)
   float var = 0.0f;
   for (int c = lane; c < C; c += kWarpSize) var += (x[c] - m) * (x[c] - m);
   const float rs = 1.0f / sqrtf(warp_sum(var) / float(C) + kLayerNormEps);
-  for (int c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * rs * weight[c] + bias[c];
+  for (int c = lane; c < C; c += kWarpSize) store(&y[c], (x[c] - m) * rs * weight[c] + bias[c]);
   if (lane == 0) {
     *mean = m;
     *rstd = rs;
   }
 }
 
-__global__ void layernorm_forward_kernel(float* out,           // (N, C)
+template <typename OutT>
+__global__ void layernorm_forward_kernel(OutT* out,            // (N, C)
                                          float* mean,          // (N)
                                          float* rstd,          // (N)
                                          const float* inp,     // (N, C)
@@ -55,8 +57,9 @@ __global__ void layernorm_forward_kernel(float* out,           // (N, C)
 // residual = a + b, then the layernorm of residual, one warp per row. Each lane later reads back only the elements
 // it wrote itself (same c), so no barrier is needed, and those reads come from L1/L2 rather than a second pass over
 // DRAM. No __restrict__: residual may alias a or b (each element is read before it is written, by the same lane).
+template <typename OutT>
 __global__ void residual_layernorm_forward_kernel(float* residual,      // (N, C)
-                                                  float* out,           // (N, C)
+                                                  OutT* out,            // (N, C)
                                                   float* mean,          // (N)
                                                   float* rstd,          // (N)
                                                   const float* a,       // (N, C)
@@ -142,20 +145,30 @@ __global__ void layernorm_backward_params_kernel(float* dweight,      // (C) +=
 
 }  // namespace
 
-void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void launch_layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int N, int C, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "layernorm_forward: N and C must be positive");
-  EMBER_KERNEL_LAUNCH(layernorm_forward_kernel, ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize, stream,
-                      out, mean, rstd, inp, weight, bias, N, C);
+  const unsigned blocks = ceil_div(size_t(N), kRowsPerBlock);
+  if (out.bf16)
+    EMBER_KERNEL_LAUNCH(layernorm_forward_kernel<__nv_bfloat16>, blocks, kRowsPerBlock * kWarpSize, stream,
+                        reinterpret_cast<__nv_bfloat16*>(out.b16()), mean, rstd, inp, weight, bias, N, C);
+  else
+    EMBER_KERNEL_LAUNCH(layernorm_forward_kernel<float>, blocks, kRowsPerBlock * kWarpSize, stream, out.f32(), mean,
+                        rstd, inp, weight, bias, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-void launch_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+void launch_residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
                                        const float* b, const float* weight, const float* bias, int N, int C,
                                        cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "residual_layernorm_forward: N and C must be positive");
-  EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel, ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize,
-                      stream, residual, out, mean, rstd, a, b, weight, bias, N, C);
+  const unsigned blocks = ceil_div(size_t(N), kRowsPerBlock);
+  if (out.bf16)
+    EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel<__nv_bfloat16>, blocks, kRowsPerBlock * kWarpSize, stream,
+                        residual, reinterpret_cast<__nv_bfloat16*>(out.b16()), mean, rstd, a, b, weight, bias, N, C);
+  else
+    EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel<float>, blocks, kRowsPerBlock * kWarpSize, stream, residual,
+                        out.f32(), mean, rstd, a, b, weight, bias, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

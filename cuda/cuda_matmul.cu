@@ -1,18 +1,19 @@
 // CUDA backend: dense layers (out = inp @ weight + bias) and the tied lm_head (out = inp @ wte^T), both directions.
 // GEMMs are cuBLAS in fp32 storage: plain fp32 products (no TF32), or with matmul precision bf16 the compute type
 // CUBLAS_COMPUTE_32F_FAST_16BF, which rounds both inputs to bf16 and accumulates in fp32 on the tensor cores (the CPU
-// backend emulates the same rounding). The dense layers go through cuBLASLt where it offers the fused epilogues: the
-// bias added as the GEMM writes out, and dbias summed from dout as the dweight GEMM reads it; elsewhere the bias
-// broadcast and the dbias column sum are small kernels here.
+// backend emulates the same rounding). Inputs the model stores in bf16 (TensorIn) go to the GEMMs as CUDA_R_16BF,
+// which reads half the bytes for the same products; dout is then rounded into bf16 scratch first. The dense layers
+// go through cuBLASLt where it offers the fused epilogues: the bias added as the GEMM writes out, and dbias summed
+// from dout as the dweight GEMM reads it; elsewhere the bias broadcast and the dbias column sum are small kernels.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -23,15 +24,28 @@ namespace {
 
 // cuBLAS is column-major. A row-major (R, K) matrix is, to cuBLAS, its transpose (K, R) with leading dimension K,
 // so every product below is written for the transposes: row-major out = A @ B becomes out^T = B^T @ A^T.
-void sgemm(cublasHandle_t handle, bool bf16, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
-           const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+// A and B are fp32 (with `bf16`, rounded to bf16 as read: CUBLAS_COMPUTE_32F_FAST_16BF) or, with `ab_bf16`, both
+// stored in bf16; C is fp32 and the products accumulate in fp32 either way.
+void gemm(cublasHandle_t handle, bool bf16, bool ab_bf16, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n,
+          int k, const void* a, int lda, const void* b, int ldb, float beta, float* c, int ldc) {
   const float alpha = 1.0f;
-  if (!bf16) {
-    EMBER_CUBLAS_CHECK(cublasSgemm(handle, op_a, op_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc));
-    return;
+  if (ab_bf16) {
+    EMBER_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
+                                    &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else if (!bf16) {
+    EMBER_CUBLAS_CHECK(cublasSgemm(handle, op_a, op_b, m, n, k, &alpha, static_cast<const float*>(a), lda,
+                                   static_cast<const float*>(b), ldb, &beta, c, ldc));
+  } else {
+    EMBER_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb, &beta,
+                                    c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
   }
-  EMBER_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb, &beta,
-                                  c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+}
+
+// Rows of dout per block of a bf16-stored backward pass: as many as `scratch_bytes` holds in bf16, at least one.
+int rows_per_block(size_t scratch_bytes, int cols, int N) {
+  const size_t rows = scratch_bytes / (size_t(cols) * sizeof(BFloat16));
+  EMBER_ASSERT(rows >= 1, "matmul backward: the bf16 scratch must hold at least one row of dout");
+  return int(rows < size_t(N) ? rows : size_t(N));
 }
 
 __global__ void broadcast_rows_kernel(float* out,         // (N, OC)
@@ -98,7 +112,7 @@ struct LtGemm::Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 struct LtGemm::Cache {
-  std::map<std::array<int64_t, 15>, Plan> plans;
+  std::map<std::array<int64_t, 16>, Plan> plans;
 };
 
 LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
@@ -113,23 +127,25 @@ LtGemm::~LtGemm() {
   delete cache_;
 }
 
-bool LtGemm::run(Epilogue epilogue, bool bf16, bool trans_a, bool trans_b, int m, int n, int k, const float* a,
-                 int lda, const float* b, int ldb, float beta, float* d, int ldd, void* bias) {
+bool LtGemm::run(Epilogue epilogue, bool bf16, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k,
+                 const void* a, int lda, const void* b, int ldb, float beta, float* d, int ldd, void* bias) {
   const auto handle = static_cast<cublasLtHandle_t>(handle_);
   LtDescriptors desc;
-  EMBER_CUBLAS_CHECK(
-      cublasLtMatmulDescCreate(&desc.op, bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // bf16-stored A and B are multiplied as they are (plain fp32 compute); fp32 ones are rounded as read with bf16.
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+      &desc.op, bf16 && !ab_bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   const cublasLtEpilogue_t ep = epilogue == Epilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADA;
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(ep));
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);  // read by the heuristic for its alignment
   // Layouts as stored: A is (m, k), or (k, m) when transposed; B is (k, n), or (n, k).
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_32F, trans_a ? k : m, trans_a ? m : k, lda));
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_32F, trans_b ? n : k, trans_b ? k : n, ldb));
+  const cudaDataType ab_type = ab_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, ab_type, trans_a ? k : m, trans_a ? m : k, lda));
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, ab_type, trans_b ? n : k, trans_b ? k : n, ldb));
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_32F, m, n, ldd));
 
-  const std::array<int64_t, 15> key = {int64_t(epilogue), bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd,
+  const std::array<int64_t, 16> key = {int64_t(epilogue), bf16, ab_bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd,
                                        beta != 0.0f, alignment_of(a), alignment_of(b), alignment_of(d),
                                        alignment_of(bias)};
   auto it = cache_->plans.find(key);
@@ -168,13 +184,15 @@ void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cu
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-void launch_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
+void launch_matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC,
                            bool bf16, cublasHandle_t handle, LtGemm* lt, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_forward: N, IC and OC must be positive");
+  EMBER_ASSERT(inp.bf16 == weight.bf16, "matmul_forward: inp and weight must be stored alike");
+  const bool ab_bf16 = inp.bf16;
   // out^T (OC, N) = weight^T (OC, IC) @ inp^T (IC, N) + bias on every column, in the GEMM's epilogue.
   if (bias && lt &&
-      lt->run(LtGemm::Epilogue::bias, bf16, false, false, OC, N, IC, weight, OC, inp, IC, 0.0f, out, OC,
-              const_cast<float*>(bias)))
+      lt->run(LtGemm::Epilogue::bias, bf16, ab_bf16, false, false, OC, N, IC, weight.ptr, OC, inp.ptr, IC, 0.0f, out,
+              OC, const_cast<float*>(bias)))
     return;
   if (bias) {
     // Seed out with the bias and let the GEMM accumulate onto it (beta = 1), as the CPU backend does.
@@ -184,79 +202,76 @@ void launch_matmul_forward(float* out, const float* inp, const float* weight, co
     EMBER_CUDA_LAUNCH_CHECK();
   }
   // out^T (OC, N) = weight^T (OC, IC) @ inp^T (IC, N)
-  sgemm(handle, bf16, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, weight, OC, inp, IC, bias ? 1.0f : 0.0f, out, OC);
+  gemm(handle, bf16, ab_bf16, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, weight.ptr, OC, inp.ptr, IC, bias ? 1.0f : 0.0f, out,
+       OC);
 }
 
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
-                            float* bias_grad, size_t bias_grad_capacity, cudaStream_t stream) {
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+                            TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
+                            float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
+                            cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_backward: N, IC and OC must be positive");
-  // dinp^T (IC, N) += weight (IC, OC) @ dout^T (OC, N); weight as stored is (OC, IC) column-major, hence op T.
-  sgemm(handle, bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, N, OC, weight, OC, dout, OC, 1.0f, dinp, IC);
-  // dweight^T (OC, IC) += dout^T (OC, N) @ inp (N, IC); inp as stored is (IC, N) column-major, hence op T. The
-  // epilogue's bias gradient is the sum of A = dout^T over k = N, i.e. dbias, which it writes (not adds): it lands
-  // in bias_grad and is added to dbias after.
-  if (dbias && lt && size_t(OC) <= bias_grad_capacity &&
-      lt->run(LtGemm::Epilogue::bias_grad_a, bf16, false, true, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, OC,
-              bias_grad)) {
-    launch_accumulate(dbias, bias_grad, size_t(OC), stream);
-    return;
+  EMBER_ASSERT(inp.bf16 == weight.bf16, "matmul_backward: inp and weight must be stored alike");
+  const bool ab_bf16 = inp.bf16;
+  // fp32 storage: one block of all N rows, dout read as it is. bf16 storage: blocks of rows of dout rounded to bf16.
+  const int rows = ab_bf16 ? rows_per_block(scratch_bytes, OC, N) : N;
+  auto* dout_bf16 = static_cast<BFloat16*>(scratch);
+  for (int r0 = 0; r0 < N; r0 += rows) {
+    const int R = N - r0 < rows ? N - r0 : rows;
+    const float* g32 = dout + size_t(r0) * OC;  // (R, OC)
+    const void* g = g32;
+    if (ab_bf16) {
+      launch_cast_to_bf16(dout_bf16, g32, size_t(R) * OC, stream);
+      g = dout_bf16;
+    }
+    const TensorIn x = inp.at(size_t(r0) * IC);  // (R, IC)
+    // dinp^T (IC, R) += weight (IC, OC) @ dout^T (OC, R); weight as stored is (OC, IC) column-major, hence op T.
+    gemm(handle, bf16, ab_bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, weight.ptr, OC, g, OC, 1.0f,
+         dinp + size_t(r0) * IC, IC);
+    // dweight^T (OC, IC) += dout^T (OC, R) @ inp (R, IC); inp as stored is (IC, R) column-major, hence op T. The
+    // epilogue's bias gradient is the sum of A = dout^T over k = R, i.e. this block's dbias, which it writes (not
+    // adds): it lands in bias_grad and is added to dbias after.
+    if (dbias && lt && size_t(OC) <= bias_grad_capacity &&
+        lt->run(LtGemm::Epilogue::bias_grad_a, bf16, ab_bf16, false, true, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight,
+                OC, bias_grad)) {
+      launch_accumulate(dbias, bias_grad, size_t(OC), stream);
+      continue;
+    }
+    gemm(handle, bf16, ab_bf16, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, OC);
+    if (dbias) launch_column_sum_accumulate(dbias, g32, R, OC, stream);
   }
-  sgemm(handle, bf16, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, OC);
-  if (dbias) launch_column_sum_accumulate(dbias, dout, N, OC, stream);
 }
 
-void launch_matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V, bool bf16,
+void launch_matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle) {
   EMBER_ASSERT(N > 0 && C > 0 && V > 0, "matmul_forward_transposed: N, C and V must be positive");
+  EMBER_ASSERT(inp.bf16 == wte.bf16, "matmul_forward_transposed: inp and wte must be stored alike");
   // out^T (V, N) = wte (V, C) @ inp^T (C, N); wte as stored is (C, V) column-major, hence op T.
-  sgemm(handle, bf16, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, wte, C, inp, C, 0.0f, out, V);
+  gemm(handle, bf16, inp.bf16, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, wte.ptr, C, inp.ptr, C, 0.0f, out, V);
 }
 
-void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp,
-                                       const float* wte, int N, int C, int V, bool bf16, cublasHandle_t handle) {
+void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N,
+                                       int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
+                                       size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0 && V > 0, "matmul_backward_transposed: N, C and V must be positive");
-  // dinp^T (C, N) += wte^T (C, V) @ dout^T (V, N)
-  sgemm(handle, bf16, CUBLAS_OP_N, CUBLAS_OP_N, C, N, V, wte, C, dout, V, 1.0f, dinp, C);
-  // dwte^T (C, V) += inp^T (C, N) @ dout (N, V); dout as stored is (V, N) column-major, hence op T.
-  sgemm(handle, bf16, CUBLAS_OP_N, CUBLAS_OP_T, C, V, N, inp, C, dout, V, 1.0f, dwte, C);
+  EMBER_ASSERT(inp.bf16 == wte.bf16, "matmul_backward_transposed: inp and wte must be stored alike");
+  const bool ab_bf16 = inp.bf16;
+  const int rows = ab_bf16 ? rows_per_block(scratch_bytes, V, N) : N;  // as in launch_matmul_backward
+  auto* dout_bf16 = static_cast<BFloat16*>(scratch);
+  for (int r0 = 0; r0 < N; r0 += rows) {
+    const int R = N - r0 < rows ? N - r0 : rows;
+    const void* g = dout + size_t(r0) * V;  // (R, V)
+    if (ab_bf16) {
+      launch_cast_to_bf16(dout_bf16, dout + size_t(r0) * V, size_t(R) * V, stream);
+      g = dout_bf16;
+    }
+    // dinp^T (C, R) += wte^T (C, V) @ dout^T (V, R)
+    gemm(handle, bf16, ab_bf16, CUBLAS_OP_N, CUBLAS_OP_N, C, R, V, wte.ptr, C, g, V, 1.0f, dinp + size_t(r0) * C, C);
+    // dwte^T (C, V) += inp^T (C, R) @ dout (R, V); dout as stored is (V, R) column-major, hence op T.
+    gemm(handle, bf16, ab_bf16, CUBLAS_OP_N, CUBLAS_OP_T, C, V, R, inp.at(size_t(r0) * C).ptr, C, g, V, 1.0f, dwte, C);
+  }
 }
 
 }  // namespace cuda
-
-void CudaBackend::matmul_forward(float* out,           // (N, OC)
-                                 const float* inp,     // (N, IC)
-                                 const float* weight,  // (IC, OC)
-                                 const float* bias,    // (OC) or null
-                                 int N, int IC, int OC) {
-  cuda::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), cublas_, lt_.get(), stream_);
-}
-
-void CudaBackend::matmul_backward(float* dinp,          // (N, IC) +=
-                                  float* dweight,       // (IC, OC) +=
-                                  float* dbias,         // (OC) += or null
-                                  const float* dout,    // (N, OC)
-                                  const float* inp,     // (N, IC)
-                                  const float* weight,  // (IC, OC)
-                                  int N, int IC, int OC) {
-  cuda::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), cublas_, lt_.get(),
-                               bias_grad_, kBiasGradCapacity, stream_);
-}
-
-void CudaBackend::matmul_forward_transposed(float* out,        // (N, V)
-                                            const float* inp,  // (N, C)
-                                            const float* wte,  // (V, C)
-                                            int N, int C, int V) {
-  cuda::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), cublas_);
-}
-
-void CudaBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
-                                             float* dwte,        // (V, C) +=
-                                             const float* dout,  // (N, V)
-                                             const float* inp,   // (N, C)
-                                             const float* wte,   // (V, C)
-                                             int N, int C, int V) {
-  cuda::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), cublas_);
-}
 
 }  // namespace ember

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace ember {
 struct AdamWSegment;  // backend/backend.h
 }
@@ -22,10 +24,11 @@ void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const 
                              cudaStream_t stream);
 
 // layernorm
-void launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+// The forward outputs may be stored in fp32 or bf16 (TensorOut, core/dtype.h).
+void launch_layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int N, int C, cudaStream_t stream);
 // residual = a + b, then the layernorm of residual, in one kernel; bitwise equal to launch_add + launch_layernorm_forward
-void launch_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
+void launch_residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
                                        const float* b, const float* weight, const float* bias, int N, int C,
                                        cudaStream_t stream);
 void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -45,8 +48,9 @@ class LtGemm {
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
-  bool run(Epilogue epilogue, bool bf16, bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
-           const float* b, int ldb, float beta, float* d, int ldd, void* bias);
+  // A and B are fp32 (bf16: rounded as read) or, with `ab_bf16`, both stored in bf16; D is fp32.
+  bool run(Epilogue epilogue, bool bf16, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a,
+           int lda, const void* b, int ldb, float beta, float* d, int ldd, void* bias);
 
  private:
   struct Plan;
@@ -61,15 +65,20 @@ class LtGemm {
 // matmul (cuBLAS: fp32 without TF32, or bf16 inputs with fp32 accumulation when `bf16`); the handle is bound to
 // `stream`. With `lt`, the bias is added in the GEMM's epilogue and dbias comes from the dweight GEMM's, through
 // `bias_grad` (device scratch of `bias_grad_capacity` floats), wherever cuBLASLt offers that; null: the plain path.
-void launch_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
+// inp and weight (or wte) are stored alike; stored in bf16, the GEMMs take them as they are (CUDA_R_16BF), and the
+// backward passes round dout to bf16 into `scratch` (device memory of `scratch_bytes`, at least one row's worth),
+// as many rows at a time as fit, each block of rows one GEMM of each kind.
+void launch_matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC,
                            bool bf16, cublasHandle_t handle, LtGemm* lt, cudaStream_t stream);
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
-                            float* bias_grad, size_t bias_grad_capacity, cudaStream_t stream);
-void launch_matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V, bool bf16,
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+                            TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
+                            float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
+                            cudaStream_t stream);
+void launch_matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle);
-void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp,
-                                       const float* wte, int N, int C, int V, bool bf16, cublasHandle_t handle);
+void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N,
+                                       int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
+                                       size_t scratch_bytes, cudaStream_t stream);
 void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cudaStream_t stream);
 
 // attention; `delta` is (B, NH, T) scratch for the backward pass. The fp32 kernels (CUDA cores, head sizes up to
@@ -85,13 +94,14 @@ void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, 
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 
 // gelu
-void launch_gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream);
+void launch_gelu_forward(TensorOut out, const float* inp, size_t n, cudaStream_t stream);
 void launch_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
 
 // elementwise
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
 void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t stream);
 void launch_scale(float* x, float s, size_t n, cudaStream_t stream);
+void launch_cast_to_bf16(BFloat16* out, const float* inp, size_t n, cudaStream_t stream);
 
 // loss and sampling softmax
 void launch_crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,

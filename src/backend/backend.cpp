@@ -1,11 +1,19 @@
-// The op interface (implementation): the memory accounting every backend shares.
+// The op interface (implementation): the memory accounting and argument checks every backend shares.
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
 namespace ember {
+
+void Backend::check_gemm_inputs(TensorIn inp, TensorIn weight, const char* op) const {
+  if (!inp.bf16 && !weight.bf16) return;
+  EMBER_ASSERT(inp.bf16 && weight.bf16, std::string(op) + ": inp and weight must be stored alike (both bf16 or fp32)");
+  EMBER_ASSERT(matmul_precision_ == MatmulPrecision::bf16,
+               std::string(op) + ": bf16-stored GEMM inputs need matmul precision bf16");
+}
 
 void Backend::track_alloc(const void* ptr, size_t bytes) {
   if (!ptr) return;

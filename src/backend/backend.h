@@ -24,6 +24,10 @@ struct AdamWSegment {
 //  - Backward ops ACCUMULATE (+=) into every gradient argument (activation and parameter gradients alike),
 //    so gradient accumulation and residual branches need no extra adds. Callers zero gradients first.
 //  - Token ids are int32.
+//  - TensorIn/TensorOut arguments (core/dtype.h) are the GEMM inputs, stored in fp32 or bf16: a layernorm or GELU
+//    output in bf16 holds its fp32 result rounded to nearest even. The matmul ops take inp and weight stored alike,
+//    and bf16-stored ones only under matmul precision bf16 (where fp32-stored ones are rounded as read), so the
+//    storage never changes a result.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -51,7 +55,7 @@ class Backend {
                                 int B, int T, int C) = 0;
 
   // --- layernorm over the last dim, eps 1e-5; saves per-row mean and reciprocal std for backward ---
-  virtual void layernorm_forward(float* out,         // (N, C)
+  virtual void layernorm_forward(TensorOut out,       // (N, C)
                                  float* mean,        // (N)
                                  float* rstd,        // (N)
                                  const float* inp,   // (N, C)
@@ -72,7 +76,7 @@ class Backend {
   // Bitwise equal to add() followed by layernorm_forward() on the same backend (this default does exactly that); a GPU
   // backend reads a and b once and writes both results from one kernel. residual may alias a or b. ---
   virtual void residual_layernorm_forward(float* residual,      // (N, C)
-                                          float* out,           // (N, C)
+                                          TensorOut out,        // (N, C)
                                           float* mean,          // (N)
                                           float* rstd,          // (N)
                                           const float* a,       // (N, C)
@@ -85,9 +89,9 @@ class Backend {
   }
 
   // --- out = inp @ weight + bias (bias may be null) ---
-  virtual void matmul_forward(float* out,           // (N, OC)
-                              const float* inp,     // (N, IC)
-                              const float* weight,  // (IC, OC)
+  virtual void matmul_forward(float* out,      // (N, OC)
+                              TensorIn inp,     // (N, IC)
+                              TensorIn weight,  // (IC, OC)
                               const float* bias,    // (OC) or null
                               int N, int IC, int OC) = 0;
   // dinp += dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null).
@@ -95,20 +99,20 @@ class Backend {
                                float* dweight,       // (IC, OC) +=
                                float* dbias,         // (OC) += or null
                                const float* dout,    // (N, OC)
-                               const float* inp,     // (N, IC)
-                               const float* weight,  // (IC, OC)
+                               TensorIn inp,         // (N, IC)
+                               TensorIn weight,      // (IC, OC)
                                int N, int IC, int OC) = 0;
   // Logits against the tied embedding: out = inp @ wte^T, i.e. weight stored (V, C). Used for the lm_head.
-  virtual void matmul_forward_transposed(float* out,         // (N, V)
-                                         const float* inp,   // (N, C)
-                                         const float* wte,   // (V, C)
+  virtual void matmul_forward_transposed(float* out,   // (N, V)
+                                         TensorIn inp,  // (N, C)
+                                         TensorIn wte,  // (V, C)
                                          int N, int C, int V) = 0;
   // dinp += dout @ wte; dwte += dout^T @ inp.
   virtual void matmul_backward_transposed(float* dinp,        // (N, C) +=
                                           float* dwte,        // (V, C) +=
                                           const float* dout,  // (N, V)
-                                          const float* inp,   // (N, C)
-                                          const float* wte,   // (V, C)
+                                          TensorIn inp,       // (N, C)
+                                          TensorIn wte,       // (V, C)
                                           int N, int C, int V) = 0;
 
   // --- causal multi-head self-attention, flash style: never stores the (T, T) matrix ---
@@ -126,13 +130,14 @@ class Backend {
                                   int B, int T, int C, int NH) = 0;
 
   // --- tanh-approximate GELU ---
-  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;                      // (n)
+  virtual void gelu_forward(TensorOut out, const float* inp, size_t n) = 0;                    // (n)
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;  // dinp += (n)
 
   // --- elementwise ---
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;   // out = a + b
   virtual void accumulate(float* dst, const float* src, size_t n) = 0;          // dst += src
   virtual void scale(float* x, float s, size_t n) = 0;                          // x *= s
+  virtual void cast_to_bf16(BFloat16* out, const float* inp, size_t n) = 0;    // out = bf16(inp), nearest even
 
   // --- softmax cross-entropy over V classes; targets in [0, V) ---
   virtual void crossentropy_forward(float* losses,          // (N) per-row -log p[target]
@@ -184,6 +189,8 @@ class Backend {
   }
 
  protected:
+  // Asserts what the matmul ops require of their GEMM inputs (the conventions above); `op` names the op.
+  void check_gemm_inputs(TensorIn inp, TensorIn weight, const char* op) const;
   // Implementations call these for every allocation they make and free (null pointers are ignored).
   void track_alloc(const void* ptr, size_t bytes);
   void track_free(const void* ptr);

@@ -3,6 +3,7 @@
 // as the hardware conversions round: to nearest, ties to even, NaN kept a NaN.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -24,9 +25,55 @@ inline float round_to_bf16(float x) {
   return out;
 }
 
+// A bf16 value as stored (2 bytes): the top half of the fp32 it stands for. Storage only; arithmetic is in fp32.
+struct BFloat16 {
+  uint16_t bits;
+};
+static_assert(sizeof(BFloat16) == 2, "BFloat16 is two bytes, as the GPU's bf16");
+inline BFloat16 to_bf16(float x) {  // rounded to nearest, ties to even
+  uint32_t bits;
+  const float r = round_to_bf16(x);
+  std::memcpy(&bits, &r, sizeof(bits));
+  return BFloat16{uint16_t(bits >> 16)};
+}
+inline float from_bf16(BFloat16 x) {  // exact
+  const uint32_t bits = uint32_t(x.bits) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+// A tensor an op reads (TensorIn) or writes (TensorOut) that may be stored in fp32 or in bf16: the GEMM inputs, which
+// matmul precision bf16 stores in bf16 (the layernorm and GELU outputs the dense layers read, and the working copy of
+// the weights). Both convert implicitly from a typed pointer, so fp32 callers pass float* as before.
+struct TensorIn {
+  const void* ptr = nullptr;
+  bool bf16 = false;
+  TensorIn() = default;
+  TensorIn(const float* p) : ptr(p) {}                   // NOLINT(google-explicit-constructor)
+  TensorIn(const BFloat16* p) : ptr(p), bf16(true) {}   // NOLINT(google-explicit-constructor)
+  const float* f32() const { return bf16 ? nullptr : static_cast<const float*>(ptr); }
+  const BFloat16* b16() const { return bf16 ? static_cast<const BFloat16*>(ptr) : nullptr; }
+  // The tensor from element `offset` on.
+  TensorIn at(size_t offset) const { return bf16 ? TensorIn(b16() + offset) : TensorIn(f32() + offset); }
+};
+struct TensorOut {
+  void* ptr = nullptr;
+  bool bf16 = false;
+  TensorOut() = default;
+  TensorOut(float* p) : ptr(p) {}                   // NOLINT(google-explicit-constructor)
+  TensorOut(BFloat16* p) : ptr(p), bf16(true) {}   // NOLINT(google-explicit-constructor)
+  float* f32() const { return bf16 ? nullptr : static_cast<float*>(ptr); }
+  BFloat16* b16() const { return bf16 ? static_cast<BFloat16*>(ptr) : nullptr; }
+  operator TensorIn() const {  // NOLINT(google-explicit-constructor): what one op writes, the next reads
+    return bf16 ? TensorIn(b16()) : TensorIn(static_cast<const float*>(ptr));
+  }
+};
+
 // The precision of GEMM inputs (training.precision). fp32: plain fp32 products. bf16: both operands of every dense
 // layer's and the lm_head's GEMMs (forward and backward) are rounded to bf16, products accumulate in fp32 and the
-// results stay fp32; master weights, gradients and AdamW stay fp32.
+// results stay fp32; master weights, gradients and AdamW stay fp32. The model then also stores the GEMM inputs in
+// bf16 (TensorIn above), which changes no value: they are rounded to bf16 as they are written rather than as read.
 enum class MatmulPrecision { fp32, bf16 };
 MatmulPrecision parse_matmul_precision(const std::string& name);  // throws on an unknown name
 std::string matmul_precision_name(MatmulPrecision p);

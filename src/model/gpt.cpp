@@ -32,14 +32,33 @@ float* GPT::alloc_floats(size_t n, bool weights) {
   return static_cast<float*>(ptr);
 }
 
+TensorOut GPT::alloc_gemm_input(size_t n) {
+  if (!bf16_storage_) return alloc_floats(n);
+  void* ptr = backend_.alloc(n * sizeof(BFloat16));
+  activation_bytes_ += n * sizeof(BFloat16);
+  allocations_.push_back(ptr);
+  return static_cast<BFloat16*>(ptr);
+}
+
 GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads, Recompute recompute)
-    : config_(config), backend_(backend), recompute_(recompute), table_(config), max_B_(max_B), max_T_(max_T) {
+    : config_(config),
+      backend_(backend),
+      recompute_(recompute),
+      bf16_storage_(backend.matmul_precision() == MatmulPrecision::bf16),
+      table_(config),
+      max_B_(max_B),
+      max_T_(max_T) {
   EMBER_ASSERT(max_T >= 1 && max_T <= config.block_size, "max_T must be in [1, block_size]");
   EMBER_ASSERT(max_B >= 1, "max_B must be positive");
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
   const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
   arena_numel_ = (table_.total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
   params_ = alloc_floats(arena_numel_, /*weights=*/true);
+  if (bf16_storage_) {
+    params_bf16_ = static_cast<BFloat16*>(backend_.alloc(arena_numel_ * sizeof(BFloat16)));
+    weight_bytes_ += arena_numel_ * sizeof(BFloat16);
+    allocations_.push_back(params_bf16_);
+  }
   inputs_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
   targets_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
   activation_bytes_ += 2 * BT * sizeof(int32_t);
@@ -54,7 +73,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   LayerActs scratch{};
   auto fill = [&](LayerActs& a, bool attention, bool mlp) {
     if (attention) {
-      a.ln1 = alloc_floats(BT * C);
+      a.ln1 = alloc_gemm_input(BT * C);
       a.ln1_mean = alloc_floats(BT);
       a.ln1_rstd = alloc_floats(BT);
       a.qkv = alloc_floats(BT * 3 * C);
@@ -63,11 +82,11 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     }
     if (mlp) {
       a.residual2 = alloc_floats(BT * C);
-      a.ln2 = alloc_floats(BT * C);
+      a.ln2 = alloc_gemm_input(BT * C);
       a.ln2_mean = alloc_floats(BT);
       a.ln2_rstd = alloc_floats(BT);
       a.fch = alloc_floats(BT * 4 * C);
-      a.fch_gelu = alloc_floats(BT * 4 * C);
+      a.fch_gelu = alloc_gemm_input(BT * 4 * C);
     }
   };
   if (!keep_attention || !keep_mlp) fill(scratch, !keep_attention, !keep_mlp);
@@ -77,7 +96,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     fill(a, keep_attention, keep_mlp);
     a.residual3 = alloc_floats(BT * C);
   }
-  lnf_ = alloc_floats(BT * C);
+  lnf_ = alloc_gemm_input(BT * C);
   lnf_mean_ = alloc_floats(BT);
   lnf_rstd_ = alloc_floats(BT);
   logits_ = alloc_floats(BT * V);
@@ -130,6 +149,9 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   Backend& be = backend_;
   be.copy_to_device(inputs_, inputs, size_t(N) * sizeof(int32_t));
   if (targets) be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
+  // The weights may have changed since the last forward (an optimizer step, a checkpoint loaded, an exchange): one
+  // cast over the arena, 6 bytes per parameter, against the ~6 N flops per parameter of a forward and backward.
+  if (bf16_storage_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
 
   be.encoder_forward(encoded_, inputs_, p(table_.wte()), p(table_.wpe()), B, T, C);
   // Each layer's closing residual add is fused with the layernorm that follows it: the next layer's ln_1, or ln_f.
@@ -145,7 +167,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
     mlp_out(l);
     residual = layers_[l].residual3;
   }
-  be.matmul_forward_transposed(logits_, lnf_, p(table_.wte()), N, C, V);
+  be.matmul_forward_transposed(logits_, lnf_, w(table_.wte()), N, C, V);
   if (!targets) return 0.0;
 
   be.crossentropy_forward(losses_, logits_, targets_, N, V);
@@ -170,7 +192,7 @@ void GPT::attention_core(int l) {
   const int C = config_.n_embd, NH = config_.n_head, N = B_ * T_;
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.matmul_forward(a.qkv, a.ln1, P(BLOCK_PARAM_QKV_W), P(BLOCK_PARAM_QKV_B), N, C, 3 * C);
+  backend_.matmul_forward(a.qkv, a.ln1, w(table_.block(l, BLOCK_PARAM_QKV_W)), P(BLOCK_PARAM_QKV_B), N, C, 3 * C);
   backend_.attention_forward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
 }
 
@@ -178,6 +200,7 @@ void GPT::attention_out(int l, const float* residual) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
+  // atty stays fp32 (attention writes fp32), so this GEMM reads the master weight, rounded as read under bf16.
   backend_.matmul_forward(attproj_, a.atty, P(BLOCK_PARAM_PROJ_W), P(BLOCK_PARAM_PROJ_B), N, C, C);
   backend_.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, attproj_,
                                       P(BLOCK_PARAM_LN2_W), P(BLOCK_PARAM_LN2_B), N, C);
@@ -187,7 +210,7 @@ void GPT::mlp_in(int l) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.matmul_forward(a.fch, a.ln2, P(BLOCK_PARAM_FC_W), P(BLOCK_PARAM_FC_B), N, C, 4 * C);
+  backend_.matmul_forward(a.fch, a.ln2, w(table_.block(l, BLOCK_PARAM_FC_W)), P(BLOCK_PARAM_FC_B), N, C, 4 * C);
   backend_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * C);
 }
 
@@ -195,9 +218,11 @@ void GPT::mlp_out(int l) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.matmul_forward(fcproj_, a.fch_gelu, P(BLOCK_PARAM_FCPROJ_W), P(BLOCK_PARAM_FCPROJ_B), N, 4 * C, C);
+  backend_.matmul_forward(fcproj_, a.fch_gelu, w(table_.block(l, BLOCK_PARAM_FCPROJ_W)), P(BLOCK_PARAM_FCPROJ_B), N,
+                          4 * C, C);
   // The layernorm after this layer: ln_f after the last, else the next layer's ln_1.
-  float *out = lnf_, *mean = lnf_mean_, *rstd = lnf_rstd_;
+  TensorOut out = lnf_;
+  float *mean = lnf_mean_, *rstd = lnf_rstd_;
   const ParamInfo *w = &table_.ln_f_weight(), *b = &table_.ln_f_bias();
   if (l + 1 < config_.n_layer) {
     LayerActs& next = layers_[l + 1];
@@ -223,7 +248,7 @@ void GPT::backward(float loss_scale) {
   be.crossentropy_backward(logits_, logits_, targets_, loss_scale / float(N), N, V);
   be.zero(dresidual_, NC * sizeof(float));
   be.zero(dC_, NC * sizeof(float));
-  be.matmul_backward_transposed(dC_, g(table_.wte()), logits_, lnf_, p(table_.wte()), N, C, V);
+  be.matmul_backward_transposed(dC_, g(table_.wte()), logits_, lnf_, w(table_.wte()), N, C, V);
   const float* last = config_.n_layer > 0 ? layers_.back().residual3 : encoded_;
   be.layernorm_backward(dresidual_, g(table_.ln_f_weight()), g(table_.ln_f_bias()), dC_, last,
                         p(table_.ln_f_weight()), lnf_mean_, lnf_rstd_, N, C);
@@ -232,6 +257,7 @@ void GPT::backward(float loss_scale) {
     LayerActs& a = layers_[l];
     const float* residual = l == 0 ? encoded_ : layers_[l - 1].residual3;
     auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
+    auto W = [&](BlockParam bp) { return w(table_.block(l, bp)); };
     auto G = [&](BlockParam bp) { return g(table_.block(l, bp)); };
     if (recompute_ == Recompute::full) {  // everything but the stored output, in forward order
       attention_in(l, residual);
@@ -241,11 +267,11 @@ void GPT::backward(float loss_scale) {
     // MLP branch: residual3 = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))).
     be.zero(d4C_a_, NC * 4 * sizeof(float));
     be.matmul_backward(d4C_a_, G(BLOCK_PARAM_FCPROJ_W), G(BLOCK_PARAM_FCPROJ_B), dresidual_, a.fch_gelu,
-                       P(BLOCK_PARAM_FCPROJ_W), N, 4 * C, C);
+                       W(BLOCK_PARAM_FCPROJ_W), N, 4 * C, C);
     be.zero(d4C_b_, NC * 4 * sizeof(float));
     be.gelu_backward(d4C_b_, a.fch, d4C_a_, NC * 4);
     be.zero(dC_, NC * sizeof(float));
-    be.matmul_backward(dC_, G(BLOCK_PARAM_FC_W), G(BLOCK_PARAM_FC_B), d4C_b_, a.ln2, P(BLOCK_PARAM_FC_W), N, C, 4 * C);
+    be.matmul_backward(dC_, G(BLOCK_PARAM_FC_W), G(BLOCK_PARAM_FC_B), d4C_b_, a.ln2, W(BLOCK_PARAM_FC_W), N, C, 4 * C);
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN2_W), G(BLOCK_PARAM_LN2_B), dC_, a.residual2,
                           P(BLOCK_PARAM_LN2_W), a.ln2_mean, a.ln2_rstd, N, C);
     // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
@@ -256,7 +282,7 @@ void GPT::backward(float loss_scale) {
     be.zero(d3C_, NC * 3 * sizeof(float));
     be.attention_backward(d3C_, dC_, a.qkv, a.atty, a.lse, B, T, C, NH);
     be.zero(dC_, NC * sizeof(float));
-    be.matmul_backward(dC_, G(BLOCK_PARAM_QKV_W), G(BLOCK_PARAM_QKV_B), d3C_, a.ln1, P(BLOCK_PARAM_QKV_W), N, C,
+    be.matmul_backward(dC_, G(BLOCK_PARAM_QKV_W), G(BLOCK_PARAM_QKV_B), d3C_, a.ln1, W(BLOCK_PARAM_QKV_W), N, C,
                        3 * C);
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN1_W), G(BLOCK_PARAM_LN1_B), dC_, residual,
                           P(BLOCK_PARAM_LN1_W), a.ln1_mean, a.ln1_rstd, N, C);

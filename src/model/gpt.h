@@ -27,6 +27,9 @@ class GPT {
   // Allocates parameters, gradients and activations for batches up to (max_B, max_T); max_T <= block_size.
   // with_grads = false skips the gradient arena and backward buffers (eval, generate).
   // Without gradients nothing is kept for backward, so activations take the layout of Recompute::full.
+  // Where the backend's matmul precision is bf16 at construction, the GEMM inputs are stored in bf16: the outputs of
+  // every layernorm and of GELU, and a working copy of the weights that forward() refreshes from the fp32 master
+  // weights. That changes no value (those inputs are rounded to bf16 anyway) and roughly halves their memory.
   GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true,
       Recompute recompute = Recompute::none);
   ~GPT();
@@ -43,6 +46,7 @@ class GPT {
   size_t weight_bytes() const { return weight_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
   size_t arena_numel() const { return arena_numel_; }  // table().total_numel() rounded up to ARENA_ALIGN
+  bool bf16_storage() const { return bf16_storage_; }   // the GEMM inputs are stored in bf16 (above)
   const ParamTable& table() const { return table_; }
   Backend& backend() { return backend_; }
   float* params() { return params_; }  // (arena_numel()) backend memory, zero past total_numel()
@@ -69,16 +73,24 @@ class GPT {
 
  private:
   struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd;  // (B, T, C), (B, T), (B, T)
+    TensorOut ln1;                     // (B, T, C), a GEMM input
+    float *ln1_mean, *ln1_rstd;        // (B, T), (B, T)
     float *qkv, *atty, *lse;           // (B, T, 3C), (B, T, C), (B, NH, T)
     float *residual2;                  // (B, T, C) after the attention branch
-    float *ln2, *ln2_mean, *ln2_rstd;  // (B, T, C), (B, T), (B, T)
-    float *fch, *fch_gelu;             // (B, T, 4C)
+    TensorOut ln2;                     // (B, T, C), a GEMM input
+    float *ln2_mean, *ln2_rstd;        // (B, T), (B, T)
+    float* fch;                        // (B, T, 4C)
+    TensorOut fch_gelu;                // (B, T, 4C), a GEMM input
     float *residual3;                  // (B, T, C) block output
   };
   float* p(const ParamInfo& info) { return params_ + info.offset; }
   float* g(const ParamInfo& info) { return grads_ + info.offset; }
+  // A weight as the GEMMs read it: the bf16 working copy, or the master weight.
+  TensorIn w(const ParamInfo& info) const {
+    return bf16_storage_ ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
+  }
   float* alloc_floats(size_t n, bool weights = false);
+  TensorOut alloc_gemm_input(size_t n);  // bf16 under bf16 storage, else fp32
   // Forward pieces of layer l: ln_1 of its input; c_attn and attention; c_proj, the residual add (residual2) fused
   // with ln_2; c_fc and GELU; c_proj and the residual add (residual3) fused with the next layernorm (the next layer's
   // ln_1, or ln_f). Forward runs ln_1 only for layer 0; backward reruns the first four as recompute asks, ln_1 with
@@ -93,6 +105,7 @@ class GPT {
   ModelConfig config_;
   Backend& backend_;
   Recompute recompute_ = Recompute::none;
+  bool bf16_storage_ = false;
   size_t weight_bytes_ = 0, activation_bytes_ = 0;
   ParamTable table_;
   size_t arena_numel_ = 0;
@@ -104,12 +117,14 @@ class GPT {
 
   float* params_ = nullptr;
   float* grads_ = nullptr;
+  BFloat16* params_bf16_ = nullptr;  // (arena_numel) the working copy under bf16 storage
   int32_t *inputs_ = nullptr, *targets_ = nullptr;  // (B, T)
   float* encoded_ = nullptr;                         // (B, T, C) block 0 input
   float* attproj_ = nullptr;                         // (B, T, C) scratch: attention projection output
   float* fcproj_ = nullptr;                          // (B, T, C) scratch: MLP projection output
   std::vector<LayerActs> layers_;
-  float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T, C), (B, T), (B, T)
+  TensorOut lnf_;                                    // (B, T, C), a GEMM input
+  float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T), (B, T)
   float* logits_ = nullptr;                                            // (B, T, V)
   float* losses_ = nullptr;                                            // (B, T)
   std::vector<float> losses_host_;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/backend.h"
@@ -26,14 +27,17 @@
 // cuBLAS's two GEMM entry points, as cuda_matmul.cu's launchers call them, computed from their column-major
 // definition: C (m, n) = alpha op(A) op(B) + beta C with op(X) = X or X^T, element (i, j) of X at X[i + j ld].
 // CUBLAS_COMPUTE_32F_FAST_16BF rounds both inputs to bf16 first (to nearest even, as the CPU backend's emulation),
-// then multiplies and sums in fp32. This checks the launchers' transposes and leading dimensions, and the bias and
+// then multiplies and sums in fp32; CUDA_R_16BF inputs are widened exactly. This checks the launchers' transposes and leading dimensions, and the bias and
 // column-sum kernels around them; cuBLAS itself (and cuBLASLt's fused epilogues, which the model backend leaves
 // out) is for the gpu tests.
 namespace ember::kernel_model {
+template <typename In>
 inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
-                           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc,
-                           bool bf16) {
-  auto in = [bf16](float x) { return bf16 ? round_to_bf16(x) : x; };
+                           const In* A, int lda, const In* B, int ldb, float beta, float* C, int ldc, bool bf16) {
+  auto in = [bf16](In v) {
+    if constexpr (std::is_same_v<In, BFloat16>) return from_bf16(v);
+    else return bf16 ? round_to_bf16(v) : v;
+  };
   // Row i of op(A) and column j of op(B), each copied out contiguous (and rounded) once.
   std::vector<float> a(size_t(m) * k), b(size_t(n) * k);
   for (int i = 0; i < m; ++i)
@@ -60,12 +64,16 @@ inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOper
                               const void* alpha, const void* A, cudaDataType a_type, int lda, const void* B,
                               cudaDataType b_type, int ldb, const void* beta, void* C, cudaDataType c_type, int ldc,
                               cublasComputeType_t compute, cublasGemmAlgo_t) {
-  if (a_type != CUDA_R_32F || b_type != CUDA_R_32F || c_type != CUDA_R_32F ||
-      (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF))
-    return CUBLAS_STATUS_NOT_SUPPORTED;  // only what the launchers ask for is modelled
-  return gemm(op_a, op_b, m, n, k, *static_cast<const float*>(alpha), static_cast<const float*>(A), lda,
-              static_cast<const float*>(B), ldb, *static_cast<const float*>(beta), static_cast<float*>(C), ldc,
-              compute == CUBLAS_COMPUTE_32F_FAST_16BF);
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  // Only what the launchers ask for is modelled: fp32 inputs at either compute type, bf16 inputs at plain 32F.
+  if (c_type != CUDA_R_32F || a_type != b_type) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (a_type == CUDA_R_16BF && compute == CUBLAS_COMPUTE_32F)
+    return gemm(op_a, op_b, m, n, k, al, static_cast<const BFloat16*>(A), lda, static_cast<const BFloat16*>(B), ldb, be,
+                static_cast<float*>(C), ldc, true);
+  if (a_type != CUDA_R_32F || (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  return gemm(op_a, op_b, m, n, k, al, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, be,
+              static_cast<float*>(C), ldc, compute == CUBLAS_COMPUTE_32F_FAST_16BF);
 }
 }  // namespace ember::kernel_model
 #undef cublasSgemm
@@ -112,12 +120,12 @@ class KernelModelBackend final : public Backend {
     k::launch_encoder_backward(dwte, dwpe, dout, inp, B, T, C, kNoStream);
   }
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                         int N, int C) override {
+  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int N, int C) override {
     k::launch_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, kNoStream);
   }
-  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a, const float* b,
-                                  const float* weight, const float* bias, int N, int C) override {
+  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
+                                  const float* b, const float* weight, const float* bias, int N, int C) override {
     k::launch_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, kNoStream);
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -126,22 +134,31 @@ class KernelModelBackend final : public Backend {
   }
 
   // The dense layers and the lm_head through cuda_matmul.cu's launchers on the cuBLAS model above, without
-  // cuBLASLt (no fused epilogues: the bias and column-sum kernels instead).
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                      int OC) override {
+  // cuBLASLt (no fused epilogues: the bias and column-sum kernels instead). The bf16 scratch for dout holds
+  // kScratchRows rows, so that bf16-stored backward passes go in several blocks of rows, as the lm_head's does on the
+  // GPU.
+  static constexpr int kScratchRows = 3;
+  void matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC) override {
+    check_gemm_inputs(inp, weight, "matmul_forward");
     k::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), nullptr, nullptr, kNoStream);
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, int N, int IC, int OC) override {
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
+                       int N, int IC, int OC) override {
+    check_gemm_inputs(inp, weight, "matmul_backward");
+    std::vector<BFloat16> scratch(size_t(kScratchRows) * OC);
     k::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), nullptr, nullptr, nullptr,
-                              0, kNoStream);
+                              0, scratch.data(), scratch.size() * sizeof(BFloat16), kNoStream);
   }
-  void matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V) override {
+  void matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
+    check_gemm_inputs(inp, wte, "matmul_forward_transposed");
     k::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), nullptr);
   }
-  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp, const float* wte,
-                                  int N, int C, int V) override {
-    k::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), nullptr);
+  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
+                                  int V) override {
+    check_gemm_inputs(inp, wte, "matmul_backward_transposed");
+    std::vector<BFloat16> scratch(size_t(kScratchRows) * V);
+    k::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), nullptr, scratch.data(),
+                                         scratch.size() * sizeof(BFloat16), kNoStream);
   }
 
   // Attention as CudaBackend chooses it on sm_80 and newer: the tensor-core kernels where attention_in_bf16 holds.
@@ -160,7 +177,9 @@ class KernelModelBackend final : public Backend {
       k::launch_attention_backward(dqkv, delta.data(), dout, qkv, out, lse, B, T, C, NH, kNoStream);
   }
 
-  void gelu_forward(float* out, const float* inp, size_t n) override { k::launch_gelu_forward(out, inp, n, kNoStream); }
+  void gelu_forward(TensorOut out, const float* inp, size_t n) override {
+    k::launch_gelu_forward(out, inp, n, kNoStream);
+  }
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
     k::launch_gelu_backward(dinp, inp, dout, n, kNoStream);
   }
@@ -168,6 +187,9 @@ class KernelModelBackend final : public Backend {
   void add(float* out, const float* a, const float* b, size_t n) override { k::launch_add(out, a, b, n, kNoStream); }
   void accumulate(float* dst, const float* src, size_t n) override { k::launch_accumulate(dst, src, n, kNoStream); }
   void scale(float* x, float s, size_t n) override { k::launch_scale(x, s, n, kNoStream); }
+  void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override {
+    k::launch_cast_to_bf16(out, inp, n, kNoStream);
+  }
 
   void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
     k::launch_crossentropy_forward(losses, logits, targets, N, V, kNoStream);

@@ -1,4 +1,4 @@
-// CPU backend (core): construction, host memory and the plain elementwise ops (add, accumulate, scale).
+// CPU backend (core): construction, host memory and the plain elementwise ops (add, accumulate, scale, cast).
 // The other op families live in their own cpu_<family>.cpp files next to this one.
 #include "backend/cpu/cpu_backend.h"
 
@@ -67,6 +67,11 @@ void CpuBackend::accumulate(float* dst, const float* src, size_t n) {
 void CpuBackend::scale(float* x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void CpuBackend::cast_to_bf16(BFloat16* out, const float* inp, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+  for (size_t i = 0; i < n; ++i) out[i] = to_bf16(inp[i]);
 }
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

@@ -26,29 +26,29 @@ class CpuBackend final : public Backend {
                        int C) override;
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override;
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                          int N, int C) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                      int OC) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, int N, int IC, int OC) override;
-  void matmul_forward_transposed(float* out, const float* inp, const float* wte, int N, int C, int V) override;
-  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, const float* inp, const float* wte,
-                                  int N, int C, int V) override;
+  void matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
+                       int N, int IC, int OC) override;
+  void matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
+  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
+                                  int V) override;
 
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                           int T, int C, int NH) override;
 
-  void gelu_forward(float* out, const float* inp, size_t n) override;
+  void gelu_forward(TensorOut out, const float* inp, size_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
 
   void add(float* out, const float* a, const float* b, size_t n) override;
   void accumulate(float* dst, const float* src, size_t n) override;
   void scale(float* x, float s, size_t n) override;
+  void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override;
 
   void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override;
   void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,

@@ -2,6 +2,8 @@
 // Uses 0.5 (1 + tanh(u)) = sigmoid(2u), so each element needs one vectorised exp and no tanh.
 #include <omp.h>
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 
@@ -42,13 +44,23 @@ EMBER_CPU_CLONES void gelu_backward_span(float* dinp, const float* inp, const fl
 
 }  // namespace
 
-void CpuBackend::gelu_forward(float* out,        // (n)
+void CpuBackend::gelu_forward(TensorOut out,      // (n)
                               const float* inp,  // (n)
                               size_t n) {
 #pragma omp parallel if (n >= kMinParallelWork)
   {
     const cpu::Span s = cpu::thread_span(n, omp_get_thread_num(), omp_get_num_threads(), 16);
-    gelu_forward_span(out + s.begin, inp + s.begin, s.end - s.begin);
+    if (!out.bf16) {
+      gelu_forward_span(out.f32() + s.begin, inp + s.begin, s.end - s.begin);
+    } else {  // bf16 storage: pieces in fp32 as above, then rounded
+      constexpr size_t kPiece = 1024;
+      float piece[kPiece];
+      for (size_t i = s.begin; i < s.end; i += kPiece) {
+        const size_t len = std::min(kPiece, s.end - i);
+        gelu_forward_span(piece, inp + i, len);
+        for (size_t j = 0; j < len; ++j) out.b16()[i + j] = to_bf16(piece[j]);
+      }
+    }
   }
 }
 

@@ -56,16 +56,30 @@ EMBER_CPU_CLONES void layernorm_backward_row(float* dx, float* dw, float* db, co
 
 }  // namespace
 
-void CpuBackend::layernorm_forward(float* out,           // (N, C)
+void CpuBackend::layernorm_forward(TensorOut out,        // (N, C)
                                    float* mean,          // (N)
                                    float* rstd,          // (N)
                                    const float* inp,     // (N, C)
                                    const float* weight,  // (C)
                                    const float* bias,    // (C)
                                    int N, int C) {
+  if (!out.bf16) {
 #pragma omp parallel for schedule(static) if (size_t(N) * C >= kMinParallelWork)
-  for (int r = 0; r < N; ++r)
-    layernorm_row(out + size_t(r) * C, &mean[r], &rstd[r], inp + size_t(r) * C, weight, bias, C);
+    for (int r = 0; r < N; ++r)
+      layernorm_row(out.f32() + size_t(r) * C, &mean[r], &rstd[r], inp + size_t(r) * C, weight, bias, C);
+    return;
+  }
+  // bf16 storage: each row in fp32 as above, then rounded.
+#pragma omp parallel if (size_t(N) * C >= kMinParallelWork)
+  {
+    std::vector<float> row(static_cast<size_t>(C), 0.0f);
+#pragma omp for schedule(static)
+    for (int r = 0; r < N; ++r) {
+      layernorm_row(row.data(), &mean[r], &rstd[r], inp + size_t(r) * C, weight, bias, C);
+      BFloat16* y = out.b16() + size_t(r) * C;
+      for (int c = 0; c < C; ++c) y[c] = to_bf16(row[c]);
+    }
+  }
 }
 
 void CpuBackend::layernorm_backward(float* dinp,          // (N, C) +=

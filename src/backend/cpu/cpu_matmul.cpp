@@ -1,7 +1,7 @@
 // CPU backend: dense layers (out = inp @ weight + bias) and the tied lm_head (out = inp @ wte^T), both directions.
 // GEMMs go to OpenBLAS sliced over threads; the bias add and dbias reduction are plain static-split loops. With
 // matmul precision bf16 the GEMM inputs are first rounded to bf16 (into scratch copies), which emulates a bf16 GEMM
-// with fp32 accumulation exactly up to the order of the sums.
+// with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs are widened into the same scratch.
 #include <omp.h>
 
 #include <vector>
@@ -17,23 +17,32 @@ using cpu::kMinParallelWork;
 
 namespace {
 
-// x itself in fp32; in bf16, a copy of its n values rounded to bf16, held in `scratch`.
-const float* gemm_input(const float* x, size_t n, MatmulPrecision p, std::vector<float>& scratch) {
-  if (p == MatmulPrecision::fp32) return x;
+// x itself in fp32; in bf16, a copy of its n values rounded to bf16, held in `scratch`; stored in bf16, its values
+// widened into `scratch`.
+const float* gemm_input(TensorIn x, size_t n, MatmulPrecision p, std::vector<float>& scratch) {
+  if (!x.bf16 && p == MatmulPrecision::fp32) return x.f32();
   scratch.resize(n);
   float* s = scratch.data();
+  if (x.bf16) {
+    const BFloat16* b = x.b16();
 #pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
-  for (size_t i = 0; i < n; ++i) s[i] = round_to_bf16(x[i]);
+    for (size_t i = 0; i < n; ++i) s[i] = from_bf16(b[i]);
+  } else {
+    const float* f = x.f32();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+    for (size_t i = 0; i < n; ++i) s[i] = round_to_bf16(f[i]);
+  }
   return s;
 }
 
 }  // namespace
 
 void CpuBackend::matmul_forward(float* out,           // (N, OC)
-                                const float* inp,     // (N, IC)
-                                const float* weight,  // (IC, OC)
+                                TensorIn inp,         // (N, IC)
+                                TensorIn weight,      // (IC, OC)
                                 const float* bias,    // (OC) or null
                                 int N, int IC, int OC) {
+  check_gemm_inputs(inp, weight, "matmul_forward");
   // Seed out with the bias and let the GEMM accumulate onto it (beta = 1): OpenBLAS would otherwise spend the same
   // pass zeroing out for beta = 0, so the bias costs nothing extra.
   if (bias) {
@@ -54,9 +63,10 @@ void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
                                  float* dweight,       // (IC, OC) +=
                                  float* dbias,         // (OC) += or null
                                  const float* dout,    // (N, OC)
-                                 const float* inp,     // (N, IC)
-                                 const float* weight,  // (IC, OC)
+                                 TensorIn inp,         // (N, IC)
+                                 TensorIn weight,      // (IC, OC)
                                  int N, int IC, int OC) {
+  check_gemm_inputs(inp, weight, "matmul_backward");
   std::vector<float> sg, si, sw;
   const MatmulPrecision p = matmul_precision_;
   const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
@@ -78,10 +88,11 @@ void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
   }
 }
 
-void CpuBackend::matmul_forward_transposed(float* out,        // (N, V)
-                                           const float* inp,  // (N, C)
-                                           const float* wte,  // (V, C)
+void CpuBackend::matmul_forward_transposed(float* out,    // (N, V)
+                                           TensorIn inp,  // (N, C)
+                                           TensorIn wte,  // (V, C)
                                            int N, int C, int V) {
+  check_gemm_inputs(inp, wte, "matmul_forward_transposed");
   std::vector<float> si, sw;
   const MatmulPrecision p = matmul_precision_;
   gemm_parallel(false, true, N, V, C, 1.0f, gemm_input(inp, size_t(N) * C, p, si), C,
@@ -91,9 +102,10 @@ void CpuBackend::matmul_forward_transposed(float* out,        // (N, V)
 void CpuBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
                                             float* dwte,        // (V, C) +=
                                             const float* dout,  // (N, V)
-                                            const float* inp,   // (N, C)
-                                            const float* wte,   // (V, C)
+                                            TensorIn inp,       // (N, C)
+                                            TensorIn wte,       // (V, C)
                                             int N, int C, int V) {
+  check_gemm_inputs(inp, wte, "matmul_backward_transposed");
   std::vector<float> sg, si, sw;
   const MatmulPrecision p = matmul_precision_;
   const float* g = gemm_input(dout, size_t(N) * V, p, sg);

@@ -333,6 +333,85 @@ TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
 
 // (B, T, C, NH): HS = 16 with T = 150 > the 32-key tile and not a multiple of the 16/8-row blocks; HS = 64
 // (GPT-2's); HS = 128 (the kernel's maximum); HS = 5 (odd, below a warp); T = 1.
+// bf16 storage of the GEMM inputs (TensorIn/TensorOut, core/dtype.h), as the model uses it under matmul precision
+// bf16. Layernorm, the fused residual layernorm and GELU writing bf16: their fp32 results agree with the CPU's within
+// the fp32 tolerance, so the stored values agree within that plus one bf16 ulp (at most 2^-7 of the value) where the
+// two fp32 results fall either side of a rounding midpoint, which is rare (at most 1% of elements may differ at all).
+// The cast rounds as the CPU, bit for bit. The four matmul ops on the same bf16-stored inputs, at odd sizes, with a
+// bias and pre-filled gradients: within the fp32 tolerances of MatmulBf16MatchesTheCpuEmulation (K + 1 for the
+// pre-filled value); dbias as in MatmulWithParametersInsideTheArena, since cuBLASLt sums it from dout as the GEMM
+// reads it, here rounded to bf16.
+using Halves = std::vector<BFloat16>;
+using HBuf = test::BackendArray<BFloat16>;
+Floats widened(const Halves& v) {
+  Floats f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = from_bf16(v[i]);
+  return f;
+}
+void expect_close_bf16(const std::string& what, const Halves& got, const Halves& want, Tol tol) {
+  tol.rtol += std::ldexp(1.0, -7);
+  expect_close(what, widened(got), widened(want), tol);
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
+  EXPECT_LE(differ, got.size() / 100) << what << ": " << differ << " of " << got.size() << " stored values differ";
+}
+
+TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
+  const int N = 37, C = 45, OC = 67, V = 101;
+  Rng rng(15);
+  const Floats a = rng.normal(size_t(N) * C, 2.0f), b = rng.normal(size_t(N) * C), lw = rng.normal(C),
+               lb = rng.normal(C), h = rng.normal(size_t(N) * OC, 3.0f);
+  const Floats x = rng.normal(size_t(N) * C), w = rng.normal(size_t(C) * OC), bias = rng.normal(OC),
+               wte = rng.normal(size_t(V) * C), g = rng.normal(size_t(N) * OC), gl = rng.normal(size_t(N) * V),
+               dx0 = rng.normal(x.size()), dw0 = rng.normal(w.size()), db0 = rng.normal(OC),
+               dwte0 = rng.normal(wte.size());
+  Halves ln[2], res_ln[2], gelu[2], xb[2], wb[2], tb[2];
+  Floats out[2], dx[2], dw[2], db[2], lout[2], ldx[2], ldwte[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    Backend& e = *be[k];
+    e.set_matmul_precision(MatmulPrecision::bf16);
+    FBuf ai(e, a), bi(e, b), lwi(e, lw), lbi(e, lb), hi(e, h), res(e, a.size()), m(e, N), r(e, N);
+    HBuf o1(e, a.size()), o2(e, a.size()), o3(e, h.size());
+    e.layernorm_forward(o1.get(), m.get(), r.get(), ai.get(), lwi.get(), lbi.get(), N, C);
+    e.residual_layernorm_forward(res.get(), o2.get(), m.get(), r.get(), ai.get(), bi.get(), lwi.get(), lbi.get(), N, C);
+    e.gelu_forward(o3.get(), hi.get(), h.size());
+    ln[k] = o1.host(), res_ln[k] = o2.host(), gelu[k] = o3.host();
+    // The matmuls read the CPU's casts on both backends, so that their inputs are the same values.
+    FBuf xf(e, x), wf(e, w), tf(e, wte);
+    HBuf xh(e, x.size()), wh(e, w.size()), th(e, wte.size());
+    e.cast_to_bf16(xh.get(), xf.get(), x.size());
+    e.cast_to_bf16(wh.get(), wf.get(), w.size());
+    e.cast_to_bf16(th.get(), tf.get(), wte.size());
+    xb[k] = xh.host(), wb[k] = wh.host(), tb[k] = th.host();
+    HBuf xs(e, xb[0]), ws(e, wb[0]), ts(e, tb[0]);
+    FBuf bi2(e, bias), gi(e, g), gli(e, gl), o(e, size_t(N) * OC), gx(e, dx0), gw(e, dw0), gb(e, db0),
+        lo(e, size_t(N) * V), lgx(e, dx0), lgw(e, dwte0);
+    e.matmul_forward(o.get(), xs.get(), ws.get(), bi2.get(), N, C, OC);
+    e.matmul_backward(gx.get(), gw.get(), gb.get(), gi.get(), xs.get(), ws.get(), N, C, OC);
+    e.matmul_forward_transposed(lo.get(), xs.get(), ts.get(), N, C, V);
+    e.matmul_backward_transposed(lgx.get(), lgw.get(), gli.get(), xs.get(), ts.get(), N, C, V);
+    out[k] = o.host(), dx[k] = gx.host(), dw[k] = gw.host(), db[k] = gb.host();
+    lout[k] = lo.host(), ldx[k] = lgx.host(), ldwte[k] = lgw.host();
+    e.set_matmul_precision(MatmulPrecision::fp32);
+  }
+  // Layernorm's row statistics are C-term sums; GELU is one exp and a few roundings per element (GeluAndElementwise).
+  expect_close_bf16("bf16-stored layernorm out", ln[1], ln[0], fp32_tol(C, widened(ln[0])));
+  expect_close_bf16("bf16-stored residual layernorm out", res_ln[1], res_ln[0], fp32_tol(C, widened(res_ln[0])));
+  expect_close_bf16("bf16-stored gelu out", gelu[1], gelu[0], fp32_tol(1, widened(gelu[0])));
+  for (const Halves* v : {xb, wb, tb})
+    EXPECT_EQ(std::memcmp(v[1].data(), v[0].data(), v[0].size() * sizeof(BFloat16)), 0) << "cast_to_bf16";
+  expect_close("bf16-stored matmul out", out[1], out[0], fp32_tol(C + 1, out[0]));
+  expect_close("bf16-stored matmul dinp", dx[1], dx[0], fp32_tol(OC + 1, dx[0]));
+  expect_close("bf16-stored matmul dweight", dw[1], dw[0], fp32_tol(N + 1, dw[0]));
+  Tol tb_ = fp32_tol(N + 1, db[0]);
+  tb_.atol += 4.0 * std::ldexp(1.0, -8) * rms(db[0]);
+  expect_close("bf16-stored matmul dbias", db[1], db[0], tb_);
+  expect_close("bf16-stored lm_head out", lout[1], lout[0], fp32_tol(C, lout[0]));
+  expect_close("bf16-stored lm_head dinp", ldx[1], ldx[0], fp32_tol(V + 1, ldx[0]));
+  expect_close("bf16-stored lm_head dwte", ldwte[1], ldwte[0], fp32_tol(N + 1, ldwte[0]));
+}
+
 struct AttnShape {
   int B, T, C, NH;
 };
@@ -699,28 +778,38 @@ TEST_F(CudaOps, FiftyTrainingStepsTrackTheCpuBf16) {
 }
 
 #ifndef EMBER_TEST_KERNEL_MODEL
-// Memory accounting on the GPU: a training step allocates nothing beyond the model's buffers except attention
-// backward's scratch row sums (B NH T floats), and the device reports at least what the backend holds in use.
-TEST_F(CudaOps, StepsAllocateOnlyAttentionScratchAndTheDeviceReportsUse) {
+// Memory accounting on the GPU: a training step allocates nothing beyond the model's buffers except op scratch: the
+// attention backward's row sums (B NH T floats) and, with bf16 storage, dout rounded to bf16 for the matmul backward
+// passes (B T rows of at most max(V, 4C) columns, 2 bytes each: the largest, the lm_head's). The scratch is one buffer,
+// so the larger of the two. The device reports at least what the backend holds in use.
+TEST_F(CudaOps, StepsAllocateOnlyOpScratchAndTheDeviceReportsUse) {
   const ModelConfig c = whole_model_config();
   const int B = 2, T = 45;
-  GPT model(c, *gpu, B, T);
-  model.init_weights(5);
-  const size_t held = gpu->allocated_bytes();
-  EXPECT_GE(held, model.weight_bytes() + model.activation_bytes());
-  Rng rng(37);
-  const Ints in = rng.tokens(size_t(B) * T, c.vocab_size), tg = rng.tokens(size_t(B) * T, c.vocab_size);
-  for (int s = 0; s < 2; ++s) {
-    model.zero_grad();
-    (void)model.forward(in.data(), tg.data(), B, T);
-    model.backward(1.0f);
+  for (MatmulPrecision p : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+    auto be = make_cuda_backend(0);
+    be->set_matmul_precision(p);
+    GPT model(c, *be, B, T);
+    EXPECT_EQ(model.bf16_storage(), p == MatmulPrecision::bf16);
+    model.init_weights(5);
+    const size_t held = be->allocated_bytes();
+    EXPECT_GE(held, model.weight_bytes() + model.activation_bytes());
+    Rng rng(37);
+    const Ints in = rng.tokens(size_t(B) * T, c.vocab_size), tg = rng.tokens(size_t(B) * T, c.vocab_size);
+    for (int s = 0; s < 2; ++s) {
+      model.zero_grad();
+      (void)model.forward(in.data(), tg.data(), B, T);
+      model.backward(1.0f);
+    }
+    be->synchronize();
+    size_t scratch = sizeof(float) * size_t(B) * c.n_head * T;
+    if (model.bf16_storage())
+      scratch = std::max(scratch, sizeof(BFloat16) * size_t(B) * T * std::max(c.vocab_size, 4 * c.n_embd));
+    EXPECT_LE(be->peak_allocated_bytes(), held + scratch) << matmul_precision_name(p);
+    size_t used = 0, total = 0;
+    ASSERT_TRUE(be->device_memory(&used, &total));
+    EXPECT_GE(used, be->allocated_bytes());
+    EXPECT_GT(total, used);
   }
-  gpu->synchronize();
-  EXPECT_LE(gpu->peak_allocated_bytes(), held + sizeof(float) * size_t(B) * c.n_head * T);
-  size_t used = 0, total = 0;
-  ASSERT_TRUE(gpu->device_memory(&used, &total));
-  EXPECT_GE(used, gpu->allocated_bytes());
-  EXPECT_GT(total, used);
 }
 #endif  // EMBER_TEST_KERNEL_MODEL
 

@@ -223,6 +223,48 @@ TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
   EXPECT_GT(differ, steps / 2) << "bf16 losses equal the fp32 ones: were the GEMM inputs rounded?";
 }
 
+// bf16 storage (GPT's constructor): under matmul precision bf16 the model keeps its GEMM inputs (the ln_1, ln_2, GELU
+// and ln_f outputs, and a working copy of the weights) in bf16. The backend rounds them as it would have read them,
+// so five AdamW steps (the weight copy refreshed after each) give bitwise the losses and weights of a model that stores
+// them in fp32 (built at fp32, then run at bf16), with any recompute mode; without recomputation the activations
+// shrink by 2 bytes per element of those outputs and the weights grow by the 2-byte copy.
+TEST(GPT, Bf16StorageChangesNoBitAndHalvesTheGemmInputs) {
+  const ModelConfig c = tiny_config();
+  const int B = 3, T = 13, steps = 5;
+  const auto in = random_tokens(size_t(B) * T, c.vocab_size, 7), tg = random_tokens(size_t(B) * T, c.vocab_size, 8);
+  OptimizerConfig oc;
+  oc.lr = 3e-3f;
+  for (Recompute r : {Recompute::none, Recompute::full}) {
+    std::vector<double> losses[2];
+    std::vector<float> params[2];
+    size_t weight_bytes[2] = {}, activation_bytes[2] = {};
+    for (int k = 0; k < 2; ++k) {
+      auto backend = make_cpu_backend();
+      backend->set_matmul_precision(k ? MatmulPrecision::bf16 : MatmulPrecision::fp32);
+      GPT model(c, *backend, B, T, /*with_grads=*/true, r);
+      EXPECT_EQ(model.bf16_storage(), k == 1);
+      backend->set_matmul_precision(MatmulPrecision::bf16);
+      weight_bytes[k] = model.weight_bytes(), activation_bytes[k] = model.activation_bytes();
+      model.init_weights(3);
+      AdamW adam(*backend, model.table(), oc, 0, model.arena_numel());
+      losses[k] = test::train_on_one_batch(model, adam, in, tg, B, T, steps, oc.lr);
+      params[k].resize(model.table().total_numel());
+      backend->copy_to_host(params[k].data(), model.params(), params[k].size() * sizeof(float));
+    }
+    EXPECT_EQ(losses[1], losses[0]) << recompute_name(r);
+    EXPECT_EQ(params[1], params[0]) << recompute_name(r);
+    EXPECT_LT(losses[0].back(), losses[0].front()) << recompute_name(r) << ": the steps did not train";
+    const size_t arena = (ParamTable(c).total_numel() + GPT::ARENA_ALIGN - 1) / GPT::ARENA_ALIGN * GPT::ARENA_ALIGN;
+    EXPECT_EQ(weight_bytes[1] - weight_bytes[0], arena * sizeof(BFloat16)) << recompute_name(r);
+    if (r == Recompute::none) {  // per layer ln_1 (C), ln_2 (C) and GELU (4C), then ln_f (C), for each token
+      const size_t halved = size_t(B) * T * (size_t(c.n_layer) * 6 + 1) * c.n_embd;
+      EXPECT_EQ(activation_bytes[0] - activation_bytes[1], halved * (sizeof(float) - sizeof(BFloat16)));
+    } else {
+      EXPECT_LT(activation_bytes[1], activation_bytes[0]) << recompute_name(r);
+    }
+  }
+}
+
 // The start-up memory line is the training peak: every buffer a step uses is allocated when the model and optimizer
 // are built (counted by weight_bytes, activation_bytes and the moments), and forward, backward and the AdamW step
 // allocate nothing more, with any recompute mode.

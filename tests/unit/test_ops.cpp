@@ -970,5 +970,85 @@ TEST_F(CpuOpsMisc, AttentionBf16RoundsPAndDS) {
   }
 }
 
+// bf16 storage of the GEMM inputs (TensorIn/TensorOut, core/dtype.h): a layernorm, fused residual layernorm or GELU
+// output stored in bf16 holds the fp32 output rounded to nearest even, bit for bit, with the same row statistics;
+// under matmul precision bf16 the four matmul ops give the same bits from bf16-stored inputs as from the fp32-stored
+// ones they round as they read; cast_to_bf16 rounds as round_to_bf16. Storage against those rules is refused.
+TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
+  using Halves = test::BackendArray<BFloat16>;
+  auto widened = [](const std::vector<BFloat16>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = from_bf16(v[i]);
+    return f;
+  };
+  const int N = 37, C = 45, OC = 67, V = 101;
+  Rng rng(230);
+  const auto x = rng.normal(size_t(N) * C, 2.0f), y = rng.normal(size_t(N) * C), w = rng.normal(C),
+             b = rng.normal(C), h = rng.normal(size_t(N) * OC, 3.0f);
+  Floats d_x(*be, x), d_y(*be, y), d_w(*be, w), d_b(*be, b), d_h(*be, h);
+  {
+    Floats out32(*be, x.size()), m32(*be, N), r32(*be, N), m16(*be, N), r16(*be, N), res32(*be, x.size()),
+        res16(*be, x.size()), gelu32(*be, h.size());
+    Halves out16(*be, x.size()), gelu16(*be, h.size());
+    be->layernorm_forward(out32.get(), m32.get(), r32.get(), d_x.get(), d_w.get(), d_b.get(), N, C);
+    be->layernorm_forward(out16.get(), m16.get(), r16.get(), d_x.get(), d_w.get(), d_b.get(), N, C);
+    EXPECT_EQ(widened(out16.host()), test::rounded_to_bf16(out32.host())) << "layernorm out";
+    EXPECT_EQ(m16.host(), m32.host()) << "layernorm mean";
+    EXPECT_EQ(r16.host(), r32.host()) << "layernorm rstd";
+    be->residual_layernorm_forward(res32.get(), out32.get(), m32.get(), r32.get(), d_x.get(), d_y.get(), d_w.get(),
+                                   d_b.get(), N, C);
+    be->residual_layernorm_forward(res16.get(), out16.get(), m16.get(), r16.get(), d_x.get(), d_y.get(), d_w.get(),
+                                   d_b.get(), N, C);
+    EXPECT_EQ(widened(out16.host()), test::rounded_to_bf16(out32.host())) << "residual layernorm out";
+    EXPECT_EQ(res16.host(), res32.host()) << "residual layernorm residual";
+    EXPECT_EQ(r16.host(), r32.host()) << "residual layernorm rstd";
+    be->gelu_forward(gelu32.get(), d_h.get(), h.size());
+    be->gelu_forward(gelu16.get(), d_h.get(), h.size());
+    EXPECT_EQ(widened(gelu16.host()), test::rounded_to_bf16(gelu32.host())) << "gelu out";
+  }
+  {  // ties either way, past the largest bf16, infinity, signed zero and a denormal, then random values
+    std::vector<float> v = {1.00390625f, 1.01171875f, 3.4028235e38f, -INFINITY, -0.0f, 1e-40f};
+    for (float r : x) v.push_back(r);
+    Floats d_v(*be, v);
+    Halves cast(*be, v.size());
+    be->cast_to_bf16(cast.get(), d_v.get(), v.size());
+    const std::vector<BFloat16> got = cast.host();
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(got[i].bits, uint16_t(bits_of(round_to_bf16(v[i])) >> 16)) << "cast_to_bf16 of " << v[i];
+      ASSERT_EQ(to_bf16(v[i]).bits, got[i].bits) << "to_bf16 of " << v[i];
+    }
+  }
+  // The matmuls at matmul precision bf16, with a bias and pre-filled gradients, once on fp32-stored inputs and once
+  // on their bf16 copies (cast on the backend); the lm_head's reads x as its input and wte (V, C).
+  const auto wm = rng.normal(size_t(C) * OC), bias = rng.normal(OC), wte = rng.normal(size_t(V) * C),
+             g = rng.normal(size_t(N) * OC), gl = rng.normal(size_t(N) * V), dx0 = rng.normal(x.size()),
+             dw0 = rng.normal(wm.size()), db0 = rng.normal(OC), dwte0 = rng.normal(wte.size());
+  Floats d_wm(*be, wm), d_bias(*be, bias), d_wte(*be, wte), d_g(*be, g), d_gl(*be, gl);
+  Halves x16(*be, x.size()), wm16(*be, wm.size()), wte16(*be, wte.size());
+  be->cast_to_bf16(x16.get(), d_x.get(), x.size());
+  be->cast_to_bf16(wm16.get(), d_wm.get(), wm.size());
+  be->cast_to_bf16(wte16.get(), d_wte.get(), wte.size());
+  be->set_matmul_precision(MatmulPrecision::bf16);
+  std::vector<float> res[2][7];
+  for (int k = 0; k < 2; ++k) {
+    const TensorIn xi = k ? TensorIn(x16.get()) : TensorIn(d_x.get()), wi = k ? TensorIn(wm16.get()) : d_wm.get(),
+                   ti = k ? TensorIn(wte16.get()) : d_wte.get();
+    Floats out(*be, size_t(N) * OC), dx(*be, dx0), dw(*be, dw0), db(*be, db0), lout(*be, size_t(N) * V),
+        ldx(*be, dx0), ldwte(*be, dwte0);
+    be->matmul_forward(out.get(), xi, wi, d_bias.get(), N, C, OC);
+    be->matmul_backward(dx.get(), dw.get(), db.get(), d_g.get(), xi, wi, N, C, OC);
+    be->matmul_forward_transposed(lout.get(), xi, ti, N, C, V);
+    be->matmul_backward_transposed(ldx.get(), ldwte.get(), d_gl.get(), xi, ti, N, C, V);
+    res[k][0] = out.host(), res[k][1] = dx.host(), res[k][2] = dw.host(), res[k][3] = db.host();
+    res[k][4] = lout.host(), res[k][5] = ldx.host(), res[k][6] = ldwte.host();
+  }
+  const char* names[7] = {"out", "dinp", "dweight", "dbias", "lm_head out", "lm_head dinp", "lm_head dwte"};
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(res[1][i], res[0][i]) << "matmul " << names[i] << ": bf16 storage changed it";
+  Floats out(*be, size_t(N) * OC);
+  EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), d_wm.get(), nullptr, N, C, OC), Error);  // stored unlike
+  be->set_matmul_precision(MatmulPrecision::fp32);
+  EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), wm16.get(), nullptr, N, C, OC), Error);  // bf16 under fp32
+}
+
 }  // namespace
 }  // namespace ember

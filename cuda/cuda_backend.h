@@ -1,5 +1,5 @@
-// The CUDA backend: every op of backend.h on one device (fp32 storage; bf16 GEMM and attention inputs with matmul
-// precision bf16), one stream, and the cuBLAS and cuBLASLt handles bound to it.
+// The CUDA backend: every op of backend.h on one device (fp32 storage, bf16 where the caller stores GEMM inputs so;
+// bf16 GEMM and attention inputs with matmul precision bf16), one stream, and the cuBLAS and cuBLASLt handles.
 // Kernels and launchers live in one .cu per op family (encoder, layernorm, matmul, attention, gelu, loss, optim,
 // elementwise); the op methods that call them in cuda_backend_ops.cu.
 #pragma once

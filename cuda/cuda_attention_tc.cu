@@ -18,32 +18,29 @@ void check_tc_shape(int B, int T, int C, int NH) {
                "attention: grid too large for this T or B * NH");
 }
 
-template <int HS>
-void forward_tc(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+template <int HS, typename OutT>
+void forward_tc(OutT* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
-  EMBER_KERNEL_LAUNCH(attention_forward_tc_kernel<HS>, grid, kWarps * kWarpSize, stream, out, lse, qkv, T, C, NH,
-                      1.0f / sqrtf(float(HS)));
+  auto* const kernel = attention_forward_tc_kernel<HS, OutT>;  // one macro argument
+  EMBER_KERNEL_LAUNCH(kernel, grid, kWarps * kWarpSize, stream, out, lse, qkv, T, C, NH, 1.0f / sqrtf(float(HS)));
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-template <int HS>
-void backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out, const float* lse,
+template <int HS, typename OutT>
+void backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, const OutT* out, const float* lse,
                  int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
   const float scale = 1.0f / sqrtf(float(HS));
-  EMBER_KERNEL_LAUNCH(attention_backward_dq_tc_kernel<HS>, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv,
-                      out, lse, T, C, NH, scale);
+  auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, OutT>;  // one macro argument
+  EMBER_KERNEL_LAUNCH(dq_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(attention_backward_dkv_tc_kernel<HS>, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv,
                       lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-}  // namespace
-
-void launch_attention_forward_tc(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                                 cudaStream_t stream) {
-  check_tc_shape(B, T, C, NH);
+template <typename OutT>
+void forward_tc_hs(OutT* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   switch (C / NH) {
     case 16: forward_tc<16>(out, lse, qkv, B, T, C, NH, stream); break;
     case 32: forward_tc<32>(out, lse, qkv, B, T, C, NH, stream); break;
@@ -51,14 +48,35 @@ void launch_attention_forward_tc(float* out, float* lse, const float* qkv, int B
   }
 }
 
-void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
-                                  const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
-  check_tc_shape(B, T, C, NH);
+template <typename OutT>
+void backward_tc_hs(float* dqkv, float* delta, const float* dout, const float* qkv, const OutT* out, const float* lse,
+                    int B, int T, int C, int NH, cudaStream_t stream) {
   switch (C / NH) {
     case 16: backward_tc<16>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
     case 32: backward_tc<32>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
     default: backward_tc<64>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
   }
+}
+
+}  // namespace
+
+void launch_attention_forward_tc(TensorOut out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                                 cudaStream_t stream) {
+  check_tc_shape(B, T, C, NH);
+  if (out.bf16)
+    forward_tc_hs(reinterpret_cast<__nv_bfloat16*>(out.b16()), lse, qkv, B, T, C, NH, stream);
+  else
+    forward_tc_hs(out.f32(), lse, qkv, B, T, C, NH, stream);
+}
+
+void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, TensorIn out,
+                                  const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
+  check_tc_shape(B, T, C, NH);
+  if (out.bf16)
+    backward_tc_hs(dqkv, delta, dout, qkv, reinterpret_cast<const __nv_bfloat16*>(out.b16()), lse, B, T, C, NH,
+                   stream);
+  else
+    backward_tc_hs(dqkv, delta, dout, qkv, out.f32(), lse, B, T, C, NH, stream);
 }
 
 }  // namespace ember::cuda

@@ -9,7 +9,8 @@
 // backward, a dQ pass and a dK/dV pass so every output element has one owner and no atomics), but every product is
 // an mma.sync m16n8k16 with bf16 inputs and fp32 accumulation: q, k, v and dout are rounded to bf16 as they are
 // staged in shared memory, P and dS as they are fed to the second product of each pair. Softmax statistics, the
-// output rescaling and D = dO . O stay fp32.
+// output rescaling and D = dO . O stay fp32 (O in D rounded to bf16, so that it may be stored so). The output may be
+// stored in fp32 or bf16.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; g = lane / 4, t = lane % 4):
 //   A (16 x 16, row-major): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
@@ -142,9 +143,9 @@ __device__ inline void stage(bf16* dst, bf16* dst_t, const float* src, int row0,
 
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
 // Warp w owns query rows i0 + 16 w .. + 15 and keeps their q fragments and output accumulators in registers.
-template <int HS>
+template <int HS, typename OutT>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
-    attention_forward_tc_kernel(float* out,        // (B, T, C)
+    attention_forward_tc_kernel(OutT* out,         // (B, T, C), fp32 or bf16
                                 float* lse,        // (B, NH, T)
                                 const float* qkv,  // (B, T, 3C)
                                 int T, int C, int NH, float scale) {
@@ -217,25 +218,25 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     const int i = rows[r];
     if (i >= T) continue;
     const float inv_l = 1.0f / l[r];
-    float* orow = out + (size_t(b) * T + i) * C + size_t(h) * HS;
+    OutT* orow = out + (size_t(b) * T + i) * C + size_t(h) * HS;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
-      orow[dt * 8 + 2 * t] = o[dt][2 * r] * inv_l;
-      orow[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1] * inv_l;
+      store(&orow[dt * 8 + 2 * t], o[dt][2 * r] * inv_l);
+      store(&orow[dt * 8 + 2 * t + 1], o[dt][2 * r + 1] * inv_l);
     }
     if (t == 0) lse[size_t(bh) * T + i] = m[r] + logf(l[r]);
   }
 }
 
-// Backward, pass 1 (per query row i): D_i = dO_i . O_i in fp32 (saved to delta for pass 2), and
-// dQ_i += scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
-template <int HS>
+// Backward, pass 1 (per query row i): D_i = dO_i . O_i in fp32 with O rounded to bf16 (saved to delta for pass 2),
+// and dQ_i += scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
+template <int HS, typename OutT>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
     attention_backward_dq_tc_kernel(float* dqkv,        // (B, T, 3C) +=, q columns only
                                     float* delta,       // (B, NH, T) out: D
                                     const float* dout,  // (B, T, C)
                                     const float* qkv,   // (B, T, 3C)
-                                    const float* out,   // (B, T, C)
+                                    const OutT* out,    // (B, T, C), fp32 or bf16
                                     const float* lse,   // (B, NH, T)
                                     int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     float part = 0.0f;
     if (i < T)
       for (int d = lane; d < HS; d += kWarpSize)
-        part += dout[o_base + size_t(i) * C + d] * out[o_base + size_t(i) * C + d];
+        part += dout[o_base + size_t(i) * C + d] * bf16_value(out[o_base + size_t(i) * C + d]);
     const float D = warp_sum(part);
     if (lane == 0) {
       d_s[r] = D;

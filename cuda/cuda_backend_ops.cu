@@ -198,27 +198,48 @@ size_t CudaBackend::gemm_scratch_bytes(TensorIn inp, int N, int cols) const {
 }
 
 // --- attention ---
-void CudaBackend::attention_forward(float* out,        // (B, T, C)
+// A bf16-stored out needs attention_in_bf16; before sm_80 that runs the fp32 kernels (which take fp32 out), so the
+// output goes through fp32 scratch there.
+void CudaBackend::attention_forward(TensorOut out,     // (B, T, C)
                                     float* lse,        // (B, NH, T)
                                     const float* qkv,  // (B, T, 3C)
                                     int B, int T, int C, int NH) {
-  if (tensor_core_attention(C, NH))
+  EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
+  EMBER_ASSERT(!out.bf16 || attention_in_bf16(matmul_precision_, C / NH),
+               "attention_forward: a bf16-stored output needs bf16 attention (attention_in_bf16)");
+  if (tensor_core_attention(C, NH)) {
     cuda::launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, stream_);
-  else
-    cuda::launch_attention_forward(out, lse, qkv, B, T, C, NH, stream_);
+  } else if (!out.bf16) {
+    cuda::launch_attention_forward(out.f32(), lse, qkv, B, T, C, NH, stream_);
+  } else {
+    const size_t n = size_t(B) * T * C;
+    float* out32 = static_cast<float*>(scratch(sizeof(float) * n));  // (B, T, C)
+    cuda::launch_attention_forward(out32, lse, qkv, B, T, C, NH, stream_);
+    cuda::launch_cast_to_bf16(out.b16(), out32, n, stream_);
+  }
 }
 
 void CudaBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
                                      const float* dout,  // (B, T, C)
                                      const float* qkv,   // (B, T, 3C)
-                                     const float* out,   // (B, T, C)
+                                     TensorIn out,       // (B, T, C)
                                      const float* lse,   // (B, NH, T)
                                      int B, int T, int C, int NH) {
-  float* delta = static_cast<float*>(scratch(sizeof(float) * size_t(B) * NH * T));  // (B, NH, T)
-  if (tensor_core_attention(C, NH))
+  EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
+  EMBER_ASSERT(!out.bf16 || attention_in_bf16(matmul_precision_, C / NH),
+               "attention_backward: a bf16-stored output needs bf16 attention (attention_in_bf16)");
+  const size_t nd = size_t(B) * NH * T, no = tensor_core_attention(C, NH) || !out.bf16 ? 0 : size_t(B) * T * C;
+  float* delta = static_cast<float*>(scratch(sizeof(float) * (nd + no)));  // (B, NH, T), then out widened if needed
+  if (tensor_core_attention(C, NH)) {
     cuda::launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
-  else
-    cuda::launch_attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
+    return;
+  }
+  const float* out32 = out.f32();
+  if (out.bf16) {
+    cuda::launch_widen_bf16(delta + nd, out.b16(), no, stream_);
+    out32 = delta + nd;
+  }
+  cuda::launch_attention_backward(dqkv, delta, dout, qkv, out32, lse, B, T, C, NH, stream_);
 }
 
 bool CudaBackend::tensor_core_attention(int C, int NH) const {

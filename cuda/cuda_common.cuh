@@ -43,6 +43,10 @@ constexpr int kColTile = 32, kRowLanes = 16;
 __device__ inline void store(float* p, float v) { *p = v; }
 __device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
+// The bf16 value of an element as a float: an fp32 one rounded to nearest even, a bf16 one widened (exactly).
+__device__ inline float bf16_value(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ inline float bf16_value(__nv_bfloat16 v) { return __bfloat162float(v); }
+
 // Xor butterflies: addition and max are commutative, so every lane ends with the bitwise-same result.
 template <typename T>
 __device__ inline T warp_sum(T v) {

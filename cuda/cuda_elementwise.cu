@@ -1,4 +1,4 @@
-// CUDA backend: the plain elementwise ops (add, accumulate, scale, the cast to bf16) as grid-stride loops.
+// CUDA backend: the plain elementwise ops (add, accumulate, scale, casts to and from bf16) as grid-stride loops.
 // Each element is one independent fp32 operation (or rounding), so results equal the CPU's bit for bit.
 #include "cuda_check.h"
 #include "cuda_common.cuh"
@@ -28,6 +28,11 @@ __global__ void cast_to_bf16_kernel(__nv_bfloat16* out, const float* inp, size_t
     out[i] = __float2bfloat16_rn(inp[i]);
 }
 
+__global__ void widen_bf16_kernel(float* out, const __nv_bfloat16* inp, size_t n) {  // (n) each
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(inp[i]);
+}
+
 }  // namespace
 
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
@@ -52,6 +57,13 @@ void launch_cast_to_bf16(BFloat16* out, const float* inp, size_t n, cudaStream_t
   if (n == 0) return;
   EMBER_KERNEL_LAUNCH(cast_to_bf16_kernel, elementwise_blocks(n), kElementwiseThreads, stream,
                       reinterpret_cast<__nv_bfloat16*>(out), inp, n);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_widen_bf16(float* out, const BFloat16* inp, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  EMBER_KERNEL_LAUNCH(widen_bf16_kernel, elementwise_blocks(n), kElementwiseThreads, stream, out,
+                      reinterpret_cast<const __nv_bfloat16*>(inp), n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

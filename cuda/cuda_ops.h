@@ -88,9 +88,10 @@ void launch_attention_forward(float* out, float* lse, const float* qkv, int B, i
                               cudaStream_t stream);
 void launch_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                                const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
-void launch_attention_forward_tc(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+// The tensor-core kernels' out may be stored in bf16; their D = dO . O reads O rounded to bf16 either way.
+void launch_attention_forward_tc(TensorOut out, float* lse, const float* qkv, int B, int T, int C, int NH,
                                  cudaStream_t stream);
-void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, TensorIn out,
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 
 // gelu
@@ -102,6 +103,7 @@ void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream
 void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t stream);
 void launch_scale(float* x, float s, size_t n, cudaStream_t stream);
 void launch_cast_to_bf16(BFloat16* out, const float* inp, size_t n, cudaStream_t stream);
+void launch_widen_bf16(float* out, const BFloat16* inp, size_t n, cudaStream_t stream);  // exact
 
 // loss and sampling softmax
 void launch_crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,

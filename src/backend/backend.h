@@ -117,15 +117,17 @@ class Backend {
 
   // --- causal multi-head self-attention, flash style: never stores the (T, T) matrix ---
   // qkv holds q, k, v side by side on the last dim (each C = NH * HS). Scores are scaled by 1/sqrt(HS).
-  // lse saves the log-sum-exp of each row of scaled scores for the backward pass.
-  virtual void attention_forward(float* out,        // (B, T, C)
+  // lse saves the log-sum-exp of each row of scaled scores for the backward pass. out may be stored in bf16 where
+  // attention_in_bf16 holds (core/dtype.h); there the backward pass's D = dO . O reads O rounded to bf16 whichever the
+  // storage, so that the storage changes no value.
+  virtual void attention_forward(TensorOut out,     // (B, T, C)
                                  float* lse,        // (B, NH, T)
                                  const float* qkv,  // (B, T, 3C)
                                  int B, int T, int C, int NH) = 0;
   virtual void attention_backward(float* dqkv,       // (B, T, 3C) +=
                                   const float* dout,  // (B, T, C)
                                   const float* qkv,   // (B, T, 3C)
-                                  const float* out,   // (B, T, C)
+                                  TensorIn out,       // (B, T, C)
                                   const float* lse,   // (B, NH, T)
                                   int B, int T, int C, int NH) = 0;
 

@@ -32,8 +32,8 @@ float* GPT::alloc_floats(size_t n, bool weights) {
   return static_cast<float*>(ptr);
 }
 
-TensorOut GPT::alloc_gemm_input(size_t n) {
-  if (!bf16_storage_) return alloc_floats(n);
+TensorOut GPT::alloc_gemm_input(size_t n, bool bf16) {
+  if (!bf16) return alloc_floats(n);
   void* ptr = backend_.alloc(n * sizeof(BFloat16));
   activation_bytes_ += n * sizeof(BFloat16);
   allocations_.push_back(ptr);
@@ -53,6 +53,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
   const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
   arena_numel_ = (table_.total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+  bf16_attention_out_ = bf16_storage_ && attention_in_bf16(MatmulPrecision::bf16, int(C / NH));
   params_ = alloc_floats(arena_numel_, /*weights=*/true);
   if (bf16_storage_) {
     params_bf16_ = static_cast<BFloat16*>(backend_.alloc(arena_numel_ * sizeof(BFloat16)));
@@ -73,20 +74,20 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   LayerActs scratch{};
   auto fill = [&](LayerActs& a, bool attention, bool mlp) {
     if (attention) {
-      a.ln1 = alloc_gemm_input(BT * C);
+      a.ln1 = alloc_gemm_input(BT * C, bf16_storage_);
       a.ln1_mean = alloc_floats(BT);
       a.ln1_rstd = alloc_floats(BT);
       a.qkv = alloc_floats(BT * 3 * C);
-      a.atty = alloc_floats(BT * C);
+      a.atty = alloc_gemm_input(BT * C, bf16_attention_out_);
       a.lse = alloc_floats(BT * NH);
     }
     if (mlp) {
       a.residual2 = alloc_floats(BT * C);
-      a.ln2 = alloc_gemm_input(BT * C);
+      a.ln2 = alloc_gemm_input(BT * C, bf16_storage_);
       a.ln2_mean = alloc_floats(BT);
       a.ln2_rstd = alloc_floats(BT);
       a.fch = alloc_floats(BT * 4 * C);
-      a.fch_gelu = alloc_gemm_input(BT * 4 * C);
+      a.fch_gelu = alloc_gemm_input(BT * 4 * C, bf16_storage_);
     }
   };
   if (!keep_attention || !keep_mlp) fill(scratch, !keep_attention, !keep_mlp);
@@ -96,7 +97,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     fill(a, keep_attention, keep_mlp);
     a.residual3 = alloc_floats(BT * C);
   }
-  lnf_ = alloc_gemm_input(BT * C);
+  lnf_ = alloc_gemm_input(BT * C, bf16_storage_);
   lnf_mean_ = alloc_floats(BT);
   lnf_rstd_ = alloc_floats(BT);
   logits_ = alloc_floats(BT * V);
@@ -200,8 +201,7 @@ void GPT::attention_out(int l, const float* residual) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  // atty stays fp32 (attention writes fp32), so this GEMM reads the master weight, rounded as read under bf16.
-  backend_.matmul_forward(attproj_, a.atty, P(BLOCK_PARAM_PROJ_W), P(BLOCK_PARAM_PROJ_B), N, C, C);
+  backend_.matmul_forward(attproj_, a.atty, proj_weight(l), P(BLOCK_PARAM_PROJ_B), N, C, C);
   backend_.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, attproj_,
                                       P(BLOCK_PARAM_LN2_W), P(BLOCK_PARAM_LN2_B), N, C);
 }
@@ -223,13 +223,13 @@ void GPT::mlp_out(int l) {
   // The layernorm after this layer: ln_f after the last, else the next layer's ln_1.
   TensorOut out = lnf_;
   float *mean = lnf_mean_, *rstd = lnf_rstd_;
-  const ParamInfo *w = &table_.ln_f_weight(), *b = &table_.ln_f_bias();
+  const ParamInfo *lnw = &table_.ln_f_weight(), *lnb = &table_.ln_f_bias();
   if (l + 1 < config_.n_layer) {
     LayerActs& next = layers_[l + 1];
     out = next.ln1, mean = next.ln1_mean, rstd = next.ln1_rstd;
-    w = &table_.block(l + 1, BLOCK_PARAM_LN1_W), b = &table_.block(l + 1, BLOCK_PARAM_LN1_B);
+    lnw = &table_.block(l + 1, BLOCK_PARAM_LN1_W), lnb = &table_.block(l + 1, BLOCK_PARAM_LN1_B);
   }
-  backend_.residual_layernorm_forward(a.residual3, out, mean, rstd, a.residual2, fcproj_, p(*w), p(*b), N, C);
+  backend_.residual_layernorm_forward(a.residual3, out, mean, rstd, a.residual2, fcproj_, p(*lnw), p(*lnb), N, C);
 }
 
 void GPT::zero_grad() {
@@ -277,7 +277,7 @@ void GPT::backward(float loss_scale) {
     // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
     if (recompute_ == Recompute::attention) attention_in(l, residual);
     be.zero(dC_, NC * sizeof(float));
-    be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, P(BLOCK_PARAM_PROJ_W),
+    be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, proj_weight(l),
                        N, C, C);
     be.zero(d3C_, NC * 3 * sizeof(float));
     be.attention_backward(d3C_, dC_, a.qkv, a.atty, a.lse, B, T, C, NH);

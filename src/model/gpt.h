@@ -28,8 +28,9 @@ class GPT {
   // with_grads = false skips the gradient arena and backward buffers (eval, generate).
   // Without gradients nothing is kept for backward, so activations take the layout of Recompute::full.
   // Where the backend's matmul precision is bf16 at construction, the GEMM inputs are stored in bf16: the outputs of
-  // every layernorm and of GELU, and a working copy of the weights that forward() refreshes from the fp32 master
-  // weights. That changes no value (those inputs are rounded to bf16 anyway) and roughly halves their memory.
+  // every layernorm and of GELU, attention's output where attention is bf16 too (attention_in_bf16), and a working
+  // copy of the weights that forward() refreshes from the fp32 master weights. That changes no value (those inputs
+  // are rounded to bf16 anyway) and halves their memory.
   GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true,
       Recompute recompute = Recompute::none);
   ~GPT();
@@ -75,7 +76,8 @@ class GPT {
   struct LayerActs {
     TensorOut ln1;                     // (B, T, C), a GEMM input
     float *ln1_mean, *ln1_rstd;        // (B, T), (B, T)
-    float *qkv, *atty, *lse;           // (B, T, 3C), (B, T, C), (B, NH, T)
+    float *qkv, *lse;                  // (B, T, 3C), (B, NH, T)
+    TensorOut atty;                    // (B, T, C), a GEMM input (bf16 with bf16 attention)
     float *residual2;                  // (B, T, C) after the attention branch
     TensorOut ln2;                     // (B, T, C), a GEMM input
     float *ln2_mean, *ln2_rstd;        // (B, T), (B, T)
@@ -89,8 +91,13 @@ class GPT {
   TensorIn w(const ParamInfo& info) const {
     return bf16_storage_ ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
   }
+  // The attention projection's weight, stored as atty is (which is fp32 where attention is, at any precision).
+  TensorIn proj_weight(int l) const {
+    const ParamInfo& info = table_.block(l, BLOCK_PARAM_PROJ_W);
+    return bf16_attention_out_ ? w(info) : TensorIn(params_ + info.offset);
+  }
   float* alloc_floats(size_t n, bool weights = false);
-  TensorOut alloc_gemm_input(size_t n);  // bf16 under bf16 storage, else fp32
+  TensorOut alloc_gemm_input(size_t n, bool bf16);  // bf16 where `bf16`, else fp32
   // Forward pieces of layer l: ln_1 of its input; c_attn and attention; c_proj, the residual add (residual2) fused
   // with ln_2; c_fc and GELU; c_proj and the residual add (residual3) fused with the next layernorm (the next layer's
   // ln_1, or ln_f). Forward runs ln_1 only for layer 0; backward reruns the first four as recompute asks, ln_1 with
@@ -106,6 +113,7 @@ class GPT {
   Backend& backend_;
   Recompute recompute_ = Recompute::none;
   bool bf16_storage_ = false;
+  bool bf16_attention_out_ = false;  // attention's output is stored in bf16 (bf16 storage and attention_in_bf16)
   size_t weight_bytes_ = 0, activation_bytes_ = 0;
   ParamTable table_;
   size_t arena_numel_ = 0;

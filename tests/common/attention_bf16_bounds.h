@@ -4,8 +4,10 @@
 // so to first order each element may differ by at most
 //   out_i:  2^-8 sum_j P_ij |v_j|              dV_j: 2^-8 sum_i P_ij |dO_i|
 //   dQ_i:   2^-8 scale sum_j |dS_ij| |k_j|     dK_j: 2^-8 scale sum_i |dS_ij| |q_i|
-// (componentwise in the head dim), computed here in double from the inputs. A wrong fragment, mask or tile boundary
-// moves elements by O(|v|), far beyond these.
+// (componentwise in the head dim), computed here in double from the inputs. D_i = dO_i . O_i reads O rounded to bf16
+// (so that O may be stored so), off by at most dD_i = 2^-8 sum_d |dO_id O_id|, which moves dS_ij by P_ij dD_i:
+//   dQ_i += scale dD_i sum_j P_ij |k_j|      dK_j += scale sum_i P_ij dD_i |q_i|
+// A wrong fragment, mask or tile boundary moves elements by O(|v|), far beyond these.
 #pragma once
 
 #include <algorithm>
@@ -32,7 +34,7 @@ inline AttnBounds attention_bf16_bounds(const std::vector<float>& qkv,   // (B, 
   const int HS = C / NH, C3 = 3 * C;
   const double scale = 1.0 / std::sqrt(double(HS)), u = std::ldexp(1.0, -8);
   AttnBounds bd{std::vector<float>(size_t(B) * T * C), std::vector<float>(size_t(B) * T * C3)};
-  std::vector<double> P(size_t(T) * T), dS(size_t(T) * T), o(HS);
+  std::vector<double> P(size_t(T) * T), dS(size_t(T) * T), o(HS), dD(T);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       auto q = [&](int t, int d) { return double(qkv[(size_t(b) * T + t) * C3 + h * HS + d]); };
@@ -50,6 +52,7 @@ inline AttnBounds attention_bf16_bounds(const std::vector<float>& qkv,   // (B, 
         for (int j = 0; j <= i; ++j) sum += (P[size_t(i) * T + j] = std::exp(P[size_t(i) * T + j] - mx));
         for (int j = 0; j <= i; ++j) P[size_t(i) * T + j] /= sum;
         double D = 0.0;
+        dD[i] = 0.0;
         for (int d = 0; d < HS; ++d) {
           o[d] = 0.0;
           double ob = 0.0;
@@ -58,6 +61,7 @@ inline AttnBounds attention_bf16_bounds(const std::vector<float>& qkv,   // (B, 
             ob += P[size_t(i) * T + j] * std::fabs(v(j, d));
           }
           D += dO(i, d) * o[d];
+          dD[i] += u * std::fabs(dO(i, d) * o[d]);
           bd.out[(size_t(b) * T + i) * C + h * HS + d] = float(u * ob);
         }
         for (int j = 0; j <= i; ++j) {
@@ -69,9 +73,10 @@ inline AttnBounds attention_bf16_bounds(const std::vector<float>& qkv,   // (B, 
       for (int t = 0; t < T; ++t)
         for (int d = 0; d < HS; ++d) {
           double bq = 0.0, bk = 0.0, bv = 0.0;
-          for (int j = 0; j <= t; ++j) bq += std::fabs(dS[size_t(t) * T + j]) * std::fabs(k(j, d));
+          for (int j = 0; j <= t; ++j)
+            bq += (std::fabs(dS[size_t(t) * T + j]) + P[size_t(t) * T + j] * dD[t] / u) * std::fabs(k(j, d));
           for (int i = t; i < T; ++i) {
-            bk += std::fabs(dS[size_t(i) * T + t]) * std::fabs(q(i, d));
+            bk += (std::fabs(dS[size_t(i) * T + t]) + P[size_t(i) * T + t] * dD[i] / u) * std::fabs(q(i, d));
             bv += P[size_t(i) * T + t] * std::fabs(dO(i, d));
           }
           float* row = bd.dqkv.data() + (size_t(b) * T + t) * C3 + h * HS + d;

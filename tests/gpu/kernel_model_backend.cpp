@@ -161,20 +161,29 @@ class KernelModelBackend final : public Backend {
                                          scratch.size() * sizeof(BFloat16), kNoStream);
   }
 
-  // Attention as CudaBackend chooses it on sm_80 and newer: the tensor-core kernels where attention_in_bf16 holds.
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
+  // Attention as CudaBackend chooses it on sm_80 and newer: the tensor-core kernels where attention_in_bf16 holds,
+  // which a bf16-stored output requires (the fp32 kernels take an fp32 one).
+  void attention_forward(TensorOut out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
     if (NH > 0 && C % NH == 0 && attention_in_bf16(matmul_precision(), C / NH))
       k::launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, kNoStream);
     else
-      k::launch_attention_forward(out, lse, qkv, B, T, C, NH, kNoStream);
+      k::launch_attention_forward(fp32_out(out), lse, qkv, B, T, C, NH, kNoStream);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, TensorIn out, const float* lse, int B,
                           int T, int C, int NH) override {
     std::vector<float> delta(size_t(B) * NH * T);
     if (NH > 0 && C % NH == 0 && attention_in_bf16(matmul_precision(), C / NH))
       k::launch_attention_backward_tc(dqkv, delta.data(), dout, qkv, out, lse, B, T, C, NH, kNoStream);
     else
-      k::launch_attention_backward(dqkv, delta.data(), dout, qkv, out, lse, B, T, C, NH, kNoStream);
+      k::launch_attention_backward(dqkv, delta.data(), dout, qkv, fp32_out(out), lse, B, T, C, NH, kNoStream);
+  }
+  static float* fp32_out(TensorOut t) {
+    EMBER_ASSERT(!t.bf16, "attention: a bf16-stored output needs bf16 attention (attention_in_bf16)");
+    return t.f32();
+  }
+  static const float* fp32_out(TensorIn t) {
+    EMBER_ASSERT(!t.bf16, "attention: a bf16-stored output needs bf16 attention (attention_in_bf16)");
+    return t.f32();
   }
 
   void gelu_forward(TensorOut out, const float* inp, size_t n) override {

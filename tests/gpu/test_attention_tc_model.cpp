@@ -34,9 +34,9 @@ void model_attention(Floats& out, Floats& lse, Floats& dqkv, const Floats& qkv, 
   const dim3 grid(unsigned(B * NH), unsigned((T + kRows - 1) / kRows)), block(kWarps * 32);
   const float scale = 1.0f / std::sqrt(float(HS));
   Floats delta(size_t(B) * NH * T);
-  kernel_model::launch(attention_forward_tc_kernel<HS>, grid, block, out.data(), lse.data(), qkv.data(), T, C, NH,
+  kernel_model::launch(attention_forward_tc_kernel<HS, float>, grid, block, out.data(), lse.data(), qkv.data(), T, C, NH,
                        scale);
-  kernel_model::launch(attention_backward_dq_tc_kernel<HS>, grid, block, dqkv.data(), delta.data(), dout.data(),
+  kernel_model::launch(attention_backward_dq_tc_kernel<HS, float>, grid, block, dqkv.data(), delta.data(), dout.data(),
                        qkv.data(), out_ref.data(), lse_ref.data(), T, C, NH, scale);
   kernel_model::launch(attention_backward_dkv_tc_kernel<HS>, grid, block, dqkv.data(), delta.data(), dout.data(),
                        qkv.data(), lse_ref.data(), T, C, NH, scale);

@@ -462,7 +462,7 @@ TEST_P(CudaAttentionBf16, TensorCoresMatchTheCpuWithinTheRoundingOfPAndDS) {
   const Floats raw = rng.normal(size_t(B) * T * 3 * C), qkv = test::rounded_to_bf16(raw),
                dout = test::rounded_to_bf16(rng.normal(size_t(B) * T * C));
   const Floats dqkv0 = rng.normal(qkv.size());
-  // The CPU reference in fp32.
+  // The CPU reference in fp32 (whose D reads fp32 O: the bounds allow for the GPU's rounded O).
   FBuf cx(*cpu, qkv), co(*cpu, Floats(size_t(B) * T * C)), cl(*cpu, Floats(size_t(B) * NH * T)), cg(*cpu, dout),
       cgx(*cpu, dqkv0);
   cpu->attention_forward(co.get(), cl.get(), cx.get(), B, T, C, NH);
@@ -479,6 +479,16 @@ TEST_P(CudaAttentionBf16, TensorCoresMatchTheCpuWithinTheRoundingOfPAndDS) {
   FBuf xr(*gpu, raw);
   gpu->attention_forward(o.get(), l.get(), xr.get(), B, T, C, NH);
   expect_bitwise("tc attention out from unrounded qkv", o.host(), out);
+  // bf16 storage of out: the forward pass stores its fp32 result rounded, and the backward pass gives the same bits
+  // from the rounded out stored in bf16 as from fp32 (D reads O rounded either way).
+  Halves out_ref_bf16(out_ref.size());
+  for (size_t i = 0; i < out_ref.size(); ++i) out_ref_bf16[i] = to_bf16(out_ref[i]);
+  HBuf ob(*gpu, out.size()), ob_ref(*gpu, out_ref_bf16);
+  FBuf gx2(*gpu, dqkv0);
+  gpu->attention_forward(ob.get(), l.get(), x.get(), B, T, C, NH);
+  gpu->attention_backward(gx2.get(), g.get(), x.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
+  expect_bitwise("tc attention out stored in bf16", widened(ob.host()), test::rounded_to_bf16(out));
+  expect_bitwise("tc attention dqkv from out stored in bf16", gx2.host(), dqkv);
   gpu->set_matmul_precision(MatmulPrecision::fp32);
 
   test::AttnBounds bd = test::attention_bf16_bounds(qkv, dout, B, T, C, NH);

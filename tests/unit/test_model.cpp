@@ -224,10 +224,11 @@ TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
 }
 
 // bf16 storage (GPT's constructor): under matmul precision bf16 the model keeps its GEMM inputs (the ln_1, ln_2, GELU
-// and ln_f outputs, and a working copy of the weights) in bf16. The backend rounds them as it would have read them,
-// so five AdamW steps (the weight copy refreshed after each) give bitwise the losses and weights of a model that stores
-// them in fp32 (built at fp32, then run at bf16), with any recompute mode; without recomputation the activations
-// shrink by 2 bytes per element of those outputs and the weights grow by the 2-byte copy.
+// and ln_f outputs, attention's with bf16 attention, and a working copy of the weights) in bf16. The backend rounds
+// them as it would have read them, so five AdamW steps (the weight copy refreshed after each) give bitwise the losses
+// and weights of a model that stores them in fp32 (built at fp32, then run at bf16), with any recompute mode; without
+// recomputation the activations shrink by 2 bytes per element of those outputs and the weights grow by the 2-byte
+// copy.
 TEST(GPT, Bf16StorageChangesNoBitAndHalvesTheGemmInputs) {
   const ModelConfig c = tiny_config();
   const int B = 3, T = 13, steps = 5;
@@ -256,8 +257,10 @@ TEST(GPT, Bf16StorageChangesNoBitAndHalvesTheGemmInputs) {
     EXPECT_LT(losses[0].back(), losses[0].front()) << recompute_name(r) << ": the steps did not train";
     const size_t arena = (ParamTable(c).total_numel() + GPT::ARENA_ALIGN - 1) / GPT::ARENA_ALIGN * GPT::ARENA_ALIGN;
     EXPECT_EQ(weight_bytes[1] - weight_bytes[0], arena * sizeof(BFloat16)) << recompute_name(r);
-    if (r == Recompute::none) {  // per layer ln_1 (C), ln_2 (C) and GELU (4C), then ln_f (C), for each token
-      const size_t halved = size_t(B) * T * (size_t(c.n_layer) * 6 + 1) * c.n_embd;
+    if (r == Recompute::none) {  // per layer ln_1, attention (HS 16: bf16 attention), ln_2 (C each) and GELU (4C),
+                                 // then ln_f (C), for each token
+      ASSERT_TRUE(attention_in_bf16(MatmulPrecision::bf16, c.n_embd / c.n_head));
+      const size_t halved = size_t(B) * T * (size_t(c.n_layer) * 7 + 1) * c.n_embd;
       EXPECT_EQ(activation_bytes[0] - activation_bytes[1], halved * (sizeof(float) - sizeof(BFloat16)));
     } else {
       EXPECT_LT(activation_bytes[1], activation_bytes[0]) << recompute_name(r);

@@ -970,10 +970,11 @@ TEST_F(CpuOpsMisc, AttentionBf16RoundsPAndDS) {
   }
 }
 
-// bf16 storage of the GEMM inputs (TensorIn/TensorOut, core/dtype.h): a layernorm, fused residual layernorm or GELU
-// output stored in bf16 holds the fp32 output rounded to nearest even, bit for bit, with the same row statistics;
-// under matmul precision bf16 the four matmul ops give the same bits from bf16-stored inputs as from the fp32-stored
-// ones they round as they read; cast_to_bf16 rounds as round_to_bf16. Storage against those rules is refused.
+// bf16 storage of the GEMM inputs (TensorIn/TensorOut, core/dtype.h): a layernorm, fused residual layernorm, GELU or
+// attention output stored in bf16 holds the fp32 output rounded to nearest even, bit for bit, with the same row
+// statistics; under matmul precision bf16 the four matmul ops give the same bits from bf16-stored inputs as from the
+// fp32-stored ones they round as they read; cast_to_bf16 rounds as round_to_bf16. Storage against those rules is
+// refused.
 TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
   using Halves = test::BackendArray<BFloat16>;
   auto widened = [](const std::vector<BFloat16>& v) {
@@ -1017,6 +1018,23 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
       ASSERT_EQ(got[i].bits, uint16_t(bits_of(round_to_bf16(v[i])) >> 16)) << "cast_to_bf16 of " << v[i];
       ASSERT_EQ(to_bf16(v[i]).bits, got[i].bits) << "to_bf16 of " << v[i];
     }
+  }
+  {  // attention with bf16 attention (HS 16): the stored output is the fp32 one rounded, and the backward pass gives
+     // the same bits from either storage (D reads O rounded both ways); fp32 attention (HS 8) refuses bf16 storage.
+    const int B = 2, T = 21, AC = 32, NH = 2;
+    const auto qkv = rng.normal(size_t(B) * T * 3 * AC), dout = rng.normal(size_t(B) * T * AC);
+    Floats d_qkv(*be, qkv), d_dout(*be, dout), o32(*be, dout.size()), lse(*be, size_t(B) * NH * T),
+        g32(*be, qkv.size()), g16(*be, qkv.size());
+    Halves o16(*be, dout.size());
+    be->set_matmul_precision(MatmulPrecision::bf16);
+    be->attention_forward(o32.get(), lse.get(), d_qkv.get(), B, T, AC, NH);
+    be->attention_forward(o16.get(), lse.get(), d_qkv.get(), B, T, AC, NH);
+    EXPECT_EQ(widened(o16.host()), test::rounded_to_bf16(o32.host())) << "attention out";
+    be->attention_backward(g32.get(), d_dout.get(), d_qkv.get(), o32.get(), lse.get(), B, T, AC, NH);
+    be->attention_backward(g16.get(), d_dout.get(), d_qkv.get(), o16.get(), lse.get(), B, T, AC, NH);
+    EXPECT_EQ(g16.host(), g32.host()) << "attention dqkv from a bf16-stored out";
+    EXPECT_THROW(be->attention_forward(o16.get(), lse.get(), d_qkv.get(), B, T, AC, 4), Error);
+    be->set_matmul_precision(MatmulPrecision::fp32);
   }
   // The matmuls at matmul precision bf16, with a bias and pre-filled gradients, once on fp32-stored inputs and once
   // on their bf16 copies (cast on the backend); the lm_head's reads x as its input and wte (V, C).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
@@ -72,8 +73,8 @@ EMBER_CPU_CLONES void attention_dscores_row(float* p, float* ds, int n, int ld, 
 // Attention in bf16 (attention_in_bf16) emulates the CUDA backend's tensor-core kernels: every product's inputs are
 // rounded to bf16 (q, k, v and dout as they are read; P and dS before the product each feeds, P in the forward pass
 // relative to the running maximum as the kernel holds it), while the softmax statistics, the row sums and
-// D = dO . O stay fp32. This rounds the first n values of each of `rows` rows `ld`
-// apart, in place.
+// D = dO . O stay fp32, with O in D rounded to bf16 (as the model stores it). This rounds the first n values of each
+// of `rows` rows `ld` apart, in place.
 void round_rows(float* x, int rows, int n, int ld) {
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < n; ++j) x[size_t(r) * ld + j] = round_to_bf16(x[size_t(r) * ld + j]);
@@ -113,7 +114,7 @@ void gather_head(float* dst, const float* src, int T, int HS, int stride, bool b
 
 }  // namespace
 
-void CpuBackend::attention_forward(float* out,        // (B, T, C)
+void CpuBackend::attention_forward(TensorOut out,      // (B, T, C)
                                    float* lse,        // (B, NH, T)
                                    const float* qkv,  // (B, T, 3C)
                                    int B, int T, int C, int NH) {
@@ -121,16 +122,18 @@ void CpuBackend::attention_forward(float* out,        // (B, T, C)
   const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
   const float scale = 1.0f / std::sqrt(float(HS));
   const bool bf16 = attention_in_bf16(matmul_precision_, HS);
+  EMBER_ASSERT(!out.bf16 || bf16, "attention_forward: a bf16-stored output needs bf16 attention (attention_in_bf16)");
 #pragma omp parallel if (size_t(B) * T * T * C >= cpu::kMinParallelWork)
   {
     // Per thread: one query block's scores (BQ, T) with rows padded to whole vectors, the head's K and V, and in
-    // bf16 the query block's rounded q.
+    // bf16 the query block's rounded q and, for bf16 storage, its output.
     const size_t score_size = size_t(BQ) * pad_lanes(T), head_size = size_t(T) * HS;
-    std::unique_ptr<float[]> scratch(new float[score_size + 2 * head_size + (bf16 ? size_t(BQ) * HS : 0)]);
+    std::unique_ptr<float[]> scratch(new float[score_size + 2 * head_size + (bf16 ? 2 * size_t(BQ) * HS : 0)]);
     float* S = scratch.get();
     float* kc = S + score_size;  // (T, HS)
     float* vc = kc + head_size;  // (T, HS)
     float* qr = vc + head_size;  // (BQ, HS) in bf16
+    float* ot = qr + size_t(BQ) * HS;  // (BQ, HS) the output block before it is stored in bf16
     float inv_sum[kQueryBlock];
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
@@ -138,7 +141,7 @@ void CpuBackend::attention_forward(float* out,        // (B, T, C)
       const float* q = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // (T, HS), row stride 3C
       gather_head(kc, q + C, T, HS, C3, bf16);
       gather_head(vc, q + 2 * C, T, HS, C3, bf16);
-      float* o = out + size_t(b) * T * C + size_t(h) * HS;  // (T, HS), row stride C
+      const size_t o_off = size_t(b) * T * C + size_t(h) * HS;  // (T, HS), row stride C
       float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
         const int rows = std::min(BQ, T - i0), keys = i0 + rows;  // queries i0.. see keys 0..keys-1 at most
@@ -154,12 +157,18 @@ void CpuBackend::attention_forward(float* out,        // (B, T, C)
           inv_sum[r] = 1.0f / sum;
         }
         // O = P V with P unnormalised, then each row divided by its sum: (rows, HS) multiplies instead of (rows, keys).
-        float* ob = o + size_t(i0) * C;
-        gemm(false, false, rows, HS, keys, 1.0f, S, ld, vc, HS, 0.0f, ob, C);
+        // bf16 storage: the block in fp32 first, then rounded into out.
+        float* ob = out.bf16 ? ot : out.f32() + o_off + size_t(i0) * C;
+        const int ldb = out.bf16 ? HS : C;
+        gemm(false, false, rows, HS, keys, 1.0f, S, ld, vc, HS, 0.0f, ob, ldb);
         for (int r = 0; r < rows; ++r) {
-          float* orow = ob + size_t(r) * C;
+          float* orow = ob + size_t(r) * ldb;
 #pragma omp simd
           for (int d = 0; d < HS; ++d) orow[d] *= inv_sum[r];
+          if (out.bf16) {
+            BFloat16* stored = out.b16() + o_off + size_t(i0 + r) * C;
+            for (int d = 0; d < HS; ++d) stored[d] = to_bf16(orow[d]);
+          }
         }
       }
     }
@@ -169,13 +178,14 @@ void CpuBackend::attention_forward(float* out,        // (B, T, C)
 void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
                                     const float* dout,  // (B, T, C)
                                     const float* qkv,   // (B, T, 3C)
-                                    const float* out,   // (B, T, C)
+                                    TensorIn out,       // (B, T, C)
                                     const float* lse,   // (B, NH, T)
                                     int B, int T, int C, int NH) {
   EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
   const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
   const float scale = 1.0f / std::sqrt(float(HS));
   const bool bf16 = attention_in_bf16(matmul_precision_, HS);
+  EMBER_ASSERT(!out.bf16 || bf16, "attention_backward: a bf16-stored output needs bf16 attention (attention_in_bf16)");
   // Every (b, h) pair writes only its own columns of dqkv, so pairs run on different threads without races, and
   // within a pair the query blocks run in order: the sums are deterministic.
 #pragma omp parallel if (size_t(B) * T * T * C >= cpu::kMinParallelWork)
@@ -192,6 +202,7 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
     float* dvc = dkc + head_size;
     float* qr = dvc + head_size;  // (BQ, HS) each, in bf16
     float* dor = qr + size_t(BQ) * HS;
+    std::vector<float> orow(size_t(HS), 0.0f);  // in bf16, one row of O for D, rounded
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
@@ -201,7 +212,6 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
       gather_head(vc, q + 2 * C, T, HS, C3, bf16);
       std::memset(dkc, 0, 2 * head_size * sizeof(float));
       float* dq = dqkv + qkv_off;      // (T, HS), row stride 3C
-      const float* o = out + out_off;  // (T, HS), row stride C
       const float* dO = dout + out_off;
       const float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
@@ -218,8 +228,15 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
         gemm(false, true, rows, keys, HS, 1.0f, dOb, ldo, vc, HS, 0.0f, dS, ld);  // dP = dO V^T
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
-          attention_dscores_row(P + size_t(r) * ld, dS + size_t(r) * ld, i + 1, ld, row_lse[i], o + size_t(i) * C,
-                                dO + size_t(i) * C, HS);  // D from the fp32 dout
+          // D from the fp32 dout and O, in bf16 rounded to bf16 (as stored there or not).
+          const float* o = out.bf16 ? nullptr : out.f32() + out_off + size_t(i) * C;
+          if (bf16) {
+            for (int d = 0; d < HS; ++d)
+              orow[d] = out.bf16 ? from_bf16(out.b16()[out_off + size_t(i) * C + d]) : round_to_bf16(o[d]);
+            o = orow.data();
+          }
+          attention_dscores_row(P + size_t(r) * ld, dS + size_t(r) * ld, i + 1, ld, row_lse[i], o, dO + size_t(i) * C,
+                                HS);
         }
         if (bf16) round_rows(P, rows, keys, ld), round_rows(dS, rows, keys, ld);
         gemm(true, false, keys, HS, rows, 1.0f, P, ld, dOb, ldo, 1.0f, dvc, HS);                    // dV += P^T dO

@@ -38,8 +38,8 @@ class CpuBackend final : public Backend {
   void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override;
 
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+  void attention_forward(TensorOut out, float* lse, const float* qkv, int B, int T, int C, int NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, TensorIn out, const float* lse, int B,
                           int T, int C, int NH) override;
 
   void gelu_forward(TensorOut out, const float* inp, size_t n) override;

@@ -43,7 +43,8 @@ class GPT {
 
   const ModelConfig& config() const { return config_; }
   Recompute recompute() const { return recompute_; }
-  // Backend memory this model allocated: parameters and gradients; activations, backward scratch and token ids.
+  // Backend memory this model allocated: parameters, gradients and the bf16 weight copy (bf16 storage); activations,
+  // backward scratch and token ids.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
   size_t arena_numel() const { return arena_numel_; }  // table().total_numel() rounded up to ARENA_ALIGN

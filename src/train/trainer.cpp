@@ -170,9 +170,10 @@ size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend&
   const size_t total = model.weight_bytes() + moments + model.activation_bytes() + extra_bytes;
   char shard[64] = "";
   if (extra_bytes) snprintf(shard, sizeof(shard), ", ZeRO-1 gradient shard %.1f MiB", double(extra_bytes) * mib);
-  log_info("memory on %s: parameters + gradients %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
+  log_info("memory on %s: parameters + gradients%s %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
            "(recompute = %s, matmul precision %s)%s; %.1f MiB in all",
-           backend.name().c_str(), double(model.weight_bytes()) * mib, double(moments) * mib,
+           backend.name().c_str(), model.bf16_storage() ? " + bf16 weight copy" : "",
+           double(model.weight_bytes()) * mib, double(moments) * mib,
            double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
            matmul_precision_name(backend.matmul_precision()).c_str(), shard, double(total) * mib);
   return total;

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <vector>
 
-#include "backend/device_select.h"
+#include "dist/device_select.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/world.h"

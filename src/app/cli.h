@@ -26,7 +26,7 @@ struct LoadedModel {
   CheckpointMeta meta;
 };
 
-// The backend for a --device value (cpu, cuda or auto), chosen as training.device is (backend/device_select.h) and
+// The backend for a --device value (cpu, cuda or auto), chosen as training.device is (dist/device_select.h) and
 // named "--device" in its log line and errors. From here on info lines go to stderr: stdout is the command's product.
 std::unique_ptr<Backend> backend_for_device(const std::string& device);
 

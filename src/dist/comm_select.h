@@ -6,7 +6,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "backend/device_select.h"
+#include "dist/device_select.h"
 #include "dist/communicator.h"
 #include "dist/world.h"
 

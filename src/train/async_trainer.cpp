@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "backend/device_select.h"
+#include "dist/device_select.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"

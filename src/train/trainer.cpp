@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "backend/device_select.h"
+#include "dist/device_select.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"

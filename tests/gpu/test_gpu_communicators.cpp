@@ -18,7 +18,7 @@
 #include "test_support.h"
 #include "backend/backend.h"
 #include "backend/device.h"
-#include "backend/device_select.h"
+#include "dist/device_select.h"
 #include "dist/communicator.h"
 #include "dist/world.h"
 #include "host_staged_communicator.h"

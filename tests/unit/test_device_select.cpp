@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "backend/device_select.h"
+#include "dist/device_select.h"
 #include "core/error.h"
 #include "dist/comm_select.h"
 #include "dist/world.h"

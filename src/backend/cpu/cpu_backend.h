@@ -2,6 +2,8 @@
 // other backends are tested against, so every loop uses a static split and results are reproducible bit for bit.
 #pragma once
 
+#include <vector>
+
 #include "backend/backend.h"
 
 namespace ember {
@@ -58,6 +60,11 @@ class CpuBackend final : public Backend {
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, int t) override;
+
+ private:
+  // The matmul ops' widened or rounded copies of their inputs under bf16 (inp, weight, dout), kept between calls so
+  // that a step does not allocate and fault in fresh pages for each GEMM.
+  std::vector<float> gemm_scratch_[3];
 };
 
 }  // namespace ember

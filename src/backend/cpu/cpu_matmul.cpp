@@ -53,7 +53,7 @@ void CpuBackend::matmul_forward(float* out,           // (N, OC)
       for (int c = 0; c < OC; ++c) o[c] = bias[c];
     }
   }
-  std::vector<float> si, sw;
+  auto& [si, sw, sg] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   gemm_parallel(false, false, N, OC, IC, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC,
                 gemm_input(weight, size_t(IC) * OC, p, sw), OC, bias ? 1.0f : 0.0f, out, OC);
@@ -67,7 +67,7 @@ void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
                                  TensorIn weight,      // (IC, OC)
                                  int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
-  std::vector<float> sg, si, sw;
+  auto& [si, sw, sg] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
   // dinp += dout @ W^T; dW += inp^T @ dout
@@ -93,7 +93,7 @@ void CpuBackend::matmul_forward_transposed(float* out,    // (N, V)
                                            TensorIn wte,  // (V, C)
                                            int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_forward_transposed");
-  std::vector<float> si, sw;
+  auto& [si, sw, sg] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   gemm_parallel(false, true, N, V, C, 1.0f, gemm_input(inp, size_t(N) * C, p, si), C,
                 gemm_input(wte, size_t(V) * C, p, sw), C, 0.0f, out, V);
@@ -106,7 +106,7 @@ void CpuBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
                                             TensorIn wte,       // (V, C)
                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-  std::vector<float> sg, si, sw;
+  auto& [si, sw, sg] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* g = gemm_input(dout, size_t(N) * V, p, sg);
   // dinp += dout @ wte; dwte += dout^T @ inp

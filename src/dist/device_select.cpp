@@ -1,6 +1,6 @@
 // Device selection (implementation). Discovery goes through backend/device.h (cuda/device_info.cu, or zero devices
 // in a CPU-only build), so this file holds no CUDA call and builds everywhere.
-#include "backend/device_select.h"
+#include "dist/device_select.h"
 
 #include <mpi.h>
 

@@ -1,6 +1,6 @@
 // Device selection: turns training.device, or the --device of eval and generate (cpu, cuda or auto), into this rank's
 // backend, one GPU per rank by local rank. CPU-only builds compile it too: they know no CUDA device and refuse `cuda`
-// with a hint.
+// with a hint. It lives with the distributed code because it is collective: ranks agree on the device over MPI.
 #pragma once
 
 #include <memory>

@@ -45,6 +45,7 @@ struct Job {
   uint64_t sample_base = 0;       // have been written with another number of workers, hence another step size)
   uint64_t target_samples = 0;    // where training.steps is reached
   std::unique_ptr<Backend> backend{};
+  bool gpu_shared = false;  // workers share this GPU (EMBER_SHARE_GPU=1)
   std::unique_ptr<GPT> model{};
   std::string resume{};           // "" for a fresh start
   CheckpointMeta meta{};          // of `resume`
@@ -410,7 +411,7 @@ TrainResult run_worker(Job& job) {
                       c.optimizer.min_lr);
       adam.step(model.params(), model.grads(), lr);
       be.synchronize();
-      if (round == 0 && i == 0) log_measured_memory(be, counted_bytes);
+      if (round == 0 && i == 0) log_measured_memory(be, counted_bytes, job.gpu_shared);
       loss_sum += loss;
       if (slow) usleep(useconds_t((c.async.test_slowdown - 1.0f) * (now_seconds() - t_step) * 1e6));
     }
@@ -484,6 +485,7 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     const World workers = make_world(role_comm);
     const DeviceChoice choice = select_device(workers, c.training.device);
     job.backend = make_backend(choice);
+    job.gpu_shared = choice.gpus_shared;
     job.backend->set_matmul_precision(parse_matmul_precision(c.training.precision));
     job.backend->set_deterministic(c.training.deterministic);
   }

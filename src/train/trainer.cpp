@@ -68,6 +68,7 @@ struct Trainer::State {
   size_t shard_begin = 0, shard_end = 0;  // this rank's equal share of the arena (ZeRO-1 shard; checkpoint writes)
   float* shard_grads = nullptr;           // ZeRO-1: reduce-scattered gradients of the shard
   size_t counted_bytes = 0;               // backend memory counted at start-up (log_model_memory)
+  bool gpu_shared = false;                // ranks share this GPU (EMBER_SHARE_GPU=1): its reported use counts theirs
   std::vector<Bucket> buckets;
   int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
@@ -89,6 +90,7 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   const RunConfig& c = s.cfg;
   if (c.training.threads > 0) omp_set_num_threads(c.training.threads);
   const DeviceChoice device = select_device(world, c.training.device);
+  s.gpu_shared = device.gpus_shared;
   s.backend = make_backend(device);
   s.backend->set_matmul_precision(parse_matmul_precision(c.training.precision));
   s.backend->set_deterministic(c.training.deterministic);
@@ -179,13 +181,14 @@ size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend&
   return total;
 }
 
-void log_measured_memory(const Backend& backend, size_t counted_bytes) {
+void log_measured_memory(const Backend& backend, size_t counted_bytes, bool gpu_shared) {
   const double mib = 1.0 / 1048576.0;
-  char device[160] = "";
+  char device[200] = "";
   size_t used = 0, total = 0;
   if (backend.device_memory(&used, &total))
     snprintf(device, sizeof(device), "; the device reports %.1f of %.1f MiB in use (CUDA context and library "
-             "workspaces included)", double(used) * mib, double(total) * mib);
+             "workspaces included%s)", double(used) * mib, double(total) * mib,
+             gpu_shared ? ", and the other ranks sharing this GPU" : "");
   log_info("memory measured after the first step on %s: peak %.1f MiB allocated (%.1f MiB counted at start-up)%s",
            backend.name().c_str(), double(backend.peak_allocated_bytes()) * mib, double(counted_bytes) * mib, device);
 }
@@ -324,7 +327,7 @@ TrainResult Trainer::run() {
     const double dt = now_seconds() - t0;
     ++s.step;
     s.tokens_seen += tokens_per_step;
-    if (s.step == first_step + 1) log_measured_memory(be, s.counted_bytes);
+    if (s.step == first_step + 1) log_measured_memory(be, s.counted_bytes, s.gpu_shared);
     if (!std::isfinite(loss))
       throw_error("training diverged at step " + std::to_string(s.step) + ": loss is " + std::to_string(loss),
                   "lower optimizer.lr or raise optimizer.warmup_steps, then resume from the last checkpoint");

@@ -46,7 +46,8 @@ class GPT;
 // workspaces. Returns the bytes counted.
 size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend, size_t extra_bytes = 0);
 // Logs what was measured once a step has run: the backend's peak allocation against the start-up count, and on a GPU
-// the memory the device reports in use (CUDA context and library workspaces included).
-void log_measured_memory(const Backend& backend, size_t counted_bytes);
+// the memory the device reports in use (CUDA context and library workspaces included, and with `gpu_shared` the other
+// ranks on the same GPU).
+void log_measured_memory(const Backend& backend, size_t counted_bytes, bool gpu_shared = false);
 
 }  // namespace ember

@@ -89,11 +89,10 @@ class CudaBackend final : public Backend {
   bool tensor_core_attention(int C, int NH) const;
   // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
   void* scratch(size_t bytes);
-  // The scratch a matmul backward pass over bf16-stored inputs takes for dout in bf16, (N, cols): all of it, or whole
-  // rows up to kGemmScratchBytes (0 for fp32 storage). The dense layers' dout fits whole at GPT-2 sizes (16K tokens
-  // x 3072 x 2 bytes is 96 MiB); the lm_head's (16K x 50304 x 2 = 1.6 GiB) goes in blocks of ~1300 rows.
-  size_t gemm_scratch_bytes(TensorIn inp, int N, int cols) const;
-  static constexpr size_t kGemmScratchBytes = size_t(128) << 20;
+  // The most scratch a matmul backward pass under bf16 takes for dout rounded to bf16 (cuda_ops.h): the dense
+  // layers' dout fits whole at GPT-2 sizes (16K tokens x 3072 x 2 bytes is 96 MiB); the lm_head's (16K x 50304 x 2 =
+  // 1.6 GiB) goes in blocks of ~1300 rows.
+  static constexpr size_t kDoutBlockBytes = size_t(128) << 20;
 
   int device_ = 0;
   int compute_major_ = 0;  // the device's compute capability, major part

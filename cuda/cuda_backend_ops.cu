@@ -155,7 +155,9 @@ void CudaBackend::matmul_forward(float* out,        // (N, OC)
                                  const float* bias,  // (OC) or null
                                  int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_forward");
-  cuda::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), cublas_, lt_.get(), stream_);
+  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, 0);
+  cuda::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), cublas_, lt_.get(),
+                              bytes ? scratch(bytes) : nullptr, bytes, stream_);
 }
 
 void CudaBackend::matmul_backward(float* dinp,        // (N, IC) +=
@@ -166,7 +168,8 @@ void CudaBackend::matmul_backward(float* dinp,        // (N, IC) +=
                                   TensorIn weight,    // (IC, OC)
                                   int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
-  const size_t bytes = gemm_scratch_bytes(inp, N, OC);
+  const size_t bytes =
+      cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, kDoutBlockBytes);
   cuda::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), cublas_, lt_.get(),
                                bias_grad_, kBiasGradCapacity, bytes ? scratch(bytes) : nullptr, bytes, stream_);
 }
@@ -176,7 +179,9 @@ void CudaBackend::matmul_forward_transposed(float* out,    // (N, V)
                                             TensorIn wte,  // (V, C)
                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_forward_transposed");
-  cuda::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), cublas_);
+  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, 0);
+  cuda::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), cublas_, bytes ? scratch(bytes) : nullptr,
+                                         bytes, stream_);
 }
 
 void CudaBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
@@ -186,15 +191,9 @@ void CudaBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
                                              TensorIn wte,       // (V, C)
                                              int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-  const size_t bytes = gemm_scratch_bytes(inp, N, V);
+  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, V, kDoutBlockBytes);
   cuda::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), cublas_,
                                           bytes ? scratch(bytes) : nullptr, bytes, stream_);
-}
-
-size_t CudaBackend::gemm_scratch_bytes(TensorIn inp, int N, int cols) const {
-  if (!inp.bf16 || N <= 0 || cols <= 0) return 0;
-  const size_t row = size_t(cols) * sizeof(BFloat16), all = row * size_t(N);
-  return all <= kGemmScratchBytes ? all : std::max(row, kGemmScratchBytes / row * row);
 }
 
 // --- attention ---

@@ -1,10 +1,11 @@
 // CUDA backend: dense layers (out = inp @ weight + bias) and the tied lm_head (out = inp @ wte^T), both directions.
-// GEMMs are cuBLAS in fp32 storage: plain fp32 products (no TF32), or with matmul precision bf16 the compute type
-// CUBLAS_COMPUTE_32F_FAST_16BF, which rounds both inputs to bf16 and accumulates in fp32 on the tensor cores (the CPU
-// backend emulates the same rounding). Inputs the model stores in bf16 (TensorIn) go to the GEMMs as CUDA_R_16BF,
-// which reads half the bytes for the same products; dout is then rounded into bf16 scratch first. The dense layers
-// go through cuBLASLt where it offers the fused epilogues: the bias added as the GEMM writes out, and dbias summed
-// from dout as the dweight GEMM reads it; elsewhere the bias broadcast and the dbias column sum are small kernels.
+// GEMMs are cuBLAS: plain fp32 products (no TF32), or with matmul precision bf16 bf16 products (CUDA_R_16BF inputs,
+// fp32 accumulation on the tensor cores). bf16 inputs are rounded to nearest even by this code, never by cuBLAS:
+// those the model stores in bf16 already are, fp32-stored ones are cast into scratch first, and dout is cast in blocks
+// of rows in the backward passes. (CUBLAS_COMPUTE_32F_FAST_16BF would convert fp32 inputs itself, but "to bfloat16
+// or TF32" as cuBLAS sees fit, which the CPU backend's emulation could not follow.) The dense layers go through
+// cuBLASLt where it offers the fused bias epilogue; elsewhere the bias broadcast and the dbias column sum are small
+// kernels here, and dbias is always the column sum of the fp32 dout under bf16, as on the CPU.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -24,26 +25,50 @@ namespace {
 
 // cuBLAS is column-major. A row-major (R, K) matrix is, to cuBLAS, its transpose (K, R) with leading dimension K,
 // so every product below is written for the transposes: row-major out = A @ B becomes out^T = B^T @ A^T.
-// A and B are fp32 (with `bf16`, rounded to bf16 as read: CUBLAS_COMPUTE_32F_FAST_16BF) or, with `ab_bf16`, both
-// stored in bf16; C is fp32 and the products accumulate in fp32 either way.
-void gemm(cublasHandle_t handle, bool bf16, bool ab_bf16, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n,
-          int k, const void* a, int lda, const void* b, int ldb, float beta, float* c, int ldc) {
+// A and B are both fp32 or, with `ab_bf16`, both bf16; C is fp32 and the products accumulate in fp32 either way.
+void gemm(cublasHandle_t handle, bool ab_bf16, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+          const void* a, int lda, const void* b, int ldb, float beta, float* c, int ldc) {
   const float alpha = 1.0f;
   if (ab_bf16) {
     EMBER_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
                                     &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  } else if (!bf16) {
+  } else {
     EMBER_CUBLAS_CHECK(cublasSgemm(handle, op_a, op_b, m, n, k, &alpha, static_cast<const float*>(a), lda,
                                    static_cast<const float*>(b), ldb, &beta, c, ldc));
-  } else {
-    EMBER_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb, &beta,
-                                    c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
   }
 }
 
-// Rows of dout per block of a bf16-stored backward pass: as many as `scratch_bytes` holds in bf16, at least one.
-int rows_per_block(size_t scratch_bytes, int cols, int N) {
-  const size_t rows = scratch_bytes / (size_t(cols) * sizeof(BFloat16));
+// Scratch pieces start 256-byte aligned, as cudaMalloc's do, so that each is as aligned as a whole buffer.
+size_t piece_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The GEMM inputs as the products read them: as stored, or under bf16 fp32-stored ones rounded into the front of
+// `scratch`; `rest` is the scratch after those copies (for dout's blocks).
+struct GemmInputs {
+  TensorIn inp, weight;
+  bool bf16 = false;  // the products take bf16
+  char* rest = nullptr;
+  size_t rest_bytes = 0;
+};
+GemmInputs gemm_inputs(bool bf16, TensorIn inp, size_t inp_numel, TensorIn weight, size_t weight_numel, void* scratch,
+                       size_t scratch_bytes, cudaStream_t stream) {
+  EMBER_ASSERT(inp.bf16 == weight.bf16, "matmul: inp and weight must be stored alike");
+  EMBER_ASSERT(!inp.bf16 || bf16, "matmul: bf16-stored inputs need matmul precision bf16");
+  GemmInputs g{inp, weight, bf16, static_cast<char*>(scratch), scratch_bytes};
+  if (bf16 && !inp.bf16) {
+    const size_t a = piece_bytes(inp_numel * sizeof(BFloat16)), b = piece_bytes(weight_numel * sizeof(BFloat16));
+    EMBER_ASSERT(scratch_bytes >= a + b, "matmul: the scratch must hold bf16 copies of inp and weight");
+    auto* xi = reinterpret_cast<BFloat16*>(g.rest);
+    auto* wi = reinterpret_cast<BFloat16*>(g.rest + a);
+    launch_cast_to_bf16(xi, inp.f32(), inp_numel, stream);
+    launch_cast_to_bf16(wi, weight.f32(), weight_numel, stream);
+    g.inp = xi, g.weight = wi, g.rest += a + b, g.rest_bytes -= a + b;
+  }
+  return g;
+}
+
+// Rows of dout per block of a bf16 backward pass: as many as `bytes` holds in bf16, at least one.
+int rows_per_block(size_t bytes, int cols, int N) {
+  const size_t rows = bytes / (size_t(cols) * sizeof(BFloat16));
   EMBER_ASSERT(rows >= 1, "matmul backward: the bf16 scratch must hold at least one row of dout");
   return int(rows < size_t(N) ? rows : size_t(N));
 }
@@ -112,7 +137,7 @@ struct LtGemm::Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 struct LtGemm::Cache {
-  std::map<std::array<int64_t, 16>, Plan> plans;
+  std::map<std::array<int64_t, 15>, Plan> plans;
 };
 
 LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
@@ -127,13 +152,11 @@ LtGemm::~LtGemm() {
   delete cache_;
 }
 
-bool LtGemm::run(Epilogue epilogue, bool bf16, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k,
-                 const void* a, int lda, const void* b, int ldb, float beta, float* d, int ldd, void* bias) {
+bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a,
+                 int lda, const void* b, int ldb, float beta, float* d, int ldd, void* bias) {
   const auto handle = static_cast<cublasLtHandle_t>(handle_);
   LtDescriptors desc;
-  // bf16-stored A and B are multiplied as they are (plain fp32 compute); fp32 ones are rounded as read with bf16.
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(
-      &desc.op, bf16 && !ab_bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   const cublasLtEpilogue_t ep = epilogue == Epilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADA;
@@ -145,7 +168,7 @@ bool LtGemm::run(Epilogue epilogue, bool bf16, bool ab_bf16, bool trans_a, bool 
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, ab_type, trans_b ? n : k, trans_b ? k : n, ldb));
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_32F, m, n, ldd));
 
-  const std::array<int64_t, 16> key = {int64_t(epilogue), bf16, ab_bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd,
+  const std::array<int64_t, 15> key = {int64_t(epilogue), ab_bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd,
                                        beta != 0.0f, alignment_of(a), alignment_of(b), alignment_of(d),
                                        alignment_of(bias)};
   auto it = cache_->plans.find(key);
@@ -172,9 +195,17 @@ bool LtGemm::run(Epilogue epilogue, bool bf16, bool ab_bf16, bool trans_a, bool 
   }
   if (!it->second.found) return false;
   const float alpha = 1.0f;
-  EMBER_CUBLAS_CHECK(cublasLtMatmul(handle, desc.op, &alpha, a, desc.a, b, desc.b, &beta, d, desc.d, d, desc.d,
-                                    &it->second.algo, workspace_, workspace_bytes_, stream_));
-  return true;
+  const cublasStatus_t rc = cublasLtMatmul(handle, desc.op, &alpha, a, desc.a, b, desc.b, &beta, d, desc.d, d, desc.d,
+                                           &it->second.algo, workspace_, workspace_bytes_, stream_);
+  if (rc == CUBLAS_STATUS_SUCCESS) return true;
+  // A heuristic's answer that the call itself then refuses (cuBLASLt does not promise it cannot happen): nothing was
+  // launched, so the plain path computes the result instead, from now on for this call shape.
+  if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_ARCH_MISMATCH && rc != CUBLAS_STATUS_INVALID_VALUE)
+    EMBER_CUBLAS_CHECK(rc);
+  log_warn("cuBLASLt refused a %dx%dx%d GEMM with a fused %s epilogue that its heuristic offered (%s); using cuBLAS "
+           "and a kernel", m, n, k, epilogue == Epilogue::bias ? "bias" : "bias-gradient", cublasGetStatusString(rc));
+  it->second.found = false;
+  return false;
 }
 
 void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cudaStream_t stream) {
@@ -184,14 +215,26 @@ void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cu
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
+size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t weight_numel, int N, int dout_cols,
+                            size_t dout_block_bytes) {
+  if (!bf16) return 0;
+  size_t bytes = inp.bf16 ? 0 : piece_bytes(inp_numel * sizeof(BFloat16)) + piece_bytes(weight_numel * sizeof(BFloat16));
+  if (dout_cols > 0) {  // a backward pass: whole rows of dout, all N of them if they fit in dout_block_bytes
+    const size_t row = size_t(dout_cols) * sizeof(BFloat16), all = row * size_t(N);
+    bytes += all <= dout_block_bytes ? all : std::max(row, dout_block_bytes / row * row);
+  }
+  return bytes;
+}
+
 void launch_matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC,
-                           bool bf16, cublasHandle_t handle, LtGemm* lt, cudaStream_t stream) {
+                           bool bf16, cublasHandle_t handle, LtGemm* lt, void* scratch, size_t scratch_bytes,
+                           cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_forward: N, IC and OC must be positive");
-  EMBER_ASSERT(inp.bf16 == weight.bf16, "matmul_forward: inp and weight must be stored alike");
-  const bool ab_bf16 = inp.bf16;
+  const GemmInputs in =
+      gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
   // out^T (OC, N) = weight^T (OC, IC) @ inp^T (IC, N) + bias on every column, in the GEMM's epilogue.
   if (bias && lt &&
-      lt->run(LtGemm::Epilogue::bias, bf16, ab_bf16, false, false, OC, N, IC, weight.ptr, OC, inp.ptr, IC, 0.0f, out,
+      lt->run(LtGemm::Epilogue::bias, in.bf16, false, false, OC, N, IC, in.weight.ptr, OC, in.inp.ptr, IC, 0.0f, out,
               OC, const_cast<float*>(bias)))
     return;
   if (bias) {
@@ -202,8 +245,8 @@ void launch_matmul_forward(float* out, TensorIn inp, TensorIn weight, const floa
     EMBER_CUDA_LAUNCH_CHECK();
   }
   // out^T (OC, N) = weight^T (OC, IC) @ inp^T (IC, N)
-  gemm(handle, bf16, ab_bf16, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, weight.ptr, OC, inp.ptr, IC, bias ? 1.0f : 0.0f, out,
-       OC);
+  gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, in.weight.ptr, OC, in.inp.ptr, IC, bias ? 1.0f : 0.0f,
+       out, OC);
 }
 
 void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
@@ -211,64 +254,65 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
                             float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
                             cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_backward: N, IC and OC must be positive");
-  EMBER_ASSERT(inp.bf16 == weight.bf16, "matmul_backward: inp and weight must be stored alike");
-  const bool ab_bf16 = inp.bf16;
-  // fp32 storage: one block of all N rows, dout read as it is. bf16 storage: blocks of rows of dout rounded to bf16.
-  const int rows = ab_bf16 ? rows_per_block(scratch_bytes, OC, N) : N;
-  auto* dout_bf16 = static_cast<BFloat16*>(scratch);
+  const GemmInputs in =
+      gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
+  // fp32: one block of all N rows, dout read as it is. bf16: blocks of rows of dout rounded into the scratch left.
+  const int rows = in.bf16 ? rows_per_block(in.rest_bytes, OC, N) : N;
+  auto* dout_bf16 = reinterpret_cast<BFloat16*>(in.rest);
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int R = N - r0 < rows ? N - r0 : rows;
     const float* g32 = dout + size_t(r0) * OC;  // (R, OC)
     const void* g = g32;
-    if (ab_bf16) {
+    if (in.bf16) {
       launch_cast_to_bf16(dout_bf16, g32, size_t(R) * OC, stream);
       g = dout_bf16;
     }
-    const TensorIn x = inp.at(size_t(r0) * IC);  // (R, IC)
+    const TensorIn x = in.inp.at(size_t(r0) * IC);  // (R, IC)
     // dinp^T (IC, R) += weight (IC, OC) @ dout^T (OC, R); weight as stored is (OC, IC) column-major, hence op T.
-    gemm(handle, bf16, ab_bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, weight.ptr, OC, g, OC, 1.0f,
-         dinp + size_t(r0) * IC, IC);
-    // dweight^T (OC, IC) += dout^T (OC, R) @ inp (R, IC); inp as stored is (IC, R) column-major, hence op T. The
-    // epilogue's bias gradient is the sum of A = dout^T over k = R, i.e. this block's dbias, which it writes (not
-    // adds): it lands in bias_grad and is added to dbias after.
-    if (dbias && lt && size_t(OC) <= bias_grad_capacity &&
-        lt->run(LtGemm::Epilogue::bias_grad_a, bf16, ab_bf16, false, true, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight,
-                OC, bias_grad)) {
+    gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, in.weight.ptr, OC, g, OC, 1.0f, dinp + size_t(r0) * IC,
+         IC);
+    // dweight^T (OC, IC) += dout^T (OC, R) @ inp (R, IC); inp as stored is (IC, R) column-major, hence op T. In fp32
+    // the epilogue's bias gradient is the sum of A = dout^T over k = R, i.e. this block's dbias, which it writes (not
+    // adds): it lands in bias_grad and is added to dbias after. In bf16 A is the rounded dout, and dbias must be the
+    // sum of dout itself, as on the CPU: the column sum.
+    if (dbias && lt && !in.bf16 && size_t(OC) <= bias_grad_capacity &&
+        lt->run(LtGemm::Epilogue::bias_grad_a, false, false, true, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, OC,
+                bias_grad)) {
       launch_accumulate(dbias, bias_grad, size_t(OC), stream);
       continue;
     }
-    gemm(handle, bf16, ab_bf16, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, OC);
+    gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, OC);
     if (dbias) launch_column_sum_accumulate(dbias, g32, R, OC, stream);
   }
 }
 
 void launch_matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
-                                      cublasHandle_t handle) {
+                                      cublasHandle_t handle, void* scratch, size_t scratch_bytes,
+                                      cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0 && V > 0, "matmul_forward_transposed: N, C and V must be positive");
-  EMBER_ASSERT(inp.bf16 == wte.bf16, "matmul_forward_transposed: inp and wte must be stored alike");
+  const GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * C, wte, size_t(V) * C, scratch, scratch_bytes, stream);
   // out^T (V, N) = wte (V, C) @ inp^T (C, N); wte as stored is (C, V) column-major, hence op T.
-  gemm(handle, bf16, inp.bf16, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, wte.ptr, C, inp.ptr, C, 0.0f, out, V);
+  gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, in.weight.ptr, C, in.inp.ptr, C, 0.0f, out, V);
 }
 
 void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N,
                                        int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
                                        size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0 && V > 0, "matmul_backward_transposed: N, C and V must be positive");
-  EMBER_ASSERT(inp.bf16 == wte.bf16, "matmul_backward_transposed: inp and wte must be stored alike");
-  const bool ab_bf16 = inp.bf16;
-  const int rows = ab_bf16 ? rows_per_block(scratch_bytes, V, N) : N;  // as in launch_matmul_backward
-  auto* dout_bf16 = static_cast<BFloat16*>(scratch);
+  const GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * C, wte, size_t(V) * C, scratch, scratch_bytes, stream);
+  const int rows = in.bf16 ? rows_per_block(in.rest_bytes, V, N) : N;  // as in launch_matmul_backward
+  auto* dout_bf16 = reinterpret_cast<BFloat16*>(in.rest);
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int R = N - r0 < rows ? N - r0 : rows;
     const void* g = dout + size_t(r0) * V;  // (R, V)
-    if (ab_bf16) {
+    if (in.bf16) {
       launch_cast_to_bf16(dout_bf16, dout + size_t(r0) * V, size_t(R) * V, stream);
       g = dout_bf16;
     }
     // dinp^T (C, R) += wte^T (C, V) @ dout^T (V, R)
-    gemm(handle, bf16, ab_bf16, CUBLAS_OP_N, CUBLAS_OP_N, C, R, V, wte.ptr, C, g, V, 1.0f, dinp + size_t(r0) * C, C);
+    gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_N, C, R, V, in.weight.ptr, C, g, V, 1.0f, dinp + size_t(r0) * C, C);
     // dwte^T (C, V) += inp^T (C, R) @ dout (R, V); dout as stored is (V, R) column-major, hence op T.
-    gemm(handle, bf16, ab_bf16, CUBLAS_OP_N, CUBLAS_OP_T, C, V, R, inp.at(size_t(r0) * C).ptr, C, g, V, 1.0f, dwte, C);
+    gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_T, C, V, R, in.inp.at(size_t(r0) * C).ptr, C, g, V, 1.0f, dwte, C);
   }
 }
 

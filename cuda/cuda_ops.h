@@ -48,9 +48,9 @@ class LtGemm {
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
-  // A and B are fp32 (bf16: rounded as read) or, with `ab_bf16`, both stored in bf16; D is fp32.
-  bool run(Epilogue epilogue, bool bf16, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a,
-           int lda, const void* b, int ldb, float beta, float* d, int ldd, void* bias);
+  // A and B are both fp32 or, with `ab_bf16`, both bf16; D is fp32, and so is the bias.
+  bool run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a, int lda,
+           const void* b, int ldb, float beta, float* d, int ldd, void* bias);
 
  private:
   struct Plan;
@@ -62,20 +62,26 @@ class LtGemm {
   Cache* cache_;
 };
 
-// matmul (cuBLAS: fp32 without TF32, or bf16 inputs with fp32 accumulation when `bf16`); the handle is bound to
-// `stream`. With `lt`, the bias is added in the GEMM's epilogue and dbias comes from the dweight GEMM's, through
-// `bias_grad` (device scratch of `bias_grad_capacity` floats), wherever cuBLASLt offers that; null: the plain path.
-// inp and weight (or wte) are stored alike; stored in bf16, the GEMMs take them as they are (CUDA_R_16BF), and the
-// backward passes round dout to bf16 into `scratch` (device memory of `scratch_bytes`, at least one row's worth),
-// as many rows at a time as fit, each block of rows one GEMM of each kind.
+// matmul (cuBLAS: fp32 without TF32, or with `bf16` bf16 inputs and fp32 accumulation); the handle is bound to
+// `stream`. With `lt`, the bias is added in the GEMM's epilogue and, in fp32, dbias comes from the dweight GEMM's,
+// through `bias_grad` (device scratch of `bias_grad_capacity` floats), wherever cuBLASLt offers that; null: the plain
+// path. inp and weight (or wte) are stored alike. With `bf16`, fp32-stored ones are rounded into `scratch` first
+// (bf16-stored ones are read as they are), and the backward passes round dout into the scratch after them, as many
+// whole rows at a time as fit, each block of rows one GEMM of each kind. matmul_scratch_bytes is what a call needs:
+// inp_numel and weight_numel its inputs' sizes, dout_cols the width of dout for a backward pass (0 for a forward),
+// and at most dout_block_bytes (but one row at least) for dout's blocks.
+size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t weight_numel, int N, int dout_cols,
+                            size_t dout_block_bytes);
 void launch_matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC,
-                           bool bf16, cublasHandle_t handle, LtGemm* lt, cudaStream_t stream);
+                           bool bf16, cublasHandle_t handle, LtGemm* lt, void* scratch, size_t scratch_bytes,
+                           cudaStream_t stream);
 void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
                             TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
                             float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
                             cudaStream_t stream);
 void launch_matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
-                                      cublasHandle_t handle);
+                                      cublasHandle_t handle, void* scratch, size_t scratch_bytes,
+                                      cudaStream_t stream);
 void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N,
                                        int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
                                        size_t scratch_bytes, cudaStream_t stream);

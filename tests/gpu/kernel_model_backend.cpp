@@ -25,20 +25,20 @@
 #include "kernel_model.h"  // before the kernels
 
 // cuBLAS's two GEMM entry points, as cuda_matmul.cu's launchers call them, computed from their column-major
-// definition: C (m, n) = alpha op(A) op(B) + beta C with op(X) = X or X^T, element (i, j) of X at X[i + j ld].
-// CUBLAS_COMPUTE_32F_FAST_16BF rounds both inputs to bf16 first (to nearest even, as the CPU backend's emulation),
-// then multiplies and sums in fp32; CUDA_R_16BF inputs are widened exactly. This checks the launchers' transposes and leading dimensions, and the bias and
-// column-sum kernels around them; cuBLAS itself (and cuBLASLt's fused epilogues, which the model backend leaves
-// out) is for the gpu tests.
+// definition: C (m, n) = alpha op(A) op(B) + beta C with op(X) = X or X^T, element (i, j) of X at X[i + j ld]:
+// cublasSgemm in fp32, and cublasGemmEx with bf16 inputs (widened exactly), fp32 C and fp32 accumulation; any other
+// cublasGemmEx call is refused, as the launchers never make one. This checks the launchers' transposes, leading
+// dimensions and row blocks, and the casts, bias and column-sum kernels around them; cuBLAS itself (and cuBLASLt's
+// fused epilogues, which the model backend leaves out) is for the gpu tests.
 namespace ember::kernel_model {
 template <typename In>
 inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
-                           const In* A, int lda, const In* B, int ldb, float beta, float* C, int ldc, bool bf16) {
-  auto in = [bf16](In v) {
+                           const In* A, int lda, const In* B, int ldb, float beta, float* C, int ldc) {
+  auto in = [](In v) {
     if constexpr (std::is_same_v<In, BFloat16>) return from_bf16(v);
-    else return bf16 ? round_to_bf16(v) : v;
+    else return v;
   };
-  // Row i of op(A) and column j of op(B), each copied out contiguous (and rounded) once.
+  // Row i of op(A) and column j of op(B), each copied out contiguous (and widened) once.
   std::vector<float> a(size_t(m) * k), b(size_t(n) * k);
   for (int i = 0; i < m; ++i)
     for (int l = 0; l < k; ++l)
@@ -58,22 +58,16 @@ inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m
 inline cublasStatus_t sgemm(cublasHandle_t, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                             const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
                             float* C, int ldc) {
-  return gemm(op_a, op_b, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc, false);
+  return gemm(op_a, op_b, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
 }
 inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                               const void* alpha, const void* A, cudaDataType a_type, int lda, const void* B,
                               cudaDataType b_type, int ldb, const void* beta, void* C, cudaDataType c_type, int ldc,
                               cublasComputeType_t compute, cublasGemmAlgo_t) {
-  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  // Only what the launchers ask for is modelled: fp32 inputs at either compute type, bf16 inputs at plain 32F.
-  if (c_type != CUDA_R_32F || a_type != b_type) return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (a_type == CUDA_R_16BF && compute == CUBLAS_COMPUTE_32F)
-    return gemm(op_a, op_b, m, n, k, al, static_cast<const BFloat16*>(A), lda, static_cast<const BFloat16*>(B), ldb, be,
-                static_cast<float*>(C), ldc, true);
-  if (a_type != CUDA_R_32F || (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF))
+  if (a_type != CUDA_R_16BF || b_type != CUDA_R_16BF || c_type != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  return gemm(op_a, op_b, m, n, k, al, static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb, be,
-              static_cast<float*>(C), ldc, compute == CUBLAS_COMPUTE_32F_FAST_16BF);
+  return gemm(op_a, op_b, m, n, k, *static_cast<const float*>(alpha), static_cast<const BFloat16*>(A), lda,
+              static_cast<const BFloat16*>(B), ldb, *static_cast<const float*>(beta), static_cast<float*>(C), ldc);
 }
 }  // namespace ember::kernel_model
 #undef cublasSgemm
@@ -134,31 +128,42 @@ class KernelModelBackend final : public Backend {
   }
 
   // The dense layers and the lm_head through cuda_matmul.cu's launchers on the cuBLAS model above, without
-  // cuBLASLt (no fused epilogues: the bias and column-sum kernels instead). The bf16 scratch for dout holds
-  // kScratchRows rows, so that bf16-stored backward passes go in several blocks of rows, as the lm_head's does on the
-  // GPU.
+  // cuBLASLt (no fused epilogues: the bias and column-sum kernels instead). The scratch for dout in bf16 holds
+  // kScratchRows rows, so that bf16 backward passes go in several blocks of rows, as the lm_head's does on the GPU.
   static constexpr int kScratchRows = 3;
+  struct Scratch {  // 256-byte aligned, as the device's
+    std::vector<char> bytes;
+    void* get(size_t n) {
+      bytes.resize(n + 256);
+      return bytes.data() + (256 - reinterpret_cast<uintptr_t>(bytes.data()) % 256) % 256;
+    }
+  } scratch_;
   void matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_forward");
-    k::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), nullptr, nullptr, kNoStream);
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, 0);
+    k::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), nullptr, nullptr, scratch_.get(n), n,
+                             kNoStream);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
                        int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_backward");
-    std::vector<BFloat16> scratch(size_t(kScratchRows) * OC);
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC,
+                                             size_t(kScratchRows) * OC * sizeof(BFloat16));
     k::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), nullptr, nullptr, nullptr,
-                              0, scratch.data(), scratch.size() * sizeof(BFloat16), kNoStream);
+                              0, scratch_.get(n), n, kNoStream);
   }
   void matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
     check_gemm_inputs(inp, wte, "matmul_forward_transposed");
-    k::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), nullptr);
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, 0);
+    k::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), nullptr, scratch_.get(n), n, kNoStream);
   }
   void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override {
     check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-    std::vector<BFloat16> scratch(size_t(kScratchRows) * V);
-    k::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), nullptr, scratch.data(),
-                                         scratch.size() * sizeof(BFloat16), kNoStream);
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, V,
+                                             size_t(kScratchRows) * V * sizeof(BFloat16));
+    k::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), nullptr, scratch_.get(n), n,
+                                         kNoStream);
   }
 
   // Attention as CudaBackend chooses it on sm_80 and newer: the tensor-core kernels where attention_in_bf16 holds,

@@ -155,7 +155,7 @@ void CudaBackend::matmul_forward(float* out,        // (N, OC)
                                  const float* bias,  // (OC) or null
                                  int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_forward");
-  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, 0);
+  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, false, 0);
   cuda::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), cublas_, lt_.get(),
                               bytes ? scratch(bytes) : nullptr, bytes, stream_);
 }
@@ -169,7 +169,7 @@ void CudaBackend::matmul_backward(float* dinp,        // (N, IC) +=
                                   int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
   const size_t bytes =
-      cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, kDoutBlockBytes);
+      cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, dbias, kDoutBlockBytes);
   cuda::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), cublas_, lt_.get(),
                                bias_grad_, kBiasGradCapacity, bytes ? scratch(bytes) : nullptr, bytes, stream_);
 }
@@ -179,7 +179,7 @@ void CudaBackend::matmul_forward_transposed(float* out,    // (N, V)
                                             TensorIn wte,  // (V, C)
                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_forward_transposed");
-  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, 0);
+  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, false, 0);
   cuda::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), cublas_, bytes ? scratch(bytes) : nullptr,
                                          bytes, stream_);
 }
@@ -191,7 +191,8 @@ void CudaBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
                                              TensorIn wte,       // (V, C)
                                              int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, V, kDoutBlockBytes);
+  const size_t bytes =
+      cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, V, false, kDoutBlockBytes);
   cuda::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), cublas_,
                                           bytes ? scratch(bytes) : nullptr, bytes, stream_);
 }

@@ -80,22 +80,65 @@ __global__ void broadcast_rows_kernel(float* out,         // (N, OC)
     out[i] = bias[i % OC];
 }
 
-// dst[c] += sum_r src[r, c], in the column-sum blocks of cuda_common.cuh.
-__global__ void column_sum_kernel(float* dst,        // (C) +=
-                                  const float* src,  // (N, C)
-                                  int N, int C) {
+// dbias as a column sum in two stages, so that a narrow dbias still spreads over the GPU: chunks of kSumChunkRows
+// rows, each a column-sum block of cuda_common.cuh (kColTile columns x kRowLanes row lanes) writing its partial sums,
+// then one pass adding the chunks in order. At 16K tokens that is 64 chunks: a 768-wide dbias takes 24 x 64 blocks,
+// ~12 per H100 SM, where one pass over all rows would have 24 in all. Fixed orders throughout: deterministic.
+constexpr int kSumChunkRows = 256;
+int sum_chunks(int N) { return int(ceil_div(size_t(N), kSumChunkRows)); }
+
+// partial[y, c] = sum of src[r, c] over the rows r of chunk y; with kCast, each element read is also written to
+// `cast` rounded to bf16 (the bf16 backward passes' copy of dout, made in the same pass over it).
+template <bool kCast>
+__global__ void column_partial_sums_kernel(float* partial,        // (chunks, C)
+                                           __nv_bfloat16* cast,   // (N, C), or null without kCast
+                                           const float* src,      // (N, C)
+                                           int N, int C) {
   __shared__ float part[kRowLanes][kColTile];
   const int c = blockIdx.x * kColTile + threadIdx.x;
+  const int r0 = blockIdx.y * kSumChunkRows, r1 = min(r0 + kSumChunkRows, N);
   float acc = 0.0f;
   if (c < C)
-    for (int r = threadIdx.y; r < N; r += kRowLanes) acc += src[size_t(r) * C + c];
+    for (int r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      const float v = src[size_t(r) * C + c];
+      if constexpr (kCast) cast[size_t(r) * C + c] = __float2bfloat16_rn(v);
+      acc += v;
+    }
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
     float s = 0.0f;
     for (int y = 0; y < kRowLanes; ++y) s += part[y][threadIdx.x];
+    partial[size_t(blockIdx.y) * C + c] = s;
+  }
+}
+
+// dst[c] += sum over chunks y, in order, of partial[y, c].
+__global__ void add_partial_sums_kernel(float* dst,            // (C) +=
+                                        const float* partial,  // (chunks, C)
+                                        int chunks, int C) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int y = 0; y < chunks; ++y) s += partial[size_t(y) * C + c];
     dst[c] += s;
   }
+}
+
+// dst (C) += the column sums of src (N, C), through `partial` (sum_chunks(N) x C floats of scratch); with `cast`,
+// src rounded to bf16 lands there in the same pass.
+void column_sum_accumulate(float* dst, BFloat16* cast, const float* src, int N, int C, float* partial,
+                           cudaStream_t stream) {
+  const dim3 grid(ceil_div(size_t(C), kColTile), unsigned(sum_chunks(N))), block(kColTile, kRowLanes);
+  EMBER_ASSERT(grid.y <= 65535u, "column sum: too many rows");
+  if (cast)
+    EMBER_KERNEL_LAUNCH(column_partial_sums_kernel<true>, grid, block, stream, partial,
+                        reinterpret_cast<__nv_bfloat16*>(cast), src, N, C);
+  else
+    EMBER_KERNEL_LAUNCH(column_partial_sums_kernel<false>, grid, block, stream, partial, nullptr, src, N, C);
+  EMBER_CUDA_LAUNCH_CHECK();
+  EMBER_KERNEL_LAUNCH(add_partial_sums_kernel, elementwise_blocks(size_t(C)), kElementwiseThreads, stream, dst, partial,
+                      int(grid.y), C);
+  EMBER_CUDA_LAUNCH_CHECK();
 }
 
 // The largest power of two up to 256 that divides the address: cuBLASLt's heuristic assumes 256-byte alignment
@@ -208,17 +251,11 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
   return false;
 }
 
-void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cudaStream_t stream) {
-  EMBER_ASSERT(N > 0 && C > 0, "column sum: N and C must be positive");
-  EMBER_KERNEL_LAUNCH(column_sum_kernel, ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes), stream, dst, src, N,
-                      C);
-  EMBER_CUDA_LAUNCH_CHECK();
-}
-
 size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t weight_numel, int N, int dout_cols,
-                            size_t dout_block_bytes) {
-  if (!bf16) return 0;
-  size_t bytes = inp.bf16 ? 0 : piece_bytes(inp_numel * sizeof(BFloat16)) + piece_bytes(weight_numel * sizeof(BFloat16));
+                            bool dbias, size_t dout_block_bytes) {
+  size_t bytes = dbias ? piece_bytes(size_t(sum_chunks(N)) * size_t(dout_cols) * sizeof(float)) : 0;
+  if (!bf16) return bytes;
+  if (!inp.bf16) bytes += piece_bytes(inp_numel * sizeof(BFloat16)) + piece_bytes(weight_numel * sizeof(BFloat16));
   if (dout_cols > 0) {  // a backward pass: whole rows of dout, all N of them if they fit in dout_block_bytes
     const size_t row = size_t(dout_cols) * sizeof(BFloat16), all = row * size_t(N);
     bytes += all <= dout_block_bytes ? all : std::max(row, dout_block_bytes / row * row);
@@ -254,9 +291,16 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
                             float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
                             cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_backward: N, IC and OC must be positive");
-  const GemmInputs in =
-      gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
-  // fp32: one block of all N rows, dout read as it is. bf16: blocks of rows of dout rounded into the scratch left.
+  GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
+  // The partial sums of dbias's column sum come next in the scratch (matmul_scratch_bytes' order).
+  float* partial = reinterpret_cast<float*>(in.rest);
+  if (dbias) {
+    const size_t p = piece_bytes(size_t(sum_chunks(N)) * OC * sizeof(float));
+    EMBER_ASSERT(in.rest_bytes >= p, "matmul_backward: the scratch must hold dbias's partial sums");
+    in.rest += p, in.rest_bytes -= p;
+  }
+  // fp32: one block of all N rows, dout read as it is. bf16: blocks of rows of dout rounded into the scratch left,
+  // with dbias's column sums taken in the same pass.
   const int rows = in.bf16 ? rows_per_block(in.rest_bytes, OC, N) : N;
   auto* dout_bf16 = reinterpret_cast<BFloat16*>(in.rest);
   for (int r0 = 0; r0 < N; r0 += rows) {
@@ -264,7 +308,10 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     const float* g32 = dout + size_t(r0) * OC;  // (R, OC)
     const void* g = g32;
     if (in.bf16) {
-      launch_cast_to_bf16(dout_bf16, g32, size_t(R) * OC, stream);
+      if (dbias)
+        column_sum_accumulate(dbias, dout_bf16, g32, R, OC, partial, stream);
+      else
+        launch_cast_to_bf16(dout_bf16, g32, size_t(R) * OC, stream);
       g = dout_bf16;
     }
     const TensorIn x = in.inp.at(size_t(r0) * IC);  // (R, IC)
@@ -274,7 +321,7 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     // dweight^T (OC, IC) += dout^T (OC, R) @ inp (R, IC); inp as stored is (IC, R) column-major, hence op T. In fp32
     // the epilogue's bias gradient is the sum of A = dout^T over k = R, i.e. this block's dbias, which it writes (not
     // adds): it lands in bias_grad and is added to dbias after. In bf16 A is the rounded dout, and dbias must be the
-    // sum of dout itself, as on the CPU: the column sum.
+    // sum of dout itself, as on the CPU: the column sum above.
     if (dbias && lt && !in.bf16 && size_t(OC) <= bias_grad_capacity &&
         lt->run(LtGemm::Epilogue::bias_grad_a, false, false, true, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, OC,
                 bias_grad)) {
@@ -282,7 +329,7 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
       continue;
     }
     gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, OC);
-    if (dbias) launch_column_sum_accumulate(dbias, g32, R, OC, stream);
+    if (dbias && !in.bf16) column_sum_accumulate(dbias, nullptr, g32, R, OC, partial, stream);
   }
 }
 

@@ -67,11 +67,12 @@ class LtGemm {
 // through `bias_grad` (device scratch of `bias_grad_capacity` floats), wherever cuBLASLt offers that; null: the plain
 // path. inp and weight (or wte) are stored alike. With `bf16`, fp32-stored ones are rounded into `scratch` first
 // (bf16-stored ones are read as they are), and the backward passes round dout into the scratch after them, as many
-// whole rows at a time as fit, each block of rows one GEMM of each kind. matmul_scratch_bytes is what a call needs:
-// inp_numel and weight_numel its inputs' sizes, dout_cols the width of dout for a backward pass (0 for a forward),
-// and at most dout_block_bytes (but one row at least) for dout's blocks.
+// whole rows at a time as fit, each block of rows one GEMM of each kind. A dbias summed by a kernel (always in bf16,
+// where cuBLASLt does not offer it in fp32) takes its partial sums from the scratch too. matmul_scratch_bytes is what
+// a call needs: inp_numel and weight_numel its inputs' sizes, dout_cols the width of dout for a backward pass (0 for a
+// forward), whether it has a dbias, and at most dout_block_bytes (but one row at least) for dout's blocks.
 size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t weight_numel, int N, int dout_cols,
-                            size_t dout_block_bytes);
+                            bool dbias, size_t dout_block_bytes);
 void launch_matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC,
                            bool bf16, cublasHandle_t handle, LtGemm* lt, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream);
@@ -85,7 +86,6 @@ void launch_matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, in
 void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N,
                                        int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
                                        size_t scratch_bytes, cudaStream_t stream);
-void launch_column_sum_accumulate(float* dst, const float* src, int N, int C, cudaStream_t stream);
 
 // attention; `delta` is (B, NH, T) scratch for the backward pass. The fp32 kernels (CUDA cores, head sizes up to
 // 128) and, for matmul precision bf16 on sm_80 and newer, the tensor-core kernels (bf16 products, fp32 softmax and

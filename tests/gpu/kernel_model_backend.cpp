@@ -140,27 +140,27 @@ class KernelModelBackend final : public Backend {
   } scratch_;
   void matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_forward");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, 0);
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, false, 0);
     k::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), nullptr, nullptr, scratch_.get(n), n,
                              kNoStream);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
                        int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_backward");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC,
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, dbias != nullptr,
                                              size_t(kScratchRows) * OC * sizeof(BFloat16));
     k::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), nullptr, nullptr, nullptr,
                               0, scratch_.get(n), n, kNoStream);
   }
   void matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
     check_gemm_inputs(inp, wte, "matmul_forward_transposed");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, 0);
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, false, 0);
     k::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), nullptr, scratch_.get(n), n, kNoStream);
   }
   void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override {
     check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, V,
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, V, false,
                                              size_t(kScratchRows) * V * sizeof(BFloat16));
     k::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), nullptr, scratch_.get(n), n,
                                          kNoStream);

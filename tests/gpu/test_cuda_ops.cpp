@@ -237,9 +237,10 @@ INSTANTIATE_TEST_SUITE_P(Bias, CudaMatmul, ::testing::Bool());
 
 // Dense layers as the model calls them: weight and bias at odd float offsets inside one arena (the alignment cuBLASLt's
 // fused bias epilogues must be told of), at both matmul precisions. dbias is the sum of the fp32 dout at both (never
-// of the rounded copy the bf16 GEMMs read), so it keeps the fp32 bound.
+// of the rounded copy the bf16 GEMMs read), so it keeps the fp32 bound. N = 600 rows make three chunks of the
+// two-stage column sum that dbias takes without cuBLASLt's epilogue, the last one partial.
 TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
-  const int N = 64, IC = 48, OC = 144;
+  const int N = 600, IC = 48, OC = 144;
   Rng rng(9);
   const size_t w_at = 3, b_at = w_at + size_t(IC) * OC + 5;  // 12- and 4-byte aligned
   Floats arena = rng.normal(b_at + OC + 7);
@@ -784,9 +785,9 @@ TEST_F(CudaOps, FiftyTrainingStepsTrackTheCpuBf16) {
 
 #ifndef EMBER_TEST_KERNEL_MODEL
 // Memory accounting on the GPU: a training step allocates nothing beyond the model's buffers except op scratch: the
-// attention backward's row sums (B NH T floats) and, with bf16 storage, dout rounded to bf16 for the matmul backward
-// passes (B T rows of at most max(V, 4C) columns, 2 bytes each: the largest, the lm_head's). The scratch is one buffer,
-// so the larger of the two. The device reports at least what the backend holds in use.
+// attention backward's row sums (B NH T floats), dbias's partial column sums where cuBLASLt does not sum it and, with
+// bf16 storage, dout rounded to bf16 for the matmul backward passes (B T rows of at most max(V, 4C) columns, 2 bytes
+// each: the largest, the lm_head's). The scratch is one buffer, so the largest of these. The device reports at least what the backend holds in use.
 TEST_F(CudaOps, StepsAllocateOnlyOpScratchAndTheDeviceReportsUse) {
   const ModelConfig c = whole_model_config();
   const int B = 2, T = 45;
@@ -806,9 +807,11 @@ TEST_F(CudaOps, StepsAllocateOnlyOpScratchAndTheDeviceReportsUse) {
       model.backward(1.0f);
     }
     be->synchronize();
-    size_t scratch = sizeof(float) * size_t(B) * c.n_head * T;
+    // dbias's partial column sums: 4C floats per chunk of 256 rows; scratch pieces start 256-byte aligned.
+    const size_t BT = size_t(B) * T, partials = sizeof(float) * ((BT + 255) / 256) * 4 * c.n_embd + 256;
+    size_t scratch = std::max(sizeof(float) * size_t(B) * c.n_head * T, partials);
     if (model.bf16_storage())
-      scratch = std::max(scratch, sizeof(BFloat16) * size_t(B) * T * std::max(c.vocab_size, 4 * c.n_embd));
+      scratch = std::max(scratch, sizeof(BFloat16) * BT * std::max(c.vocab_size, 4 * c.n_embd) + 256 + partials);
     EXPECT_LE(be->peak_allocated_bytes(), held + scratch) << matmul_precision_name(p);
     size_t used = 0, total = 0;
     ASSERT_TRUE(be->device_memory(&used, &total));

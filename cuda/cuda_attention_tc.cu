@@ -18,29 +18,29 @@ void check_tc_shape(int B, int T, int C, int NH) {
                "attention: grid too large for this T or B * NH");
 }
 
-template <int HS, typename OutT>
-void forward_tc(OutT* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+template <int HS, typename StoreT>
+void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
-  auto* const kernel = attention_forward_tc_kernel<HS, OutT>;  // one macro argument
+  auto* const kernel = attention_forward_tc_kernel<HS, StoreT>;  // one macro argument
   EMBER_KERNEL_LAUNCH(kernel, grid, kWarps * kWarpSize, stream, out, lse, qkv, T, C, NH, 1.0f / sqrtf(float(HS)));
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-template <int HS, typename OutT>
-void backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, const OutT* out, const float* lse,
+template <int HS, typename StoreT>
+void backward_tc(float* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out, const float* lse,
                  int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
   const float scale = 1.0f / sqrtf(float(HS));
-  auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, OutT>;  // one macro argument
+  auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, StoreT>;  // one macro argument each
+  auto* const dkv_kernel = attention_backward_dkv_tc_kernel<HS, StoreT>;
   EMBER_KERNEL_LAUNCH(dq_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
-  EMBER_KERNEL_LAUNCH(attention_backward_dkv_tc_kernel<HS>, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv,
-                      lse, T, C, NH, scale);
+  EMBER_KERNEL_LAUNCH(dkv_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-template <typename OutT>
-void forward_tc_hs(OutT* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+template <typename StoreT>
+void forward_tc_hs(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   switch (C / NH) {
     case 16: forward_tc<16>(out, lse, qkv, B, T, C, NH, stream); break;
     case 32: forward_tc<32>(out, lse, qkv, B, T, C, NH, stream); break;
@@ -48,9 +48,9 @@ void forward_tc_hs(OutT* out, float* lse, const float* qkv, int B, int T, int C,
   }
 }
 
-template <typename OutT>
-void backward_tc_hs(float* dqkv, float* delta, const float* dout, const float* qkv, const OutT* out, const float* lse,
-                    int B, int T, int C, int NH, cudaStream_t stream) {
+template <typename StoreT>
+void backward_tc_hs(float* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out,
+                    const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   switch (C / NH) {
     case 16: backward_tc<16>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
     case 32: backward_tc<32>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
@@ -60,23 +60,24 @@ void backward_tc_hs(float* dqkv, float* delta, const float* dout, const float* q
 
 }  // namespace
 
-void launch_attention_forward_tc(TensorOut out, float* lse, const float* qkv, int B, int T, int C, int NH,
+void launch_attention_forward_tc(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
                                  cudaStream_t stream) {
   check_tc_shape(B, T, C, NH);
+  EMBER_ASSERT(qkv.bf16 == out.bf16, "attention: qkv and out must be stored alike");
   if (out.bf16)
-    forward_tc_hs(reinterpret_cast<__nv_bfloat16*>(out.b16()), lse, qkv, B, T, C, NH, stream);
+    forward_tc_hs(device_bf16(out), lse, device_bf16(qkv), B, T, C, NH, stream);
   else
-    forward_tc_hs(out.f32(), lse, qkv, B, T, C, NH, stream);
+    forward_tc_hs(out.f32(), lse, qkv.f32(), B, T, C, NH, stream);
 }
 
-void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, TensorIn out,
+void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   check_tc_shape(B, T, C, NH);
+  EMBER_ASSERT(qkv.bf16 == out.bf16, "attention: qkv and out must be stored alike");
   if (out.bf16)
-    backward_tc_hs(dqkv, delta, dout, qkv, reinterpret_cast<const __nv_bfloat16*>(out.b16()), lse, B, T, C, NH,
-                   stream);
+    backward_tc_hs(dqkv, delta, dout, device_bf16(qkv), device_bf16(out), lse, B, T, C, NH, stream);
   else
-    backward_tc_hs(dqkv, delta, dout, qkv, out.f32(), lse, B, T, C, NH, stream);
+    backward_tc_hs(dqkv, delta, dout, qkv.f32(), out.f32(), lse, B, T, C, NH, stream);
 }
 
 }  // namespace ember::cuda

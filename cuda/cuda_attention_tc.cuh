@@ -9,8 +9,8 @@
 // backward, a dQ pass and a dK/dV pass so every output element has one owner and no atomics), but every product is
 // an mma.sync m16n8k16 with bf16 inputs and fp32 accumulation: q, k, v and dout are rounded to bf16 as they are
 // staged in shared memory, P and dS as they are fed to the second product of each pair. Softmax statistics, the
-// output rescaling and D = dO . O stay fp32 (O in D rounded to bf16, so that it may be stored so). The output may be
-// stored in fp32 or bf16.
+// output rescaling and D = dO . O stay fp32 (O in D rounded to bf16, so that it may be stored so). qkv and the output
+// are stored alike (StoreT), in fp32 or bf16.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; g = lane / 4, t = lane % 4):
 //   A (16 x 16, row-major): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
@@ -128,14 +128,14 @@ __device__ inline void mma_scores(float (&acc)[DT][4], const float (&c)[NT][4], 
   }
 }
 
-// Stages rows row0.. (kTile of them) of one head's (T, HS) slice, rows `stride` floats apart, as bf16: row-major
-// into dst[r * (HS + kSkew) + d] and, where dst_t is given, transposed into dst_t[d * kLdT + r]. Rows past T are
-// zero, never garbage: a masked p = 0 times a NaN would still be NaN.
-template <int HS>
-__device__ inline void stage(bf16* dst, bf16* dst_t, const float* src, int row0, int T, size_t stride) {
+// Stages rows row0.. (kTile of them) of one head's (T, HS) slice, rows `stride` elements apart (fp32 or bf16), as
+// bf16: row-major into dst[r * (HS + kSkew) + d] and, where dst_t is given, transposed into dst_t[d * kLdT + r]. Rows
+// past T are zero, never garbage: a masked p = 0 times a NaN would still be NaN.
+template <int HS, typename SrcT>
+__device__ inline void stage(bf16* dst, bf16* dst_t, const SrcT* src, int row0, int T, size_t stride) {
   for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS;  // consecutive threads read consecutive d of one row
-    const bf16 x = __float2bfloat16_rn(row0 + r < T ? src[size_t(row0 + r) * stride + d] : 0.0f);
+    const bf16 x = row0 + r < T ? as_bf16(src[size_t(row0 + r) * stride + d]) : __float2bfloat16_rn(0.0f);
     if (dst) dst[r * (HS + kSkew) + d] = x;
     if (dst_t) dst_t[d * kLdT + r] = x;
   }
@@ -143,11 +143,11 @@ __device__ inline void stage(bf16* dst, bf16* dst_t, const float* src, int row0,
 
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
 // Warp w owns query rows i0 + 16 w .. + 15 and keeps their q fragments and output accumulators in registers.
-template <int HS, typename OutT>
+template <int HS, typename StoreT>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
-    attention_forward_tc_kernel(OutT* out,         // (B, T, C), fp32 or bf16
-                                float* lse,        // (B, NH, T)
-                                const float* qkv,  // (B, T, 3C)
+    attention_forward_tc_kernel(StoreT* out,         // (B, T, C)
+                                float* lse,          // (B, NH, T)
+                                const StoreT* qkv,   // (B, T, 3C)
                                 int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
   __shared__ __align__(16) bf16 q_s[kRows * LD];
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows;  // the longest rows (largest i) are scheduled first
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, t = lane % 4;
   const int rows[2] = {i0 + warp * 16 + lane / 4, i0 + warp * 16 + lane / 4 + 8};  // this thread's query rows
-  const float* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // row t: q at +t*3C, k at +C, v at +2C
+  const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // row t: q at +t*3C, k at +C, v at +2C
 
   stage<HS>(q_s, nullptr, base, i0, T, C3);
   __syncthreads();
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
     const int i = rows[r];
     if (i >= T) continue;
     const float inv_l = 1.0f / l[r];
-    OutT* orow = out + (size_t(b) * T + i) * C + size_t(h) * HS;
+    StoreT* orow = out + (size_t(b) * T + i) * C + size_t(h) * HS;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
       store(&orow[dt * 8 + 2 * t], o[dt][2 * r] * inv_l);
@@ -230,14 +230,14 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
 
 // Backward, pass 1 (per query row i): D_i = dO_i . O_i in fp32 with O rounded to bf16 (saved to delta for pass 2),
 // and dQ_i += scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
-template <int HS, typename OutT>
+template <int HS, typename StoreT>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
-    attention_backward_dq_tc_kernel(float* dqkv,        // (B, T, 3C) +=, q columns only
-                                    float* delta,       // (B, NH, T) out: D
-                                    const float* dout,  // (B, T, C)
-                                    const float* qkv,   // (B, T, 3C)
-                                    const OutT* out,    // (B, T, C), fp32 or bf16
-                                    const float* lse,   // (B, NH, T)
+    attention_backward_dq_tc_kernel(float* dqkv,          // (B, T, 3C) +=, q columns only
+                                    float* delta,         // (B, NH, T) out: D
+                                    const float* dout,    // (B, T, C)
+                                    const StoreT* qkv,    // (B, T, 3C)
+                                    const StoreT* out,    // (B, T, C)
+                                    const float* lse,     // (B, NH, T)
                                     int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
   __shared__ __align__(16) bf16 q_s[kRows * LD];
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, t = lane % 4;
   const int rows[2] = {i0 + warp * 16 + lane / 4, i0 + warp * 16 + lane / 4 + 8};
-  const float* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
+  const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
   const size_t o_base = size_t(b) * T * C + size_t(h) * HS;  // row t of this head in out/dout: + t*C
 
   stage<HS>(q_s, nullptr, base, i0, T, C3);
@@ -311,12 +311,12 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
 // Backward, pass 2 (per key row j): dV_j += sum_{i >= j} P_ij dO_i and dK_j += scale * sum_{i >= j} dS_ij Q_i.
 // Warp w owns key rows j_first + 16 w .. + 15 and computes the transposed scores S^T = K Q^T and dP^T = V dO^T
 // against each query tile, so P^T and dS^T come out as the A fragments of dV and dK directly.
-template <int HS>
+template <int HS, typename StoreT>
 __global__ void __launch_bounds__(kWarps * kWarpSize)
     attention_backward_dkv_tc_kernel(float* dqkv,         // (B, T, 3C) +=, k and v columns only
                                      const float* delta,  // (B, NH, T) D from pass 1
                                      const float* dout,   // (B, T, C)
-                                     const float* qkv,    // (B, T, 3C)
+                                     const StoreT* qkv,   // (B, T, 3C)
                                      const float* lse,    // (B, NH, T)
                                      int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
   const int j_first = blockIdx.y * kRows;  // low j has the most queries, and low blockIdx.y starts first
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, t = lane % 4;
   const int keys[2] = {j_first + warp * 16 + lane / 4, j_first + warp * 16 + lane / 4 + 8};
-  const float* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
+  const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
   const size_t o_base = size_t(b) * T * C + size_t(h) * HS;
 
   stage<HS>(q_s, nullptr, base + C, j_first, T, C3);

@@ -64,10 +64,10 @@ void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=
 }
 
 // --- gelu ---
-void CudaBackend::gelu_forward(TensorOut out, const float* inp, size_t n) {  // (n)
+void CudaBackend::gelu_forward(TensorOut out, TensorIn inp, size_t n) {  // (n)
   cuda::launch_gelu_forward(out, inp, n, stream_);
 }
-void CudaBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {  // (n) +=
+void CudaBackend::gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) {  // (n) +=
   cuda::launch_gelu_backward(dinp, inp, dout, n, stream_);
 }
 
@@ -149,12 +149,13 @@ void CudaBackend::cast_to_bf16(BFloat16* out, const float* inp, size_t n) {
 }
 
 // --- matmul ---
-void CudaBackend::matmul_forward(float* out,        // (N, OC)
-                                 TensorIn inp,      // (N, IC)
-                                 TensorIn weight,   // (IC, OC)
-                                 const float* bias,  // (OC) or null
+void CudaBackend::matmul_forward(TensorOut out,    // (N, OC)
+                                 TensorIn inp,     // (N, IC)
+                                 TensorIn weight,  // (IC, OC)
+                                 TensorIn bias,    // (OC) or null
                                  int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_forward");
+  check_gemm_output(out, bias, "matmul_forward");
   const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, false, 0);
   cuda::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), cublas_, lt_.get(),
                               bytes ? scratch(bytes) : nullptr, bytes, stream_);
@@ -198,48 +199,48 @@ void CudaBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
 }
 
 // --- attention ---
-// A bf16-stored out needs attention_in_bf16; before sm_80 that runs the fp32 kernels (which take fp32 out), so the
-// output goes through fp32 scratch there.
-void CudaBackend::attention_forward(TensorOut out,     // (B, T, C)
-                                    float* lse,        // (B, NH, T)
-                                    const float* qkv,  // (B, T, 3C)
+// Before sm_80 attention_in_bf16 runs the fp32 kernels, which take fp32 qkv and out: bf16-stored ones go through fp32
+// scratch there (qkv widened, out rounded from it).
+void CudaBackend::attention_forward(TensorOut out,  // (B, T, C)
+                                    float* lse,     // (B, NH, T)
+                                    TensorIn qkv,   // (B, T, 3C)
                                     int B, int T, int C, int NH) {
-  EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
-  EMBER_ASSERT(!out.bf16 || attention_in_bf16(matmul_precision_, C / NH),
-               "attention_forward: a bf16-stored output needs bf16 attention (attention_in_bf16)");
+  check_attention_storage(qkv, out, C, NH, "attention_forward");
   if (tensor_core_attention(C, NH)) {
     cuda::launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, stream_);
   } else if (!out.bf16) {
-    cuda::launch_attention_forward(out.f32(), lse, qkv, B, T, C, NH, stream_);
+    cuda::launch_attention_forward(out.f32(), lse, qkv.f32(), B, T, C, NH, stream_);
   } else {
     const size_t n = size_t(B) * T * C;
-    float* out32 = static_cast<float*>(scratch(sizeof(float) * n));  // (B, T, C)
-    cuda::launch_attention_forward(out32, lse, qkv, B, T, C, NH, stream_);
+    float* out32 = static_cast<float*>(scratch(sizeof(float) * 4 * n));  // (B, T, C), then qkv (B, T, 3C)
+    float* qkv32 = out32 + n;
+    cuda::launch_widen_bf16(qkv32, qkv.b16(), 3 * n, stream_);
+    cuda::launch_attention_forward(out32, lse, qkv32, B, T, C, NH, stream_);
     cuda::launch_cast_to_bf16(out.b16(), out32, n, stream_);
   }
 }
 
 void CudaBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
                                      const float* dout,  // (B, T, C)
-                                     const float* qkv,   // (B, T, 3C)
+                                     TensorIn qkv,       // (B, T, 3C)
                                      TensorIn out,       // (B, T, C)
                                      const float* lse,   // (B, NH, T)
                                      int B, int T, int C, int NH) {
-  EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
-  EMBER_ASSERT(!out.bf16 || attention_in_bf16(matmul_precision_, C / NH),
-               "attention_backward: a bf16-stored output needs bf16 attention (attention_in_bf16)");
-  const size_t nd = size_t(B) * NH * T, no = tensor_core_attention(C, NH) || !out.bf16 ? 0 : size_t(B) * T * C;
-  float* delta = static_cast<float*>(scratch(sizeof(float) * (nd + no)));  // (B, NH, T), then out widened if needed
+  check_attention_storage(qkv, out, C, NH, "attention_backward");
+  const bool widen = !tensor_core_attention(C, NH) && out.bf16;
+  const size_t nd = size_t(B) * NH * T, n = size_t(B) * T * C;
+  // (B, NH, T) for D, then where needed out and qkv widened
+  float* delta = static_cast<float*>(scratch(sizeof(float) * (nd + (widen ? 4 * n : 0))));
   if (tensor_core_attention(C, NH)) {
     cuda::launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
-    return;
+  } else if (!widen) {
+    cuda::launch_attention_backward(dqkv, delta, dout, qkv.f32(), out.f32(), lse, B, T, C, NH, stream_);
+  } else {
+    float *out32 = delta + nd, *qkv32 = out32 + n;
+    cuda::launch_widen_bf16(out32, out.b16(), n, stream_);
+    cuda::launch_widen_bf16(qkv32, qkv.b16(), 3 * n, stream_);
+    cuda::launch_attention_backward(dqkv, delta, dout, qkv32, out32, lse, B, T, C, NH, stream_);
   }
-  const float* out32 = out.f32();
-  if (out.bf16) {
-    cuda::launch_widen_bf16(delta + nd, out.b16(), no, stream_);
-    out32 = delta + nd;
-  }
-  cuda::launch_attention_backward(dqkv, delta, dout, qkv, out32, lse, B, T, C, NH, stream_);
 }
 
 bool CudaBackend::tensor_core_attention(int C, int NH) const {

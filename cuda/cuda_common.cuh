@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "core/dtype.h"
+
 // Every kernel launch: kernel<<<grid, block, 0, stream>>>(args...). A macro, so that the kernels and their launchers
 // also compile as plain C++ under tests/gpu/kernel_model.h (EMBER_KERNEL_MODEL), which runs them on the CPU.
 #ifdef EMBER_KERNEL_MODEL
@@ -43,9 +45,21 @@ constexpr int kColTile = 32, kRowLanes = 16;
 __device__ inline void store(float* p, float v) { *p = v; }
 __device__ inline void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
-// The bf16 value of an element as a float: an fp32 one rounded to nearest even, a bf16 one widened (exactly).
-__device__ inline float bf16_value(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-__device__ inline float bf16_value(__nv_bfloat16 v) { return __bfloat162float(v); }
+// An element of fp32 or bf16 storage in bf16: an fp32 one rounded to nearest even, a bf16 one as it is.
+__device__ inline __nv_bfloat16 as_bf16(float v) { return __float2bfloat16_rn(v); }
+__device__ inline __nv_bfloat16 as_bf16(__nv_bfloat16 v) { return v; }
+// The same element's value as a float: rounded to bf16, or widened (exactly).
+template <typename T>
+__device__ inline float bf16_value(T v) { return __bfloat162float(as_bf16(v)); }
+// An element of fp32 or bf16 storage as a float, as stored.
+__device__ inline float load(const float* p) { return *p; }
+__device__ inline float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+// A bf16-stored TensorIn or TensorOut (core/dtype.h) as the device's bf16 type.
+inline const __nv_bfloat16* device_bf16(TensorIn t) {
+  return reinterpret_cast<const __nv_bfloat16*>(t.b16());
+}
+inline __nv_bfloat16* device_bf16(TensorOut t) { return reinterpret_cast<__nv_bfloat16*>(t.b16()); }
 
 // Xor butterflies: addition and max are commutative, so every lane ends with the bitwise-same result.
 template <typename T>

@@ -1,6 +1,6 @@
 // CUDA backend: tanh-approximate GELU, forward and backward, with the CPU's formulation: 0.5 (1 + tanh(u)) is
-// written as sigmoid(2u) = 1 / (1 + e^{-2u}), with e^{-2u}'s argument clamped as on the CPU. The forward output may
-// be stored in fp32 or bf16 (rounded from the fp32 result).
+// written as sigmoid(2u) = 1 / (1 + e^{-2u}), with e^{-2u}'s argument clamped as on the CPU. The input may be stored
+// in fp32 or bf16, and so may the forward output (rounded from the fp32 result).
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -14,23 +14,24 @@ constexpr float kCubic = 0.044715f;
 // Beyond e^60 the output is below 1e-25 anyway; the cap keeps sigmoid(2u) a normal float (as in cpu_gelu.cpp).
 constexpr float kMinExpArg = -80.0f, kMaxExpArg = 60.0f;
 
-template <typename OutT>
-__global__ void gelu_forward_kernel(OutT* out,         // (n)
-                                    const float* inp,  // (n)
+template <typename OutT, typename InT>
+__global__ void gelu_forward_kernel(OutT* out,        // (n)
+                                    const InT* inp,   // (n)
                                     size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
+    const float x = load(&inp[i]);
     const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
     store(&out[i], x / (1.0f + expf(fminf(fmaxf(-2.0f * u, kMinExpArg), kMaxExpArg))));
   }
 }
 
+template <typename InT>
 __global__ void gelu_backward_kernel(float* dinp,        // (n) +=
-                                     const float* inp,   // (n)
+                                     const InT* inp,     // (n)
                                      const float* dout,  // (n)
                                      size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
+    const float x = load(&inp[i]);
     const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
     const float e = expf(fminf(fmaxf(-2.0f * u, kMinExpArg), kMaxExpArg));
@@ -40,22 +41,31 @@ __global__ void gelu_backward_kernel(float* dinp,        // (n) +=
   }
 }
 
-}  // namespace
-
-void launch_gelu_forward(TensorOut out, const float* inp, size_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  if (out.bf16)
-    EMBER_KERNEL_LAUNCH(gelu_forward_kernel<__nv_bfloat16>, elementwise_blocks(n), kElementwiseThreads, stream,
-                        reinterpret_cast<__nv_bfloat16*>(out.b16()), inp, n);
-  else
-    EMBER_KERNEL_LAUNCH(gelu_forward_kernel<float>, elementwise_blocks(n), kElementwiseThreads, stream, out.f32(), inp,
-                        n);
+template <typename OutT, typename InT>
+void gelu_forward(OutT* out, const InT* inp, size_t n, cudaStream_t stream) {
+  auto* const kernel = gelu_forward_kernel<OutT, InT>;  // one macro argument
+  EMBER_KERNEL_LAUNCH(kernel, elementwise_blocks(n), kElementwiseThreads, stream, out, inp, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-void launch_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream) {
+}  // namespace
+
+void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  EMBER_KERNEL_LAUNCH(gelu_backward_kernel, elementwise_blocks(n), kElementwiseThreads, stream, dinp, inp, dout, n);
+  if (out.bf16 && inp.bf16) gelu_forward(device_bf16(out), device_bf16(inp), n, stream);
+  else if (out.bf16) gelu_forward(device_bf16(out), inp.f32(), n, stream);
+  else if (inp.bf16) gelu_forward(out.f32(), device_bf16(inp), n, stream);
+  else gelu_forward(out.f32(), inp.f32(), n, stream);
+}
+
+void launch_gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  if (inp.bf16)
+    EMBER_KERNEL_LAUNCH(gelu_backward_kernel<__nv_bfloat16>, elementwise_blocks(n), kElementwiseThreads, stream, dinp,
+                        device_bf16(inp), dout, n);
+  else
+    EMBER_KERNEL_LAUNCH(gelu_backward_kernel<float>, elementwise_blocks(n), kElementwiseThreads, stream, dinp,
+                        inp.f32(), dout, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

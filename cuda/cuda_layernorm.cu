@@ -151,7 +151,7 @@ void launch_layernorm_forward(TensorOut out, float* mean, float* rstd, const flo
   const unsigned blocks = ceil_div(size_t(N), kRowsPerBlock);
   if (out.bf16)
     EMBER_KERNEL_LAUNCH(layernorm_forward_kernel<__nv_bfloat16>, blocks, kRowsPerBlock * kWarpSize, stream,
-                        reinterpret_cast<__nv_bfloat16*>(out.b16()), mean, rstd, inp, weight, bias, N, C);
+                        device_bf16(out), mean, rstd, inp, weight, bias, N, C);
   else
     EMBER_KERNEL_LAUNCH(layernorm_forward_kernel<float>, blocks, kRowsPerBlock * kWarpSize, stream, out.f32(), mean,
                         rstd, inp, weight, bias, N, C);
@@ -165,7 +165,7 @@ void launch_residual_layernorm_forward(float* residual, TensorOut out, float* me
   const unsigned blocks = ceil_div(size_t(N), kRowsPerBlock);
   if (out.bf16)
     EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel<__nv_bfloat16>, blocks, kRowsPerBlock * kWarpSize, stream,
-                        residual, reinterpret_cast<__nv_bfloat16*>(out.b16()), mean, rstd, a, b, weight, bias, N, C);
+                        residual, device_bf16(out), mean, rstd, a, b, weight, bias, N, C);
   else
     EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel<float>, blocks, kRowsPerBlock * kWarpSize, stream, residual,
                         out.f32(), mean, rstd, a, b, weight, bias, N, C);

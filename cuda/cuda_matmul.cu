@@ -5,7 +5,8 @@
 // of rows in the backward passes. (CUBLAS_COMPUTE_32F_FAST_16BF would convert fp32 inputs itself, but "to bfloat16
 // or TF32" as cuBLAS sees fit, which the CPU backend's emulation could not follow.) The dense layers go through
 // cuBLASLt where it offers the fused bias epilogue; elsewhere the bias broadcast and the dbias column sum are small
-// kernels here, and dbias is always the column sum of the fp32 dout under bf16, as on the CPU.
+// kernels here, and dbias is always the column sum of the fp32 dout under bf16, as on the CPU. Under bf16 a dense
+// layer's output may be stored in bf16 (CUDA_R_16BF D, the bias in bf16 as cuBLASLt takes it with a bf16 D).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -25,16 +26,19 @@ namespace {
 
 // cuBLAS is column-major. A row-major (R, K) matrix is, to cuBLAS, its transpose (K, R) with leading dimension K,
 // so every product below is written for the transposes: row-major out = A @ B becomes out^T = B^T @ A^T.
-// A and B are both fp32 or, with `ab_bf16`, both bf16; C is fp32 and the products accumulate in fp32 either way.
+// A and B are both fp32 or, with `ab_bf16`, both bf16; the products accumulate in fp32 either way. C is fp32 or, with
+// `c_bf16` (bf16 inputs only), bf16: then alpha A B + beta C is formed in fp32 and rounded once.
 void gemm(cublasHandle_t handle, bool ab_bf16, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
-          const void* a, int lda, const void* b, int ldb, float beta, float* c, int ldc) {
+          const void* a, int lda, const void* b, int ldb, float beta, void* c, int ldc, bool c_bf16 = false) {
   const float alpha = 1.0f;
+  EMBER_ASSERT(ab_bf16 || !c_bf16, "matmul: a bf16 output needs bf16 inputs");
   if (ab_bf16) {
     EMBER_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
-                                    &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                    &beta, c, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
   } else {
     EMBER_CUBLAS_CHECK(cublasSgemm(handle, op_a, op_b, m, n, k, &alpha, static_cast<const float*>(a), lda,
-                                   static_cast<const float*>(b), ldb, &beta, c, ldc));
+                                   static_cast<const float*>(b), ldb, &beta, static_cast<float*>(c), ldc));
   }
 }
 
@@ -73,8 +77,9 @@ int rows_per_block(size_t bytes, int cols, int N) {
   return int(rows < size_t(N) ? rows : size_t(N));
 }
 
-__global__ void broadcast_rows_kernel(float* out,         // (N, OC)
-                                      const float* bias,  // (OC)
+template <typename T>
+__global__ void broadcast_rows_kernel(T* out,         // (N, OC)
+                                      const T* bias,  // (OC)
                                       int OC, size_t total) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x)
     out[i] = bias[i % OC];
@@ -180,7 +185,7 @@ struct LtGemm::Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 struct LtGemm::Cache {
-  std::map<std::array<int64_t, 15>, Plan> plans;
+  std::map<std::array<int64_t, 16>, Plan> plans;
 };
 
 LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
@@ -196,7 +201,8 @@ LtGemm::~LtGemm() {
 }
 
 bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a,
-                 int lda, const void* b, int ldb, float beta, float* d, int ldd, void* bias) {
+                 int lda, const void* b, int ldb, float beta, void* d, bool d_bf16, int ldd, void* bias) {
+  EMBER_ASSERT(ab_bf16 || !d_bf16, "matmul: a bf16 output needs bf16 inputs");
   const auto handle = static_cast<cublasLtHandle_t>(handle_);
   LtDescriptors desc;
   EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -209,9 +215,10 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
   const cudaDataType ab_type = ab_bf16 ? CUDA_R_16BF : CUDA_R_32F;
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, ab_type, trans_a ? k : m, trans_a ? m : k, lda));
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, ab_type, trans_b ? n : k, trans_b ? k : n, ldb));
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_32F, m, n, ldd));
+  // D (and the bias, which cuBLASLt takes in D's type) in fp32 or bf16.
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd));
 
-  const std::array<int64_t, 15> key = {int64_t(epilogue), ab_bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd,
+  const std::array<int64_t, 16> key = {int64_t(epilogue), ab_bf16, d_bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd,
                                        beta != 0.0f, alignment_of(a), alignment_of(b), alignment_of(d),
                                        alignment_of(bias)};
   auto it = cache_->plans.find(key);
@@ -263,27 +270,34 @@ size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t we
   return bytes;
 }
 
-void launch_matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC,
+void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC,
                            bool bf16, cublasHandle_t handle, LtGemm* lt, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_forward: N, IC and OC must be positive");
+  EMBER_ASSERT(!out.bf16 || bf16, "matmul_forward: a bf16-stored output needs matmul precision bf16");
+  EMBER_ASSERT(!bias.ptr || bias.bf16 == out.bf16, "matmul_forward: the bias must be stored as out is");
   const GemmInputs in =
       gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
   // out^T (OC, N) = weight^T (OC, IC) @ inp^T (IC, N) + bias on every column, in the GEMM's epilogue.
-  if (bias && lt &&
-      lt->run(LtGemm::Epilogue::bias, in.bf16, false, false, OC, N, IC, in.weight.ptr, OC, in.inp.ptr, IC, 0.0f, out,
-              OC, const_cast<float*>(bias)))
+  if (bias.ptr && lt &&
+      lt->run(LtGemm::Epilogue::bias, in.bf16, false, false, OC, N, IC, in.weight.ptr, OC, in.inp.ptr, IC, 0.0f,
+              out.ptr, out.bf16, OC, const_cast<void*>(bias.ptr)))
     return;
-  if (bias) {
-    // Seed out with the bias and let the GEMM accumulate onto it (beta = 1), as the CPU backend does.
+  if (bias.ptr) {
+    // Seed out with the bias and let the GEMM accumulate onto it (beta = 1), as the CPU backend does; in bf16 the
+    // bias is exactly a bf16 value, so the sum is still formed in fp32 and rounded once.
     const size_t total = size_t(N) * OC;
-    EMBER_KERNEL_LAUNCH(broadcast_rows_kernel, elementwise_blocks(total), kElementwiseThreads, stream, out, bias, OC,
-                        total);
+    if (out.bf16)
+      EMBER_KERNEL_LAUNCH(broadcast_rows_kernel<__nv_bfloat16>, elementwise_blocks(total), kElementwiseThreads, stream,
+                          device_bf16(out), device_bf16(bias), OC, total);
+    else
+      EMBER_KERNEL_LAUNCH(broadcast_rows_kernel<float>, elementwise_blocks(total), kElementwiseThreads, stream,
+                          out.f32(), bias.f32(), OC, total);
     EMBER_CUDA_LAUNCH_CHECK();
   }
   // out^T (OC, N) = weight^T (OC, IC) @ inp^T (IC, N)
-  gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, in.weight.ptr, OC, in.inp.ptr, IC, bias ? 1.0f : 0.0f,
-       out, OC);
+  gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, IC, in.weight.ptr, OC, in.inp.ptr, IC, bias.ptr ? 1.0f : 0.0f,
+       out.ptr, OC, out.bf16);
 }
 
 void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
@@ -323,8 +337,8 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     // adds): it lands in bias_grad and is added to dbias after. In bf16 A is the rounded dout, and dbias must be the
     // sum of dout itself, as on the CPU: the column sum above.
     if (dbias && lt && !in.bf16 && size_t(OC) <= bias_grad_capacity &&
-        lt->run(LtGemm::Epilogue::bias_grad_a, false, false, true, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, OC,
-                bias_grad)) {
+        lt->run(LtGemm::Epilogue::bias_grad_a, false, false, true, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, false,
+                OC, bias_grad)) {
       launch_accumulate(dbias, bias_grad, size_t(OC), stream);
       continue;
     }

@@ -48,9 +48,10 @@ class LtGemm {
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
-  // A and B are both fp32 or, with `ab_bf16`, both bf16; D is fp32, and so is the bias.
+  // A and B are both fp32 or, with `ab_bf16`, both bf16; D is fp32 or, with `d_bf16` (bf16 A and B only), bf16, and
+  // the bias is stored as D is.
   bool run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a, int lda,
-           const void* b, int ldb, float beta, float* d, int ldd, void* bias);
+           const void* b, int ldb, float beta, void* d, bool d_bf16, int ldd, void* bias);
 
  private:
   struct Plan;
@@ -65,7 +66,8 @@ class LtGemm {
 // matmul (cuBLAS: fp32 without TF32, or with `bf16` bf16 inputs and fp32 accumulation); the handle is bound to
 // `stream`. With `lt`, the bias is added in the GEMM's epilogue and, in fp32, dbias comes from the dweight GEMM's,
 // through `bias_grad` (device scratch of `bias_grad_capacity` floats), wherever cuBLASLt offers that; null: the plain
-// path. inp and weight (or wte) are stored alike. With `bf16`, fp32-stored ones are rounded into `scratch` first
+// path. inp and weight (or wte) are stored alike. The forward pass's out may be stored in bf16 under `bf16`, the bias
+// then in bf16 too (the fp32 sum rounded once). With `bf16`, fp32-stored inputs are rounded into `scratch` first
 // (bf16-stored ones are read as they are), and the backward passes round dout into the scratch after them, as many
 // whole rows at a time as fit, each block of rows one GEMM of each kind. A dbias summed by a kernel (always in bf16,
 // where cuBLASLt does not offer it in fp32) takes its partial sums from the scratch too. matmul_scratch_bytes is what
@@ -73,7 +75,7 @@ class LtGemm {
 // forward), whether it has a dbias, and at most dout_block_bytes (but one row at least) for dout's blocks.
 size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t weight_numel, int N, int dout_cols,
                             bool dbias, size_t dout_block_bytes);
-void launch_matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC,
+void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC,
                            bool bf16, cublasHandle_t handle, LtGemm* lt, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream);
 void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
@@ -94,15 +96,16 @@ void launch_attention_forward(float* out, float* lse, const float* qkv, int B, i
                               cudaStream_t stream);
 void launch_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                                const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
-// The tensor-core kernels' out may be stored in bf16; their D = dO . O reads O rounded to bf16 either way.
-void launch_attention_forward_tc(TensorOut out, float* lse, const float* qkv, int B, int T, int C, int NH,
+// The tensor-core kernels' qkv and out may be stored in bf16 (both alike); their D = dO . O reads O rounded to bf16
+// either way.
+void launch_attention_forward_tc(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
                                  cudaStream_t stream);
-void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, const float* qkv, TensorIn out,
+void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 
-// gelu
-void launch_gelu_forward(TensorOut out, const float* inp, size_t n, cudaStream_t stream);
-void launch_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
+// gelu; the input and the forward output may each be stored in fp32 or bf16
+void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t stream);
+void launch_gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n, cudaStream_t stream);
 
 // elementwise
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);

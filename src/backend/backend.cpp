@@ -15,6 +15,19 @@ void Backend::check_gemm_inputs(TensorIn inp, TensorIn weight, const char* op) c
                std::string(op) + ": bf16-stored GEMM inputs need matmul precision bf16");
 }
 
+void Backend::check_gemm_output(TensorOut out, TensorIn bias, const char* op) const {
+  EMBER_ASSERT(!bias.ptr || bias.bf16 == out.bf16, std::string(op) + ": the bias must be stored as out is");
+  EMBER_ASSERT(!out.bf16 || matmul_precision_ == MatmulPrecision::bf16,
+               std::string(op) + ": a bf16-stored output needs matmul precision bf16");
+}
+
+void Backend::check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const {
+  EMBER_ASSERT(NH > 0 && C % NH == 0, std::string(op) + ": C must be a multiple of the number of heads NH");
+  EMBER_ASSERT(qkv.bf16 == out.bf16, std::string(op) + ": qkv and out must be stored alike (both bf16 or fp32)");
+  EMBER_ASSERT(!out.bf16 || attention_in_bf16(matmul_precision_, C / NH),
+               std::string(op) + ": bf16-stored qkv and out need bf16 attention (attention_in_bf16)");
+}
+
 void Backend::track_alloc(const void* ptr, size_t bytes) {
   if (!ptr) return;
   EMBER_ASSERT(live_.emplace(ptr, bytes).second, "backend memory accounting: a pointer was allocated twice");

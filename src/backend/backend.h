@@ -24,10 +24,11 @@ struct AdamWSegment {
 //  - Backward ops ACCUMULATE (+=) into every gradient argument (activation and parameter gradients alike),
 //    so gradient accumulation and residual branches need no extra adds. Callers zero gradients first.
 //  - Token ids are int32.
-//  - TensorIn/TensorOut arguments (core/dtype.h) are the GEMM inputs, stored in fp32 or bf16: a layernorm or GELU
-//    output in bf16 holds its fp32 result rounded to nearest even. The matmul ops take inp and weight stored alike,
-//    and bf16-stored ones only under matmul precision bf16 (where fp32-stored ones are rounded as read), so the
-//    storage never changes a result.
+//  - TensorIn/TensorOut arguments (core/dtype.h) are stored in fp32 or bf16: an output in bf16 holds its fp32 result
+//    rounded to nearest even. The matmul ops take inp and weight stored alike, and bf16-stored ones only under matmul
+//    precision bf16 (where fp32-stored ones are rounded as read), so the storage of a GEMM input never changes a
+//    result; likewise attention's qkv and out (stored alike, in bf16 only where attention_in_bf16 holds). An output
+//    stored in bf16 is rounded once more than an fp32 one, and an op that reads it (GELU's input) reads that value.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -88,11 +89,13 @@ class Backend {
     layernorm_forward(out, mean, rstd, residual, weight, bias, N, C);
   }
 
-  // --- out = inp @ weight + bias (bias may be null) ---
-  virtual void matmul_forward(float* out,      // (N, OC)
+  // --- out = inp @ weight + bias (bias may be null). out may be stored in bf16 under matmul precision bf16: the fp32
+  // product with the bias added, rounded once; the bias is then stored in bf16 too (stored as out is, either way),
+  // as cuBLASLt's bf16 epilogue and PyTorch's bf16 autocast take it. ---
+  virtual void matmul_forward(TensorOut out,    // (N, OC)
                               TensorIn inp,     // (N, IC)
                               TensorIn weight,  // (IC, OC)
-                              const float* bias,    // (OC) or null
+                              TensorIn bias,    // (OC) or null
                               int N, int IC, int OC) = 0;
   // dinp += dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null).
   virtual void matmul_backward(float* dinp,          // (N, IC) +=
@@ -117,23 +120,23 @@ class Backend {
 
   // --- causal multi-head self-attention, flash style: never stores the (T, T) matrix ---
   // qkv holds q, k, v side by side on the last dim (each C = NH * HS). Scores are scaled by 1/sqrt(HS).
-  // lse saves the log-sum-exp of each row of scaled scores for the backward pass. out may be stored in bf16 where
-  // attention_in_bf16 holds (core/dtype.h); there the backward pass's D = dO . O reads O rounded to bf16 whichever the
-  // storage, so that the storage changes no value.
-  virtual void attention_forward(TensorOut out,     // (B, T, C)
-                                 float* lse,        // (B, NH, T)
-                                 const float* qkv,  // (B, T, 3C)
+  // lse saves the log-sum-exp of each row of scaled scores for the backward pass. qkv and out are stored alike, in
+  // bf16 only where attention_in_bf16 holds (core/dtype.h): there q, k and v are rounded to bf16 as read, and the
+  // backward pass's D = dO . O reads O rounded to bf16, whichever the storage, so that the storage changes no value.
+  virtual void attention_forward(TensorOut out,  // (B, T, C)
+                                 float* lse,     // (B, NH, T)
+                                 TensorIn qkv,   // (B, T, 3C)
                                  int B, int T, int C, int NH) = 0;
   virtual void attention_backward(float* dqkv,       // (B, T, 3C) +=
                                   const float* dout,  // (B, T, C)
-                                  const float* qkv,   // (B, T, 3C)
+                                  TensorIn qkv,       // (B, T, 3C)
                                   TensorIn out,       // (B, T, C)
                                   const float* lse,   // (B, NH, T)
                                   int B, int T, int C, int NH) = 0;
 
   // --- tanh-approximate GELU ---
-  virtual void gelu_forward(TensorOut out, const float* inp, size_t n) = 0;                    // (n)
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;  // dinp += (n)
+  virtual void gelu_forward(TensorOut out, TensorIn inp, size_t n) = 0;                    // (n)
+  virtual void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) = 0;  // dinp += (n)
 
   // --- elementwise ---
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;   // out = a + b
@@ -191,8 +194,10 @@ class Backend {
   }
 
  protected:
-  // Asserts what the matmul ops require of their GEMM inputs (the conventions above); `op` names the op.
+  // Assert what the ops require of their storage (the conventions above); `op` names the op.
   void check_gemm_inputs(TensorIn inp, TensorIn weight, const char* op) const;
+  void check_gemm_output(TensorOut out, TensorIn bias, const char* op) const;  // matmul_forward's out and bias
+  void check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const;
   // Implementations call these for every allocation they make and free (null pointers are ignored).
   void track_alloc(const void* ptr, size_t bytes);
   void track_free(const void* ptr);

@@ -43,13 +43,19 @@ inline float from_bf16(BFloat16 x) {  // exact
   return out;
 }
 
-// A tensor an op reads (TensorIn) or writes (TensorOut) that may be stored in fp32 or in bf16: the GEMM inputs, which
-// matmul precision bf16 stores in bf16 (the layernorm and GELU outputs the dense layers read, and the working copy of
-// the weights). Both convert implicitly from a typed pointer, so fp32 callers pass float* as before.
+// dst[i] = src[i] widened, for i < n.
+inline void widen_bf16(float* dst, const BFloat16* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = from_bf16(src[i]);
+}
+
+// A tensor an op reads (TensorIn) or writes (TensorOut) that may be stored in fp32 or in bf16: under matmul precision
+// bf16 the GEMM inputs (the layernorm and GELU outputs the dense layers read, and the working copy of the weights) and
+// the outputs of c_attn and c_fc. Both convert implicitly from a typed pointer, so fp32 callers pass float* as before.
 struct TensorIn {
   const void* ptr = nullptr;
   bool bf16 = false;
   TensorIn() = default;
+  TensorIn(std::nullptr_t) {}                            // NOLINT(google-explicit-constructor): none (a bias)
   TensorIn(const float* p) : ptr(p) {}                   // NOLINT(google-explicit-constructor)
   TensorIn(const BFloat16* p) : ptr(p), bf16(true) {}   // NOLINT(google-explicit-constructor)
   const float* f32() const { return bf16 ? nullptr : static_cast<const float*>(ptr); }
@@ -71,9 +77,11 @@ struct TensorOut {
 };
 
 // The precision of GEMM inputs (training.precision). fp32: plain fp32 products. bf16: both operands of every dense
-// layer's and the lm_head's GEMMs (forward and backward) are rounded to bf16, products accumulate in fp32 and the
-// results stay fp32; master weights, gradients and AdamW stay fp32. The model then also stores the GEMM inputs in
-// bf16 (TensorIn above), which changes no value: they are rounded to bf16 as they are written rather than as read.
+// layer's and the lm_head's GEMMs (forward and backward) are rounded to bf16 and products accumulate in fp32; master
+// weights, gradients and AdamW stay fp32. The model then also stores the GEMM inputs in bf16 (TensorIn above), which
+// changes no value: they are rounded to bf16 as they are written rather than as read. And, as PyTorch's bf16 autocast
+// and llm.c do, it keeps the outputs of c_attn (where attention is bf16, below) and c_fc in bf16, bias added in bf16:
+// the one rounding that bf16 storage adds, to the pre-activations that attention and GELU read.
 enum class MatmulPrecision { fp32, bf16 };
 MatmulPrecision parse_matmul_precision(const std::string& name);  // throws on an unknown name
 std::string matmul_precision_name(MatmulPrecision p);

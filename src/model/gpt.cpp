@@ -77,7 +77,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
       a.ln1 = alloc_gemm_input(BT * C, bf16_storage_);
       a.ln1_mean = alloc_floats(BT);
       a.ln1_rstd = alloc_floats(BT);
-      a.qkv = alloc_floats(BT * 3 * C);
+      a.qkv = alloc_gemm_input(BT * 3 * C, bf16_attention_out_);
       a.atty = alloc_gemm_input(BT * C, bf16_attention_out_);
       a.lse = alloc_floats(BT * NH);
     }
@@ -86,7 +86,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
       a.ln2 = alloc_gemm_input(BT * C, bf16_storage_);
       a.ln2_mean = alloc_floats(BT);
       a.ln2_rstd = alloc_floats(BT);
-      a.fch = alloc_floats(BT * 4 * C);
+      a.fch = alloc_gemm_input(BT * 4 * C, bf16_storage_);
       a.fch_gelu = alloc_gemm_input(BT * 4 * C, bf16_storage_);
     }
   };
@@ -192,8 +192,8 @@ void GPT::attention_in(int l, const float* residual) {
 void GPT::attention_core(int l) {
   const int C = config_.n_embd, NH = config_.n_head, N = B_ * T_;
   LayerActs& a = layers_[l];
-  auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.matmul_forward(a.qkv, a.ln1, w(table_.block(l, BLOCK_PARAM_QKV_W)), P(BLOCK_PARAM_QKV_B), N, C, 3 * C);
+  const ParamInfo &qkv_w = table_.block(l, BLOCK_PARAM_QKV_W), &qkv_b = table_.block(l, BLOCK_PARAM_QKV_B);
+  backend_.matmul_forward(a.qkv, a.ln1, w(qkv_w), bias(qkv_b, a.qkv), N, C, 3 * C);
   backend_.attention_forward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
 }
 
@@ -209,8 +209,8 @@ void GPT::attention_out(int l, const float* residual) {
 void GPT::mlp_in(int l) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
-  auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.matmul_forward(a.fch, a.ln2, w(table_.block(l, BLOCK_PARAM_FC_W)), P(BLOCK_PARAM_FC_B), N, C, 4 * C);
+  const ParamInfo &fc_w = table_.block(l, BLOCK_PARAM_FC_W), &fc_b = table_.block(l, BLOCK_PARAM_FC_B);
+  backend_.matmul_forward(a.fch, a.ln2, w(fc_w), bias(fc_b, a.fch), N, C, 4 * C);
   backend_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * C);
 }
 

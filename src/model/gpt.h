@@ -30,7 +30,8 @@ class GPT {
   // Where the backend's matmul precision is bf16 at construction, the GEMM inputs are stored in bf16: the outputs of
   // every layernorm and of GELU, attention's output where attention is bf16 too (attention_in_bf16), and a working
   // copy of the weights that forward() refreshes from the fp32 master weights. That changes no value (those inputs
-  // are rounded to bf16 anyway) and halves their memory.
+  // are rounded to bf16 anyway) and halves their memory. So are the outputs of c_attn (where attention is bf16) and
+  // c_fc, their biases added in bf16 (core/dtype.h): GELU then reads its input rounded to bf16.
   GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true,
       Recompute recompute = Recompute::none);
   ~GPT();
@@ -77,12 +78,13 @@ class GPT {
   struct LayerActs {
     TensorOut ln1;                     // (B, T, C), a GEMM input
     float *ln1_mean, *ln1_rstd;        // (B, T), (B, T)
-    float *qkv, *lse;                  // (B, T, 3C), (B, NH, T)
+    TensorOut qkv;                     // (B, T, 3C), stored as atty is
+    float* lse;                        // (B, NH, T)
     TensorOut atty;                    // (B, T, C), a GEMM input (bf16 with bf16 attention)
     float *residual2;                  // (B, T, C) after the attention branch
     TensorOut ln2;                     // (B, T, C), a GEMM input
     float *ln2_mean, *ln2_rstd;        // (B, T), (B, T)
-    float* fch;                        // (B, T, 4C)
+    TensorOut fch;                     // (B, T, 4C), GELU's input
     TensorOut fch_gelu;                // (B, T, 4C), a GEMM input
     float *residual3;                  // (B, T, C) block output
   };
@@ -91,6 +93,10 @@ class GPT {
   // A weight as the GEMMs read it: the bf16 working copy, or the master weight.
   TensorIn w(const ParamInfo& info) const {
     return bf16_storage_ ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
+  }
+  // A dense layer's bias as its GEMM adds it: stored as the layer's output is.
+  TensorIn bias(const ParamInfo& info, TensorOut out) const {
+    return out.bf16 ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
   }
   // The attention projection's weight, stored as atty is (which is fp32 where attention is, at any precision).
   TensorIn proj_weight(int l) const {

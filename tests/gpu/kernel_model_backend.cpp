@@ -26,16 +26,17 @@
 
 // cuBLAS's two GEMM entry points, as cuda_matmul.cu's launchers call them, computed from their column-major
 // definition: C (m, n) = alpha op(A) op(B) + beta C with op(X) = X or X^T, element (i, j) of X at X[i + j ld]:
-// cublasSgemm in fp32, and cublasGemmEx with bf16 inputs (widened exactly), fp32 C and fp32 accumulation; any other
-// cublasGemmEx call is refused, as the launchers never make one. This checks the launchers' transposes, leading
+// cublasSgemm in fp32, and cublasGemmEx with bf16 inputs (widened exactly), fp32 accumulation and an fp32 or bf16 C
+// (alpha A B + beta C formed in fp32, then rounded to nearest even); any other cublasGemmEx call is refused, as the
+// launchers never make one. This checks the launchers' transposes, leading
 // dimensions and row blocks, and the casts, bias and column-sum kernels around them; cuBLAS itself (and cuBLASLt's
 // fused epilogues, which the model backend leaves out) is for the gpu tests.
 namespace ember::kernel_model {
-template <typename In>
+template <typename In, typename Out>
 inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
-                           const In* A, int lda, const In* B, int ldb, float beta, float* C, int ldc) {
-  auto in = [](In v) {
-    if constexpr (std::is_same_v<In, BFloat16>) return from_bf16(v);
+                           const In* A, int lda, const In* B, int ldb, float beta, Out* C, int ldc) {
+  auto in = [](auto v) {
+    if constexpr (std::is_same_v<decltype(v), BFloat16>) return from_bf16(v);
     else return v;
   };
   // Row i of op(A) and column j of op(B), each copied out contiguous (and widened) once.
@@ -50,8 +51,10 @@ inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m
     for (int i = 0; i < m; ++i) {
       float acc = 0.0f;
       for (int l = 0; l < k; ++l) acc += a[size_t(i) * k + l] * b[size_t(j) * k + l];
-      float& c = C[i + size_t(j) * ldc];
-      c = alpha * acc + (beta == 0.0f ? 0.0f : beta * c);  // beta = 0: C is not read, as in cuBLAS
+      Out& c = C[i + size_t(j) * ldc];
+      const float v = alpha * acc + (beta == 0.0f ? 0.0f : beta * in(c));  // beta = 0: C is not read, as in cuBLAS
+      if constexpr (std::is_same_v<Out, BFloat16>) c = to_bf16(v);
+      else c = v;
     }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -64,10 +67,14 @@ inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOper
                               const void* alpha, const void* A, cudaDataType a_type, int lda, const void* B,
                               cudaDataType b_type, int ldb, const void* beta, void* C, cudaDataType c_type, int ldc,
                               cublasComputeType_t compute, cublasGemmAlgo_t) {
-  if (a_type != CUDA_R_16BF || b_type != CUDA_R_16BF || c_type != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
+  if (a_type != CUDA_R_16BF || b_type != CUDA_R_16BF || (c_type != CUDA_R_32F && c_type != CUDA_R_16BF) ||
+      compute != CUBLAS_COMPUTE_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  return gemm(op_a, op_b, m, n, k, *static_cast<const float*>(alpha), static_cast<const BFloat16*>(A), lda,
-              static_cast<const BFloat16*>(B), ldb, *static_cast<const float*>(beta), static_cast<float*>(C), ldc);
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  const auto* a16 = static_cast<const BFloat16*>(A);
+  const auto* b16 = static_cast<const BFloat16*>(B);
+  if (c_type == CUDA_R_16BF) return gemm(op_a, op_b, m, n, k, a, a16, lda, b16, ldb, b, static_cast<BFloat16*>(C), ldc);
+  return gemm(op_a, op_b, m, n, k, a, a16, lda, b16, ldb, b, static_cast<float*>(C), ldc);
 }
 }  // namespace ember::kernel_model
 #undef cublasSgemm
@@ -138,8 +145,9 @@ class KernelModelBackend final : public Backend {
       return bytes.data() + (256 - reinterpret_cast<uintptr_t>(bytes.data()) % 256) % 256;
     }
   } scratch_;
-  void matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC) override {
+  void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_forward");
+    check_gemm_output(out, bias, "matmul_forward");
     const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, false, 0);
     k::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), nullptr, nullptr, scratch_.get(n), n,
                              kNoStream);
@@ -167,34 +175,26 @@ class KernelModelBackend final : public Backend {
   }
 
   // Attention as CudaBackend chooses it on sm_80 and newer: the tensor-core kernels where attention_in_bf16 holds,
-  // which a bf16-stored output requires (the fp32 kernels take an fp32 one).
-  void attention_forward(TensorOut out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
-    if (NH > 0 && C % NH == 0 && attention_in_bf16(matmul_precision(), C / NH))
+  // which bf16-stored qkv and out require (the fp32 kernels take fp32 ones).
+  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override {
+    check_attention_storage(qkv, out, C, NH, "attention_forward");
+    if (attention_in_bf16(matmul_precision(), C / NH))
       k::launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, kNoStream);
     else
-      k::launch_attention_forward(fp32_out(out), lse, qkv, B, T, C, NH, kNoStream);
+      k::launch_attention_forward(out.f32(), lse, qkv.f32(), B, T, C, NH, kNoStream);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, TensorIn out, const float* lse, int B,
-                          int T, int C, int NH) override {
+  void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
+                          int C, int NH) override {
+    check_attention_storage(qkv, out, C, NH, "attention_backward");
     std::vector<float> delta(size_t(B) * NH * T);
-    if (NH > 0 && C % NH == 0 && attention_in_bf16(matmul_precision(), C / NH))
+    if (attention_in_bf16(matmul_precision(), C / NH))
       k::launch_attention_backward_tc(dqkv, delta.data(), dout, qkv, out, lse, B, T, C, NH, kNoStream);
     else
-      k::launch_attention_backward(dqkv, delta.data(), dout, qkv, fp32_out(out), lse, B, T, C, NH, kNoStream);
-  }
-  static float* fp32_out(TensorOut t) {
-    EMBER_ASSERT(!t.bf16, "attention: a bf16-stored output needs bf16 attention (attention_in_bf16)");
-    return t.f32();
-  }
-  static const float* fp32_out(TensorIn t) {
-    EMBER_ASSERT(!t.bf16, "attention: a bf16-stored output needs bf16 attention (attention_in_bf16)");
-    return t.f32();
+      k::launch_attention_backward(dqkv, delta.data(), dout, qkv.f32(), out.f32(), lse, B, T, C, NH, kNoStream);
   }
 
-  void gelu_forward(TensorOut out, const float* inp, size_t n) override {
-    k::launch_gelu_forward(out, inp, n, kNoStream);
-  }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+  void gelu_forward(TensorOut out, TensorIn inp, size_t n) override { k::launch_gelu_forward(out, inp, n, kNoStream); }
+  void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override {
     k::launch_gelu_backward(dinp, inp, dout, n, kNoStream);
   }
 

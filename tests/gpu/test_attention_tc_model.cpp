@@ -38,7 +38,7 @@ void model_attention(Floats& out, Floats& lse, Floats& dqkv, const Floats& qkv, 
                        scale);
   kernel_model::launch(attention_backward_dq_tc_kernel<HS, float>, grid, block, dqkv.data(), delta.data(), dout.data(),
                        qkv.data(), out_ref.data(), lse_ref.data(), T, C, NH, scale);
-  kernel_model::launch(attention_backward_dkv_tc_kernel<HS>, grid, block, dqkv.data(), delta.data(), dout.data(),
+  kernel_model::launch(attention_backward_dkv_tc_kernel<HS, float>, grid, block, dqkv.data(), delta.data(), dout.data(),
                        qkv.data(), lse_ref.data(), T, C, NH, scale);
 }
 

@@ -332,13 +332,14 @@ TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
 
 // (B, T, C, NH): HS = 16 with T = 150 > the 32-key tile and not a multiple of the 16/8-row blocks; HS = 64
 // (GPT-2's); HS = 128 (the kernel's maximum); HS = 5 (odd, below a warp); T = 1.
-// bf16 storage of the GEMM inputs (TensorIn/TensorOut, core/dtype.h), as the model uses it under matmul precision
-// bf16. Layernorm, the fused residual layernorm and GELU writing bf16: their fp32 results agree with the CPU's within
-// the fp32 tolerance, so the stored values agree within that plus one bf16 ulp (at most 2^-7 of the value) where the
-// two fp32 results fall either side of a rounding midpoint, which is rare (at most 1% of elements may differ at all).
-// The cast rounds as the CPU, bit for bit. The four matmul ops on the same bf16-stored inputs, at odd sizes, with a
-// bias and pre-filled gradients: within the fp32 tolerances of MatmulBf16MatchesTheCpuEmulation (K + 1 for the
-// pre-filled value); dbias is the sum of the fp32 dout, as in MatmulWithParametersInsideTheArena.
+// bf16 storage (TensorIn/TensorOut, core/dtype.h), as the model uses it under matmul precision bf16. Layernorm, the
+// fused residual layernorm, GELU and the dense layer (its bias in bf16) writing bf16: their fp32 results agree with
+// the CPU's within the fp32 tolerance, so the stored values agree within that plus one bf16 ulp (at most 2^-7 of the
+// value) where the two fp32 results fall either side of a rounding midpoint, which is rare (at most 1% of elements
+// may differ at all). GELU from a bf16-stored input, forward and backward, within the fp32 tolerance. The cast rounds
+// as the CPU, bit for bit. The four matmul ops on the same bf16-stored inputs, at odd sizes, with a bias and
+// pre-filled gradients: within the fp32 tolerances of MatmulBf16MatchesTheCpuEmulation (K + 1 for the pre-filled
+// value); dbias is the sum of the fp32 dout, as in MatmulWithParametersInsideTheArena.
 using Halves = std::vector<BFloat16>;
 using HBuf = test::BackendArray<BFloat16>;
 Floats widened(const Halves& v) {
@@ -363,8 +364,8 @@ TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
                wte = rng.normal(size_t(V) * C), g = rng.normal(size_t(N) * OC), gl = rng.normal(size_t(N) * V),
                dx0 = rng.normal(x.size()), dw0 = rng.normal(w.size()), db0 = rng.normal(OC),
                dwte0 = rng.normal(wte.size());
-  Halves ln[2], res_ln[2], gelu[2], xb[2], wb[2], tb[2];
-  Floats out[2], dx[2], dw[2], db[2], lout[2], ldx[2], ldwte[2];
+  Halves ln[2], res_ln[2], gelu[2], xb[2], wb[2], tb[2], gelu16[2], out16[2];
+  Floats out[2], dx[2], dw[2], db[2], lout[2], ldx[2], ldwte[2], gelu32[2], dgelu[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
     Backend& e = *be[k];
@@ -375,6 +376,14 @@ TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
     e.residual_layernorm_forward(res.get(), o2.get(), m.get(), r.get(), ai.get(), bi.get(), lwi.get(), lbi.get(), N, C);
     e.gelu_forward(o3.get(), hi.get(), h.size());
     ln[k] = o1.host(), res_ln[k] = o2.host(), gelu[k] = o3.host();
+    // GELU from its bf16-stored input (the cast is checked below), into either storage, and backward.
+    HBuf hb(e, h.size()), o4(e, h.size());
+    FBuf o5(e, h.size()), gh(e, g), dh(e, h.size());
+    e.cast_to_bf16(hb.get(), hi.get(), h.size());
+    e.gelu_forward(o4.get(), hb.get(), h.size());
+    e.gelu_forward(o5.get(), hb.get(), h.size());
+    e.gelu_backward(dh.get(), hb.get(), gh.get(), h.size());
+    gelu16[k] = o4.host(), gelu32[k] = o5.host(), dgelu[k] = dh.host();
     // The matmuls read the CPU's casts on both backends, so that their inputs are the same values.
     FBuf xf(e, x), wf(e, w), tf(e, wte);
     HBuf xh(e, x.size()), wh(e, w.size()), th(e, wte.size());
@@ -391,12 +400,22 @@ TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
     e.matmul_backward_transposed(lgx.get(), lgw.get(), gli.get(), xs.get(), ts.get(), N, C, V);
     out[k] = o.host(), dx[k] = gx.host(), dw[k] = gw.host(), db[k] = gb.host();
     lout[k] = lo.host(), ldx[k] = lgx.host(), ldwte[k] = lgw.host();
+    // The dense layer's output stored in bf16, its bias in bf16.
+    FBuf bf(e, bias);
+    HBuf bh(e, bias.size()), ob(e, size_t(N) * OC);
+    e.cast_to_bf16(bh.get(), bf.get(), bias.size());
+    e.matmul_forward(ob.get(), xs.get(), ws.get(), bh.get(), N, C, OC);
+    out16[k] = ob.host();
     e.set_matmul_precision(MatmulPrecision::fp32);
   }
   // Layernorm's row statistics are C-term sums; GELU is one exp and a few roundings per element (GeluAndElementwise).
   expect_close_bf16("bf16-stored layernorm out", ln[1], ln[0], fp32_tol(C, widened(ln[0])));
   expect_close_bf16("bf16-stored residual layernorm out", res_ln[1], res_ln[0], fp32_tol(C, widened(res_ln[0])));
   expect_close_bf16("bf16-stored gelu out", gelu[1], gelu[0], fp32_tol(1, widened(gelu[0])));
+  expect_close_bf16("bf16-stored gelu out from bf16", gelu16[1], gelu16[0], fp32_tol(1, widened(gelu16[0])));
+  expect_close("gelu out from bf16", gelu32[1], gelu32[0], fp32_tol(1, gelu32[0]));
+  expect_close("gelu dinp from bf16", dgelu[1], dgelu[0], fp32_tol(1, dgelu[0]));
+  expect_close_bf16("bf16-stored matmul out", out16[1], out16[0], fp32_tol(C + 1, widened(out16[0])));
   for (const Halves* v : {xb, wb, tb})
     EXPECT_EQ(std::memcmp(v[1].data(), v[0].data(), v[0].size() * sizeof(BFloat16)), 0) << "cast_to_bf16";
   expect_close("bf16-stored matmul out", out[1], out[0], fp32_tol(C + 1, out[0]));
@@ -475,16 +494,19 @@ TEST_P(CudaAttentionBf16, TensorCoresMatchTheCpuWithinTheRoundingOfPAndDS) {
   FBuf xr(*gpu, raw);
   gpu->attention_forward(o.get(), l.get(), xr.get(), B, T, C, NH);
   expect_bitwise("tc attention out from unrounded qkv", o.host(), out);
-  // bf16 storage of out: the forward pass stores its fp32 result rounded, and the backward pass gives the same bits
-  // from the rounded out stored in bf16 as from fp32 (D reads O rounded either way).
-  Halves out_ref_bf16(out_ref.size());
+  // bf16 storage of qkv and out: from qkv stored in bf16 (the same values) the forward pass stores its fp32 result
+  // rounded, with the same lse, and the backward pass gives the same bits from qkv and the rounded out stored in bf16
+  // as from fp32 (D reads O rounded either way).
+  Halves out_ref_bf16(out_ref.size()), qkv_bf16(qkv.size());
   for (size_t i = 0; i < out_ref.size(); ++i) out_ref_bf16[i] = to_bf16(out_ref[i]);
-  HBuf ob(*gpu, out.size()), ob_ref(*gpu, out_ref_bf16);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv_bf16[i] = to_bf16(qkv[i]);
+  HBuf ob(*gpu, out.size()), ob_ref(*gpu, out_ref_bf16), xb(*gpu, qkv_bf16);
   FBuf gx2(*gpu, dqkv0);
-  gpu->attention_forward(ob.get(), l.get(), x.get(), B, T, C, NH);
-  gpu->attention_backward(gx2.get(), g.get(), x.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
+  gpu->attention_forward(ob.get(), l.get(), xb.get(), B, T, C, NH);
+  expect_bitwise("tc attention lse from qkv stored in bf16", l.host(), lse);
+  gpu->attention_backward(gx2.get(), g.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
   expect_bitwise("tc attention out stored in bf16", widened(ob.host()), test::rounded_to_bf16(out));
-  expect_bitwise("tc attention dqkv from out stored in bf16", gx2.host(), dqkv);
+  expect_bitwise("tc attention dqkv from qkv and out stored in bf16", gx2.host(), dqkv);
   gpu->set_matmul_precision(MatmulPrecision::fp32);
 
   test::AttnBounds bd = test::attention_bf16_bounds(qkv, dout, B, T, C, NH);

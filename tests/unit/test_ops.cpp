@@ -970,10 +970,12 @@ TEST_F(CpuOpsMisc, AttentionBf16RoundsPAndDS) {
   }
 }
 
-// bf16 storage of the GEMM inputs (TensorIn/TensorOut, core/dtype.h): a layernorm, fused residual layernorm, GELU or
-// attention output stored in bf16 holds the fp32 output rounded to nearest even, bit for bit, with the same row
-// statistics; under matmul precision bf16 the four matmul ops give the same bits from bf16-stored inputs as from the
-// fp32-stored ones they round as they read; cast_to_bf16 rounds as round_to_bf16. Storage against those rules is
+// bf16 storage (TensorIn/TensorOut, core/dtype.h): a layernorm, fused residual layernorm, GELU, attention or dense
+// layer output stored in bf16 holds the fp32 output rounded to nearest even, bit for bit, with the same row
+// statistics (the dense layer's with its bias stored in bf16, and so the fp32 one from that bias widened); GELU from a
+// bf16-stored input gives the bits it gives from those values in fp32; under matmul precision bf16 the four matmul
+// ops give the same bits from bf16-stored inputs as from the fp32-stored ones they round as they read, and so does
+// bf16 attention from bf16-stored qkv and out; cast_to_bf16 rounds as round_to_bf16. Storage against those rules is
 // refused.
 TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
   using Halves = test::BackendArray<BFloat16>;
@@ -1006,6 +1008,20 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
     be->gelu_forward(gelu32.get(), d_h.get(), h.size());
     be->gelu_forward(gelu16.get(), d_h.get(), h.size());
     EXPECT_EQ(widened(gelu16.host()), test::rounded_to_bf16(gelu32.host())) << "gelu out";
+    // GELU from a bf16-stored input, forward into either storage and backward, against the same values in fp32.
+    const auto dh = rng.normal(h.size()), dx0 = rng.normal(h.size());
+    Floats d_hr(*be, test::rounded_to_bf16(h)), d_dh(*be, dh), gin32(*be, dx0), gin16(*be, dx0);
+    Halves h16(*be, h.size());
+    be->cast_to_bf16(h16.get(), d_h.get(), h.size());
+    be->gelu_forward(gelu32.get(), d_hr.get(), h.size());
+    const std::vector<float> from32 = gelu32.host();
+    be->gelu_forward(gelu32.get(), h16.get(), h.size());
+    EXPECT_EQ(gelu32.host(), from32) << "gelu out from a bf16-stored input";
+    be->gelu_forward(gelu16.get(), h16.get(), h.size());
+    EXPECT_EQ(widened(gelu16.host()), test::rounded_to_bf16(from32)) << "gelu bf16 out from a bf16-stored input";
+    be->gelu_backward(gin32.get(), d_hr.get(), d_dh.get(), h.size());
+    be->gelu_backward(gin16.get(), h16.get(), d_dh.get(), h.size());
+    EXPECT_EQ(gin16.host(), gin32.host()) << "gelu dinp from a bf16-stored input";
   }
   {  // ties either way, past the largest bf16, infinity, signed zero and a denormal, then random values
     std::vector<float> v = {1.00390625f, 1.01171875f, 3.4028235e38f, -INFINITY, -0.0f, 1e-40f};
@@ -1019,21 +1035,27 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
       ASSERT_EQ(to_bf16(v[i]).bits, got[i].bits) << "to_bf16 of " << v[i];
     }
   }
-  {  // attention with bf16 attention (HS 16): the stored output is the fp32 one rounded, and the backward pass gives
-     // the same bits from either storage (D reads O rounded both ways); fp32 attention (HS 8) refuses bf16 storage.
+  {  // attention with bf16 attention (HS 16): from bf16-stored qkv the stored output is the fp32 one rounded, with the
+     // same lse, and the backward pass gives the same bits from either storage (q, k, v rounded as read, D reading O
+     // rounded both ways); qkv and out stored unlike, or bf16 with fp32 attention (HS 8), are refused.
     const int B = 2, T = 21, AC = 32, NH = 2;
     const auto qkv = rng.normal(size_t(B) * T * 3 * AC), dout = rng.normal(size_t(B) * T * AC);
-    Floats d_qkv(*be, qkv), d_dout(*be, dout), o32(*be, dout.size()), lse(*be, size_t(B) * NH * T),
-        g32(*be, qkv.size()), g16(*be, qkv.size());
-    Halves o16(*be, dout.size());
+    Floats d_qkv(*be, qkv), d_dout(*be, dout), o32(*be, dout.size()), lse32(*be, size_t(B) * NH * T),
+        lse16(*be, size_t(B) * NH * T), g32(*be, qkv.size()), g16(*be, qkv.size());
+    Halves o16(*be, dout.size()), qkv16(*be, qkv.size());
+    be->cast_to_bf16(qkv16.get(), d_qkv.get(), qkv.size());
     be->set_matmul_precision(MatmulPrecision::bf16);
-    be->attention_forward(o32.get(), lse.get(), d_qkv.get(), B, T, AC, NH);
-    be->attention_forward(o16.get(), lse.get(), d_qkv.get(), B, T, AC, NH);
+    be->attention_forward(o32.get(), lse32.get(), d_qkv.get(), B, T, AC, NH);
+    be->attention_forward(o16.get(), lse16.get(), qkv16.get(), B, T, AC, NH);
     EXPECT_EQ(widened(o16.host()), test::rounded_to_bf16(o32.host())) << "attention out";
-    be->attention_backward(g32.get(), d_dout.get(), d_qkv.get(), o32.get(), lse.get(), B, T, AC, NH);
-    be->attention_backward(g16.get(), d_dout.get(), d_qkv.get(), o16.get(), lse.get(), B, T, AC, NH);
-    EXPECT_EQ(g16.host(), g32.host()) << "attention dqkv from a bf16-stored out";
-    EXPECT_THROW(be->attention_forward(o16.get(), lse.get(), d_qkv.get(), B, T, AC, 4), Error);
+    EXPECT_EQ(lse16.host(), lse32.host()) << "attention lse";
+    be->attention_backward(g32.get(), d_dout.get(), d_qkv.get(), o32.get(), lse32.get(), B, T, AC, NH);
+    be->attention_backward(g16.get(), d_dout.get(), qkv16.get(), o16.get(), lse32.get(), B, T, AC, NH);
+    EXPECT_EQ(g16.host(), g32.host()) << "attention dqkv from bf16-stored qkv and out";
+    EXPECT_THROW(be->attention_forward(o16.get(), lse16.get(), d_qkv.get(), B, T, AC, NH), Error);  // unlike
+    EXPECT_THROW(be->attention_backward(g16.get(), d_dout.get(), qkv16.get(), o32.get(), lse32.get(), B, T, AC, NH),
+                 Error);
+    EXPECT_THROW(be->attention_forward(o16.get(), lse16.get(), qkv16.get(), B, T, AC, 4), Error);
     be->set_matmul_precision(MatmulPrecision::fp32);
   }
   // The matmuls at matmul precision bf16, with a bias and pre-filled gradients, once on fp32-stored inputs and once
@@ -1062,10 +1084,28 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
   }
   const char* names[7] = {"out", "dinp", "dweight", "dbias", "lm_head out", "lm_head dinp", "lm_head dwte"};
   for (int i = 0; i < 7; ++i) EXPECT_EQ(res[1][i], res[0][i]) << "matmul " << names[i] << ": bf16 storage changed it";
-  Floats out(*be, size_t(N) * OC);
+  // A bf16-stored output with its bias in bf16, from either storage of the inputs, and without a bias: the fp32 output
+  // (from the bias widened) rounded.
+  Floats out(*be, size_t(N) * OC), d_biasr(*be, test::rounded_to_bf16(bias));
+  Halves out16(*be, size_t(N) * OC), bias16(*be, size_t(OC));
+  be->cast_to_bf16(bias16.get(), d_bias.get(), size_t(OC));
+  for (bool with_bias : {true, false}) {
+    be->matmul_forward(out.get(), d_x.get(), d_wm.get(), with_bias ? TensorIn(d_biasr.get()) : nullptr, N, C, OC);
+    const std::vector<float> want = test::rounded_to_bf16(out.host());
+    for (int k = 0; k < 2; ++k) {
+      be->matmul_forward(out16.get(), k ? TensorIn(x16.get()) : TensorIn(d_x.get()),
+                         k ? TensorIn(wm16.get()) : TensorIn(d_wm.get()), with_bias ? TensorIn(bias16.get()) : nullptr,
+                         N, C, OC);
+      EXPECT_EQ(widened(out16.host()), want) << "matmul bf16 out, " << (k ? "bf16" : "fp32") << " inputs, "
+                                             << (with_bias ? "with" : "without") << " a bias";
+    }
+  }
   EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), d_wm.get(), nullptr, N, C, OC), Error);  // stored unlike
+  EXPECT_THROW(be->matmul_forward(out16.get(), x16.get(), wm16.get(), d_bias.get(), N, C, OC), Error);  // bias unlike
+  EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), wm16.get(), bias16.get(), N, C, OC), Error);
   be->set_matmul_precision(MatmulPrecision::fp32);
   EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), wm16.get(), nullptr, N, C, OC), Error);  // bf16 under fp32
+  EXPECT_THROW(be->matmul_forward(out16.get(), d_x.get(), d_wm.get(), bias16.get(), N, C, OC), Error);
 }
 
 }  // namespace

@@ -106,23 +106,26 @@ float softmax_causal_row_bf16(float* s, int n, int ld, float* lse) {
 // Copies one head's (T, HS) slice out of rows `stride` apart into a contiguous buffer. The GEMMs read K and V once
 // per query block; packing them straight from (B, T, 3C) rows 3C apart costs a TLB miss per row at T = 1024
 // (measured 2.5x slower than from a contiguous copy, which also stays in L2 across the blocks). With `bf16` the copy
-// is rounded to bf16.
-void gather_head(float* dst, const float* src, int T, int HS, int stride, bool bf16 = false) {
-  for (int t = 0; t < T; ++t) std::memcpy(dst + size_t(t) * HS, src + size_t(t) * stride, sizeof(float) * HS);
+// is rounded to bf16; a bf16-stored src is widened.
+void gather_head(float* dst, TensorIn src, int T, int HS, int stride, bool bf16 = false) {
+  if (src.bf16) {
+    for (int t = 0; t < T; ++t) widen_bf16(dst + size_t(t) * HS, src.b16() + size_t(t) * stride, size_t(HS));
+    return;
+  }
+  for (int t = 0; t < T; ++t) std::memcpy(dst + size_t(t) * HS, src.f32() + size_t(t) * stride, sizeof(float) * HS);
   if (bf16) round_rows(dst, T, HS, HS);
 }
 
 }  // namespace
 
-void CpuBackend::attention_forward(TensorOut out,      // (B, T, C)
-                                   float* lse,        // (B, NH, T)
-                                   const float* qkv,  // (B, T, 3C)
+void CpuBackend::attention_forward(TensorOut out,  // (B, T, C)
+                                   float* lse,     // (B, NH, T)
+                                   TensorIn qkv,   // (B, T, 3C)
                                    int B, int T, int C, int NH) {
-  EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
+  check_attention_storage(qkv, out, C, NH, "attention_forward");
   const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
   const float scale = 1.0f / std::sqrt(float(HS));
   const bool bf16 = attention_in_bf16(matmul_precision_, HS);
-  EMBER_ASSERT(!out.bf16 || bf16, "attention_forward: a bf16-stored output needs bf16 attention (attention_in_bf16)");
 #pragma omp parallel if (size_t(B) * T * T * C >= cpu::kMinParallelWork)
   {
     // Per thread: one query block's scores (BQ, T) with rows padded to whole vectors, the head's K and V, and in
@@ -138,17 +141,18 @@ void CpuBackend::attention_forward(TensorOut out,      // (B, T, C)
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
-      const float* q = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // (T, HS), row stride 3C
-      gather_head(kc, q + C, T, HS, C3, bf16);
-      gather_head(vc, q + 2 * C, T, HS, C3, bf16);
+      const size_t q_off = size_t(b) * T * C3 + size_t(h) * HS;  // q (T, HS), row stride 3C; k and v after it
+      gather_head(kc, qkv.at(q_off + C), T, HS, C3, bf16);
+      gather_head(vc, qkv.at(q_off + 2 * C), T, HS, C3, bf16);
       const size_t o_off = size_t(b) * T * C + size_t(h) * HS;  // (T, HS), row stride C
       float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
         const int rows = std::min(BQ, T - i0), keys = i0 + rows;  // queries i0.. see keys 0..keys-1 at most
         const int ld = pad_lanes(keys);                           // S is (rows, keys) with row stride ld
-        const float* qb = q + size_t(i0) * C3;
-        int ldq = C3;
-        if (bf16) gather_head(qr, qb, rows, HS, C3, true), qb = qr, ldq = HS;
+        const TensorIn q = qkv.at(q_off + size_t(i0) * C3);
+        const float* qb = bf16 ? qr : q.f32();
+        const int ldq = bf16 ? HS : C3;
+        if (bf16) gather_head(qr, q, rows, HS, C3, true);
         gemm(false, true, rows, keys, HS, scale, qb, ldq, kc, HS, 0.0f, S, ld);
         for (int r = 0; r < rows; ++r) {
           float* row = S + size_t(r) * ld;
@@ -177,15 +181,14 @@ void CpuBackend::attention_forward(TensorOut out,      // (B, T, C)
 
 void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
                                     const float* dout,  // (B, T, C)
-                                    const float* qkv,   // (B, T, 3C)
+                                    TensorIn qkv,       // (B, T, 3C)
                                     TensorIn out,       // (B, T, C)
                                     const float* lse,   // (B, NH, T)
                                     int B, int T, int C, int NH) {
-  EMBER_ASSERT(NH > 0 && C % NH == 0, "attention: C must be a multiple of the number of heads NH");
+  check_attention_storage(qkv, out, C, NH, "attention_backward");
   const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
   const float scale = 1.0f / std::sqrt(float(HS));
   const bool bf16 = attention_in_bf16(matmul_precision_, HS);
-  EMBER_ASSERT(!out.bf16 || bf16, "attention_backward: a bf16-stored output needs bf16 attention (attention_in_bf16)");
   // Every (b, h) pair writes only its own columns of dqkv, so pairs run on different threads without races, and
   // within a pair the query blocks run in order: the sums are deterministic.
 #pragma omp parallel if (size_t(B) * T * T * C >= cpu::kMinParallelWork)
@@ -207,9 +210,8 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
       const size_t qkv_off = size_t(b) * T * C3 + size_t(h) * HS, out_off = size_t(b) * T * C + size_t(h) * HS;
-      const float* q = qkv + qkv_off;  // (T, HS), row stride 3C
-      gather_head(kc, q + C, T, HS, C3, bf16);
-      gather_head(vc, q + 2 * C, T, HS, C3, bf16);
+      gather_head(kc, qkv.at(qkv_off + C), T, HS, C3, bf16);  // k and v (T, HS), row stride 3C, after q
+      gather_head(vc, qkv.at(qkv_off + 2 * C), T, HS, C3, bf16);
       std::memset(dkc, 0, 2 * head_size * sizeof(float));
       float* dq = dqkv + qkv_off;      // (T, HS), row stride 3C
       const float* dO = dout + out_off;
@@ -218,10 +220,11 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
         const int rows = std::min(BQ, T - i0), keys = i0 + rows;
         const int ld = pad_lanes(keys);
         const float* dOb = dO + size_t(i0) * C;
-        const float* qb = q + size_t(i0) * C3;
+        const TensorIn q = qkv.at(qkv_off + size_t(i0) * C3);
+        const float* qb = bf16 ? qr : q.f32();
         int ldq = C3, ldo = C;
         if (bf16) {
-          gather_head(qr, qb, rows, HS, C3, true), qb = qr, ldq = HS;
+          gather_head(qr, q, rows, HS, C3, true), ldq = HS;
           gather_head(dor, dOb, rows, HS, C, true), dOb = dor, ldo = HS;
         }
         gemm(false, true, rows, keys, HS, scale, qb, ldq, kc, HS, 0.0f, P, ld);  // scaled scores

@@ -33,19 +33,19 @@ class CpuBackend final : public Backend {
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
-  void matmul_forward(float* out, TensorIn inp, TensorIn weight, const float* bias, int N, int IC, int OC) override;
+  void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override;
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
                        int N, int IC, int OC) override;
   void matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
   void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override;
 
-  void attention_forward(TensorOut out, float* lse, const float* qkv, int B, int T, int C, int NH) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, TensorIn out, const float* lse, int B,
+  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
+  void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B,
                           int T, int C, int NH) override;
 
-  void gelu_forward(TensorOut out, const float* inp, size_t n) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
+  void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;
 
   void add(float* out, const float* a, const float* b, size_t n) override;
   void accumulate(float* dst, const float* src, size_t n) override;
@@ -62,9 +62,9 @@ class CpuBackend final : public Backend {
                     float eps, float weight_decay, int t) override;
 
  private:
-  // The matmul ops' widened or rounded copies of their inputs under bf16 (inp, weight, dout), kept between calls so
-  // that a step does not allocate and fault in fresh pages for each GEMM.
-  std::vector<float> gemm_scratch_[3];
+  // The matmul ops' widened or rounded copies of their inputs under bf16 (inp, weight, dout), then a bf16-stored
+  // output's fp32 result, kept between calls so that a step does not allocate and fault in fresh pages for each GEMM.
+  std::vector<float> gemm_scratch_[4];
 };
 
 }  // namespace ember

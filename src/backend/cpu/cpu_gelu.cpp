@@ -44,34 +44,49 @@ EMBER_CPU_CLONES void gelu_backward_span(float* dinp, const float* inp, const fl
 
 }  // namespace
 
-void CpuBackend::gelu_forward(TensorOut out,      // (n)
-                              const float* inp,  // (n)
+// A bf16-stored input or output goes through fp32 pieces of kPiece elements on each thread's stack.
+constexpr size_t kPiece = 1024;
+
+void CpuBackend::gelu_forward(TensorOut out,  // (n)
+                              TensorIn inp,   // (n)
                               size_t n) {
 #pragma omp parallel if (n >= kMinParallelWork)
   {
     const cpu::Span s = cpu::thread_span(n, omp_get_thread_num(), omp_get_num_threads(), 16);
-    if (!out.bf16) {
-      gelu_forward_span(out.f32() + s.begin, inp + s.begin, s.end - s.begin);
-    } else {  // bf16 storage: pieces in fp32 as above, then rounded
-      constexpr size_t kPiece = 1024;
-      float piece[kPiece];
+    if (!out.bf16 && !inp.bf16) {
+      gelu_forward_span(out.f32() + s.begin, inp.f32() + s.begin, s.end - s.begin);
+    } else {
+      float x[kPiece], y[kPiece];
       for (size_t i = s.begin; i < s.end; i += kPiece) {
         const size_t len = std::min(kPiece, s.end - i);
-        gelu_forward_span(piece, inp + i, len);
-        for (size_t j = 0; j < len; ++j) out.b16()[i + j] = to_bf16(piece[j]);
+        if (inp.bf16) widen_bf16(x, inp.b16() + i, len);
+        const float* xi = inp.bf16 ? x : inp.f32() + i;
+        float* yi = out.bf16 ? y : out.f32() + i;
+        gelu_forward_span(yi, xi, len);
+        if (out.bf16)
+          for (size_t j = 0; j < len; ++j) out.b16()[i + j] = to_bf16(y[j]);
       }
     }
   }
 }
 
 void CpuBackend::gelu_backward(float* dinp,        // (n) +=
-                               const float* inp,   // (n)
+                               TensorIn inp,       // (n)
                                const float* dout,  // (n)
                                size_t n) {
 #pragma omp parallel if (n >= kMinParallelWork)
   {
     const cpu::Span s = cpu::thread_span(n, omp_get_thread_num(), omp_get_num_threads(), 16);
-    gelu_backward_span(dinp + s.begin, inp + s.begin, dout + s.begin, s.end - s.begin);
+    if (!inp.bf16) {
+      gelu_backward_span(dinp + s.begin, inp.f32() + s.begin, dout + s.begin, s.end - s.begin);
+    } else {
+      float x[kPiece];
+      for (size_t i = s.begin; i < s.end; i += kPiece) {
+        const size_t len = std::min(kPiece, s.end - i);
+        widen_bf16(x, inp.b16() + i, len);
+        gelu_backward_span(dinp + i, x, dout + i, len);
+      }
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // CPU backend: dense layers (out = inp @ weight + bias) and the tied lm_head (out = inp @ wte^T), both directions.
 // GEMMs go to OpenBLAS sliced over threads; the bias add and dbias reduction are plain static-split loops. With
 // matmul precision bf16 the GEMM inputs are first rounded to bf16 (into scratch copies), which emulates a bf16 GEMM
-// with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs are widened into the same scratch.
+// with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs are widened into the same scratch, and
+// a bf16-stored output is the fp32 result rounded.
 #include <omp.h>
 
 #include <vector>
@@ -37,26 +38,40 @@ const float* gemm_input(TensorIn x, size_t n, MatmulPrecision p, std::vector<flo
 
 }  // namespace
 
-void CpuBackend::matmul_forward(float* out,           // (N, OC)
-                                TensorIn inp,         // (N, IC)
-                                TensorIn weight,      // (IC, OC)
-                                const float* bias,    // (OC) or null
+void CpuBackend::matmul_forward(TensorOut out,      // (N, OC)
+                                TensorIn inp,       // (N, IC)
+                                TensorIn weight,    // (IC, OC)
+                                TensorIn bias,      // (OC) or null
                                 int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_forward");
-  // Seed out with the bias and let the GEMM accumulate onto it (beta = 1): OpenBLAS would otherwise spend the same
-  // pass zeroing out for beta = 0, so the bias costs nothing extra.
-  if (bias) {
-#pragma omp parallel for schedule(static) if (size_t(N) * OC >= kMinParallelWork)
+  check_gemm_output(out, bias, "matmul_forward");
+  auto& [si, sw, sg, so] = gemm_scratch_;
+  // A bf16-stored out: the fp32 result in scratch first, then rounded into out.
+  const size_t total = size_t(N) * OC;
+  if (out.bf16) so.resize(total);
+  float* o = out.bf16 ? so.data() : out.f32();
+  // Seed the result with the bias and let the GEMM accumulate onto it (beta = 1): OpenBLAS would otherwise spend the
+  // same pass zeroing it for beta = 0, so the bias costs nothing extra.
+  if (bias.ptr) {
+#pragma omp parallel for schedule(static) if (total >= kMinParallelWork)
     for (int r = 0; r < N; ++r) {
-      float* o = out + size_t(r) * OC;
+      float* row = o + size_t(r) * OC;
+      if (bias.bf16) {
+        widen_bf16(row, bias.b16(), size_t(OC));
+      } else {
 #pragma omp simd
-      for (int c = 0; c < OC; ++c) o[c] = bias[c];
+        for (int c = 0; c < OC; ++c) row[c] = bias.f32()[c];
+      }
     }
   }
-  auto& [si, sw, sg] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   gemm_parallel(false, false, N, OC, IC, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC,
-                gemm_input(weight, size_t(IC) * OC, p, sw), OC, bias ? 1.0f : 0.0f, out, OC);
+                gemm_input(weight, size_t(IC) * OC, p, sw), OC, bias.ptr ? 1.0f : 0.0f, o, OC);
+  if (out.bf16) {
+    BFloat16* b = out.b16();
+#pragma omp parallel for schedule(static) if (total >= kMinParallelWork)
+    for (size_t i = 0; i < total; ++i) b[i] = to_bf16(o[i]);
+  }
 }
 
 void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
@@ -67,7 +82,7 @@ void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
                                  TensorIn weight,      // (IC, OC)
                                  int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
-  auto& [si, sw, sg] = gemm_scratch_;
+  auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
   // dinp += dout @ W^T; dW += inp^T @ dout
@@ -93,7 +108,7 @@ void CpuBackend::matmul_forward_transposed(float* out,    // (N, V)
                                            TensorIn wte,  // (V, C)
                                            int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_forward_transposed");
-  auto& [si, sw, sg] = gemm_scratch_;
+  auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   gemm_parallel(false, true, N, V, C, 1.0f, gemm_input(inp, size_t(N) * C, p, si), C,
                 gemm_input(wte, size_t(V) * C, p, sw), C, 0.0f, out, V);
@@ -106,7 +121,7 @@ void CpuBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
                                             TensorIn wte,       // (V, C)
                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-  auto& [si, sw, sg] = gemm_scratch_;
+  auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* g = gemm_input(dout, size_t(N) * V, p, sg);
   // dinp += dout @ wte; dwte += dout^T @ inp

@@ -139,6 +139,7 @@ void GPT::init_weights(uint64_t seed) {
     }  // biases stay zero
   }
   backend_.copy_to_device(params_, host.data(), host.size() * sizeof(float));
+  weights_changed_ = true;
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
@@ -150,9 +151,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   Backend& be = backend_;
   be.copy_to_device(inputs_, inputs, size_t(N) * sizeof(int32_t));
   if (targets) be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
-  // The weights may have changed since the last forward (an optimizer step, a checkpoint loaded, an exchange): one
-  // cast over the arena, 6 bytes per parameter, against the ~6 N flops per parameter of a forward and backward.
-  if (bf16_storage_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+  // Where the weights may have changed since the last cast (an optimizer step, a checkpoint loaded, an exchange: all
+  // through params()): one cast over the arena, 6 bytes per parameter, once per step however many micro-batches.
+  if (bf16_storage_ && weights_changed_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+  weights_changed_ = false;
 
   be.encoder_forward(encoded_, inputs_, p(table_.wte()), p(table_.wpe()), B, T, C);
   // Each layer's closing residual add is fused with the layernorm that follows it: the next layer's ln_1, or ln_f.

@@ -29,9 +29,10 @@ class GPT {
   // Without gradients nothing is kept for backward, so activations take the layout of Recompute::full.
   // Where the backend's matmul precision is bf16 at construction, the GEMM inputs are stored in bf16: the outputs of
   // every layernorm and of GELU, attention's output where attention is bf16 too (attention_in_bf16), and a working
-  // copy of the weights that forward() refreshes from the fp32 master weights. That changes no value (those inputs
-  // are rounded to bf16 anyway) and halves their memory. So are the outputs of c_attn (where attention is bf16) and
-  // c_fc, their biases added in bf16 (core/dtype.h): GELU then reads its input rounded to bf16.
+  // copy of the weights that forward() refreshes from the fp32 master weights where they may have changed (see
+  // params()). That changes no value (those inputs are rounded to bf16 anyway) and halves their memory. So are the
+  // outputs of c_attn (where attention is bf16) and c_fc, their biases added in bf16 (core/dtype.h): GELU then reads
+  // its input rounded to bf16.
   GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true,
       Recompute recompute = Recompute::none);
   ~GPT();
@@ -52,7 +53,13 @@ class GPT {
   bool bf16_storage() const { return bf16_storage_; }   // the GEMM inputs are stored in bf16 (above)
   const ParamTable& table() const { return table_; }
   Backend& backend() { return backend_; }
-  float* params() { return params_; }  // (arena_numel()) backend memory, zero past total_numel()
+  // (arena_numel()) backend memory, zero past total_numel(). The mutable form is taken to write them: under bf16
+  // storage the next forward() recasts the working copy (and only then, so micro-batches share one cast).
+  float* params() {
+    weights_changed_ = true;
+    return params_;
+  }
+  const float* params() const { return params_; }
   float* grads() { return grads_; }    // same layout as params()
 
   // GPT-2 initialisation from Philox keyed by (seed, parameter index): N(0, 0.02) for matrices and embeddings,
@@ -133,6 +140,7 @@ class GPT {
   float* params_ = nullptr;
   float* grads_ = nullptr;
   BFloat16* params_bf16_ = nullptr;  // (arena_numel) the working copy under bf16 storage
+  bool weights_changed_ = true;      // since the working copy was cast
   int32_t *inputs_ = nullptr, *targets_ = nullptr;  // (B, T)
   float* encoded_ = nullptr;                         // (B, T, C) block 0 input
   float* attproj_ = nullptr;                         // (B, T, C) scratch: attention projection output

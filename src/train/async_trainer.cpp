@@ -11,6 +11,7 @@
 #include <cmath>
 #include <csignal>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dist/device_select.h"
@@ -173,7 +174,7 @@ TrainResult run_center(Job& job) {
     log_info("starting from scratch (seed %llu)", (unsigned long long)c.training.seed);
   }
   std::vector<float> global(n);
-  be.copy_to_host(global.data(), model.params(), n * sizeof(float));
+  be.copy_to_host(global.data(), std::as_const(model).params(), n * sizeof(float));
   AsyncCenter center(job.world.comm, job.shape, global.data(), version, tokens, samples);
 
   DataLoader val(c.data.dir, "val", job.T, c.model.vocab_size, c.training.seed, /*shuffle=*/false);
@@ -415,7 +416,7 @@ TrainResult run_worker(Job& job) {
       loss_sum += loss;
       if (slow) usleep(useconds_t((c.async.test_slowdown - 1.0f) * (now_seconds() - t_step) * 1e6));
     }
-    be.copy_to_host(x.data(), model.params(), n * sizeof(float));
+    be.copy_to_host(x.data(), std::as_const(model).params(), n * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) delta[i] = x[i] - origin[i];
     const uint64_t tokens = uint64_t(steps) * job.A * job.B * job.T;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "dist/device_select.h"
@@ -216,7 +217,7 @@ TrainResult Trainer::run() {
 
   auto save = [&]() {
     std::vector<float> params(arena), m(s.optimizer->shard_end() - s.optimizer->shard_begin()), v(m.size());
-    be.copy_to_host(params.data(), model.params(), params.size() * sizeof(float));
+    be.copy_to_host(params.data(), std::as_const(model).params(), params.size() * sizeof(float));
     be.copy_to_host(m.data(), s.optimizer->exp_avg(), m.size() * sizeof(float));
     be.copy_to_host(v.data(), s.optimizer->exp_avg_sq(), v.size() * sizeof(float));
     CheckpointMeta meta;

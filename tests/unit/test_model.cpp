@@ -283,6 +283,55 @@ TEST(GPT, Bf16StorageHalvesTheActivationsAndTracksFp32Storage) {
   EXPECT_EQ(fp32.activation_bytes - bf16.activation_bytes, halved * (sizeof(float) - sizeof(BFloat16)));
 }
 
+// Under bf16 storage forward() reads a bf16 working copy of the weights, cast only where params() was taken for
+// writing since the last cast: a forward after writes through params() (a load, an AdamW step) gives bitwise the loss
+// of a fresh model holding those weights, while the const form leaves the copy alone (weights changed behind it are
+// not all seen: the micro-batches of a step share one cast).
+TEST(GPT, Bf16WeightCopyIsRecastAfterEveryWriteThroughParams) {
+  const ModelConfig c = tiny_config();
+  const int B = 2, T = 9;
+  const auto in = random_tokens(size_t(B) * T, c.vocab_size, 11), tg = random_tokens(size_t(B) * T, c.vocab_size, 12);
+  auto backend = make_cpu_backend();
+  backend->set_matmul_precision(MatmulPrecision::bf16);
+  const size_t n = ParamTable(c).total_numel();
+  auto weights = [&](GPT& m) {
+    std::vector<float> w(n);
+    backend->copy_to_host(w.data(), std::as_const(m).params(), n * sizeof(float));
+    return w;
+  };
+  auto fresh_loss = [&](const std::vector<float>& w) {
+    GPT m(c, *backend, B, T);
+    backend->copy_to_device(m.params(), w.data(), n * sizeof(float));
+    return m.forward(in.data(), tg.data(), B, T);
+  };
+  GPT model(c, *backend, B, T);
+  ASSERT_TRUE(model.bf16_storage());
+  model.init_weights(4);
+  const double first = model.forward(in.data(), tg.data(), B, T);
+  EXPECT_EQ(first, fresh_loss(weights(model)));
+  // A load through params().
+  std::vector<float> w = weights(model);
+  Philox rng(5, 0, 0, RNG_PURPOSE_TEST);
+  for (float& x : w) x += 0.05f * rng.normal();
+  backend->copy_to_device(model.params(), w.data(), n * sizeof(float));
+  const double loaded = model.forward(in.data(), tg.data(), B, T);
+  EXPECT_NE(loaded, first);
+  EXPECT_EQ(loaded, fresh_loss(w));
+  // An AdamW step through params().
+  OptimizerConfig oc;
+  AdamW adam(*backend, model.table(), oc, 0, model.arena_numel());
+  model.zero_grad();
+  model.backward(1.0f);
+  adam.step(model.params(), model.grads(), 1e-2f);
+  const double stepped = model.forward(in.data(), tg.data(), B, T);
+  EXPECT_NE(stepped, loaded);
+  EXPECT_EQ(stepped, fresh_loss(weights(model)));
+  // Weights changed behind the const form: no recast, so the GEMMs still read the step's weights from the copy (the
+  // layernorms, embeddings and fp32 biases read the master weights), and the loss is not that of the new weights.
+  backend->copy_to_device(const_cast<float*>(std::as_const(model).params()), w.data(), n * sizeof(float));
+  EXPECT_NE(model.forward(in.data(), tg.data(), B, T), loaded);
+}
+
 // The start-up memory line is the training peak: every buffer a step uses is allocated when the model and optimizer
 // are built (counted by weight_bytes, activation_bytes and the moments), and forward, backward and the AdamW step
 // allocate nothing more, with any recompute mode.

@@ -1,7 +1,7 @@
 // CPU backend: causal multi-head self-attention, flash style (forward saves only the per-row log-sum-exp).
 // Threads take whole (batch, head) pairs; each walks its queries in blocks with small GEMMs on a private scratch.
 // Under matmul precision bf16 (for the head sizes of attention_in_bf16) the products' inputs are rounded to bf16, as
-// the CUDA backend's tensor-core kernels take them.
+// the CUDA backend's tensor-core kernels take them, and qkv and out may be stored in bf16.
 #include <cmath>
 #include <cstring>
 #include <limits>

@@ -1,4 +1,4 @@
-// CPU backend: tanh-approximate GELU, forward and backward.
+// CPU backend: tanh-approximate GELU, forward and backward; the input and the forward output may be stored in bf16.
 // Uses 0.5 (1 + tanh(u)) = sigmoid(2u), so each element needs one vectorised exp and no tanh.
 #include <omp.h>
 

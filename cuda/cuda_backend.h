@@ -56,8 +56,8 @@ class CudaBackend final : public Backend {
   void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override;
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
                        int N, int IC, int OC) override;
-  void matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
-  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
+  void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
+  void matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override;
 
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
@@ -72,8 +72,8 @@ class CudaBackend final : public Backend {
   void scale(float* x, float s, size_t n) override;
   void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override;
 
-  void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override;
-  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
+  void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V) override;
+  void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
                              int V) override;
   void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override;
 

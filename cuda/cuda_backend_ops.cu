@@ -73,14 +73,14 @@ void CudaBackend::gelu_backward(float* dinp, TensorIn inp, const float* dout, si
 
 // --- loss ---
 void CudaBackend::crossentropy_forward(float* losses,           // (N)
-                                       const float* logits,     // (N, V)
+                                       TensorIn logits,         // (N, V)
                                        const int32_t* targets,  // (N)
                                        int N, int V) {
   cuda::launch_crossentropy_forward(losses, logits, targets, N, V, stream_);
 }
 
-void CudaBackend::crossentropy_backward(float* dlogits,          // (N, V), may alias logits
-                                        const float* logits,     // (N, V)
+void CudaBackend::crossentropy_backward(TensorOut dlogits,        // (N, V), may alias logits
+                                        TensorIn logits,          // (N, V)
                                         const int32_t* targets,  // (N)
                                         float dloss, int N, int V) {
   cuda::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
@@ -175,25 +175,27 @@ void CudaBackend::matmul_backward(float* dinp,        // (N, IC) +=
                                bias_grad_, kBiasGradCapacity, bytes ? scratch(bytes) : nullptr, bytes, stream_);
 }
 
-void CudaBackend::matmul_forward_transposed(float* out,    // (N, V)
-                                            TensorIn inp,  // (N, C)
-                                            TensorIn wte,  // (V, C)
+void CudaBackend::matmul_forward_transposed(TensorOut out,  // (N, V)
+                                            TensorIn inp,   // (N, C)
+                                            TensorIn wte,   // (V, C)
                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_forward_transposed");
+  check_gemm_output(out, nullptr, "matmul_forward_transposed");
   const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, false, 0);
   cuda::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), cublas_, bytes ? scratch(bytes) : nullptr,
                                          bytes, stream_);
 }
 
-void CudaBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
-                                             float* dwte,        // (V, C) +=
-                                             const float* dout,  // (N, V)
-                                             TensorIn inp,       // (N, C)
-                                             TensorIn wte,       // (V, C)
+void CudaBackend::matmul_backward_transposed(float* dinp,    // (N, C) +=
+                                             float* dwte,    // (V, C) +=
+                                             TensorIn dout,  // (N, V)
+                                             TensorIn inp,   // (N, C)
+                                             TensorIn wte,   // (V, C)
                                              int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-  const size_t bytes =
-      cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, V, false, kDoutBlockBytes);
+  check_gemm_dout(dout, "matmul_backward_transposed");
+  const size_t bytes = cuda::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, dout.bf16 ? 0 : V,
+                                                  false, kDoutBlockBytes);
   cuda::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), cublas_,
                                           bytes ? scratch(bytes) : nullptr, bytes, stream_);
 }

@@ -1,5 +1,6 @@
 // CUDA backend: softmax cross-entropy (forward losses, backward dlogits) and the sampling softmax.
-// One block per row with block-wide max and sum reductions (fixed trees), so any V works, 50257 included.
+// One block per row with block-wide max and sum reductions (fixed trees), so any V works, 50257 included. The
+// cross-entropy's logits and dlogits may be stored in fp32 or bf16 (read widened, written rounded; sums in fp32).
 #include <cmath>
 
 #include "core/error.h"
@@ -16,79 +17,98 @@ constexpr int kRowThreads = 512;
 
 // -log softmax(x)[target] = max + log(sum e^(x - max)) - x[target]. An out-of-range target gives NaN: the ids
 // are device data, so they cannot be checked on the host without a sync, and a NaN loss is reported downstream.
+template <typename InT>
 __global__ void __launch_bounds__(kRowThreads)
     crossentropy_forward_kernel(float* losses,           // (N)
-                                const float* logits,     // (N, V)
+                                const InT* logits,       // (N, V)
                                 const int32_t* targets,  // (N)
                                 int V) {
   __shared__ float scratch[kWarpSize];
-  const float* x = logits + size_t(blockIdx.x) * V;
+  const InT* x = logits + size_t(blockIdx.x) * V;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, x[j]);
+  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, load(&x[j]));
   m = block_reduce<float, true>(m, scratch);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - m);
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(load(&x[j]) - m);
   sum = block_reduce<float, false>(sum, scratch);
   if (threadIdx.x == 0) {
     const int t = targets[blockIdx.x];
-    losses[blockIdx.x] = t >= 0 && t < V ? m + logf(sum) - x[t] : NAN;
+    losses[blockIdx.x] = t >= 0 && t < V ? m + logf(sum) - load(&x[t]) : NAN;
   }
 }
 
 // y = a * softmax(x * inv_t) - (j == target ? a : 0), y allowed to alias x: every thread reads x[j] before it
 // writes y[j] at the same j, and the reductions finish (block barriers) before any write.
+template <typename OutT, typename InT>
 __global__ void __launch_bounds__(kRowThreads)
-    scaled_softmax_kernel(float* probs,            // (N, V), may alias logits
-                          const float* logits,     // (N, V)
+    scaled_softmax_kernel(OutT* probs,             // (N, V), may alias logits
+                          const InT* logits,       // (N, V)
                           const int32_t* targets,  // (N) or null
                           float inv_t, float a, int V) {
   __shared__ float scratch[kWarpSize];
-  const float* x = logits + size_t(blockIdx.x) * V;
-  float* y = probs + size_t(blockIdx.x) * V;
+  const InT* x = logits + size_t(blockIdx.x) * V;
+  OutT* y = probs + size_t(blockIdx.x) * V;
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, x[j]);
+  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, load(&x[j]));
   const float shift = block_reduce<float, true>(m, scratch) * inv_t;  // max(x / t) = max(x) / t for t > 0
   float sum = 0.0f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] * inv_t - shift);
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(load(&x[j]) * inv_t - shift);
   sum = block_reduce<float, false>(sum, scratch);
   const float s = a / sum;
   int t = -1;
   if (targets) {
     t = targets[blockIdx.x];
     if (t < 0 || t >= V) {  // out of range: a NaN row (see crossentropy_forward_kernel)
-      for (int j = threadIdx.x; j < V; j += blockDim.x) y[j] = NAN;
+      for (int j = threadIdx.x; j < V; j += blockDim.x) store(&y[j], NAN);
       return;
     }
   }
   for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    const float p = expf(x[j] * inv_t - shift) * s;
-    y[j] = j == t ? p - a : p;
+    const float p = expf(load(&x[j]) * inv_t - shift) * s;
+    store(&y[j], j == t ? p - a : p);
   }
+}
+
+template <typename OutT, typename InT>
+void scaled_softmax(unsigned rows, cudaStream_t stream, OutT* probs, const InT* logits, const int32_t* targets,
+                    float inv_t, float a, int V) {
+  auto* const kernel = scaled_softmax_kernel<OutT, InT>;  // one macro argument
+  EMBER_KERNEL_LAUNCH(kernel, rows, kRowThreads, stream, probs, logits, targets, inv_t, a, V);
+  EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void launch_crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
+void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V,
                                  cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "crossentropy_forward: N and V must be positive");
-  EMBER_KERNEL_LAUNCH(crossentropy_forward_kernel, unsigned(N), kRowThreads, stream, losses, logits, targets, V);
+  if (logits.bf16)
+    EMBER_KERNEL_LAUNCH(crossentropy_forward_kernel<__nv_bfloat16>, unsigned(N), kRowThreads, stream, losses,
+                        device_bf16(logits), targets, V);
+  else
+    EMBER_KERNEL_LAUNCH(crossentropy_forward_kernel<float>, unsigned(N), kRowThreads, stream, losses, logits.f32(),
+                        targets, V);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-void launch_crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
+void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
                                   int V, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "crossentropy_backward: N and V must be positive");
-  EMBER_KERNEL_LAUNCH(scaled_softmax_kernel, unsigned(N), kRowThreads, stream, dlogits, logits, targets, 1.0f, dloss,
-                      V);
-  EMBER_CUDA_LAUNCH_CHECK();
+  const unsigned grid = unsigned(N);
+  if (dlogits.bf16 && logits.bf16)
+    scaled_softmax(grid, stream, device_bf16(dlogits), device_bf16(logits), targets, 1.0f, dloss, V);
+  else if (dlogits.bf16)
+    scaled_softmax(grid, stream, device_bf16(dlogits), logits.f32(), targets, 1.0f, dloss, V);
+  else if (logits.bf16)
+    scaled_softmax(grid, stream, dlogits.f32(), device_bf16(logits), targets, 1.0f, dloss, V);
+  else
+    scaled_softmax(grid, stream, dlogits.f32(), logits.f32(), targets, 1.0f, dloss, V);
 }
 
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "softmax_forward: N and V must be positive");
   EMBER_ASSERT(temperature > 0.0f, "softmax: temperature must be positive");
-  EMBER_KERNEL_LAUNCH(scaled_softmax_kernel, unsigned(N), kRowThreads, stream, probs, logits, nullptr,
-                      1.0f / temperature, 1.0f, V);
-  EMBER_CUDA_LAUNCH_CHECK();
+  scaled_softmax(unsigned(N), stream, probs, logits, nullptr, 1.0f / temperature, 1.0f, V);
 }
 
 }  // namespace cuda

@@ -347,27 +347,32 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
   }
 }
 
-void launch_matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
+void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle, void* scratch, size_t scratch_bytes,
                                       cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0 && V > 0, "matmul_forward_transposed: N, C and V must be positive");
+  EMBER_ASSERT(!out.bf16 || bf16, "matmul_forward_transposed: a bf16-stored output needs matmul precision bf16");
   const GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * C, wte, size_t(V) * C, scratch, scratch_bytes, stream);
   // out^T (V, N) = wte (V, C) @ inp^T (C, N); wte as stored is (C, V) column-major, hence op T.
-  gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, in.weight.ptr, C, in.inp.ptr, C, 0.0f, out, V);
+  gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, in.weight.ptr, C, in.inp.ptr, C, 0.0f, out.ptr, V, out.bf16);
 }
 
-void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N,
+void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
                                        int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
                                        size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0 && V > 0, "matmul_backward_transposed: N, C and V must be positive");
+  EMBER_ASSERT(!dout.bf16 || bf16, "matmul_backward_transposed: a bf16-stored dout needs matmul precision bf16");
   const GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * C, wte, size_t(V) * C, scratch, scratch_bytes, stream);
-  const int rows = in.bf16 ? rows_per_block(in.rest_bytes, V, N) : N;  // as in launch_matmul_backward
+  // A bf16-stored dout is read as it is, all rows at once; an fp32 one under bf16 is cast in blocks of rows, as in
+  // launch_matmul_backward.
+  const bool cast = in.bf16 && !dout.bf16;
+  const int rows = cast ? rows_per_block(in.rest_bytes, V, N) : N;
   auto* dout_bf16 = reinterpret_cast<BFloat16*>(in.rest);
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int R = N - r0 < rows ? N - r0 : rows;
-    const void* g = dout + size_t(r0) * V;  // (R, V)
-    if (in.bf16) {
-      launch_cast_to_bf16(dout_bf16, dout + size_t(r0) * V, size_t(R) * V, stream);
+    const void* g = dout.at(size_t(r0) * V).ptr;  // (R, V)
+    if (cast) {
+      launch_cast_to_bf16(dout_bf16, dout.f32() + size_t(r0) * V, size_t(R) * V, stream);
       g = dout_bf16;
     }
     // dinp^T (C, R) += wte^T (C, V) @ dout^T (V, R)

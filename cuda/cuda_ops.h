@@ -66,8 +66,9 @@ class LtGemm {
 // matmul (cuBLAS: fp32 without TF32, or with `bf16` bf16 inputs and fp32 accumulation); the handle is bound to
 // `stream`. With `lt`, the bias is added in the GEMM's epilogue and, in fp32, dbias comes from the dweight GEMM's,
 // through `bias_grad` (device scratch of `bias_grad_capacity` floats), wherever cuBLASLt offers that; null: the plain
-// path. inp and weight (or wte) are stored alike. The forward pass's out may be stored in bf16 under `bf16`, the bias
-// then in bf16 too (the fp32 sum rounded once). With `bf16`, fp32-stored inputs are rounded into `scratch` first
+// path. inp and weight (or wte) are stored alike. The forward passes' out may be stored in bf16 under `bf16`, the bias
+// then in bf16 too (the fp32 sum rounded once), and so may the lm_head's dout (read as it is, in one block;
+// matmul_scratch_bytes takes dout_cols 0 for it). With `bf16`, fp32-stored inputs are rounded into `scratch` first
 // (bf16-stored ones are read as they are), and the backward passes round dout into the scratch after them, as many
 // whole rows at a time as fit, each block of rows one GEMM of each kind. A dbias summed by a kernel (always in bf16,
 // where cuBLASLt does not offer it in fp32) takes its partial sums from the scratch too. matmul_scratch_bytes is what
@@ -82,10 +83,10 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
                             TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
                             float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
                             cudaStream_t stream);
-void launch_matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
+void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle, void* scratch, size_t scratch_bytes,
                                       cudaStream_t stream);
-void launch_matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N,
+void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
                                        int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
                                        size_t scratch_bytes, cudaStream_t stream);
 
@@ -115,9 +116,10 @@ void launch_cast_to_bf16(BFloat16* out, const float* inp, size_t n, cudaStream_t
 void launch_widen_bf16(float* out, const BFloat16* inp, size_t n, cudaStream_t stream);  // exact
 
 // loss and sampling softmax
-void launch_crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
+// logits and dlogits may be stored in fp32 or bf16; dlogits may alias logits (stored alike)
+void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V,
                                  cudaStream_t stream);
-void launch_crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
+void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
                                   int V, cudaStream_t stream);
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream);
 

@@ -8,6 +8,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "data/tokenizer.h"
@@ -56,7 +57,14 @@ int cmd_generate(int argc, char** argv) {
     const int T = int(std::min<size_t>(tokens.size(), size_t(mc.block_size)));
     const int32_t* ctx = tokens.data() + tokens.size() - T;
     loaded.model->forward(ctx, nullptr, 1, T);
-    backend->copy_to_host(logits.data(), loaded.model->logits() + size_t(T - 1) * V, V * sizeof(float));
+    const TensorIn last = loaded.model->logits().at(size_t(T - 1) * V);
+    if (last.bf16) {
+      std::vector<BFloat16> stored(V);
+      backend->copy_to_host(stored.data(), last.b16(), V * sizeof(BFloat16));
+      widen_bf16(logits.data(), stored.data(), V);
+    } else {
+      backend->copy_to_host(logits.data(), last.f32(), V * sizeof(float));
+    }
     // Only ids the tokenizer can decode are candidates (the model may have padding rows beyond them).
     std::iota(order.begin(), order.end(), 0);
     const int k = top_k > 0 ? std::min(top_k, tok_V) : tok_V;

@@ -21,6 +21,11 @@ void Backend::check_gemm_output(TensorOut out, TensorIn bias, const char* op) co
                std::string(op) + ": a bf16-stored output needs matmul precision bf16");
 }
 
+void Backend::check_gemm_dout(TensorIn dout, const char* op) const {
+  EMBER_ASSERT(!dout.bf16 || matmul_precision_ == MatmulPrecision::bf16,
+               std::string(op) + ": a bf16-stored dout needs matmul precision bf16");
+}
+
 void Backend::check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const {
   EMBER_ASSERT(NH > 0 && C % NH == 0, std::string(op) + ": C must be a multiple of the number of heads NH");
   EMBER_ASSERT(qkv.bf16 == out.bf16, std::string(op) + ": qkv and out must be stored alike (both bf16 or fp32)");

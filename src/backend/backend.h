@@ -105,17 +105,19 @@ class Backend {
                                TensorIn inp,         // (N, IC)
                                TensorIn weight,      // (IC, OC)
                                int N, int IC, int OC) = 0;
-  // Logits against the tied embedding: out = inp @ wte^T, i.e. weight stored (V, C). Used for the lm_head.
-  virtual void matmul_forward_transposed(float* out,   // (N, V)
-                                         TensorIn inp,  // (N, C)
-                                         TensorIn wte,  // (V, C)
+  // Logits against the tied embedding: out = inp @ wte^T, i.e. weight stored (V, C). Used for the lm_head. out may be
+  // stored in bf16 under matmul precision bf16 (the fp32 result rounded once).
+  virtual void matmul_forward_transposed(TensorOut out,  // (N, V)
+                                         TensorIn inp,   // (N, C)
+                                         TensorIn wte,   // (V, C)
                                          int N, int C, int V) = 0;
-  // dinp += dout @ wte; dwte += dout^T @ inp.
-  virtual void matmul_backward_transposed(float* dinp,        // (N, C) +=
-                                          float* dwte,        // (V, C) +=
-                                          const float* dout,  // (N, V)
-                                          TensorIn inp,       // (N, C)
-                                          TensorIn wte,       // (V, C)
+  // dinp += dout @ wte; dwte += dout^T @ inp. dout may be stored in bf16 under matmul precision bf16, where an
+  // fp32-stored one is rounded as read: a GEMM input like the others.
+  virtual void matmul_backward_transposed(float* dinp,    // (N, C) +=
+                                          float* dwte,    // (V, C) +=
+                                          TensorIn dout,  // (N, V)
+                                          TensorIn inp,   // (N, C)
+                                          TensorIn wte,   // (V, C)
                                           int N, int C, int V) = 0;
 
   // --- causal multi-head self-attention, flash style: never stores the (T, T) matrix ---
@@ -144,15 +146,16 @@ class Backend {
   virtual void scale(float* x, float s, size_t n) = 0;                          // x *= s
   virtual void cast_to_bf16(BFloat16* out, const float* inp, size_t n) = 0;    // out = bf16(inp), nearest even
 
-  // --- softmax cross-entropy over V classes; targets in [0, V) ---
-  virtual void crossentropy_forward(float* losses,          // (N) per-row -log p[target]
-                                    const float* logits,    // (N, V)
+  // --- softmax cross-entropy over V classes; targets in [0, V). The logits and dlogits may be stored in bf16 (the
+  // sums are fp32 either way; dlogits is its fp32 value rounded). ---
+  virtual void crossentropy_forward(float* losses,           // (N) per-row -log p[target]
+                                    TensorIn logits,         // (N, V)
                                     const int32_t* targets,  // (N)
                                     int N, int V) = 0;
-  // dlogits = dloss * (softmax(logits) - onehot(target)); OVERWRITES dlogits, which may alias logits.
-  virtual void crossentropy_backward(float* dlogits,          // (N, V)
-                                     const float* logits,     // (N, V)
-                                     const int32_t* targets,  // (N)
+  // dlogits = dloss * (softmax(logits) - onehot(target)); OVERWRITES dlogits, which may alias logits (stored alike).
+  virtual void crossentropy_backward(TensorOut dlogits,        // (N, V)
+                                     TensorIn logits,          // (N, V)
+                                     const int32_t* targets,   // (N)
                                      float dloss, int N, int V) = 0;
   // Row-wise softmax with temperature, for sampling: probs = softmax(logits / temperature).
   virtual void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) = 0;
@@ -197,6 +200,7 @@ class Backend {
   // Assert what the ops require of their storage (the conventions above); `op` names the op.
   void check_gemm_inputs(TensorIn inp, TensorIn weight, const char* op) const;
   void check_gemm_output(TensorOut out, TensorIn bias, const char* op) const;  // matmul_forward's out and bias
+  void check_gemm_dout(TensorIn dout, const char* op) const;  // matmul_backward_transposed's dout
   void check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const;
   // Implementations call these for every allocation they make and free (null pointers are ignored).
   void track_alloc(const void* ptr, size_t bytes);

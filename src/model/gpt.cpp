@@ -32,7 +32,7 @@ float* GPT::alloc_floats(size_t n, bool weights) {
   return static_cast<float*>(ptr);
 }
 
-TensorOut GPT::alloc_gemm_input(size_t n, bool bf16) {
+TensorOut GPT::alloc_activation(size_t n, bool bf16) {
   if (!bf16) return alloc_floats(n);
   void* ptr = backend_.alloc(n * sizeof(BFloat16));
   activation_bytes_ += n * sizeof(BFloat16);
@@ -74,20 +74,20 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   LayerActs scratch{};
   auto fill = [&](LayerActs& a, bool attention, bool mlp) {
     if (attention) {
-      a.ln1 = alloc_gemm_input(BT * C, bf16_storage_);
+      a.ln1 = alloc_activation(BT * C, bf16_storage_);
       a.ln1_mean = alloc_floats(BT);
       a.ln1_rstd = alloc_floats(BT);
-      a.qkv = alloc_gemm_input(BT * 3 * C, bf16_attention_out_);
-      a.atty = alloc_gemm_input(BT * C, bf16_attention_out_);
+      a.qkv = alloc_activation(BT * 3 * C, bf16_attention_out_);
+      a.atty = alloc_activation(BT * C, bf16_attention_out_);
       a.lse = alloc_floats(BT * NH);
     }
     if (mlp) {
       a.residual2 = alloc_floats(BT * C);
-      a.ln2 = alloc_gemm_input(BT * C, bf16_storage_);
+      a.ln2 = alloc_activation(BT * C, bf16_storage_);
       a.ln2_mean = alloc_floats(BT);
       a.ln2_rstd = alloc_floats(BT);
-      a.fch = alloc_gemm_input(BT * 4 * C, bf16_storage_);
-      a.fch_gelu = alloc_gemm_input(BT * 4 * C, bf16_storage_);
+      a.fch = alloc_activation(BT * 4 * C, bf16_storage_);
+      a.fch_gelu = alloc_activation(BT * 4 * C, bf16_storage_);
     }
   };
   if (!keep_attention || !keep_mlp) fill(scratch, !keep_attention, !keep_mlp);
@@ -97,10 +97,10 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     fill(a, keep_attention, keep_mlp);
     a.residual3 = alloc_floats(BT * C);
   }
-  lnf_ = alloc_gemm_input(BT * C, bf16_storage_);
+  lnf_ = alloc_activation(BT * C, bf16_storage_);
   lnf_mean_ = alloc_floats(BT);
   lnf_rstd_ = alloc_floats(BT);
-  logits_ = alloc_floats(BT * V);
+  logits_ = alloc_activation(BT * V, bf16_storage_);
   losses_ = alloc_floats(BT);
   losses_host_.resize(BT);
   if (with_grads) {

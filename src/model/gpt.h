@@ -79,7 +79,9 @@ class GPT {
   // to start all-reducing a layer's gradients while earlier layers are still running backward. Empty: no calls.
   void set_backward_hook(std::function<void(int)> hook) { backward_hook_ = std::move(hook); }
 
-  const float* logits() const { return logits_; }  // (B, T, V) backend memory, after forward
+  // (B, T, V) backend memory, after forward; in bf16 under bf16 storage (the lm_head's output, rounded once, as
+  // PyTorch's bf16 autocast gives it; the cross-entropy reads it so, and backward writes dlogits over it in bf16).
+  TensorIn logits() const { return logits_; }
 
  private:
   struct LayerActs {
@@ -111,7 +113,7 @@ class GPT {
     return bf16_attention_out_ ? w(info) : TensorIn(params_ + info.offset);
   }
   float* alloc_floats(size_t n, bool weights = false);
-  TensorOut alloc_gemm_input(size_t n, bool bf16);  // bf16 where `bf16`, else fp32
+  TensorOut alloc_activation(size_t n, bool bf16);  // bf16 where `bf16`, else fp32
   // Forward pieces of layer l: ln_1 of its input; c_attn and attention; c_proj, the residual add (residual2) fused
   // with ln_2; c_fc and GELU; c_proj and the residual add (residual3) fused with the next layernorm (the next layer's
   // ln_1, or ln_f). Forward runs ln_1 only for layer 0; backward reruns the first four as recompute asks, ln_1 with
@@ -148,7 +150,7 @@ class GPT {
   std::vector<LayerActs> layers_;
   TensorOut lnf_;                                    // (B, T, C), a GEMM input
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T), (B, T)
-  float* logits_ = nullptr;                                            // (B, T, V)
+  TensorOut logits_;                                                   // (B, T, V)
   float* losses_ = nullptr;                                            // (B, T)
   std::vector<float> losses_host_;
   // Backward scratch, each zeroed before use because backward ops accumulate.

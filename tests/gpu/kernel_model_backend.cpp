@@ -160,15 +160,17 @@ class KernelModelBackend final : public Backend {
     k::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), nullptr, nullptr, nullptr,
                               0, scratch_.get(n), n, kNoStream);
   }
-  void matmul_forward_transposed(float* out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
+  void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
     check_gemm_inputs(inp, wte, "matmul_forward_transposed");
+    check_gemm_output(out, nullptr, "matmul_forward_transposed");
     const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, false, 0);
     k::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), nullptr, scratch_.get(n), n, kNoStream);
   }
-  void matmul_backward_transposed(float* dinp, float* dwte, const float* dout, TensorIn inp, TensorIn wte, int N, int C,
+  void matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override {
     check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, V, false,
+    check_gemm_dout(dout, "matmul_backward_transposed");
+    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, dout.bf16 ? 0 : V, false,
                                              size_t(kScratchRows) * V * sizeof(BFloat16));
     k::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), nullptr, scratch_.get(n), n,
                                          kNoStream);
@@ -205,10 +207,10 @@ class KernelModelBackend final : public Backend {
     k::launch_cast_to_bf16(out, inp, n, kNoStream);
   }
 
-  void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
+  void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V) override {
     k::launch_crossentropy_forward(losses, logits, targets, N, V, kNoStream);
   }
-  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N,
+  void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
                              int V) override {
     k::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, kNoStream);
   }

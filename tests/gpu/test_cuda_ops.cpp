@@ -333,13 +333,14 @@ TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
 // (B, T, C, NH): HS = 16 with T = 150 > the 32-key tile and not a multiple of the 16/8-row blocks; HS = 64
 // (GPT-2's); HS = 128 (the kernel's maximum); HS = 5 (odd, below a warp); T = 1.
 // bf16 storage (TensorIn/TensorOut, core/dtype.h), as the model uses it under matmul precision bf16. Layernorm, the
-// fused residual layernorm, GELU and the dense layer (its bias in bf16) writing bf16: their fp32 results agree with
-// the CPU's within the fp32 tolerance, so the stored values agree within that plus one bf16 ulp (at most 2^-7 of the
-// value) where the two fp32 results fall either side of a rounding midpoint, which is rare (at most 1% of elements
-// may differ at all). GELU from a bf16-stored input, forward and backward, within the fp32 tolerance. The cast rounds
-// as the CPU, bit for bit. The four matmul ops on the same bf16-stored inputs, at odd sizes, with a bias and
-// pre-filled gradients: within the fp32 tolerances of MatmulBf16MatchesTheCpuEmulation (K + 1 for the pre-filled
-// value); dbias is the sum of the fp32 dout, as in MatmulWithParametersInsideTheArena.
+// fused residual layernorm, GELU, the dense layer (its bias in bf16) and the lm_head writing bf16: their fp32 results
+// agree with the CPU's within the fp32 tolerance, so the stored values agree within that plus one bf16 ulp (at most
+// 2^-7 of the value) where the two fp32 results fall either side of a rounding midpoint, which is rare (at most 1% of
+// elements may differ at all). GELU from a bf16-stored input, forward and backward, within the fp32 tolerance. The
+// cast rounds as the CPU, bit for bit. The four matmul ops on the same bf16-stored inputs (the lm_head's backward
+// pass also from a bf16-stored dout), at odd sizes, with a bias and pre-filled gradients: within the fp32 tolerances
+// of MatmulBf16MatchesTheCpuEmulation (K + 1 for the pre-filled value); dbias is the sum of the fp32 dout, as in
+// MatmulWithParametersInsideTheArena.
 using Halves = std::vector<BFloat16>;
 using HBuf = test::BackendArray<BFloat16>;
 Floats widened(const Halves& v) {
@@ -364,8 +365,8 @@ TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
                wte = rng.normal(size_t(V) * C), g = rng.normal(size_t(N) * OC), gl = rng.normal(size_t(N) * V),
                dx0 = rng.normal(x.size()), dw0 = rng.normal(w.size()), db0 = rng.normal(OC),
                dwte0 = rng.normal(wte.size());
-  Halves ln[2], res_ln[2], gelu[2], xb[2], wb[2], tb[2], gelu16[2], out16[2];
-  Floats out[2], dx[2], dw[2], db[2], lout[2], ldx[2], ldwte[2], gelu32[2], dgelu[2];
+  Halves ln[2], res_ln[2], gelu[2], xb[2], wb[2], tb[2], gelu16[2], out16[2], lout16[2];
+  Floats out[2], dx[2], dw[2], db[2], lout[2], ldx[2], ldwte[2], gelu32[2], dgelu[2], ldx16[2], ldwte16[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
     Backend& e = *be[k];
@@ -406,6 +407,13 @@ TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
     e.cast_to_bf16(bh.get(), bf.get(), bias.size());
     e.matmul_forward(ob.get(), xs.get(), ws.get(), bh.get(), N, C, OC);
     out16[k] = ob.host();
+    // The lm_head's output stored in bf16, and its backward pass from dout stored in bf16 (the CPU's cast of gl).
+    HBuf lob(e, size_t(N) * V), glh(e, gl.size());
+    FBuf lgx16(e, dx0), lgw16(e, dwte0);
+    e.matmul_forward_transposed(lob.get(), xs.get(), ts.get(), N, C, V);
+    e.cast_to_bf16(glh.get(), gli.get(), gl.size());
+    e.matmul_backward_transposed(lgx16.get(), lgw16.get(), glh.get(), xs.get(), ts.get(), N, C, V);
+    lout16[k] = lob.host(), ldx16[k] = lgx16.host(), ldwte16[k] = lgw16.host();
     e.set_matmul_precision(MatmulPrecision::fp32);
   }
   // Layernorm's row statistics are C-term sums; GELU is one exp and a few roundings per element (GeluAndElementwise).
@@ -425,6 +433,9 @@ TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
   expect_close("bf16-stored lm_head out", lout[1], lout[0], fp32_tol(C, lout[0]));
   expect_close("bf16-stored lm_head dinp", ldx[1], ldx[0], fp32_tol(V + 1, ldx[0]));
   expect_close("bf16-stored lm_head dwte", ldwte[1], ldwte[0], fp32_tol(N + 1, ldwte[0]));
+  expect_close_bf16("bf16-stored lm_head out", lout16[1], lout16[0], fp32_tol(C, widened(lout16[0])));
+  expect_close("lm_head dinp from a bf16-stored dout", ldx16[1], ldx16[0], fp32_tol(V + 1, ldx16[0]));
+  expect_close("lm_head dwte from a bf16-stored dout", ldwte16[1], ldwte16[0], fp32_tol(N + 1, ldwte16[0]));
 }
 
 struct AttnShape {
@@ -597,6 +608,39 @@ TEST_P(CudaLoss, CrossEntropyAndSoftmax) {
   expect_close("crossentropy_backward", dl[1], dl[0], fp32_tol(V, dl[0]));
   expect_close("crossentropy_backward in place", dl_inplace[1], dl[0], fp32_tol(V, dl[0]));
   expect_close("softmax_forward T=0.7", probs[1], probs[0], fp32_tol(V, probs[0]));
+}
+
+// The cross-entropy on logits stored in bf16, as the model keeps them under matmul precision bf16 (the values rounded
+// on the host, the same on both backends): the losses and an fp32 dlogits within the tolerances of
+// CrossEntropyAndSoftmax; dlogits stored in bf16, in place over the logits, within those plus a bf16 ulp (expect_close_bf16).
+TEST_P(CudaLoss, CrossEntropyFromBf16Logits) {
+  const auto [N, V] = GetParam();
+  Rng rng(19 + uint32_t(V));
+  const Floats raw = rng.normal(size_t(N) * V, 3.0f);
+  std::vector<BFloat16> logits(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) logits[i] = to_bf16(raw[i]);
+  const Ints targets = rng.tokens(N, V);
+  const float dloss = 1.0f / float(N);
+  Floats loss[2], dl[2];
+  std::vector<BFloat16> dl_inplace[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    test::BackendArray<BFloat16> x(*be[k], logits);
+    FBuf l(*be[k], Floats(N)), d(*be[k], Floats(logits.size(), 5.0f));
+    IBuf t(*be[k], targets);
+    be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V);
+    be[k]->crossentropy_backward(d.get(), x.get(), t.get(), dloss, N, V);
+    loss[k] = l.host(), dl[k] = d.host();
+    be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V);
+    dl_inplace[k] = x.host();
+  }
+  std::vector<BFloat16> dl16(dl[0].size());
+  for (size_t i = 0; i < dl16.size(); ++i) dl16[i] = to_bf16(dl[0][i]);
+  expect_close("crossentropy_forward from bf16", loss[1], loss[0], fp32_tol(V, loss[0]));
+  expect_close("crossentropy_backward from bf16", dl[1], dl[0], fp32_tol(V, dl[0]));
+  EXPECT_EQ(std::memcmp(dl_inplace[0].data(), dl16.data(), dl16.size() * sizeof(BFloat16)), 0)
+      << "the CPU's bf16 dlogits are its fp32 ones rounded";
+  expect_close_bf16("crossentropy_backward bf16 in place", dl_inplace[1], dl_inplace[0], fp32_tol(V, dl[0]));
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLoss, ::testing::Values(LossShape{37, 101}, LossShape{3, 50257}, LossShape{5, 1}),
                          [](const auto& info) {

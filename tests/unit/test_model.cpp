@@ -225,8 +225,9 @@ TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
 
 // bf16 storage (GPT's constructor): under matmul precision bf16 the model keeps its GEMM inputs (the ln_1, ln_2, GELU
 // and ln_f outputs, attention's with bf16 attention, and a working copy of the weights) in bf16, which changes no
-// value (CpuOpsMisc.Bf16StorageChangesNoValue), and the outputs of c_attn and c_fc, which rounds them once more, their
-// biases in bf16. Five AdamW steps (the weight copy refreshed after each):
+// value (CpuOpsMisc.Bf16StorageChangesNoValue), and the outputs of c_attn, c_fc (their biases in bf16) and the
+// lm_head, which rounds them once more (the logits' gradient, which backward writes over them, is rounded as read
+// anyway). Five AdamW steps (the weight copy refreshed after each):
 //  - recompute attention and full give bitwise the losses and weights of none, as in fp32 (the recomputed tensors are
 //    stored as the kept ones are);
 //  - they track a model that stores everything in fp32 (built at fp32, then run at bf16) within the 2% of
@@ -273,13 +274,14 @@ TEST(GPT, Bf16StorageHalvesTheActivationsAndTracksFp32Storage) {
     EXPECT_NEAR(bf16.losses[s] / fp32.losses[s], 1.0, 0.02) << "step " << s;
     differ += bf16.losses[s] != fp32.losses[s];
   }
-  EXPECT_GT(differ, 0) << "storing c_attn's and c_fc's outputs in bf16 changed no loss: were they rounded?";
+  EXPECT_GT(differ, 0) << "storing c_attn's, c_fc's and the lm_head's outputs in bf16 changed no loss: were they "
+                          "rounded?";
   const size_t arena = (ParamTable(c).total_numel() + GPT::ARENA_ALIGN - 1) / GPT::ARENA_ALIGN * GPT::ARENA_ALIGN;
   EXPECT_EQ(bf16.weight_bytes - fp32.weight_bytes, arena * sizeof(BFloat16));
   // Per layer and token ln_1, attention's output (HS 16: bf16 attention), ln_2 (C each), qkv (3C), fch and GELU's
-  // output (4C each), then ln_f (C).
+  // output (4C each), then ln_f (C) and the logits (V).
   ASSERT_TRUE(attention_in_bf16(MatmulPrecision::bf16, c.n_embd / c.n_head));
-  const size_t halved = size_t(B) * T * (size_t(c.n_layer) * 14 + 1) * c.n_embd;
+  const size_t halved = size_t(B) * T * ((size_t(c.n_layer) * 14 + 1) * c.n_embd + c.vocab_size);
   EXPECT_EQ(fp32.activation_bytes - bf16.activation_bytes, halved * (sizeof(float) - sizeof(BFloat16)));
 }
 

@@ -1100,12 +1100,54 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
                                              << (with_bias ? "with" : "without") << " a bias";
     }
   }
+  // The lm_head's output stored in bf16 is its fp32 output rounded; its backward pass gives the same bits from dout
+  // stored in bf16 as from the fp32 dout it rounds as it reads.
+  {
+    Floats lout(*be, size_t(N) * V), ldx(*be, dx0), ldwte(*be, dwte0);
+    Halves lout16(*be, size_t(N) * V), gl16(*be, gl.size());
+    be->matmul_forward_transposed(lout16.get(), x16.get(), wte16.get(), N, C, V);
+    EXPECT_EQ(widened(lout16.host()), test::rounded_to_bf16(res[0][4])) << "lm_head bf16 out";
+    be->cast_to_bf16(gl16.get(), d_gl.get(), gl.size());
+    be->matmul_backward_transposed(ldx.get(), ldwte.get(), gl16.get(), x16.get(), wte16.get(), N, C, V);
+    EXPECT_EQ(ldx.host(), res[0][5]) << "lm_head dinp from a bf16-stored dout";
+    EXPECT_EQ(ldwte.host(), res[0][6]) << "lm_head dwte from a bf16-stored dout";
+  }
   EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), d_wm.get(), nullptr, N, C, OC), Error);  // stored unlike
   EXPECT_THROW(be->matmul_forward(out16.get(), x16.get(), wm16.get(), d_bias.get(), N, C, OC), Error);  // bias unlike
   EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), wm16.get(), bias16.get(), N, C, OC), Error);
   be->set_matmul_precision(MatmulPrecision::fp32);
   EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), wm16.get(), nullptr, N, C, OC), Error);  // bf16 under fp32
   EXPECT_THROW(be->matmul_forward(out16.get(), d_x.get(), d_wm.get(), bias16.get(), N, C, OC), Error);
+  {
+    Halves lout16(*be, size_t(N) * V), gl16(*be, gl.size());
+    Floats ldx(*be, dx0), ldwte(*be, dwte0);
+    EXPECT_THROW(be->matmul_forward_transposed(lout16.get(), d_x.get(), d_wte.get(), N, C, V), Error);
+    EXPECT_THROW(
+        be->matmul_backward_transposed(ldx.get(), ldwte.get(), gl16.get(), d_x.get(), d_wte.get(), N, C, V), Error);
+  }
+  // The cross-entropy on logits stored in bf16: the losses are those of the same values in fp32, and dlogits (into
+  // either storage, in place over the bf16 logits too) is the fp32 one rounded, bit for bit.
+  {
+    const int R = 13, K = 211;
+    const auto logits = test::rounded_to_bf16(rng.normal(size_t(R) * K, 4.0f));
+    std::vector<int32_t> tg(R);
+    for (int r = 0; r < R; ++r) tg[size_t(r)] = int32_t((r * 37) % K);
+    test::BackendArray<int32_t> d_tg(*be, tg);
+    Floats d_lg(*be, logits), loss32(*be, R), loss16(*be, R), dl32(*be, logits.size()), dl32b(*be, logits.size());
+    Halves lg16(*be, logits.size()), dl16(*be, logits.size());
+    be->cast_to_bf16(lg16.get(), d_lg.get(), logits.size());
+    be->crossentropy_forward(loss32.get(), d_lg.get(), d_tg.get(), R, K);
+    be->crossentropy_forward(loss16.get(), lg16.get(), d_tg.get(), R, K);
+    EXPECT_EQ(loss16.host(), loss32.host()) << "cross-entropy from bf16-stored logits";
+    be->crossentropy_backward(dl32.get(), d_lg.get(), d_tg.get(), 0.25f, R, K);
+    be->crossentropy_backward(dl32b.get(), lg16.get(), d_tg.get(), 0.25f, R, K);
+    EXPECT_EQ(dl32b.host(), dl32.host()) << "dlogits from bf16-stored logits";
+    be->crossentropy_backward(dl16.get(), d_lg.get(), d_tg.get(), 0.25f, R, K);
+    const std::vector<float> want = test::rounded_to_bf16(dl32.host());
+    EXPECT_EQ(widened(dl16.host()), want) << "dlogits stored in bf16";
+    be->crossentropy_backward(lg16.get(), lg16.get(), d_tg.get(), 0.25f, R, K);
+    EXPECT_EQ(widened(lg16.host()), want) << "dlogits stored in bf16 over the logits";
+  }
 }
 
 }  // namespace

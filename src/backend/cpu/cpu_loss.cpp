@@ -1,7 +1,9 @@
 // CPU backend: softmax cross-entropy (forward losses, backward dlogits) and the sampling softmax.
-// Rows are independent and split statically over threads; each row is max-shifted so exp never overflows.
+// Rows are independent and split statically over threads; each row is max-shifted so exp never overflows. The
+// cross-entropy's logits and dlogits may be stored in bf16.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
@@ -55,25 +57,42 @@ void check_targets(const int32_t* targets, int N, int V) {
 
 }  // namespace
 
+// Rows stored in bf16 are widened into (or computed in, and rounded from) a row of fp32 per thread.
 void CpuBackend::crossentropy_forward(float* losses,           // (N)
-                                      const float* logits,     // (N, V)
+                                      TensorIn logits,         // (N, V)
                                       const int32_t* targets,  // (N)
                                       int N, int V) {
   check_targets(targets, N, V);
-#pragma omp parallel for schedule(static) if (size_t(N) * V >= kMinParallelWork)
-  for (int r = 0; r < N; ++r) losses[r] = crossentropy_row(logits + size_t(r) * V, targets[r], V);
+#pragma omp parallel if (size_t(N) * V >= kMinParallelWork)
+  {
+    std::vector<float> row(logits.bf16 ? size_t(V) : 0);
+#pragma omp for schedule(static)
+    for (int r = 0; r < N; ++r) {
+      if (logits.bf16) widen_bf16(row.data(), logits.b16() + size_t(r) * V, size_t(V));
+      losses[r] = crossentropy_row(logits.bf16 ? row.data() : logits.f32() + size_t(r) * V, targets[r], V);
+    }
+  }
 }
 
-void CpuBackend::crossentropy_backward(float* dlogits,          // (N, V), may alias logits
-                                       const float* logits,     // (N, V)
-                                       const int32_t* targets,  // (N)
+void CpuBackend::crossentropy_backward(TensorOut dlogits,        // (N, V), may alias logits
+                                       TensorIn logits,          // (N, V)
+                                       const int32_t* targets,   // (N)
                                        float dloss, int N, int V) {
   check_targets(targets, N, V);
-#pragma omp parallel for schedule(static) if (size_t(N) * V >= kMinParallelWork)
-  for (int r = 0; r < N; ++r) {
-    float* g = dlogits + size_t(r) * V;
-    scaled_softmax_row(g, logits + size_t(r) * V, 1.0f, dloss, V);  // dloss * softmax, in place if aliased
-    g[targets[r]] -= dloss;
+#pragma omp parallel if (size_t(N) * V >= kMinParallelWork)
+  {
+    std::vector<float> row(logits.bf16 || dlogits.bf16 ? size_t(V) : 0);
+#pragma omp for schedule(static)
+    for (int r = 0; r < N; ++r) {
+      const size_t at = size_t(r) * V;
+      if (logits.bf16) widen_bf16(row.data(), logits.b16() + at, size_t(V));
+      const float* x = logits.bf16 ? row.data() : logits.f32() + at;
+      float* g = dlogits.bf16 ? row.data() : dlogits.f32() + at;
+      scaled_softmax_row(g, x, 1.0f, dloss, V);  // dloss * softmax, in place if aliased
+      g[targets[r]] -= dloss;
+      if (dlogits.bf16)
+        for (int j = 0; j < V; ++j) dlogits.b16()[at + size_t(j)] = to_bf16(row[size_t(j)]);
+    }
   }
 }
 

@@ -1,10 +1,11 @@
 // CPU backend: dense layers (out = inp @ weight + bias) and the tied lm_head (out = inp @ wte^T), both directions.
 // GEMMs go to OpenBLAS sliced over threads; the bias add and dbias reduction are plain static-split loops. With
 // matmul precision bf16 the GEMM inputs are first rounded to bf16 (into scratch copies), which emulates a bf16 GEMM
-// with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs are widened into the same scratch, and
-// a bf16-stored output is the fp32 result rounded.
+// with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs (the lm_head's dout included) are
+// widened into the same scratch, and a bf16-stored output is the fp32 result rounded, computed in blocks of rows.
 #include <omp.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -36,6 +37,29 @@ const float* gemm_input(TensorIn x, size_t n, MatmulPrecision p, std::vector<flo
   return s;
 }
 
+// An (M, ncols) row-major GEMM result stored in `out`: straight into it in fp32; in bf16 computed in fp32 in blocks of
+// rows (at most kRoundedBlockFloats floats of `scratch`, one row at least) and rounded into it. rows(r0, R, dst)
+// writes rows r0 .. r0 + R - 1 of the fp32 result to dst (row stride ncols).
+constexpr size_t kRoundedBlockFloats = size_t(1) << 22;  // 16 MiB
+template <typename Rows>
+void gemm_rows_into(TensorOut out, int M, int ncols, std::vector<float>& scratch, Rows rows) {
+  if (!out.bf16) {
+    rows(0, M, out.f32());
+    return;
+  }
+  const int block = int(std::max<size_t>(1, std::min<size_t>(size_t(M), kRoundedBlockFloats / size_t(ncols))));
+  scratch.resize(size_t(block) * ncols);
+  for (int r0 = 0; r0 < M; r0 += block) {
+    const int R = std::min(block, M - r0);
+    rows(r0, R, scratch.data());
+    const size_t n = size_t(R) * ncols;
+    BFloat16* b = out.b16() + size_t(r0) * ncols;
+    const float* f = scratch.data();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+    for (size_t i = 0; i < n; ++i) b[i] = to_bf16(f[i]);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::matmul_forward(TensorOut out,      // (N, OC)
@@ -46,32 +70,26 @@ void CpuBackend::matmul_forward(TensorOut out,      // (N, OC)
   check_gemm_inputs(inp, weight, "matmul_forward");
   check_gemm_output(out, bias, "matmul_forward");
   auto& [si, sw, sg, so] = gemm_scratch_;
-  // A bf16-stored out: the fp32 result in scratch first, then rounded into out.
-  const size_t total = size_t(N) * OC;
-  if (out.bf16) so.resize(total);
-  float* o = out.bf16 ? so.data() : out.f32();
-  // Seed the result with the bias and let the GEMM accumulate onto it (beta = 1): OpenBLAS would otherwise spend the
-  // same pass zeroing it for beta = 0, so the bias costs nothing extra.
-  if (bias.ptr) {
-#pragma omp parallel for schedule(static) if (total >= kMinParallelWork)
-    for (int r = 0; r < N; ++r) {
-      float* row = o + size_t(r) * OC;
-      if (bias.bf16) {
-        widen_bf16(row, bias.b16(), size_t(OC));
-      } else {
+  const MatmulPrecision p = matmul_precision_;
+  const float* x = gemm_input(inp, size_t(N) * IC, p, si);
+  const float* w = gemm_input(weight, size_t(IC) * OC, p, sw);
+  gemm_rows_into(out, N, OC, so, [&](int r0, int R, float* o) {
+    // Seed the rows with the bias and let the GEMM accumulate onto it (beta = 1): OpenBLAS would otherwise spend the
+    // same pass zeroing them for beta = 0, so the bias costs nothing extra.
+    if (bias.ptr) {
+#pragma omp parallel for schedule(static) if (size_t(R) * OC >= kMinParallelWork)
+      for (int r = 0; r < R; ++r) {
+        float* row = o + size_t(r) * OC;
+        if (bias.bf16) {
+          widen_bf16(row, bias.b16(), size_t(OC));
+        } else {
 #pragma omp simd
-        for (int c = 0; c < OC; ++c) row[c] = bias.f32()[c];
+          for (int c = 0; c < OC; ++c) row[c] = bias.f32()[c];
+        }
       }
     }
-  }
-  const MatmulPrecision p = matmul_precision_;
-  gemm_parallel(false, false, N, OC, IC, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC,
-                gemm_input(weight, size_t(IC) * OC, p, sw), OC, bias.ptr ? 1.0f : 0.0f, o, OC);
-  if (out.bf16) {
-    BFloat16* b = out.b16();
-#pragma omp parallel for schedule(static) if (total >= kMinParallelWork)
-    for (size_t i = 0; i < total; ++i) b[i] = to_bf16(o[i]);
-  }
+    gemm_parallel(false, false, R, OC, IC, 1.0f, x + size_t(r0) * IC, IC, w, OC, bias.ptr ? 1.0f : 0.0f, o, OC);
+  });
 }
 
 void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
@@ -103,24 +121,29 @@ void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
   }
 }
 
-void CpuBackend::matmul_forward_transposed(float* out,    // (N, V)
-                                           TensorIn inp,  // (N, C)
-                                           TensorIn wte,  // (V, C)
+void CpuBackend::matmul_forward_transposed(TensorOut out,  // (N, V)
+                                           TensorIn inp,   // (N, C)
+                                           TensorIn wte,   // (V, C)
                                            int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_forward_transposed");
+  check_gemm_output(out, nullptr, "matmul_forward_transposed");
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
-  gemm_parallel(false, true, N, V, C, 1.0f, gemm_input(inp, size_t(N) * C, p, si), C,
-                gemm_input(wte, size_t(V) * C, p, sw), C, 0.0f, out, V);
+  const float* x = gemm_input(inp, size_t(N) * C, p, si);
+  const float* w = gemm_input(wte, size_t(V) * C, p, sw);
+  gemm_rows_into(out, N, V, so, [&](int r0, int R, float* o) {
+    gemm_parallel(false, true, R, V, C, 1.0f, x + size_t(r0) * C, C, w, C, 0.0f, o, V);
+  });
 }
 
-void CpuBackend::matmul_backward_transposed(float* dinp,        // (N, C) +=
-                                            float* dwte,        // (V, C) +=
-                                            const float* dout,  // (N, V)
-                                            TensorIn inp,       // (N, C)
-                                            TensorIn wte,       // (V, C)
+void CpuBackend::matmul_backward_transposed(float* dinp,   // (N, C) +=
+                                            float* dwte,   // (V, C) +=
+                                            TensorIn dout,  // (N, V)
+                                            TensorIn inp,  // (N, C)
+                                            TensorIn wte,  // (V, C)
                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
+  check_gemm_dout(dout, "matmul_backward_transposed");
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* g = gemm_input(dout, size_t(N) * V, p, sg);

@@ -18,8 +18,8 @@ namespace {
 // registers per accumulator. Tiles are staged in static shared memory; rows read by lane index are padded to
 // kMaxHS + 1 floats so that the 32 lanes hit 32 different banks.
 constexpr int kMaxHS = 128;
-constexpr int kTile = kWarpSize;                   // keys (forward, dQ) or queries (dK/dV) per shared tile
-constexpr int kDimsPerLane = kMaxHS / kWarpSize;   // 4
+constexpr int kTile = kWarpSize;                  // keys (forward, dQ) or queries (dK/dV) per shared tile
+constexpr int kDimsPerLane = kMaxHS / kWarpSize;  // 4
 constexpr int kPad = kMaxHS + 1;
 // Forward: 16 query rows per block share each K/V tile; shared memory 8 KB (Q) + 16.1 KB (K) + 16 KB (V) = 40.1 KB.
 constexpr int kForwardRows = 16;
@@ -28,11 +28,10 @@ constexpr int kForwardRows = 16;
 constexpr int kBackwardRows = 8;
 
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
-__global__ void __launch_bounds__(kForwardRows * kWarpSize)
-    attention_forward_kernel(float* out,        // (B, T, C)
-                             float* lse,        // (B, NH, T)
-                             const float* qkv,  // (B, T, 3C)
-                             int T, int C, int NH, float scale) {
+__global__ void __launch_bounds__(kForwardRows* kWarpSize) attention_forward_kernel(float* out,        // (B, T, C)
+                                                                                    float* lse,        // (B, NH, T)
+                                                                                    const float* qkv,  // (B, T, 3C)
+                                                                                    int T, int C, int NH, float scale) {
   __shared__ float q_s[kForwardRows][kMaxHS];
   __shared__ float k_s[kTile][kPad];
   __shared__ float v_s[kTile][kMaxHS];
@@ -102,7 +101,7 @@ __global__ void __launch_bounds__(kForwardRows * kWarpSize)
 
 // Backward, pass 1 (per query row i): D_i = dO_i . O_i (saved to delta for pass 2), and
 // dQ_i += scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
-__global__ void __launch_bounds__(kBackwardRows * kWarpSize)
+__global__ void __launch_bounds__(kBackwardRows* kWarpSize)
     attention_backward_dq_kernel(float* dqkv,        // (B, T, 3C) +=, q columns only
                                  float* delta,       // (B, NH, T) out: D
                                  const float* dout,  // (B, T, C)
@@ -184,7 +183,7 @@ __global__ void __launch_bounds__(kBackwardRows * kWarpSize)
 
 // Backward, pass 2 (per key row j): dV_j += sum_{i >= j} P_ij dO_i and dK_j += scale * sum_{i >= j} dS_ij Q_i,
 // walking query tiles in order from i = the block's first key row. Each dK/dV element has one owner: no atomics.
-__global__ void __launch_bounds__(kBackwardRows * kWarpSize)
+__global__ void __launch_bounds__(kBackwardRows* kWarpSize)
     attention_backward_dkv_kernel(float* dqkv,         // (B, T, 3C) +=, k and v columns only
                                   const float* delta,  // (B, NH, T) D from pass 1
                                   const float* dout,   // (B, T, C)

@@ -2,9 +2,9 @@
 // precision bf16 on sm_80 and newer for head sizes 16, 32 and 64.
 #include "core/dtype.h"
 #include "core/error.h"
+#include "cuda_attention_tc.cuh"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
-#include "cuda_attention_tc.cuh"
 #include "cuda_ops.h"
 
 namespace ember::cuda {
@@ -42,9 +42,15 @@ void backward_tc(float* dqkv, float* delta, const float* dout, const StoreT* qkv
 template <typename StoreT>
 void forward_tc_hs(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   switch (C / NH) {
-    case 16: forward_tc<16>(out, lse, qkv, B, T, C, NH, stream); break;
-    case 32: forward_tc<32>(out, lse, qkv, B, T, C, NH, stream); break;
-    default: forward_tc<64>(out, lse, qkv, B, T, C, NH, stream); break;
+    case 16:
+      forward_tc<16>(out, lse, qkv, B, T, C, NH, stream);
+      break;
+    case 32:
+      forward_tc<32>(out, lse, qkv, B, T, C, NH, stream);
+      break;
+    default:
+      forward_tc<64>(out, lse, qkv, B, T, C, NH, stream);
+      break;
   }
 }
 
@@ -52,9 +58,15 @@ template <typename StoreT>
 void backward_tc_hs(float* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out,
                     const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   switch (C / NH) {
-    case 16: backward_tc<16>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
-    case 32: backward_tc<32>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
-    default: backward_tc<64>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream); break;
+    case 16:
+      backward_tc<16>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream);
+      break;
+    case 32:
+      backward_tc<32>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream);
+      break;
+    default:
+      backward_tc<64>(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream);
+      break;
   }
 }
 

@@ -33,11 +33,11 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 4;
-constexpr int kRows = 16 * kWarps;  // query rows (forward, dQ) or key rows (dK/dV) per block: 16 per warp
-constexpr int kTile = 64;           // keys (forward, dQ) or queries (dK/dV) per shared tile; equal to kRows, so
-                                    // tiles and blocks share boundaries and the diagonal falls in one tile
-constexpr int kSkew = 8;            // bf16 of padding per shared row: a row of 64 + 8 is 36 words, 4 mod 32, so the
-                                    // 8 rows x 4 words a fragment load touches hit 32 different banks
+constexpr int kRows = 16 * kWarps;   // query rows (forward, dQ) or key rows (dK/dV) per block: 16 per warp
+constexpr int kTile = 64;            // keys (forward, dQ) or queries (dK/dV) per shared tile; equal to kRows, so
+                                     // tiles and blocks share boundaries and the diagonal falls in one tile
+constexpr int kSkew = 8;             // bf16 of padding per shared row: a row of 64 + 8 is 36 words, 4 mod 32, so the
+                                     // 8 rows x 4 words a fragment load touches hit 32 different banks
 constexpr int kLdT = kTile + kSkew;  // row length of tiles stored transposed (head dim major)
 
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
@@ -144,11 +144,10 @@ __device__ inline void stage(bf16* dst, bf16* dst_t, const SrcT* src, int row0, 
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
 // Warp w owns query rows i0 + 16 w .. + 15 and keeps their q fragments and output accumulators in registers.
 template <int HS, typename StoreT>
-__global__ void __launch_bounds__(kWarps * kWarpSize)
-    attention_forward_tc_kernel(StoreT* out,         // (B, T, C)
-                                float* lse,          // (B, NH, T)
-                                const StoreT* qkv,   // (B, T, 3C)
-                                int T, int C, int NH, float scale) {
+__global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel(StoreT* out,        // (B, T, C)
+                                                                                 float* lse,         // (B, NH, T)
+                                                                                 const StoreT* qkv,  // (B, T, 3C)
+                                                                                 int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
   __shared__ __align__(16) bf16 q_s[kRows * LD];
   __shared__ __align__(16) bf16 k_s[kTile * LD];
@@ -231,13 +230,13 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
 // Backward, pass 1 (per query row i): D_i = dO_i . O_i in fp32 with O rounded to bf16 (saved to delta for pass 2),
 // and dQ_i += scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
 template <int HS, typename StoreT>
-__global__ void __launch_bounds__(kWarps * kWarpSize)
-    attention_backward_dq_tc_kernel(float* dqkv,          // (B, T, 3C) +=, q columns only
-                                    float* delta,         // (B, NH, T) out: D
-                                    const float* dout,    // (B, T, C)
-                                    const StoreT* qkv,    // (B, T, 3C)
-                                    const StoreT* out,    // (B, T, C)
-                                    const float* lse,     // (B, NH, T)
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    attention_backward_dq_tc_kernel(float* dqkv,        // (B, T, 3C) +=, q columns only
+                                    float* delta,       // (B, NH, T) out: D
+                                    const float* dout,  // (B, T, C)
+                                    const StoreT* qkv,  // (B, T, 3C)
+                                    const StoreT* out,  // (B, T, C)
+                                    const float* lse,   // (B, NH, T)
                                     int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
   __shared__ __align__(16) bf16 q_s[kRows * LD];
@@ -312,7 +311,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize)
 // Warp w owns key rows j_first + 16 w .. + 15 and computes the transposed scores S^T = K Q^T and dP^T = V dO^T
 // against each query tile, so P^T and dS^T come out as the A fragments of dV and dK directly.
 template <int HS, typename StoreT>
-__global__ void __launch_bounds__(kWarps * kWarpSize)
+__global__ void __launch_bounds__(kWarps* kWarpSize)
     attention_backward_dkv_tc_kernel(float* dqkv,         // (B, T, 3C) +=, k and v columns only
                                      const float* delta,  // (B, NH, T) D from pass 1
                                      const float* dout,   // (B, T, C)

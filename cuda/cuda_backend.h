@@ -46,10 +46,10 @@ class CudaBackend final : public Backend {
                        int C) override;
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override;
 
-  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                         int N, int C) override;
-  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a, const float* b,
-                                  const float* weight, const float* bias, int N, int C) override;
+  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int N, int C) override;
+  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
+                                  const float* b, const float* weight, const float* bias, int N, int C) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
@@ -61,8 +61,8 @@ class CudaBackend final : public Backend {
                                   int V) override;
 
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
-  void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B,
-                          int T, int C, int NH) override;
+  void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
+                          int C, int NH) override;
 
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
   void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;
@@ -101,7 +101,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  double* reduce_ = nullptr;  // (kSumSquaresBlocks + 1) partial sums of sum_squares
+  double* reduce_ = nullptr;          // (kSumSquaresBlocks + 1) partial sums of sum_squares
   AdamWSegment* segments_ = nullptr;  // device copy of adamw_update_segments' segments
   size_t segments_capacity_ = 0;
   // cuBLASLt for the dense layers' fused bias epilogues: its workspace, and the bias gradient its epilogue writes

@@ -79,8 +79,8 @@ void CudaBackend::crossentropy_forward(float* losses,           // (N)
   cuda::launch_crossentropy_forward(losses, logits, targets, N, V, stream_);
 }
 
-void CudaBackend::crossentropy_backward(TensorOut dlogits,        // (N, V), may alias logits
-                                        TensorIn logits,          // (N, V)
+void CudaBackend::crossentropy_backward(TensorOut dlogits,       // (N, V), may alias logits
+                                        TensorIn logits,         // (N, V)
                                         const int32_t* targets,  // (N)
                                         float dloss, int N, int V) {
   cuda::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
@@ -97,8 +97,8 @@ double CudaBackend::sum_squares(const float* x,  // (n)
                                 size_t n) {
   cuda::launch_sum_squares(reduce_, x, n, stream_);
   double total = 0.0;
-  EMBER_CUDA_CHECK(cudaMemcpyAsync(&total, reduce_ + cuda::kSumSquaresBlocks, sizeof(double),
-                                   cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_CHECK(
+      cudaMemcpyAsync(&total, reduce_ + cuda::kSumSquaresBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return total;
 }
@@ -114,9 +114,8 @@ void CudaBackend::adamw_update(float* params,       // (n)
                             stream_);
 }
 
-void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
-                                        const AdamWSegment* segs, size_t nseg, float lr, float beta1, float beta2,
-                                        float eps, int t) {
+void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
+                                        size_t nseg, float lr, float beta1, float beta2, float eps, int t) {
   EMBER_ASSERT(t >= 1, "adamw_update_segments: the step t is 1-based");
   if (nseg == 0) return;
   for (size_t k = 0; k < nseg; ++k)
@@ -135,8 +134,8 @@ void CudaBackend::adamw_update_segments(float* params, const float* grads, float
   }
   // From pageable memory the copy has read segs when it returns; stream order puts it after any update still queued.
   EMBER_CUDA_CHECK(cudaMemcpyAsync(segments_, segs, nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice, stream_));
-  cuda::launch_adamw_update_segments(params, grads, m, v, segments_, int(nseg), segs[nseg - 1].end - segs[0].begin,
-                                     lr, beta1, beta2, eps, cuda::adamw_inv_bias_correction(beta1, t),
+  cuda::launch_adamw_update_segments(params, grads, m, v, segments_, int(nseg), segs[nseg - 1].end - segs[0].begin, lr,
+                                     beta1, beta2, eps, cuda::adamw_inv_bias_correction(beta1, t),
                                      cuda::adamw_inv_bias_correction(beta2, t), stream_);
 }
 

@@ -30,11 +30,11 @@ inline std::string nccl_error_string(ncclResult_t rc) {
 
 }  // namespace ember::cuda
 
-#define EMBER_CUDA_CHECK(stmt)                                                           \
-  EMBER_CHECK_GEN("CUDA", stmt, ember_rc_ == cudaSuccess, ::ember::cuda::cuda_error_string(ember_rc_), \
-                  "check that a GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES), has free memory, and that the "  \
+#define EMBER_CUDA_CHECK(stmt)                                                                                     \
+  EMBER_CHECK_GEN("CUDA", stmt, ember_rc_ == cudaSuccess, ::ember::cuda::cuda_error_string(ember_rc_),             \
+                  "check that a GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES), has free memory, and that the " \
                   "driver supports this CUDA toolkit")
-#define EMBER_CUBLAS_CHECK(stmt)                                                                            \
+#define EMBER_CUBLAS_CHECK(stmt)                                                                                     \
   EMBER_CHECK_GEN("cuBLAS", stmt, ember_rc_ == CUBLAS_STATUS_SUCCESS, ::ember::cuda::cublas_error_string(ember_rc_), \
                   "check GPU memory (cuBLAS needs workspace) and the matrix sizes passed to the GEMM")
 // After a kernel launch: catches bad launch configurations at once (asynchronous faults surface at the next sync).
@@ -45,9 +45,9 @@ inline std::string nccl_error_string(ncclResult_t rc) {
 #define EMBER_CUDA_LAUNCH_CHECK() EMBER_CUDA_CHECK(cudaGetLastError())
 #endif
 #ifdef EMBER_HAVE_NCCL
-#define EMBER_NCCL_CHECK(stmt)                                                                                  \
-  EMBER_CHECK_GEN("NCCL", stmt, ember_rc_ == ncclSuccess, ::ember::cuda::nccl_error_string(ember_rc_),         \
-                  "every rank needs a GPU of its own (ranks sharing one need training.comm = mpi); on consumer "  \
-                  "GPUs without peer-to-peer set NCCL_P2P_DISABLE=1, on Ethernet NCCL_IB_DISABLE=1 and "          \
+#define EMBER_NCCL_CHECK(stmt)                                                                                   \
+  EMBER_CHECK_GEN("NCCL", stmt, ember_rc_ == ncclSuccess, ::ember::cuda::nccl_error_string(ember_rc_),           \
+                  "every rank needs a GPU of its own (ranks sharing one need training.comm = mpi); on consumer " \
+                  "GPUs without peer-to-peer set NCCL_P2P_DISABLE=1, on Ethernet NCCL_IB_DISABLE=1 and "         \
                   "NCCL_SOCKET_IFNAME=<interface>; NCCL_DEBUG=INFO shows what NCCL tried")
 #endif

@@ -50,15 +50,15 @@ __device__ inline __nv_bfloat16 as_bf16(float v) { return __float2bfloat16_rn(v)
 __device__ inline __nv_bfloat16 as_bf16(__nv_bfloat16 v) { return v; }
 // The same element's value as a float: rounded to bf16, or widened (exactly).
 template <typename T>
-__device__ inline float bf16_value(T v) { return __bfloat162float(as_bf16(v)); }
+__device__ inline float bf16_value(T v) {
+  return __bfloat162float(as_bf16(v));
+}
 // An element of fp32 or bf16 storage as a float, as stored.
 __device__ inline float load(const float* p) { return *p; }
 __device__ inline float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 
 // A bf16-stored TensorIn or TensorOut (core/dtype.h) as the device's bf16 type.
-inline const __nv_bfloat16* device_bf16(TensorIn t) {
-  return reinterpret_cast<const __nv_bfloat16*>(t.b16());
-}
+inline const __nv_bfloat16* device_bf16(TensorIn t) { return reinterpret_cast<const __nv_bfloat16*>(t.b16()); }
 inline __nv_bfloat16* device_bf16(TensorOut t) { return reinterpret_cast<__nv_bfloat16*>(t.b16()); }
 
 // Xor butterflies: addition and max are commutative, so every lane ends with the bitwise-same result.
@@ -77,12 +77,18 @@ __device__ inline float warp_max(float v) {
 template <typename T, bool kMax>
 __device__ inline T block_reduce(T v, T* scratch) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, nwarps = blockDim.x / kWarpSize;
-  if constexpr (kMax) v = warp_max(v); else v = warp_sum(v);
+  if constexpr (kMax)
+    v = warp_max(v);
+  else
+    v = warp_sum(v);
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   const T identity = kMax ? T(-INFINITY) : T(0);
   T r = lane < nwarps ? scratch[lane] : identity;
-  if constexpr (kMax) r = warp_max(r); else r = warp_sum(r);
+  if constexpr (kMax)
+    r = warp_max(r);
+  else
+    r = warp_sum(r);
   __syncthreads();
   return r;
 }

@@ -19,8 +19,7 @@ __global__ void accumulate_kernel(float* dst, const float* src, size_t n) {  // 
 }
 
 __global__ void scale_kernel(float* x, float s, size_t n) {  // (n)
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    x[i] *= s;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) x[i] *= s;
 }
 
 __global__ void cast_to_bf16_kernel(__nv_bfloat16* out, const float* inp, size_t n) {  // (n) each

@@ -15,8 +15,8 @@ constexpr float kCubic = 0.044715f;
 constexpr float kMinExpArg = -80.0f, kMaxExpArg = 60.0f;
 
 template <typename OutT, typename InT>
-__global__ void gelu_forward_kernel(OutT* out,        // (n)
-                                    const InT* inp,   // (n)
+__global__ void gelu_forward_kernel(OutT* out,       // (n)
+                                    const InT* inp,  // (n)
                                     size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float x = load(&inp[i]);
@@ -52,10 +52,14 @@ void gelu_forward(OutT* out, const InT* inp, size_t n, cudaStream_t stream) {
 
 void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  if (out.bf16 && inp.bf16) gelu_forward(device_bf16(out), device_bf16(inp), n, stream);
-  else if (out.bf16) gelu_forward(device_bf16(out), inp.f32(), n, stream);
-  else if (inp.bf16) gelu_forward(out.f32(), device_bf16(inp), n, stream);
-  else gelu_forward(out.f32(), inp.f32(), n, stream);
+  if (out.bf16 && inp.bf16)
+    gelu_forward(device_bf16(out), device_bf16(inp), n, stream);
+  else if (out.bf16)
+    gelu_forward(device_bf16(out), inp.f32(), n, stream);
+  else if (inp.bf16)
+    gelu_forward(out.f32(), device_bf16(inp), n, stream);
+  else
+    gelu_forward(out.f32(), inp.f32(), n, stream);
 }
 
 void launch_gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n, cudaStream_t stream) {

@@ -110,12 +110,12 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp,          // (N, C) +
 }
 
 // dweight[c] += sum_r g[r,c] xhat[r,c], dbias[c] += sum_r g[r,c], in the column-sum blocks of cuda_common.cuh.
-__global__ void layernorm_backward_params_kernel(float* dweight,      // (C) +=
-                                                 float* dbias,        // (C) +=
-                                                 const float* dout,   // (N, C)
-                                                 const float* inp,    // (N, C)
-                                                 const float* mean,   // (N)
-                                                 const float* rstd,   // (N)
+__global__ void layernorm_backward_params_kernel(float* dweight,     // (C) +=
+                                                 float* dbias,       // (C) +=
+                                                 const float* dout,  // (N, C)
+                                                 const float* inp,   // (N, C)
+                                                 const float* mean,  // (N)
+                                                 const float* rstd,  // (N)
                                                  int N, int C) {
   __shared__ float dw_part[kRowLanes][kColTile];
   __shared__ float db_part[kRowLanes][kColTile];

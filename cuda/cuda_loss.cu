@@ -18,11 +18,10 @@ constexpr int kRowThreads = 512;
 // -log softmax(x)[target] = max + log(sum e^(x - max)) - x[target]. An out-of-range target gives NaN: the ids
 // are device data, so they cannot be checked on the host without a sync, and a NaN loss is reported downstream.
 template <typename InT>
-__global__ void __launch_bounds__(kRowThreads)
-    crossentropy_forward_kernel(float* losses,           // (N)
-                                const InT* logits,       // (N, V)
-                                const int32_t* targets,  // (N)
-                                int V) {
+__global__ void __launch_bounds__(kRowThreads) crossentropy_forward_kernel(float* losses,           // (N)
+                                                                           const InT* logits,       // (N, V)
+                                                                           const int32_t* targets,  // (N)
+                                                                           int V) {
   __shared__ float scratch[kWarpSize];
   const InT* x = logits + size_t(blockIdx.x) * V;
   float m = -INFINITY;
@@ -40,11 +39,10 @@ __global__ void __launch_bounds__(kRowThreads)
 // y = a * softmax(x * inv_t) - (j == target ? a : 0), y allowed to alias x: every thread reads x[j] before it
 // writes y[j] at the same j, and the reductions finish (block barriers) before any write.
 template <typename OutT, typename InT>
-__global__ void __launch_bounds__(kRowThreads)
-    scaled_softmax_kernel(OutT* probs,             // (N, V), may alias logits
-                          const InT* logits,       // (N, V)
-                          const int32_t* targets,  // (N) or null
-                          float inv_t, float a, int V) {
+__global__ void __launch_bounds__(kRowThreads) scaled_softmax_kernel(OutT* probs,        // (N, V), may alias logits
+                                                                     const InT* logits,  // (N, V)
+                                                                     const int32_t* targets,  // (N) or null
+                                                                     float inv_t, float a, int V) {
   __shared__ float scratch[kWarpSize];
   const InT* x = logits + size_t(blockIdx.x) * V;
   OutT* y = probs + size_t(blockIdx.x) * V;
@@ -91,8 +89,8 @@ void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* 
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
-                                  int V, cudaStream_t stream) {
+void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
+                                  cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "crossentropy_backward: N and V must be positive");
   const unsigned grid = unsigned(N);
   if (dlogits.bf16 && logits.bf16)

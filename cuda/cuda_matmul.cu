@@ -95,9 +95,9 @@ int sum_chunks(int N) { return int(ceil_div(size_t(N), kSumChunkRows)); }
 // partial[y, c] = sum of src[r, c] over the rows r of chunk y; with kCast, each element read is also written to
 // `cast` rounded to bf16 (the bf16 backward passes' copy of dout, made in the same pass over it).
 template <bool kCast>
-__global__ void column_partial_sums_kernel(float* partial,        // (chunks, C)
-                                           __nv_bfloat16* cast,   // (N, C), or null without kCast
-                                           const float* src,      // (N, C)
+__global__ void column_partial_sums_kernel(float* partial,       // (chunks, C)
+                                           __nv_bfloat16* cast,  // (N, C), or null without kCast
+                                           const float* src,     // (N, C)
                                            int N, int C) {
   __shared__ float part[kRowLanes][kColTile];
   const int c = blockIdx.x * kColTile + threadIdx.x;
@@ -218,9 +218,9 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
   // D (and the bias, which cuBLASLt takes in D's type) in fp32 or bf16.
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd));
 
-  const std::array<int64_t, 16> key = {int64_t(epilogue), ab_bf16, d_bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd,
-                                       beta != 0.0f, alignment_of(a), alignment_of(b), alignment_of(d),
-                                       alignment_of(bias)};
+  const std::array<int64_t, 16> key = {
+      int64_t(epilogue), ab_bf16,         d_bf16,          trans_a,         trans_b,           m, n, k, lda, ldb, ldd,
+      beta != 0.0f,      alignment_of(a), alignment_of(b), alignment_of(d), alignment_of(bias)};
   auto it = cache_->plans.find(key);
   if (it == cache_->plans.end()) {
     EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.pref));
@@ -236,8 +236,8 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
     // NOT_SUPPORTED: no kernel for this epilogue with these types, shape or alignment. Any other refusal also leaves
     // the call to the plain path, which computes the same thing, but is worth a line in the log.
     if (rc != CUBLAS_STATUS_SUCCESS && rc != CUBLAS_STATUS_NOT_SUPPORTED)
-      log_warn("cuBLASLt heuristic refused a %dx%dx%d GEMM with a fused %s epilogue (%s); using cuBLAS and a kernel",
-               m, n, k, epilogue == Epilogue::bias ? "bias" : "bias-gradient", cublasGetStatusString(rc));
+      log_warn("cuBLASLt heuristic refused a %dx%dx%d GEMM with a fused %s epilogue (%s); using cuBLAS and a kernel", m,
+               n, k, epilogue == Epilogue::bias ? "bias" : "bias-gradient", cublasGetStatusString(rc));
     Plan plan;
     plan.found = rc == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (plan.found) plan.algo = result.algo;
@@ -252,8 +252,10 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
   // launched, so the plain path computes the result instead, from now on for this call shape.
   if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_ARCH_MISMATCH && rc != CUBLAS_STATUS_INVALID_VALUE)
     EMBER_CUBLAS_CHECK(rc);
-  log_warn("cuBLASLt refused a %dx%dx%d GEMM with a fused %s epilogue that its heuristic offered (%s); using cuBLAS "
-           "and a kernel", m, n, k, epilogue == Epilogue::bias ? "bias" : "bias-gradient", cublasGetStatusString(rc));
+  log_warn(
+      "cuBLASLt refused a %dx%dx%d GEMM with a fused %s epilogue that its heuristic offered (%s); using cuBLAS "
+      "and a kernel",
+      m, n, k, epilogue == Epilogue::bias ? "bias" : "bias-gradient", cublasGetStatusString(rc));
   it->second.found = false;
   return false;
 }
@@ -276,8 +278,7 @@ void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorI
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_forward: N, IC and OC must be positive");
   EMBER_ASSERT(!out.bf16 || bf16, "matmul_forward: a bf16-stored output needs matmul precision bf16");
   EMBER_ASSERT(!bias.ptr || bias.bf16 == out.bf16, "matmul_forward: the bias must be stored as out is");
-  const GemmInputs in =
-      gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
+  const GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
   // out^T (OC, N) = weight^T (OC, IC) @ inp^T (IC, N) + bias on every column, in the GEMM's epilogue.
   if (bias.ptr && lt &&
       lt->run(LtGemm::Epilogue::bias, in.bf16, false, false, OC, N, IC, in.weight.ptr, OC, in.inp.ptr, IC, 0.0f,
@@ -300,10 +301,9 @@ void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorI
        out.ptr, OC, out.bf16);
 }
 
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                            TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
-                            float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
-                            cudaStream_t stream) {
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
+                            int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt, float* bias_grad,
+                            size_t bias_grad_capacity, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_backward: N, IC and OC must be positive");
   GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
   // The partial sums of dbias's column sum come next in the scratch (matmul_scratch_bytes' order).
@@ -348,8 +348,7 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
 }
 
 void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
-                                      cublasHandle_t handle, void* scratch, size_t scratch_bytes,
-                                      cudaStream_t stream) {
+                                      cublasHandle_t handle, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0 && V > 0, "matmul_forward_transposed: N, C and V must be positive");
   EMBER_ASSERT(!out.bf16 || bf16, "matmul_forward_transposed: a bf16-stored output needs matmul precision bf16");
   const GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * C, wte, size_t(V) * C, scratch, scratch_bytes, stream);

@@ -27,7 +27,8 @@ void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const 
 // The forward outputs may be stored in fp32 or bf16 (TensorOut, core/dtype.h).
 void launch_layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int N, int C, cudaStream_t stream);
-// residual = a + b, then the layernorm of residual, in one kernel; bitwise equal to launch_add + launch_layernorm_forward
+// residual = a + b, then the layernorm of residual, in one kernel; bitwise equal to launch_add +
+// launch_layernorm_forward
 void launch_residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
                                        const float* b, const float* weight, const float* bias, int N, int C,
                                        cudaStream_t stream);
@@ -79,13 +80,11 @@ size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t we
 void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC,
                            bool bf16, cublasHandle_t handle, LtGemm* lt, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream);
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
-                            TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
-                            float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
-                            cudaStream_t stream);
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
+                            int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt, float* bias_grad,
+                            size_t bias_grad_capacity, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
-                                      cublasHandle_t handle, void* scratch, size_t scratch_bytes,
-                                      cudaStream_t stream);
+                                      cublasHandle_t handle, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
                                        int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
                                        size_t scratch_bytes, cudaStream_t stream);
@@ -119,8 +118,8 @@ void launch_widen_bf16(float* out, const BFloat16* inp, size_t n, cudaStream_t s
 // logits and dlogits may be stored in fp32 or bf16; dlogits may alias logits (stored alike)
 void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V,
                                  cudaStream_t stream);
-void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
-                                  int V, cudaStream_t stream);
+void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
+                                  cudaStream_t stream);
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream);
 
 // optimizer; `partials` holds kSumSquaresBlocks + 1 doubles of device scratch, the result lands in partials[last].

@@ -55,8 +55,8 @@ __global__ void adamw_kernel(float* params,       // (n)
                              const float* grads,  // (n)
                              float* m,            // (n)
                              float* v,            // (n)
-                             size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                             float inv_bc1, float inv_bc2) {
+                             size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float inv_bc1,
+                             float inv_bc2) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     adamw_element(params, grads, m, v, i, lr, beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2);
 }
@@ -73,7 +73,10 @@ __global__ void adamw_segments_kernel(float* params, const float* grads, float* 
   int lo = 0, hi = nseg - 1;
   while (lo < hi) {  // the first segment whose end lies past i
     const int mid = (lo + hi) / 2;
-    if (segs[mid].end > i) hi = mid; else lo = mid + 1;
+    if (segs[mid].end > i)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   int k = lo;
   for (; i < last; i += size_t(gridDim.x) * blockDim.x) {

@@ -5,9 +5,9 @@
 #include <sstream>
 #include <vector>
 
-#include "dist/device_select.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/device_select.h"
 #include "dist/world.h"
 
 namespace po = boost::program_options;

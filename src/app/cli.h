@@ -15,8 +15,8 @@ namespace ember {
 
 // Parses argv (argv[0] is the subcommand) against desc; unknown options, missing values and bad types throw
 // ember::Error naming the option. Returns false (after printing usage) when --help was given.
-bool parse_command(int argc, char** argv, const boost::program_options::options_description& desc,
-                   const char* usage, boost::program_options::variables_map& vm);
+bool parse_command(int argc, char** argv, const boost::program_options::options_description& desc, const char* usage,
+                   boost::program_options::variables_map& vm);
 
 // Throws ember::Error naming the option when it was not given.
 void require_option(const boost::program_options::variables_map& vm, const char* name, const char* hint);

@@ -26,11 +26,12 @@ int cmd_eval(int argc, char** argv) {
       "batch-size", po::value(&batch_size)->default_value(8), "sequences per batch")(
       "seq-len", po::value(&seq_len)->default_value(0), "sequence length (0: the model's block_size)")(
       "max-batches", po::value(&max_batches)->default_value(0), "evaluate at most N batches (0: all full batches)")(
-      "json", "print one JSON object instead of text")(
-      "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)");
+      "json", "print one JSON object instead of text")("device", po::value(&device)->default_value("cpu"),
+                                                       "cpu, cuda or auto (cuda when a GPU is visible)");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc, "usage: ember eval --checkpoint F --data DIR [--json]", vm)) return EXIT_CODE_OK;
-  require_option(vm, "checkpoint", "give the checkpoint to evaluate, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
+  require_option(vm, "checkpoint",
+                 "give the checkpoint to evaluate, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
   require_option(vm, "data", "give a directory made by `ember prep`, e.g. --data data/demo");
   if (batch_size < 1 || seq_len < 0 || max_batches < 0)
     throw_error("--batch-size must be >= 1, --seq-len and --max-batches >= 0", "fix the option values");
@@ -62,9 +63,10 @@ int cmd_eval(int argc, char** argv) {
   // Bits per byte: total nats over the targets, in bits, divided by the bytes those targets decode to.
   const double bpb = loss * tokens / (std::log(2.0) * double(bytes));
   if (vm.count("json")) {
-    nlohmann::json out = {{"checkpoint", checkpoint}, {"step", loaded.meta.step}, {"split", split},
-                          {"loss", loss},             {"bits_per_byte", bpb},     {"tokens", int64_t(tokens)},
-                          {"batch_size", batch_size}, {"seq_len", T},             {"batches", batches}};
+    nlohmann::json out = {
+        {"checkpoint", checkpoint}, {"step", loaded.meta.step},  {"split", split},           {"loss", loss},
+        {"bits_per_byte", bpb},     {"tokens", int64_t(tokens)}, {"batch_size", batch_size}, {"seq_len", T},
+        {"batches", batches}};
     printf("%s\n", out.dump().c_str());
   } else {
     printf("%s (step %lld) on %s/%s: loss %.6f nats/token | %.4f bits/byte | %.0f tokens\n", checkpoint.c_str(),

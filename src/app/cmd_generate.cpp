@@ -73,7 +73,8 @@ int cmd_generate(int argc, char** argv) {
     int next = order[0];
     if (temperature > 0.0f) {
       double total = 0.0;
-      for (int j = 0; j < k; ++j) total += probs[j] = float(std::exp((logits[order[j]] - logits[order[0]]) / temperature));
+      for (int j = 0; j < k; ++j)
+        total += probs[j] = float(std::exp((logits[order[j]] - logits[order[0]]) / temperature));
       double u = rng.uniform_double() * total;
       for (int j = 0; j < k; ++j) {
         next = order[j];

@@ -58,13 +58,14 @@ int cmd_inspect(int argc, char** argv) {
   require_option(vm, "checkpoint", "usage: ember inspect CHECKPOINT");
   const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
   const ModelConfig& m = meta.model;
-  printf("checkpoint  %s\nstep        %lld\ntokens      %lld\nworld_size  %d\nmode        %s\ncreated     %s\n"
-         "version     %s\nmodel       n_layer=%d n_head=%d n_embd=%d block_size=%d vocab_size=%d\n"
-         "optimizer   step=%lld beta1=%g beta2=%g eps=%g weight_decay=%g lr=%g\n",
-         checkpoint.c_str(), (long long)meta.step, (long long)meta.tokens_seen, meta.world_size, meta.mode.c_str(),
-         meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size,
-         (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2), double(meta.eps),
-         double(meta.weight_decay), double(meta.lr));
+  printf(
+      "checkpoint  %s\nstep        %lld\ntokens      %lld\nworld_size  %d\nmode        %s\ncreated     %s\n"
+      "version     %s\nmodel       n_layer=%d n_head=%d n_embd=%d block_size=%d vocab_size=%d\n"
+      "optimizer   step=%lld beta1=%g beta2=%g eps=%g weight_decay=%g lr=%g\n",
+      checkpoint.c_str(), (long long)meta.step, (long long)meta.tokens_seen, meta.world_size, meta.mode.c_str(),
+      meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size,
+      (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2), double(meta.eps),
+      double(meta.weight_decay), double(meta.lr));
   printf("ranks       (per-rank state, /ranks/<r>)\n");
   if (meta.mode == "async") printf("async       version=%llu\n", (unsigned long long)meta.async_version);
   for (size_t r = 0; r < meta.ranks.size(); ++r) {
@@ -86,15 +87,16 @@ int cmd_inspect(int argc, char** argv) {
   std::vector<std::string> bad;
   bool has_moments = false;
   for (const CheckpointDatasetReport& r : reports) {
-    std::string status = r.ok ? "ok" : r.problem == "corrupted (checksum mismatch)" ? "CORRUPT (checksum mismatch)"
-                                                                                   : "UNREADABLE (" + r.problem + ")";
+    std::string status = r.ok                                           ? "ok"
+                         : r.problem == "corrupted (checksum mismatch)" ? "CORRUPT (checksum mismatch)"
+                                                                        : "UNREADABLE (" + r.problem + ")";
     const auto it = expected.find(r.path);
     if (it != expected.end()) {
       if (r.shape != it->second) status = "WRONG SHAPE (the model needs " + shape_str(it->second) + ")";
       expected.erase(it);
     }
-    has_moments = has_moments || r.path.rfind("/optimizer/exp_avg/", 0) == 0 ||
-                  r.path.rfind("/optimizer/exp_avg_sq/", 0) == 0;
+    has_moments =
+        has_moments || r.path.rfind("/optimizer/exp_avg/", 0) == 0 || r.path.rfind("/optimizer/exp_avg_sq/", 0) == 0;
     if (status != "ok") bad.push_back(r.path);
     printf("  %-8s %-*s %s %s\n", r.dtype.empty() ? "?" : r.dtype.c_str(), int(width), r.path.c_str(),
            shape_str(r.shape).c_str(), status.c_str());
@@ -106,15 +108,16 @@ int cmd_inspect(int argc, char** argv) {
       bad.push_back(path);
     }
   if (!has_moments && meta.mode == "async")
-    printf("  (async checkpoint: the center's momentum under /optimizer/momentum_buffer, each worker's AdamW state "
-           "and residual under /ranks/<r>)\n");
+    printf(
+        "  (async checkpoint: the center's momentum under /optimizer/momentum_buffer, each worker's AdamW state "
+        "and residual under /ranks/<r>)\n");
   else if (!has_moments)
     printf("  (no optimizer state: a weights-only checkpoint)\n");
   printf("config:\n%s", meta.config_ini.c_str());
   if (!meta.config_ini.empty() && meta.config_ini.back() != '\n') printf("\n");
   if (!bad.empty())
-    throw Error("checkpoint " + checkpoint + ": " + std::to_string(bad.size()) + " dataset(s) damaged or missing (first: " +
-                    bad.front() + ")",
+    throw Error("checkpoint " + checkpoint + ": " + std::to_string(bad.size()) +
+                    " dataset(s) damaged or missing (first: " + bad.front() + ")",
                 "the file was damaged after it was written (disk, copy, transfer); resume from an earlier checkpoint "
                 "(--resume <folder>/step_XXXXXXXX.h5)");
   return EXIT_CODE_OK;

@@ -24,8 +24,8 @@ int cmd_train(int argc, char** argv) {
   log_set_rank(world.rank, parsed.log_all_ranks);
   const bool async = parsed.config.training.mode == "async";
   if (!async) require_power_of_two(world);  // async: a center and any number of workers
-  log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size,
-           world.host.c_str(), parsed.config_ini.c_str());
+  log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size, world.host.c_str(),
+           parsed.config_ini.c_str());
   const TrainLimits limits{parsed.stop_after, parsed.max_runtime};
   const TrainResult r = async ? run_async(world, parsed.config, parsed.config_ini, limits)
                               : Trainer(world, parsed.config, parsed.config_ini, limits).run();

@@ -85,32 +85,29 @@ std::vector<Binding> bindings(RunConfig& c) {
   }));
   b.push_back(bind_key("model.block_size", &c.model.block_size, "maximum sequence length", in_range(1, 1 << 20)));
   b.push_back(bind_key("model.vocab_size", &c.model.vocab_size, "vocabulary size (256 for the byte tokenizer)",
-                   in_range(2, 65536)));
+                       in_range(2, 65536)));
   b.push_back(bind_key("training.batch_size", &c.training.batch_size, "micro-batch size B", at_least(1)));
-  b.push_back(bind_key<int>("training.seq_len", &c.training.seq_len, "sequence length T (<= model.block_size)",
-                        [&c](int v) {
-                          if (v < 1) return std::string("must be >= 1");
-                          if (v > c.model.block_size)
-                            return "must be <= model.block_size = " + std::to_string(c.model.block_size);
-                          return std::string();
-                        }));
+  b.push_back(
+      bind_key<int>("training.seq_len", &c.training.seq_len, "sequence length T (<= model.block_size)", [&c](int v) {
+        if (v < 1) return std::string("must be >= 1");
+        if (v > c.model.block_size) return "must be <= model.block_size = " + std::to_string(c.model.block_size);
+        return std::string();
+      }));
   b.push_back(bind_key("training.grad_accum_steps", &c.training.grad_accum_steps, "micro-batches per optimizer step",
-                   at_least(1)));
+                       at_least(1)));
   b.push_back(bind_key("training.steps", &c.training.steps, "optimizer steps of the whole run", at_least(1)));
   b.push_back(bind_key("training.seed", &c.training.seed, "seed of initialisation and data order"));
   b.push_back(bind_key<float>("training.max_norm", &c.training.max_norm, "clip gradients to this L2 norm (0: off)",
-                          [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
-  b.push_back(bind_key("training.threads", &c.training.threads, "CPU threads per rank (0: OpenMP default)",
-                       at_least(0)));
-  b.push_back(bind_key("training.zero", &c.training.zero, "ZeRO stage: 0 (off) or 1 (shard optimizer state)",
-                       in_range(0, 1)));
+                              [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
+  b.push_back(
+      bind_key("training.threads", &c.training.threads, "CPU threads per rank (0: OpenMP default)", at_least(0)));
+  b.push_back(
+      bind_key("training.zero", &c.training.zero, "ZeRO stage: 0 (off) or 1 (shard optimizer state)", in_range(0, 1)));
   b.push_back(bind_key<float>("training.bucket_mb", &c.training.bucket_mb, "gradient all-reduce bucket size (MiB)",
                               [](float v) { return v > 0 ? "" : "must be > 0"; }));
-  b.push_back(bind_key<std::string>("training.mode", &c.training.mode,
-                                    "sync (all-reduce data parallel) or async (rank 0 serves, ranks 1.. train)",
-                                    [](const std::string& v) {
-                                      return v == "sync" || v == "async" ? "" : "must be one of: sync, async";
-                                    }));
+  b.push_back(bind_key<std::string>(
+      "training.mode", &c.training.mode, "sync (all-reduce data parallel) or async (rank 0 serves, ranks 1.. train)",
+      [](const std::string& v) { return v == "sync" || v == "async" ? "" : "must be one of: sync, async"; }));
   b.push_back(bind_key<std::string>("training.device", &c.training.device,
                                     "cpu, cuda (one GPU per rank) or auto (cuda when every rank sees a GPU, else cpu)",
                                     [](const std::string& v) {
@@ -135,8 +132,8 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key("training.deterministic", &c.training.deterministic,
                        "bitwise-repeatable GPU results (false lets cuBLAS reduce with atomics; the CPU backend is "
                        "deterministic either way)"));
-  b.push_back(bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",
-                       at_least(1)));
+  b.push_back(
+      bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)", at_least(1)));
   b.push_back(bind_key("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",
                        in_range(8, 1 << 24)));
   b.push_back(bind_key<float>("async.outer_lr", &c.async.outer_lr, "async: the center's learning rate on deltas",
@@ -153,30 +150,31 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key<float>("async.test_slowdown", &c.async.test_slowdown, "async (test-only): slowdown factor",
                               [](float v) { return v >= 1 && v <= 1000 ? "" : "must be in [1, 1000]"; }));
   b.push_back(bind_key("async.test_center_stall", &c.async.test_center_stall,
-                       "async (test-only): the center stops serving after this many versions (0: never)",
-                       at_least(0)));
+                       "async (test-only): the center stops serving after this many versions (0: never)", at_least(0)));
   b.push_back(bind_key<float>("optimizer.lr", &c.optimizer.lr, "peak learning rate",
-                          [](float v) { return v > 0 && v < 10 ? "" : "must be in (0, 10)"; }));
-  b.push_back(bind_key<float>("optimizer.min_lr", &c.optimizer.min_lr, "learning rate at the end of the cosine decay",
-                          [&c](float v) { return v >= 0 && v <= c.optimizer.lr ? "" : "must be in [0, optimizer.lr]"; }));
+                              [](float v) { return v > 0 && v < 10 ? "" : "must be in (0, 10)"; }));
+  b.push_back(
+      bind_key<float>("optimizer.min_lr", &c.optimizer.min_lr, "learning rate at the end of the cosine decay",
+                      [&c](float v) { return v >= 0 && v <= c.optimizer.lr ? "" : "must be in [0, optimizer.lr]"; }));
   b.push_back(bind_key("optimizer.warmup_steps", &c.optimizer.warmup_steps, "linear warm-up steps", at_least(0)));
   b.push_back(bind_key<float>("optimizer.weight_decay", &c.optimizer.weight_decay, "AdamW weight decay (matrices only)",
-                          [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
+                              [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
   auto beta = [](float v) { return v > -1 && v < 1 ? "" : "must be in (-1, 1)"; };
   b.push_back(bind_key<float>("optimizer.beta1", &c.optimizer.beta1, "AdamW beta1", beta));
   b.push_back(bind_key<float>("optimizer.beta2", &c.optimizer.beta2, "AdamW beta2", beta));
   b.push_back(bind_key<float>("optimizer.eps", &c.optimizer.eps, "AdamW epsilon",
-                          [](float v) { return v > 0 ? "" : "must be > 0"; }));
+                              [](float v) { return v > 0 ? "" : "must be > 0"; }));
   b.push_back(bind_key("data.dir", &c.data.dir, "directory of train_*.bin and val_*.bin shards (from `ember prep`)"));
   b.push_back(bind_key<std::string>("data.tokenizer", &c.data.tokenizer, "tokenizer the shards were made with",
-                                [](const std::string& v) { return v == "bytes" ? "" : "must be one of: bytes"; }));
+                                    [](const std::string& v) { return v == "bytes" ? "" : "must be one of: bytes"; }));
   b.push_back(bind_key("eval.every", &c.eval.every, "validation loss every N steps (0: at the end only)", at_least(0)));
   b.push_back(bind_key("eval.batches", &c.eval.batches, "validation batches per evaluation", at_least(1)));
-  b.push_back(bind_key("checkpoint.folder", &c.checkpoint.folder, "checkpoint directory (default <run.dir>/checkpoints)"));
-  b.push_back(bind_key("checkpoint.interval", &c.checkpoint.interval, "save every N steps (0: at the end only)",
-                   at_least(0)));
-  b.push_back(bind_key("checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k, "checkpoints kept (0: all)",
-                   at_least(0)));
+  b.push_back(
+      bind_key("checkpoint.folder", &c.checkpoint.folder, "checkpoint directory (default <run.dir>/checkpoints)"));
+  b.push_back(
+      bind_key("checkpoint.interval", &c.checkpoint.interval, "save every N steps (0: at the end only)", at_least(0)));
+  b.push_back(
+      bind_key("checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k, "checkpoints kept (0: all)", at_least(0)));
   b.push_back(bind_key("checkpoint.resume", &c.checkpoint.resume, "\"\", \"auto\" or a checkpoint path"));
   b.push_back(bind_key("run.dir", &c.run.dir, "run directory: metrics.jsonl and checkpoints"));
   b.push_back(bind_key("run.log_every", &c.run.log_every, "progress line every N steps", at_least(1)));
@@ -233,7 +231,7 @@ ParsedRun parse_train_args(int argc, char** argv) {
   std::string config_file, resume;
   po::options_description cli("ember train options");
   cli.add_options()("help,h", "print this help")("config", po::value<std::string>(&config_file),
-                                                  "INI file with [section] key = value lines")(
+                                                 "INI file with [section] key = value lines")(
       "resume", po::value<std::string>(&resume), "auto (newest valid checkpoint, if any) or a checkpoint path")(
       "stop-after", po::value<int>(&parsed.stop_after)->default_value(0),
       "stop after N optimizer steps in this invocation, writing a checkpoint")(

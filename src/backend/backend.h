@@ -44,22 +44,22 @@ class Backend {
   virtual void synchronize() = 0;
 
   // --- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---
-  virtual void encoder_forward(float* out,         // (B, T, C)
+  virtual void encoder_forward(float* out,          // (B, T, C)
                                const int32_t* inp,  // (B, T)
                                const float* wte,    // (V, C)
                                const float* wpe,    // (maxT, C)
                                int B, int T, int C) = 0;
-  virtual void encoder_backward(float* dwte,          // (V, C) +=
-                                float* dwpe,          // (maxT, C) +=
-                                const float* dout,    // (B, T, C)
-                                const int32_t* inp,   // (B, T)
+  virtual void encoder_backward(float* dwte,         // (V, C) +=
+                                float* dwpe,         // (maxT, C) +=
+                                const float* dout,   // (B, T, C)
+                                const int32_t* inp,  // (B, T)
                                 int B, int T, int C) = 0;
 
   // --- layernorm over the last dim, eps 1e-5; saves per-row mean and reciprocal std for backward ---
-  virtual void layernorm_forward(TensorOut out,       // (N, C)
-                                 float* mean,        // (N)
-                                 float* rstd,        // (N)
-                                 const float* inp,   // (N, C)
+  virtual void layernorm_forward(TensorOut out,        // (N, C)
+                                 float* mean,          // (N)
+                                 float* rstd,          // (N)
+                                 const float* inp,     // (N, C)
                                  const float* weight,  // (C)
                                  const float* bias,    // (C)
                                  int N, int C) = 0;
@@ -98,12 +98,12 @@ class Backend {
                               TensorIn bias,    // (OC) or null
                               int N, int IC, int OC) = 0;
   // dinp += dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null).
-  virtual void matmul_backward(float* dinp,          // (N, IC) +=
-                               float* dweight,       // (IC, OC) +=
-                               float* dbias,         // (OC) += or null
-                               const float* dout,    // (N, OC)
-                               TensorIn inp,         // (N, IC)
-                               TensorIn weight,      // (IC, OC)
+  virtual void matmul_backward(float* dinp,        // (N, IC) +=
+                               float* dweight,     // (IC, OC) +=
+                               float* dbias,       // (OC) += or null
+                               const float* dout,  // (N, OC)
+                               TensorIn inp,       // (N, IC)
+                               TensorIn weight,    // (IC, OC)
                                int N, int IC, int OC) = 0;
   // Logits against the tied embedding: out = inp @ wte^T, i.e. weight stored (V, C). Used for the lm_head. out may be
   // stored in bf16 under matmul precision bf16 (the fp32 result rounded once).
@@ -129,7 +129,7 @@ class Backend {
                                  float* lse,     // (B, NH, T)
                                  TensorIn qkv,   // (B, T, 3C)
                                  int B, int T, int C, int NH) = 0;
-  virtual void attention_backward(float* dqkv,       // (B, T, 3C) +=
+  virtual void attention_backward(float* dqkv,        // (B, T, 3C) +=
                                   const float* dout,  // (B, T, C)
                                   TensorIn qkv,       // (B, T, 3C)
                                   TensorIn out,       // (B, T, C)
@@ -141,9 +141,9 @@ class Backend {
   virtual void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) = 0;  // dinp += (n)
 
   // --- elementwise ---
-  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;   // out = a + b
-  virtual void accumulate(float* dst, const float* src, size_t n) = 0;          // dst += src
-  virtual void scale(float* x, float s, size_t n) = 0;                          // x *= s
+  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
+  virtual void accumulate(float* dst, const float* src, size_t n) = 0;         // dst += src
+  virtual void scale(float* x, float s, size_t n) = 0;                         // x *= s
   virtual void cast_to_bf16(BFloat16* out, const float* inp, size_t n) = 0;    // out = bf16(inp), nearest even
 
   // --- softmax cross-entropy over V classes; targets in [0, V). The logits and dlogits may be stored in bf16 (the
@@ -153,9 +153,9 @@ class Backend {
                                     const int32_t* targets,  // (N)
                                     int N, int V) = 0;
   // dlogits = dloss * (softmax(logits) - onehot(target)); OVERWRITES dlogits, which may alias logits (stored alike).
-  virtual void crossentropy_backward(TensorOut dlogits,        // (N, V)
-                                     TensorIn logits,          // (N, V)
-                                     const int32_t* targets,   // (N)
+  virtual void crossentropy_backward(TensorOut dlogits,       // (N, V)
+                                     TensorIn logits,         // (N, V)
+                                     const int32_t* targets,  // (N)
                                      float dloss, int N, int V) = 0;
   // Row-wise softmax with temperature, for sampling: probs = softmax(logits / temperature).
   virtual void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) = 0;
@@ -200,7 +200,7 @@ class Backend {
   // Assert what the ops require of their storage (the conventions above); `op` names the op.
   void check_gemm_inputs(TensorIn inp, TensorIn weight, const char* op) const;
   void check_gemm_output(TensorOut out, TensorIn bias, const char* op) const;  // matmul_forward's out and bias
-  void check_gemm_dout(TensorIn dout, const char* op) const;  // matmul_backward_transposed's dout
+  void check_gemm_dout(TensorIn dout, const char* op) const;                   // matmul_backward_transposed's dout
   void check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const;
   // Implementations call these for every allocation they make and free (null pointers are ignored).
   void track_alloc(const void* ptr, size_t bytes);

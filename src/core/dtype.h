@@ -55,9 +55,9 @@ struct TensorIn {
   const void* ptr = nullptr;
   bool bf16 = false;
   TensorIn() = default;
-  TensorIn(std::nullptr_t) {}                            // NOLINT(google-explicit-constructor): none (a bias)
-  TensorIn(const float* p) : ptr(p) {}                   // NOLINT(google-explicit-constructor)
-  TensorIn(const BFloat16* p) : ptr(p), bf16(true) {}   // NOLINT(google-explicit-constructor)
+  TensorIn(std::nullptr_t) {}                          // NOLINT(google-explicit-constructor): none (a bias)
+  TensorIn(const float* p) : ptr(p) {}                 // NOLINT(google-explicit-constructor)
+  TensorIn(const BFloat16* p) : ptr(p), bf16(true) {}  // NOLINT(google-explicit-constructor)
   const float* f32() const { return bf16 ? nullptr : static_cast<const float*>(ptr); }
   const BFloat16* b16() const { return bf16 ? static_cast<const BFloat16*>(ptr) : nullptr; }
   // The tensor from element `offset` on.
@@ -67,8 +67,8 @@ struct TensorOut {
   void* ptr = nullptr;
   bool bf16 = false;
   TensorOut() = default;
-  TensorOut(float* p) : ptr(p) {}                   // NOLINT(google-explicit-constructor)
-  TensorOut(BFloat16* p) : ptr(p), bf16(true) {}   // NOLINT(google-explicit-constructor)
+  TensorOut(float* p) : ptr(p) {}                 // NOLINT(google-explicit-constructor)
+  TensorOut(BFloat16* p) : ptr(p), bf16(true) {}  // NOLINT(google-explicit-constructor)
   float* f32() const { return bf16 ? nullptr : static_cast<float*>(ptr); }
   BFloat16* b16() const { return bf16 ? static_cast<BFloat16*>(ptr) : nullptr; }
   operator TensorIn() const {  // NOLINT(google-explicit-constructor): what one op writes, the next reads

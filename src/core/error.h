@@ -31,19 +31,22 @@ std::string hdf5_error_string();
 }  // namespace ember
 
 // EMBER_CHECK_GEN(lib, stmt, ok_expr, detail_expr, hint): evaluates stmt once into `ember_rc_`.
-#define EMBER_CHECK_GEN(lib, stmt, ok_expr, detail_expr, hint)                          \
-  do {                                                                                 \
-    auto ember_rc_ = (stmt);                                                           \
+#define EMBER_CHECK_GEN(lib, stmt, ok_expr, detail_expr, hint)                                \
+  do {                                                                                        \
+    auto ember_rc_ = (stmt);                                                                  \
     if (!(ok_expr)) ::ember::fail_check(lib, #stmt, (detail_expr), __FILE__, __LINE__, hint); \
   } while (0)
 
-#define EMBER_MPI_CHECK(stmt) \
-  EMBER_CHECK_GEN("MPI", stmt, ember_rc_ == MPI_SUCCESS, ::ember::mpi_error_string(ember_rc_), "check the MPI launch and network")
-#define EMBER_H5_CHECK(stmt) \
-  EMBER_CHECK_GEN("HDF5", stmt, ember_rc_ >= 0, ::ember::hdf5_error_string(), "check the file path, permissions and free disk space")
+#define EMBER_MPI_CHECK(stmt)                                                                  \
+  EMBER_CHECK_GEN("MPI", stmt, ember_rc_ == MPI_SUCCESS, ::ember::mpi_error_string(ember_rc_), \
+                  "check the MPI launch and network")
+#define EMBER_H5_CHECK(stmt)                                                  \
+  EMBER_CHECK_GEN("HDF5", stmt, ember_rc_ >= 0, ::ember::hdf5_error_string(), \
+                  "check the file path, permissions and free disk space")
 
 // Preconditions that stay on in release builds.
-#define EMBER_ASSERT(cond, msg)                                                                    \
-  do {                                                                                             \
-    if (!(cond)) ::ember::fail_check("assert", #cond, (msg), __FILE__, __LINE__, "this is a bug in ember; please report it"); \
+#define EMBER_ASSERT(cond, msg)                                                                                    \
+  do {                                                                                                             \
+    if (!(cond))                                                                                                   \
+      ::ember::fail_check("assert", #cond, (msg), __FILE__, __LINE__, "this is a bug in ember; please report it"); \
   } while (0)

@@ -69,7 +69,8 @@ H5Handle open_attr(hid_t obj, const char* name, const std::string& where, const 
 
 // ORs into `space` the flat range [lo, hi) of the sub-array at leading coordinates `prefix`, whose shape is
 // dims[prefix.size():]; see select_flat_range.
-void or_flat_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t>& prefix, hsize_t lo, hsize_t hi) {
+void or_flat_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hsize_t>& prefix, hsize_t lo,
+                   hsize_t hi) {
   if (lo >= hi) return;
   const size_t d = prefix.size(), n = dims.size();
   hsize_t inner = 1;  // elements in one index step of dimension d
@@ -101,14 +102,16 @@ void or_flat_range(hid_t space, const std::vector<hsize_t>& dims, std::vector<hs
   if (hi % inner != 0) recurse(r1, 0, hi % inner);  // partial last row
 }
 
-herr_t collect_dataset(hid_t, const char* name, const
+herr_t collect_dataset(hid_t, const char* name,
+                       const
 #if H5_VERSION_GE(1, 12, 0)
                        H5O_info2_t* info,
 #else
                        H5O_info_t* info,
 #endif
                        void* client) {
-  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(client)->push_back(std::string("/") + name);
+  if (info->type == H5O_TYPE_DATASET)
+    static_cast<std::vector<std::string>*>(client)->push_back(std::string("/") + name);
   return 0;
 }
 
@@ -319,7 +322,8 @@ bool read_dataset_fully(hid_t dset, H5Failure& why) {
     std::vector<hsize_t> start(dims.size(), 0), count = dims;
     start[0] = r;
     count[0] = rows;
-    if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0) return fail();
+    if (H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
+      return fail();
     const hsize_t n = rows * row;
     H5Handle mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
     if (mspace.get() < 0) return fail();
@@ -331,18 +335,30 @@ bool read_dataset_fully(hid_t dset, H5Failure& why) {
 std::string h5_type_name(hid_t type) {
   const size_t bits = H5Tget_size(type) * 8;
   switch (H5Tget_class(type)) {
-    case H5T_FLOAT: return "float" + std::to_string(bits);
-    case H5T_INTEGER: return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum";
-    case H5T_ARRAY: return "array";
-    case H5T_VLEN: return "vlen";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_REFERENCE: return "reference";
-    case H5T_TIME: return "time";
-    default: return "unknown";
+    case H5T_FLOAT:
+      return "float" + std::to_string(bits);
+    case H5T_INTEGER:
+      return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_VLEN:
+      return "vlen";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_TIME:
+      return "time";
+    default:
+      return "unknown";
   }
 }
 

@@ -9,10 +9,10 @@
 namespace ember {
 
 enum RngPurpose : uint32_t {
-  RNG_PURPOSE_INIT = 1,      // parameter initialisation
-  RNG_PURPOSE_DATA = 2,      // data-order shuffling
-  RNG_PURPOSE_SAMPLE = 3,    // token sampling in generate
-  RNG_PURPOSE_TEST = 4,      // test inputs
+  RNG_PURPOSE_INIT = 1,    // parameter initialisation
+  RNG_PURPOSE_DATA = 2,    // data-order shuffling
+  RNG_PURPOSE_SAMPLE = 3,  // token sampling in generate
+  RNG_PURPOSE_TEST = 4,    // test inputs
 };
 
 // One Philox4x32-10 block: 128-bit counter, 64-bit key -> 4 x uint32.

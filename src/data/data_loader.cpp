@@ -108,8 +108,7 @@ DataLoader::DataLoader(const std::string& dir, const std::string& split, int T, 
     throw_error("data loader: bad split name '" + split + "'", "use \"train\" or \"val\"");
 
   const std::vector<std::string> paths = list_shards(dir, split);
-  if (paths.empty())
-    throw_error("no " + split + " shards (" + split + "*.bin) in directory " + dir, prep_hint(dir));
+  if (paths.empty()) throw_error("no " + split + " shards (" + split + "*.bin) in directory " + dir, prep_hint(dir));
 
   // The constructor may throw half-way; the destructor would not run then, so unmap here before rethrowing.
   try {
@@ -129,8 +128,8 @@ DataLoader::DataLoader(const std::string& dir, const std::string& split, int T, 
       shard_first_sample_.push_back(total_samples_);
     }
     if (total_samples_ == 0)
-      throw_error("the " + split + " shards in " + dir + " hold no sample: every shard is shorter than seq_len+1 = " +
-                      std::to_string(T + 1) + " tokens",
+      throw_error("the " + split + " shards in " + dir +
+                      " hold no sample: every shard is shorter than seq_len+1 = " + std::to_string(T + 1) + " tokens",
                   "use a smaller model.seq_len, or prep more text (or a larger val_fraction for the val split)");
     // The permutation stores sample ids as uint32 to halve its memory (16 GiB at the limit would be absurd anyway).
     if (shuffle_ && total_samples_ > uint64_t(UINT32_MAX))

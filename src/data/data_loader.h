@@ -27,7 +27,7 @@ class DataLoader {
   // Fills with the B samples starting at global index g; does not touch the cursor.
   void batch_at(uint64_t g, int32_t* inputs, int32_t* targets, int B) const;
 
-  uint64_t cursor() const { return cursor_; }    // next global sample index
+  uint64_t cursor() const { return cursor_; }  // next global sample index
   void set_cursor(uint64_t g) { cursor_ = g; }
   uint64_t num_samples() const { return total_samples_; }  // samples per epoch
   uint64_t num_tokens() const { return total_tokens_; }

@@ -253,8 +253,9 @@ PrepResult prepare_corpus(const PrepOptions& options) {
     for (const auto* names : {&train_names, &val_names})
       for (const std::string& name : *names) {
         fs::rename(fs::path(staging) / name, fs::path(out) / name, ec);
-        if (ec) throw_error("prep output " + out + ": cannot move " + name + " in from " + staging + ": " +
-                                ec.message(), out_hint);
+        if (ec)
+          throw_error("prep output " + out + ": cannot move " + name + " in from " + staging + ": " + ec.message(),
+                      out_hint);
       }
     fsync_dir(out);
   } catch (...) {
@@ -279,19 +280,20 @@ PrepResult prepare_corpus(const PrepOptions& options) {
   for (const fs::path& path : stale) {
     fs::remove(path, ec);
     if (ec)
-      throw_error("prep output " + out + ": cannot remove stale shard " + path.filename().string() + ": " +
-                      ec.message(),
-                  "remove it by hand: it would be read as part of the new corpus");
+      throw_error(
+          "prep output " + out + ": cannot remove stale shard " + path.filename().string() + ": " + ec.message(),
+          "remove it by hand: it would be read as part of the new corpus");
   }
 
   result.train_tokens = n_train;
   result.val_tokens = n_val;
   result.train_shards = train_names.size();
   result.val_shards = val_names.size();
-  log_info("prep: %zu files (%zu binary skipped) -> %zu train tokens in %zu shards, %zu val tokens in %zu shards "
-           "in %s",
-           result.files, skipped, result.train_tokens, result.train_shards, result.val_tokens, result.val_shards,
-           out.c_str());
+  log_info(
+      "prep: %zu files (%zu binary skipped) -> %zu train tokens in %zu shards, %zu val tokens in %zu shards "
+      "in %s",
+      result.files, skipped, result.train_tokens, result.train_shards, result.val_tokens, result.val_shards,
+      out.c_str());
   return result;
 }
 

@@ -7,11 +7,11 @@
 namespace ember {
 
 struct PrepOptions {
-  std::string input;               // a file or a directory (walked recursively, sorted, binary files skipped)
-  std::string output;              // output directory, created if missing
+  std::string input;   // a file or a directory (walked recursively, sorted, binary files skipped)
+  std::string output;  // output directory, created if missing
   std::string tokenizer = "bytes";
-  double val_fraction = 0.05;      // fraction of tokens (the tail of each document stream) kept for validation
-  size_t shard_tokens = 100000000; // tokens per shard at most
+  double val_fraction = 0.05;       // fraction of tokens (the tail of each document stream) kept for validation
+  size_t shard_tokens = 100000000;  // tokens per shard at most
 };
 
 struct PrepResult {

@@ -92,8 +92,8 @@ size_t open_and_check(const std::string& path, Fd& file) {
   if (header[0] != SHARD_MAGIC)
     shard_error(path, "bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(SHARD_MAGIC) + ")");
   if (header[1] != SHARD_VERSION)
-    shard_error(path, "unsupported version " + std::to_string(header[1]) + " (expected " +
-                          std::to_string(SHARD_VERSION) + ")");
+    shard_error(
+        path, "unsupported version " + std::to_string(header[1]) + " (expected " + std::to_string(SHARD_VERSION) + ")");
   if (header[2] < 0) shard_error(path, "negative token count " + std::to_string(header[2]) + " in header");
   const size_t n = size_t(header[2]);
   const size_t body = size - SHARD_HEADER_BYTES;

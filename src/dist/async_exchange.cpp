@@ -224,8 +224,8 @@ void AsyncWorker::flush() { EMBER_MPI_CHECK(MPI_Win_flush(kCenter, win_)); }
 void AsyncWorker::get(void* dst, size_t offset, size_t bytes) {
   for (size_t done = 0; done < bytes; done += kMaxTransfer) {
     const int count = int(std::min(kMaxTransfer, bytes - done));
-    EMBER_MPI_CHECK(MPI_Get(static_cast<uint8_t*>(dst) + done, count, MPI_BYTE, kCenter, MPI_Aint(offset + done),
-                            count, MPI_BYTE, win_));
+    EMBER_MPI_CHECK(MPI_Get(static_cast<uint8_t*>(dst) + done, count, MPI_BYTE, kCenter, MPI_Aint(offset + done), count,
+                            MPI_BYTE, win_));
   }
   bytes_got_ += bytes;
 }
@@ -233,8 +233,8 @@ void AsyncWorker::get(void* dst, size_t offset, size_t bytes) {
 void AsyncWorker::put(const void* src, size_t offset, size_t bytes) {
   for (size_t done = 0; done < bytes; done += kMaxTransfer) {
     const int count = int(std::min(kMaxTransfer, bytes - done));
-    EMBER_MPI_CHECK(MPI_Put(static_cast<const uint8_t*>(src) + done, count, MPI_BYTE, kCenter,
-                            MPI_Aint(offset + done), count, MPI_BYTE, win_));
+    EMBER_MPI_CHECK(MPI_Put(static_cast<const uint8_t*>(src) + done, count, MPI_BYTE, kCenter, MPI_Aint(offset + done),
+                            count, MPI_BYTE, win_));
   }
   bytes_put_ += bytes;
 }
@@ -301,8 +301,8 @@ AsyncWorker::Published AsyncWorker::fetch(float* base) {
   get(&h, 0, sizeof(h));
   get(&mine, layout_.slot(worker_), sizeof(mine));
   flush();
-  const bool in_ring = have_version_ && version_ >= h.ring_start && version_ <= h.version &&
-                       h.version - version_ <= layout_.ring_size;
+  const bool in_ring =
+      have_version_ && version_ >= h.ring_start && version_ <= h.version && h.version - version_ <= layout_.ring_size;
   if (in_ring) {
     first = version_ + 1;
     count = h.version - version_;

@@ -23,10 +23,10 @@ namespace ember {
 
 // What every rank of an async job agrees on.
 struct AsyncShape {
-  size_t n = 0;               // values per message: the model's parameters
-  size_t block_size = 2048;   // values per fp32 scale
-  int workers = 1;            // ranks 1..workers of the communicator
-  bool error_feedback = true; // false: residuals are dropped after every message (a test switch)
+  size_t n = 0;                // values per message: the model's parameters
+  size_t block_size = 2048;    // values per fp32 scale
+  int workers = 1;             // ranks 1..workers of the communicator
+  bool error_feedback = true;  // false: residuals are dropped after every message (a test switch)
 };
 
 // Barriers the center asks the workers to join; all ranks then run a collective step (a checkpoint) together.
@@ -64,21 +64,21 @@ struct AsyncLayout {
   size_t slot_message(int worker) const { return slot(worker) + sizeof(Slot); }
   size_t ring_entry(uint64_t version) const { return ring + size_t(version % ring_size) * ring_stride; }
 
-  size_t packed = 0;       // bytes of one packed message
-  size_t ring_size = 0;    // published updates kept: 4 per worker + 4, so a worker four rounds behind the others
-                           // still catches up from the ring instead of fetching the full parameters
+  size_t packed = 0;     // bytes of one packed message
+  size_t ring_size = 0;  // published updates kept: 4 per worker + 4, so a worker four rounds behind the others
+                         // still catches up from the ring instead of fetching the full parameters
   size_t slots = 0, slot_stride = 0, ring = 0, ring_stride = 0, params = 0, total = 0;
 };
 
 // A message as the center took it out of a slot.
 struct AsyncMessage {
-  int worker = 0;             // 0-based: rank worker + 1
+  int worker = 0;  // 0-based: rank worker + 1
   uint64_t seq = 0;
   uint64_t base_version = 0;
   uint64_t tokens = 0;
-  uint64_t staleness = 0;     // versions published since its base by other workers' messages (a worker whose own
-                              // previous message was applied after its base has folded that one in itself)
-  double loss = 0.0;          // the worker's mean training loss behind the delta
+  uint64_t staleness = 0;  // versions published since its base by other workers' messages (a worker whose own
+                           // previous message was applied after its base has folded that one in itself)
+  double loss = 0.0;       // the worker's mean training loss behind the delta
   std::vector<uint8_t> bytes;
 };
 

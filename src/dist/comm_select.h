@@ -6,8 +6,8 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "dist/device_select.h"
 #include "dist/communicator.h"
+#include "dist/device_select.h"
 #include "dist/world.h"
 
 namespace ember {

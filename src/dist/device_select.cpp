@@ -94,11 +94,11 @@ DeviceChoice select_device(const World& world, const std::string& device, int vi
     if (!kBuiltWithCuda)
       throw_error(setting(option, "cuda") + ": this ember was built without the CUDA backend",
                   "install the CUDA toolkit (nvcc on PATH, or -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc) and "
-                  "rebuild, or set " + setting(option, "cpu"));
+                  "rebuild, or set " +
+                      setting(option, "cpu"));
     return choose_cuda(world, visible_cuda_devices, option, "cuda", setting(option, "cuda"));
   }
-  if (device != "auto")
-    throw_error(setting(option, device) + " is not a device", "use one of: cpu, cuda, auto");
+  if (device != "auto") throw_error(setting(option, device) + " is not a device", "use one of: cpu, cuda, auto");
   // Every rank must take the same branch: a job never mixes backends, and NCCL needs every rank on a GPU.
   const std::string chosen = setting(option, "auto");
   const int count = kBuiltWithCuda ? visible_cuda_devices : 0;

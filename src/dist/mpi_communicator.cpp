@@ -29,9 +29,13 @@ MPI_Op mpi_op(ReduceOp op) {
 template <class T>
 MPI_Datatype mpi_type();
 template <>
-MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
 template <>
-MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
 
 // Every rank multiplies by the same reciprocal, so an averaged buffer stays bitwise identical across ranks (and for
 // the power-of-two sizes ember trains on, x * (1/n) equals x / n exactly).
@@ -174,8 +178,8 @@ class MpiCommunicator final : public Communicator {
       // datatypes, so the rare huge case reduces each block's piece to its owner instead.
       for_each_chunk(count, max_chunk_, [&](size_t off, int len) {
         for (int b = 0; b < size_; ++b)
-          EMBER_MPI_CHECK(MPI_Reduce(send + size_t(b) * count + off, b == rank_ ? recv + off : nullptr, len,
-                                     MPI_FLOAT, mop, b, comm_));
+          EMBER_MPI_CHECK(MPI_Reduce(send + size_t(b) * count + off, b == rank_ ? recv + off : nullptr, len, MPI_FLOAT,
+                                     mop, b, comm_));
       });
     }
     if (op == REDUCE_OP_AVG) scale_by_inverse_size(recv, count, size_);
@@ -196,8 +200,8 @@ class MpiCommunicator final : public Communicator {
       for_each_chunk(count, max_chunk_, [&](size_t off, int len) {
         for (int b = 0; b < size_; ++b) {
           MPI_Request r = MPI_REQUEST_NULL;
-          EMBER_MPI_CHECK(MPI_Ireduce(send + size_t(b) * count + off, b == rank_ ? recv + off : nullptr, len,
-                                      MPI_FLOAT, mop, b, comm_, &r));
+          EMBER_MPI_CHECK(MPI_Ireduce(send + size_t(b) * count + off, b == rank_ ? recv + off : nullptr, len, MPI_FLOAT,
+                                      mop, b, comm_, &r));
           requests.push_back(r);
         }
       });
@@ -246,9 +250,8 @@ class MpiCommunicator final : public Communicator {
     EMBER_ASSERT(root >= 0 && root < size_,
                  "broadcast root " + std::to_string(root) + " outside a world of " + std::to_string(size_));
     auto* p = static_cast<char*>(buf);
-    for_each_chunk(bytes, max_chunk_, [&](size_t off, int len) {
-      EMBER_MPI_CHECK(MPI_Bcast(p + off, len, MPI_BYTE, root, comm_));
-    });
+    for_each_chunk(bytes, max_chunk_,
+                   [&](size_t off, int len) { EMBER_MPI_CHECK(MPI_Bcast(p + off, len, MPI_BYTE, root, comm_)); });
   }
 
   void barrier() override { EMBER_MPI_CHECK(MPI_Barrier(comm_)); }

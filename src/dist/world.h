@@ -12,7 +12,7 @@ struct World {
   MPI_Comm comm = MPI_COMM_WORLD;
   int rank = 0;
   int size = 1;
-  int local_rank = 0;   // rank among the processes on this node (MPI_COMM_TYPE_SHARED split)
+  int local_rank = 0;  // rank among the processes on this node (MPI_COMM_TYPE_SHARED split)
   int local_size = 1;
   std::string host;
 };

@@ -18,9 +18,12 @@ Recompute parse_recompute(const std::string& name) {
 
 const char* recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::attention: return "attention";
-    case Recompute::full: return "full";
+    case Recompute::none:
+      return "none";
+    case Recompute::attention:
+      return "attention";
+    case Recompute::full:
+      return "full";
   }
   return "?";
 }
@@ -252,8 +255,8 @@ void GPT::backward(float loss_scale) {
   be.zero(dC_, NC * sizeof(float));
   be.matmul_backward_transposed(dC_, g(table_.wte()), logits_, lnf_, w(table_.wte()), N, C, V);
   const float* last = config_.n_layer > 0 ? layers_.back().residual3 : encoded_;
-  be.layernorm_backward(dresidual_, g(table_.ln_f_weight()), g(table_.ln_f_bias()), dC_, last,
-                        p(table_.ln_f_weight()), lnf_mean_, lnf_rstd_, N, C);
+  be.layernorm_backward(dresidual_, g(table_.ln_f_weight()), g(table_.ln_f_bias()), dC_, last, p(table_.ln_f_weight()),
+                        lnf_mean_, lnf_rstd_, N, C);
 
   for (int l = config_.n_layer - 1; l >= 0; --l) {
     LayerActs& a = layers_[l];
@@ -279,15 +282,13 @@ void GPT::backward(float loss_scale) {
     // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
     if (recompute_ == Recompute::attention) attention_in(l, residual);
     be.zero(dC_, NC * sizeof(float));
-    be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, proj_weight(l),
-                       N, C, C);
+    be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, proj_weight(l), N, C, C);
     be.zero(d3C_, NC * 3 * sizeof(float));
     be.attention_backward(d3C_, dC_, a.qkv, a.atty, a.lse, B, T, C, NH);
     be.zero(dC_, NC * sizeof(float));
-    be.matmul_backward(dC_, G(BLOCK_PARAM_QKV_W), G(BLOCK_PARAM_QKV_B), d3C_, a.ln1, W(BLOCK_PARAM_QKV_W), N, C,
-                       3 * C);
-    be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN1_W), G(BLOCK_PARAM_LN1_B), dC_, residual,
-                          P(BLOCK_PARAM_LN1_W), a.ln1_mean, a.ln1_rstd, N, C);
+    be.matmul_backward(dC_, G(BLOCK_PARAM_QKV_W), G(BLOCK_PARAM_QKV_B), d3C_, a.ln1, W(BLOCK_PARAM_QKV_W), N, C, 3 * C);
+    be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN1_W), G(BLOCK_PARAM_LN1_B), dC_, residual, P(BLOCK_PARAM_LN1_W),
+                          a.ln1_mean, a.ln1_rstd, N, C);
     if (backward_hook_) backward_hook_(l);
   }
   be.encoder_backward(g(table_.wte()), g(table_.wpe()), dresidual_, inputs_, B, T, C);

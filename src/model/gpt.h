@@ -50,7 +50,7 @@ class GPT {
   size_t weight_bytes() const { return weight_bytes_; }
   size_t activation_bytes() const { return activation_bytes_; }
   size_t arena_numel() const { return arena_numel_; }  // table().total_numel() rounded up to ARENA_ALIGN
-  bool bf16_storage() const { return bf16_storage_; }   // the GEMM inputs are stored in bf16 (above)
+  bool bf16_storage() const { return bf16_storage_; }  // the GEMM inputs are stored in bf16 (above)
   const ParamTable& table() const { return table_; }
   Backend& backend() { return backend_; }
   // (arena_numel()) backend memory, zero past total_numel(). The mutable form is taken to write them: under bf16
@@ -60,7 +60,7 @@ class GPT {
     return params_;
   }
   const float* params() const { return params_; }
-  float* grads() { return grads_; }    // same layout as params()
+  float* grads() { return grads_; }  // same layout as params()
 
   // GPT-2 initialisation from Philox keyed by (seed, parameter index): N(0, 0.02) for matrices and embeddings,
   // residual projections scaled by 1/sqrt(2 n_layer), zero biases, LayerNorm weights 1.
@@ -85,17 +85,17 @@ class GPT {
 
  private:
   struct LayerActs {
-    TensorOut ln1;                     // (B, T, C), a GEMM input
-    float *ln1_mean, *ln1_rstd;        // (B, T), (B, T)
-    TensorOut qkv;                     // (B, T, 3C), stored as atty is
-    float* lse;                        // (B, NH, T)
-    TensorOut atty;                    // (B, T, C), a GEMM input (bf16 with bf16 attention)
-    float *residual2;                  // (B, T, C) after the attention branch
-    TensorOut ln2;                     // (B, T, C), a GEMM input
-    float *ln2_mean, *ln2_rstd;        // (B, T), (B, T)
-    TensorOut fch;                     // (B, T, 4C), GELU's input
-    TensorOut fch_gelu;                // (B, T, 4C), a GEMM input
-    float *residual3;                  // (B, T, C) block output
+    TensorOut ln1;               // (B, T, C), a GEMM input
+    float *ln1_mean, *ln1_rstd;  // (B, T), (B, T)
+    TensorOut qkv;               // (B, T, 3C), stored as atty is
+    float* lse;                  // (B, NH, T)
+    TensorOut atty;              // (B, T, C), a GEMM input (bf16 with bf16 attention)
+    float* residual2;            // (B, T, C) after the attention branch
+    TensorOut ln2;               // (B, T, C), a GEMM input
+    float *ln2_mean, *ln2_rstd;  // (B, T), (B, T)
+    TensorOut fch;               // (B, T, 4C), GELU's input
+    TensorOut fch_gelu;          // (B, T, 4C), a GEMM input
+    float* residual3;            // (B, T, C) block output
   };
   float* p(const ParamInfo& info) { return params_ + info.offset; }
   float* g(const ParamInfo& info) { return grads_ + info.offset; }
@@ -141,17 +141,17 @@ class GPT {
 
   float* params_ = nullptr;
   float* grads_ = nullptr;
-  BFloat16* params_bf16_ = nullptr;  // (arena_numel) the working copy under bf16 storage
-  bool weights_changed_ = true;      // since the working copy was cast
+  BFloat16* params_bf16_ = nullptr;                 // (arena_numel) the working copy under bf16 storage
+  bool weights_changed_ = true;                     // since the working copy was cast
   int32_t *inputs_ = nullptr, *targets_ = nullptr;  // (B, T)
-  float* encoded_ = nullptr;                         // (B, T, C) block 0 input
-  float* attproj_ = nullptr;                         // (B, T, C) scratch: attention projection output
-  float* fcproj_ = nullptr;                          // (B, T, C) scratch: MLP projection output
+  float* encoded_ = nullptr;                        // (B, T, C) block 0 input
+  float* attproj_ = nullptr;                        // (B, T, C) scratch: attention projection output
+  float* fcproj_ = nullptr;                         // (B, T, C) scratch: MLP projection output
   std::vector<LayerActs> layers_;
   TensorOut lnf_;                                    // (B, T, C), a GEMM input
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T), (B, T)
-  TensorOut logits_;                                                   // (B, T, V)
-  float* losses_ = nullptr;                                            // (B, T)
+  TensorOut logits_;                                 // (B, T, V)
+  float* losses_ = nullptr;                          // (B, T)
   std::vector<float> losses_host_;
   // Backward scratch, each zeroed before use because backward ops accumulate.
   float* dresidual_ = nullptr;  // (B, T, C) gradient of the residual stream

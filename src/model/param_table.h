@@ -16,14 +16,24 @@ struct ParamInfo {
   std::vector<int64_t> shape;  // Hugging Face shape (Conv1D orientation for linear layers: (in, out))
   size_t offset = 0;           // in floats, from the start of the arena
   size_t numel = 0;
-  bool decay = false;          // AdamW weight decay applies (matrices only, as GPT-2/nanoGPT do)
-  int layer = -1;              // transformer block index, -1 for embeddings and the final LayerNorm
+  bool decay = false;  // AdamW weight decay applies (matrices only, as GPT-2/nanoGPT do)
+  int layer = -1;      // transformer block index, -1 for embeddings and the final LayerNorm
 };
 
 // Which tensor of a block (or of the model) a table row is; fixed order, used to index ParamTable::block().
 enum BlockParam {
-  BLOCK_PARAM_LN1_W, BLOCK_PARAM_LN1_B, BLOCK_PARAM_QKV_W, BLOCK_PARAM_QKV_B, BLOCK_PARAM_PROJ_W, BLOCK_PARAM_PROJ_B,
-  BLOCK_PARAM_LN2_W, BLOCK_PARAM_LN2_B, BLOCK_PARAM_FC_W, BLOCK_PARAM_FC_B, BLOCK_PARAM_FCPROJ_W, BLOCK_PARAM_FCPROJ_B,
+  BLOCK_PARAM_LN1_W,
+  BLOCK_PARAM_LN1_B,
+  BLOCK_PARAM_QKV_W,
+  BLOCK_PARAM_QKV_B,
+  BLOCK_PARAM_PROJ_W,
+  BLOCK_PARAM_PROJ_B,
+  BLOCK_PARAM_LN2_W,
+  BLOCK_PARAM_LN2_B,
+  BLOCK_PARAM_FC_W,
+  BLOCK_PARAM_FC_B,
+  BLOCK_PARAM_FCPROJ_W,
+  BLOCK_PARAM_FCPROJ_B,
   BLOCK_PARAM_COUNT
 };
 

@@ -14,8 +14,7 @@ namespace ember {
 class AdamW {
  public:
   // Owns moments for the arena elements [shard_begin, shard_end) (the whole arena without ZeRO-1).
-  AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin,
-        size_t shard_end);
+  AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin, size_t shard_end);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;

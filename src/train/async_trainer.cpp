@@ -14,12 +14,12 @@
 #include <utility>
 #include <vector>
 
-#include "dist/device_select.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/data_loader.h"
 #include "dist/async_exchange.h"
+#include "dist/device_select.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
@@ -48,8 +48,8 @@ struct Job {
   std::unique_ptr<Backend> backend{};
   bool gpu_shared = false;  // workers share this GPU (EMBER_SHARE_GPU=1)
   std::unique_ptr<GPT> model{};
-  std::string resume{};           // "" for a fresh start
-  CheckpointMeta meta{};          // of `resume`
+  std::string resume{};   // "" for a fresh start
+  CheckpointMeta meta{};  // of `resume`
   AsyncShape shape{};
 
   // The sync-equivalent step at global sample index `samples` (at least sample_base).
@@ -73,8 +73,8 @@ std::string metrics_path(const RunConfig& c, int rank) {
 }
 
 // One collective checkpoint over the whole world. The center passes the global parameters (n floats, host) and its
-// momentum; a worker any n floats (it writes no weights), its AdamW moments and error-feedback residual. Every rank learns the counters from the center first, so the
-// metadata (which parallel HDF5 needs identical everywhere) agrees.
+// momentum; a worker any n floats (it writes no weights), its AdamW moments and error-feedback residual. Every rank
+// learns the counters from the center first, so the metadata (which parallel HDF5 needs identical everywhere) agrees.
 std::string save_async(Job& job, const float* params, float* momentum, AdamW* adam, AsyncWorker* worker,
                        uint64_t counters[3]) {
   const World& w = job.world;
@@ -125,7 +125,8 @@ std::string save_async(Job& job, const float* params, float* momentum, AdamW* ad
     v.resize(total);
     job.backend->copy_to_host(m.data(), adam->exp_avg(), total * sizeof(float));
     job.backend->copy_to_host(v.data(), adam->exp_avg_sq(), total * sizeof(float));
-    t.rank_arrays = {{"exp_avg", m.data()}, {"exp_avg_sq", v.data()}, {"residual", worker->feedback().residual().data()}};
+    t.rank_arrays = {
+        {"exp_avg", m.data()}, {"exp_avg_sq", v.data()}, {"residual", worker->feedback().residual().data()}};
   }
   const double t0 = now_seconds();
   const std::string path = save_checkpoint(c.checkpoint_folder(), meta, table, t, c.checkpoint.keep_latest_k, w.comm);
@@ -158,15 +159,20 @@ TrainResult run_center(Job& job) {
     version = async_file ? meta.async_version : 0;
     const int old_workers = async_file ? meta.world_size - 1 : 0;
     if (!async_file)
-      log_info("notice: %s was written in %s mode: the workers start with fresh AdamW state, the center with zero "
-               "momentum", job.resume.c_str(), meta.mode.c_str());
+      log_info(
+          "notice: %s was written in %s mode: the workers start with fresh AdamW state, the center with zero "
+          "momentum",
+          job.resume.c_str(), meta.mode.c_str());
     else if (old_workers < job.workers)
-      log_info("notice: %s holds the state of %d worker(s); worker rank(s) %d..%d start with fresh AdamW state and "
-               "a zero error-feedback residual", job.resume.c_str(), old_workers, old_workers + 1, job.workers);
+      log_info(
+          "notice: %s holds the state of %d worker(s); worker rank(s) %d..%d start with fresh AdamW state and "
+          "a zero error-feedback residual",
+          job.resume.c_str(), old_workers, old_workers + 1, job.workers);
     else if (old_workers > job.workers)
-      log_info("notice: %s holds the state of %d workers; %d resume theirs, the state of worker rank(s) %d..%d is "
-               "dropped (what their residuals still owed is lost)", job.resume.c_str(), old_workers, job.workers,
-               job.workers + 1, old_workers);
+      log_info(
+          "notice: %s holds the state of %d workers; %d resume theirs, the state of worker rank(s) %d..%d is "
+          "dropped (what their residuals still owed is lost)",
+          job.resume.c_str(), old_workers, job.workers, job.workers + 1, old_workers);
     log_info("resumed from %s at step %lld (%llu tokens seen, version %llu)", job.resume.c_str(),
              (long long)job.step_of(samples), (unsigned long long)tokens, (unsigned long long)version);
   } else {
@@ -193,10 +199,9 @@ TrainResult run_center(Job& job) {
 
   const int64_t first_step = job.step_of(samples);
   MetricsWriter metrics(metrics_path(c, 0), first_step);
-  auto next_multiple = [](int64_t step, int every) {
-    return every > 0 ? (step / every + 1) * every : INT64_MAX;
-  };
-  int64_t next_eval = next_multiple(first_step, c.eval.every), next_ckpt = next_multiple(first_step, c.checkpoint.interval);
+  auto next_multiple = [](int64_t step, int every) { return every > 0 ? (step / every + 1) * every : INT64_MAX; };
+  int64_t next_eval = next_multiple(first_step, c.eval.every),
+          next_ckpt = next_multiple(first_step, c.checkpoint.interval);
   int64_t next_log = next_multiple(first_step, c.run.log_every);
   const uint64_t first_version = version;
   const double start = now_seconds();
@@ -252,15 +257,15 @@ TrainResult run_center(Job& job) {
     const int64_t step = job.step_of(applied);
     if (step >= next_log && loss_count > 0) {
       const double now = now_seconds();
-      const double eta = step > first_step ? (now - start) / double(step - first_step) * double(c.training.steps - step)
-                                           : 0.0;
-      log_info("step %5lld/%d | loss %.4f | version %llu | %.0f versions/min | max staleness %llu | %.0f tok/s | "
-               "eta %02d:%02d:%02d",
-               (long long)step, c.training.steps, loss_sum / loss_count, (unsigned long long)version,
-               double(version - first_version) / std::max((now - start) / 60.0, 1e-9),
-               (unsigned long long)max_staleness,
-               double(center.tokens_applied() - tokens) / std::max(now - start, 1e-9), int(eta) / 3600,
-               int(eta) / 60 % 60, int(eta) % 60);
+      const double eta =
+          step > first_step ? (now - start) / double(step - first_step) * double(c.training.steps - step) : 0.0;
+      log_info(
+          "step %5lld/%d | loss %.4f | version %llu | %.0f versions/min | max staleness %llu | %.0f tok/s | "
+          "eta %02d:%02d:%02d",
+          (long long)step, c.training.steps, loss_sum / loss_count, (unsigned long long)version,
+          double(version - first_version) / std::max((now - start) / 60.0, 1e-9), (unsigned long long)max_staleness,
+          double(center.tokens_applied() - tokens) / std::max(now - start, 1e-9), int(eta) / 3600, int(eta) / 60 % 60,
+          int(eta) % 60);
       loss_sum = 0.0;
       loss_count = 0;
       max_staleness = 0;
@@ -270,7 +275,8 @@ TrainResult run_center(Job& job) {
       const double t0 = now_seconds();
       result.last_val_loss = evaluate();
       metrics.write({{"step", step}, {"tokens_seen", center.tokens_applied()}, {"val_loss", result.last_val_loss}});
-      log_info("step %lld | val loss %.4f | %.0f ms", (long long)step, result.last_val_loss, 1e3 * (now_seconds() - t0));
+      log_info("step %lld | val loss %.4f | %.0f ms", (long long)step, result.last_val_loss,
+               1e3 * (now_seconds() - t0));
       next_eval = next_multiple(step, c.eval.every);
     }
     if (!center.barrier_pending()) {
@@ -330,8 +336,8 @@ TrainResult run_worker(Job& job) {
   if (!job.resume.empty() && job.meta.mode == "async") {
     std::vector<float> m(n), v(n);
     residual.resize(n);
-    if (load_rank_arrays(job.resume, rank, {{"exp_avg", m.data()}, {"exp_avg_sq", v.data()}, {"residual", residual.data()}},
-                         n)) {
+    if (load_rank_arrays(job.resume, rank,
+                         {{"exp_avg", m.data()}, {"exp_avg_sq", v.data()}, {"residual", residual.data()}}, n)) {
       be.copy_to_device(adam.exp_avg(), m.data(), n * sizeof(float));
       be.copy_to_device(adam.exp_avg_sq(), v.data(), n * sizeof(float));
       adam.set_step_count(int(job.meta.ranks.at(size_t(rank)).optimizer_step));
@@ -389,7 +395,8 @@ TrainResult run_worker(Job& job) {
       reserving = false;
       continue;
     }
-    const int steps = int(std::min<uint64_t>(uint64_t(job.H), (job.target_samples - first) / (uint64_t(job.A) * job.B)));
+    const int steps =
+        int(std::min<uint64_t>(uint64_t(job.H), (job.target_samples - first) / (uint64_t(job.A) * job.B)));
     double loss_sum = 0.0;
     float lr = 0.0f;
     for (int i = 0; i < steps; ++i) {
@@ -458,9 +465,11 @@ TrainResult run_worker(Job& job) {
 TrainResult run_async(const World& world, const RunConfig& config, const std::string& config_ini, TrainLimits limits) {
   const RunConfig& c = config;
   if (world.size < 2)
-    throw_error("training.mode = async needs at least 2 ranks (rank 0 serves as the center, ranks 1.. train); this "
-                "job has " + std::to_string(world.size),
-                "launch 1 + N ranks, e.g. mpirun -n 3 ember train ... for 2 workers, or use training.mode = sync");
+    throw_error(
+        "training.mode = async needs at least 2 ranks (rank 0 serves as the center, ranks 1.. train); this "
+        "job has " +
+            std::to_string(world.size),
+        "launch 1 + N ranks, e.g. mpirun -n 3 ember train ... for 2 workers, or use training.mode = sync");
   if (c.training.zero != 0)
     throw_error("config: training.zero = " + std::to_string(c.training.zero) + " applies to sync mode only",
                 "set training.zero = 0 with training.mode = async (each worker keeps its own AdamW state)");
@@ -497,11 +506,12 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   job.shape.block_size = size_t(c.async.block_size);
   job.shape.workers = job.workers;
   job.shape.error_feedback = c.async.error_feedback;
-  log_info("world: %d rank(s) | async: center on rank 0 (%s), %d worker(s) | %d local steps per sync | "
-           "%.1fx fewer bytes per delta than fp32 | global batch equivalent %d x %d tokens x %d accumulation x %d",
-           world.size, world.host.c_str(), job.workers, job.H,
-           4.0 * double(job.shape.n) / double(onebit_packed_bytes(job.shape.n, job.shape.block_size)), job.B, job.T,
-           job.A, job.workers);
+  log_info(
+      "world: %d rank(s) | async: center on rank 0 (%s), %d worker(s) | %d local steps per sync | "
+      "%.1fx fewer bytes per delta than fp32 | global batch equivalent %d x %d tokens x %d accumulation x %d",
+      world.size, world.host.c_str(), job.workers, job.H,
+      4.0 * double(job.shape.n) / double(onebit_packed_bytes(job.shape.n, job.shape.block_size)), job.B, job.T, job.A,
+      job.workers);
 
   // Rank 0 picks the checkpoint (falling back past damaged ones); every rank reads its metadata.
   if (world.rank == 0) job.resume = resolve_resume(c.checkpoint_folder(), c.checkpoint.resume);

@@ -10,9 +10,9 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
-#include <string>
 #include <functional>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -193,8 +193,9 @@ ArenaRange agree_write_range(const SaveGroup& group, ArenaRange held, size_t tot
     const uint64_t b = all[K * size_t(r)], e = all[K * size_t(r) + 1];
     array_lens[size_t(r)] = all[K * size_t(r) + 3];
     if (all[K * size_t(r) + 2] != all[2])
-      throw Error("checkpoint save: rank " + std::to_string(r) + " was called with other metadata than rank 0 (step, "
-                  "config, per-rank state, folder, keep_latest_k, the moment arenas or the extra sets differ)",
+      throw Error("checkpoint save: rank " + std::to_string(r) +
+                      " was called with other metadata than rank 0 (step, "
+                      "config, per-rank state, folder, keep_latest_k, the moment arenas or the extra sets differ)",
                   hint_bug);
     whole = whole && b == 0 && e == total;
     ranges.emplace_back(b, e);
@@ -218,8 +219,11 @@ ArenaRange agree_write_range(const SaveGroup& group, ArenaRange held, size_t tot
     next = e;
   }
   if (next != total)
-    throw Error("checkpoint save: the ranks' shard ranges end at " + std::to_string(next) + ", not at the end of the "
-                "parameter arena " + std::to_string(total), hint_bug);
+    throw Error("checkpoint save: the ranks' shard ranges end at " + std::to_string(next) +
+                    ", not at the end of the "
+                    "parameter arena " +
+                    std::to_string(total),
+                hint_bug);
   return held;
 }
 
@@ -397,8 +401,8 @@ void load_checkpoint(const std::string& path, const ParamTable& table, const Che
       H5Handle dset = open_tensor_checked(file.get(), ds, dims, m, path);
       const size_t lo = std::max(range.begin, p.offset), hi = std::min(range.end, p.offset + p.numel);
       if (lo < hi)
-        loads.push_back(Load{ds, std::move(dset), std::move(dims), lo - p.offset, hi - p.offset,
-                             base + (lo - range.begin)});
+        loads.push_back(
+            Load{ds, std::move(dset), std::move(dims), lo - p.offset, hi - p.offset, base + (lo - range.begin)});
     }
   };
   plan("/model", tensors.params, ArenaRange{0, total});
@@ -410,8 +414,8 @@ void load_checkpoint(const std::string& path, const ParamTable& table, const Che
   int table_layers = 0;
   for (const ParamInfo& p : table.params()) table_layers = std::max(table_layers, p.layer + 1);
   if (m.model.n_layer != table_layers)
-    throw Error("checkpoint " + path + " has n_layer=" + std::to_string(m.model.n_layer) + " but the model has n_layer=" +
-                    std::to_string(table_layers),
+    throw Error("checkpoint " + path + " has n_layer=" + std::to_string(m.model.n_layer) +
+                    " but the model has n_layer=" + std::to_string(table_layers),
                 "the checkpoint was written for a different model config; use the same [model] settings or start "
                 "fresh");
 
@@ -494,8 +498,8 @@ std::string resolve_resume(const std::string& folder, const std::string& resume)
     candidates.push_back(latest);
     if (parse_step(latest) >= 0) older_than = parse_step(latest);
   } else if (!latest.empty()) {
-    log_warn("checkpoint folder %s: `latest` names %s, which does not exist; trying the newest step_*.h5",
-             dir.c_str(), latest.c_str());
+    log_warn("checkpoint folder %s: `latest` names %s, which does not exist; trying the newest step_*.h5", dir.c_str(),
+             latest.c_str());
   }
   for (const auto& [step, name] : list_checkpoints(dir))
     if (step < older_than && name != latest) candidates.push_back(name);

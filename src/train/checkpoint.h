@@ -19,14 +19,14 @@ constexpr int CHECKPOINT_FORMAT_VERSION = 1;
 
 // Everything in a checkpoint except the big tensors.
 struct CheckpointMeta {
-  int64_t step = 0;              // optimizer steps completed
+  int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
   int world_size = 1;
   std::string mode = "sync";
-  std::string created;           // ISO 8601 time, filled in by save
-  std::string version;           // ember version, filled in by save
-  std::string config_ini;        // the resolved run configuration
-  ModelConfig model;             // also stored as root attributes, so readers need not parse config_ini
+  std::string created;     // ISO 8601 time, filled in by save
+  std::string version;     // ember version, filled in by save
+  std::string config_ini;  // the resolved run configuration
+  ModelConfig model;       // also stored as root attributes, so readers need not parse config_ini
   // AdamW hyper-parameters and its step counter (root of /optimizer).
   int64_t optimizer_step = 0;
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f, lr = 0.0f;
@@ -43,7 +43,7 @@ struct CheckpointMeta {
     std::vector<std::string> arrays{};
   };
   std::vector<RankState> ranks = std::vector<RankState>(1);
-  uint64_t async_version = 0;    // async mode: version of the center's parameters (stored only when mode == "async")
+  uint64_t async_version = 0;  // async mode: version of the center's parameters (stored only when mode == "async")
 };
 
 // Host-side views of the arenas. params always holds the whole arena (ParamTable::total_numel() floats).

@@ -117,10 +117,10 @@ void write_latest(const fs::path& dir, const std::string& name) {
   const std::string tmp = (dir / "latest.tmp").string(), final = (dir / "latest").string();
   TempFile guard(tmp);
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw Error("checkpoint folder " + dir.string() + ": cannot create " + tmp + ": " + errno_str(), HINT_WRITE);
+  if (fd.get() < 0)
+    throw Error("checkpoint folder " + dir.string() + ": cannot create " + tmp + ": " + errno_str(), HINT_WRITE);
   const std::string text = name + "\n";
-  if (::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()) || ::fsync(fd.get()) != 0 ||
-      fd.close() != 0)
+  if (::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()) || ::fsync(fd.get()) != 0 || fd.close() != 0)
     throw Error("checkpoint folder " + dir.string() + ": cannot write " + tmp + ": " + errno_str(), HINT_WRITE);
   rename_file(tmp, final);
   guard.release();
@@ -134,7 +134,8 @@ void prune(const fs::path& dir, int keep, const std::string& current) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && parse_step(name.substr(0, name.size() - 4)) >= 0)
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+        parse_step(name.substr(0, name.size() - 4)) >= 0)
       if (::unlink(it->path().c_str()) != 0)
         log_warn("checkpoint: cannot delete stale %s: %s", it->path().c_str(), errno_str().c_str());
   }

@@ -19,7 +19,8 @@ inline constexpr const char* HINT_DAMAGED =
 inline constexpr const char* HINT_CORRUPT =
     "the file was damaged after it was written (disk, copy, transfer); resume from an earlier checkpoint "
     "(--resume <folder>/step_XXXXXXXX.h5)";
-inline constexpr const char* HINT_WRITE = "check that the checkpoint folder is writable and that the disk has free space";
+inline constexpr const char* HINT_WRITE =
+    "check that the checkpoint folder is writable and that the disk has free space";
 
 std::string errno_str();
 

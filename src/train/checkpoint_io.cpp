@@ -113,7 +113,8 @@ bool natural_less(const std::string& a, const std::string& b) {
       while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
       const std::string na = a.substr(i, ie - i), nb = b.substr(j, je - j);
       const size_t za = na.find_first_not_of('0'), zb = nb.find_first_not_of('0');
-      const std::string ta = za == std::string::npos ? "" : na.substr(za), tb = zb == std::string::npos ? "" : nb.substr(zb);
+      const std::string ta = za == std::string::npos ? "" : na.substr(za),
+                        tb = zb == std::string::npos ? "" : nb.substr(zb);
       if (ta.size() != tb.size()) return ta.size() < tb.size();
       if (ta != tb) return ta < tb;
       i = ie;
@@ -231,8 +232,8 @@ std::vector<std::function<void()>> content_steps(hid_t file_id, const Checkpoint
   // A weights-only save (no moment arenas) leaves out the moment tensors; loading them then says so clearly.
   const size_t moments_base = src.moments_base;
   const ArenaRange write = src.write;
-  for (const auto& moment : {std::pair{"/optimizer/exp_avg", src.exp_avg},
-                              std::pair{"/optimizer/exp_avg_sq", src.exp_avg_sq}}) {
+  for (const auto& moment :
+       {std::pair{"/optimizer/exp_avg", src.exp_avg}, std::pair{"/optimizer/exp_avg_sq", src.exp_avg_sq}}) {
     const char* prefix = moment.first;
     const float* base = moment.second;
     if (!base) continue;
@@ -309,9 +310,9 @@ H5Handle open_checkpoint(const std::string& path) {
     if (at != std::string::npos && stored != std::string::npos &&
         std::sscanf(reason.c_str() + at, "truncated file: eof = %llu", &have) == 1 &&
         std::sscanf(reason.c_str() + stored, "stored_eof = %llu", &want) == 1)
-      throw Error("checkpoint " + path + " is truncated (" + std::to_string(have) + " of " + std::to_string(want) +
-                      " bytes)",
-                  HINT_DAMAGED);
+      throw Error(
+          "checkpoint " + path + " is truncated (" + std::to_string(have) + " of " + std::to_string(want) + " bytes)",
+          HINT_DAMAGED);
     fail_io(path, "cannot be opened", HINT_DAMAGED);
   }
   return file;
@@ -326,7 +327,8 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
   const char* const hint_not_ours = "pass a checkpoint written by ember (step_XXXXXXXX.h5 in the checkpoint folder)";
   const htri_t has_format = H5Aexists(r, "format");
   if (has_format < 0) fail_io(file, "cannot read the root attributes", HINT_DAMAGED);
-  if (has_format == 0) throw Error("checkpoint " + file + ": not an ember checkpoint (format attribute missing)", hint_not_ours);
+  if (has_format == 0)
+    throw Error("checkpoint " + file + ": not an ember checkpoint (format attribute missing)", hint_not_ours);
   const std::string format = read_attr_str(r, "format", "/", ctx);
   if (format != CHECKPOINT_FORMAT)
     throw Error("checkpoint " + file + ": not an ember checkpoint (format is \"" + format + "\", expected \"" +

@@ -10,10 +10,10 @@
 namespace ember {
 
 struct TrainingConfig {
-  int batch_size = 8;          // micro-batch B (sequences per forward/backward)
-  int seq_len = 64;            // T, at most model.block_size
-  int grad_accum_steps = 1;    // micro-batches per optimizer step
-  int steps = 100;             // optimizer steps in the whole run
+  int batch_size = 8;        // micro-batch B (sequences per forward/backward)
+  int seq_len = 64;          // T, at most model.block_size
+  int grad_accum_steps = 1;  // micro-batches per optimizer step
+  int steps = 100;           // optimizer steps in the whole run
   uint64_t seed = 1337;
   float max_norm = 1.0f;       // clip gradients to this global L2 norm; 0 disables clipping
   int threads = 0;             // OpenMP threads per rank; 0 = the OpenMP default (all cores, or OMP_NUM_THREADS)
@@ -24,31 +24,31 @@ struct TrainingConfig {
   std::string comm = "auto";   // "auto" (nccl on cuda, mpi on cpu), "nccl", or "mpi" (host-staged on cuda)
   std::string recompute = "none";  // activation recomputation: "none", "attention" or "full" (model/gpt.h)
   std::string precision = "fp32";  // GEMM inputs: "fp32" or "bf16" (fp32 accumulation and masters; core/dtype.h)
-  bool deterministic = true;   // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
+  bool deterministic = true;       // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
 };
 
 // mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI
 // one-sided windows and rebase onto its newest published parameters.
 struct AsyncConfig {
-  int local_steps = 8;           // H: optimizer steps a worker takes between two syncs
-  int block_size = 2048;         // values per fp32 scale of a 1-bit message
-  float outer_lr = 1.3f;         // the center's (outer) learning rate on the weighted deltas
+  int local_steps = 8;    // H: optimizer steps a worker takes between two syncs
+  int block_size = 2048;  // values per fp32 scale of a 1-bit message
+  float outer_lr = 1.3f;  // the center's (outer) learning rate on the weighted deltas
   // The center's Nesterov momentum. Negative by default: applying deltas taken against older parameters acts like
   // extra momentum already (README, "Several hosts of unequal speed"); -0.4 with outer_lr 1.3 keeps the long-run
   // gain lr / (1 - momentum) near 1 while damping that.
   float outer_momentum = -0.4f;
   float center_timeout = 120.0f;  // seconds a worker waits for the center before failing the job
-  bool error_feedback = true;   // test-only switch: false drops what the 1-bit compression lost
-  int test_slow_worker = 0;     // test-only: this worker rank (>= 1) trains test_slowdown times slower
+  bool error_feedback = true;     // test-only switch: false drops what the 1-bit compression lost
+  int test_slow_worker = 0;       // test-only: this worker rank (>= 1) trains test_slowdown times slower
   float test_slowdown = 1.0f;
-  int test_center_stall = 0;    // test-only: the center stops serving after this many versions (0: never)
+  int test_center_stall = 0;  // test-only: the center stops serving after this many versions (0: never)
 };
 
 struct OptimizerConfig {
-  float lr = 6e-4f;            // peak learning rate
-  float min_lr = 6e-5f;        // floor reached at the end of the cosine decay
-  int warmup_steps = 10;       // linear warm-up from lr/warmup_steps to lr
-  float weight_decay = 0.1f;   // decoupled; matrices only
+  float lr = 6e-4f;           // peak learning rate
+  float min_lr = 6e-5f;       // floor reached at the end of the cosine decay
+  int warmup_steps = 10;      // linear warm-up from lr/warmup_steps to lr
+  float weight_decay = 0.1f;  // decoupled; matrices only
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
@@ -60,15 +60,15 @@ struct DataConfig {
 };
 
 struct EvalConfig {
-  int every = 50;    // validation loss every this many steps (0: only at the end)
-  int batches = 8;   // validation batches of training.batch_size sequences
+  int every = 50;   // validation loss every this many steps (0: only at the end)
+  int batches = 8;  // validation batches of training.batch_size sequences
 };
 
 struct CheckpointConfig {
-  std::string folder;          // default: <run.dir>/checkpoints
-  int interval = 0;            // save every this many steps (0: only at the end)
-  int keep_latest_k = 3;       // keep the newest K checkpoints
-  std::string resume;          // "", "auto" (the checkpoint `latest` names, if any) or a checkpoint path
+  std::string folder;     // default: <run.dir>/checkpoints
+  int interval = 0;       // save every this many steps (0: only at the end)
+  int keep_latest_k = 3;  // keep the newest K checkpoints
+  std::string resume;     // "", "auto" (the checkpoint `latest` names, if any) or a checkpoint path
 };
 
 struct RunSection {
@@ -86,7 +86,9 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   RunSection run;
 
-  std::string checkpoint_folder() const { return checkpoint.folder.empty() ? run.dir + "/checkpoints" : checkpoint.folder; }
+  std::string checkpoint_folder() const {
+    return checkpoint.folder.empty() ? run.dir + "/checkpoints" : checkpoint.folder;
+  }
 };
 
 }  // namespace ember

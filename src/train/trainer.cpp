@@ -12,13 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "dist/device_select.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/data_loader.h"
 #include "dist/comm_select.h"
 #include "dist/communicator.h"
+#include "dist/device_select.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
@@ -96,14 +96,15 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   s.backend->set_matmul_precision(parse_matmul_precision(c.training.precision));
   s.backend->set_deterministic(c.training.deterministic);
   if (!c.training.deterministic)
-    log_info("training.deterministic = false: GPU GEMMs may accumulate with atomics, so losses need not repeat "
-             "bitwise");
+    log_info(
+        "training.deterministic = false: GPU GEMMs may accumulate with atomics, so losses need not repeat "
+        "bitwise");
   s.comm = make_communicator(world, device, c.training.comm, *s.backend);
 
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,
                                               c.training.seed, /*shuffle=*/true);
-  s.val_data = std::make_unique<DataLoader>(c.data.dir, "val", c.training.seq_len, c.model.vocab_size,
-                                            c.training.seed, /*shuffle=*/false);
+  s.val_data = std::make_unique<DataLoader>(c.data.dir, "val", c.training.seq_len, c.model.vocab_size, c.training.seed,
+                                            /*shuffle=*/false);
   Backend& be = *s.backend;
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
                                   parse_recompute(c.training.recompute));
@@ -122,9 +123,9 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   s.counted_bytes = log_model_memory(*s.model, *s.optimizer, be, s.zero() ? share * sizeof(float) : 0);
   s.inputs.resize(size_t(c.training.batch_size) * c.training.seq_len);
   s.targets.resize(s.inputs.size());
-  log_info("world: %d rank(s) | data parallel%s | global batch %d x %d tokens x %d accumulation x %d ranks",
-           world.size, s.zero() ? " + ZeRO-1" : "", c.training.batch_size, c.training.seq_len,
-           c.training.grad_accum_steps, world.size);
+  log_info("world: %d rank(s) | data parallel%s | global batch %d x %d tokens x %d accumulation x %d ranks", world.size,
+           s.zero() ? " + ZeRO-1" : "", c.training.batch_size, c.training.seq_len, c.training.grad_accum_steps,
+           world.size);
 
   // Rank 0 picks the checkpoint (falling back past damaged ones) so that every rank resumes from the same file.
   std::string resume;
@@ -148,8 +149,8 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
     throw_error("checkpoint " + resume + ": model config differs from the run's [model] section",
                 "use the [model] settings the checkpoint was written with (see `ember inspect`) or start fresh");
   if (meta.step >= c.training.steps)
-    throw_error("checkpoint " + resume + ": already at step " + std::to_string(meta.step) + " of training.steps = " +
-                    std::to_string(c.training.steps),
+    throw_error("checkpoint " + resume + ": already at step " + std::to_string(meta.step) +
+                    " of training.steps = " + std::to_string(c.training.steps),
                 "raise training.steps to train further");
   be.copy_to_device(s.model->params(), params.data(), params.size() * sizeof(float));
   be.copy_to_device(s.optimizer->exp_avg(), m.data(), m.size() * sizeof(float));
@@ -160,9 +161,10 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   const uint64_t cursor = meta.ranks.at(0).data_cursor;  // global: the same on every rank of a sync run
   s.train_data->set_cursor(cursor);
   if (meta.world_size != world.size)
-    log_info("notice: checkpoint written by %d rank(s), resuming on %d: parameters and optimizer state resharded, "
-             "data continues at global sample %llu",
-             meta.world_size, world.size, (unsigned long long)cursor);
+    log_info(
+        "notice: checkpoint written by %d rank(s), resuming on %d: parameters and optimizer state resharded, "
+        "data continues at global sample %llu",
+        meta.world_size, world.size, (unsigned long long)cursor);
   log_info("resumed from %s at step %lld (%lld tokens seen)", resume.c_str(), (long long)meta.step,
            (long long)meta.tokens_seen);
 }
@@ -173,12 +175,12 @@ size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend&
   const size_t total = model.weight_bytes() + moments + model.activation_bytes() + extra_bytes;
   char shard[64] = "";
   if (extra_bytes) snprintf(shard, sizeof(shard), ", ZeRO-1 gradient shard %.1f MiB", double(extra_bytes) * mib);
-  log_info("memory on %s: parameters + gradients%s %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
-           "(recompute = %s, matmul precision %s)%s; %.1f MiB in all",
-           backend.name().c_str(), model.bf16_storage() ? " + bf16 weight copy" : "",
-           double(model.weight_bytes()) * mib, double(moments) * mib,
-           double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
-           matmul_precision_name(backend.matmul_precision()).c_str(), shard, double(total) * mib);
+  log_info(
+      "memory on %s: parameters + gradients%s %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
+      "(recompute = %s, matmul precision %s)%s; %.1f MiB in all",
+      backend.name().c_str(), model.bf16_storage() ? " + bf16 weight copy" : "", double(model.weight_bytes()) * mib,
+      double(moments) * mib, double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
+      matmul_precision_name(backend.matmul_precision()).c_str(), shard, double(total) * mib);
   return total;
 }
 
@@ -187,9 +189,10 @@ void log_measured_memory(const Backend& backend, size_t counted_bytes, bool gpu_
   char device[200] = "";
   size_t used = 0, total = 0;
   if (backend.device_memory(&used, &total))
-    snprintf(device, sizeof(device), "; the device reports %.1f of %.1f MiB in use (CUDA context and library "
-             "workspaces included%s)", double(used) * mib, double(total) * mib,
-             gpu_shared ? ", and the other ranks sharing this GPU" : "");
+    snprintf(device, sizeof(device),
+             "; the device reports %.1f of %.1f MiB in use (CUDA context and library "
+             "workspaces included%s)",
+             double(used) * mib, double(total) * mib, gpu_shared ? ", and the other ranks sharing this GPU" : "");
   log_info("memory measured after the first step on %s: peak %.1f MiB allocated (%.1f MiB counted at start-up)%s",
            backend.name().c_str(), double(backend.peak_allocated_bytes()) * mib, double(counted_bytes) * mib, device);
 }
@@ -239,8 +242,8 @@ TrainResult Trainer::run() {
     const CheckpointTensors tensors{params.data(), m.data() + m_offset, v.data() + m_offset, s.write_begin(),
                                     s.write_end()};
     const double t0 = now_seconds();
-    result.last_checkpoint = save_checkpoint(c.checkpoint_folder(), meta, table, tensors, c.checkpoint.keep_latest_k,
-                                             s.world.comm);
+    result.last_checkpoint =
+        save_checkpoint(c.checkpoint_folder(), meta, table, tensors, c.checkpoint.keep_latest_k, s.world.comm);
     log_info("checkpoint %s (%.0f ms)", result.last_checkpoint.c_str(), 1e3 * (now_seconds() - t0));
   };
 
@@ -303,8 +306,7 @@ TrainResult Trainer::run() {
       pending.clear();
     }
     exposed_ms += 1e3 * (now_seconds() - t_sync);
-    const bool out_of_time = s.limits.max_runtime > 0 && r == 0 &&
-                             now_seconds() - run_start >= s.limits.max_runtime;
+    const bool out_of_time = s.limits.max_runtime > 0 && r == 0 && now_seconds() - run_start >= s.limits.max_runtime;
     double scalars[3] = {loss, s.zero() ? be.sum_squares(grads, grad_n) : 0.0,
                          double(stop_signal_received() != 0 || out_of_time)};
     const double t_scalars = now_seconds();
@@ -314,8 +316,8 @@ TrainResult Trainer::run() {
     const float grad_norm = float(std::sqrt(s.zero() ? scalars[1] : be.sum_squares(grads, grad_n)));
     const bool stop_requested = scalars[2] > 0.0;
     clip_grads(be, grads, grad_n, grad_norm, c.training.max_norm);
-    const float lr = lr_at_step(int(s.step), c.training.steps, c.optimizer.warmup_steps, c.optimizer.lr,
-                                c.optimizer.min_lr);
+    const float lr =
+        lr_at_step(int(s.step), c.training.steps, c.optimizer.warmup_steps, c.optimizer.lr, c.optimizer.min_lr);
     s.optimizer->step(model.params(), grads, lr);
     if (s.zero()) {
       // Every rank's updated shard to every rank, in place.
@@ -339,9 +341,15 @@ TrainResult Trainer::run() {
     }
     const double avg = timed_steps > 0 ? elapsed_sum / timed_steps : dt;
     const double tokens_per_s = tokens_per_step / dt;
-    nlohmann::json rec = {{"step", s.step},          {"loss", loss},           {"lr", lr},
-                          {"grad_norm", grad_norm},  {"tokens_per_s", tokens_per_s}, {"ms_per_step", 1e3 * dt},
-                          {"tokens_seen", s.tokens_seen}, {"comm_ms", comm_ms}, {"comm_exposed_ms", exposed_ms}};
+    nlohmann::json rec = {{"step", s.step},
+                          {"loss", loss},
+                          {"lr", lr},
+                          {"grad_norm", grad_norm},
+                          {"tokens_per_s", tokens_per_s},
+                          {"ms_per_step", 1e3 * dt},
+                          {"tokens_seen", s.tokens_seen},
+                          {"comm_ms", comm_ms},
+                          {"comm_exposed_ms", exposed_ms}};
     const bool limit_reached = s.limits.stop_after > 0 && s.step - first_step >= s.limits.stop_after;
     const bool last = s.step == c.training.steps || limit_reached || stop_requested;
     if ((c.eval.every > 0 && s.step % c.eval.every == 0) || last) {
@@ -356,17 +364,21 @@ TrainResult Trainer::run() {
     result.step = s.step;
     if (s.step % c.run.log_every == 0 || s.step == first_step + 1 || last) {
       const double eta = avg * double(c.training.steps - s.step);
-      log_info("step %5lld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f, exposed %.1f) | "
-               "eta %02d:%02d:%02d",
-               (long long)s.step, c.training.steps, loss, lr, grad_norm, tokens_per_s, 1e3 * dt, comm_ms, exposed_ms,
-               int(eta) / 3600, int(eta) / 60 % 60, int(eta) % 60);
+      log_info(
+          "step %5lld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f, exposed %.1f) | "
+          "eta %02d:%02d:%02d",
+          (long long)s.step, c.training.steps, loss, lr, grad_norm, tokens_per_s, 1e3 * dt, comm_ms, exposed_ms,
+          int(eta) / 3600, int(eta) / 60 % 60, int(eta) % 60);
     }
     if ((c.checkpoint.interval > 0 && s.step % c.checkpoint.interval == 0) || last) save();
     if (stop_requested && s.step < c.training.steps) {
       result.stopped_early = true;
       const int sig = stop_signal_received();
       log_info("stopping early at step %lld (%s): checkpoint written; rerun with --resume auto to continue",
-               (long long)s.step, sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "stop request or --max-runtime");
+               (long long)s.step,
+               sig == SIGUSR1   ? "SIGUSR1"
+               : sig == SIGTERM ? "SIGTERM"
+                                : "stop request or --max-runtime");
     }
     if (last) break;
   }

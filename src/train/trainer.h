@@ -13,16 +13,16 @@ namespace ember {
 
 // Limits of one invocation; the learning-rate schedule still spans training.steps.
 struct TrainLimits {
-  int stop_after = 0;       // optimizer steps in this invocation (0: no limit)
-  double max_runtime = 0;   // seconds of wall clock (0: no limit)
+  int stop_after = 0;      // optimizer steps in this invocation (0: no limit)
+  double max_runtime = 0;  // seconds of wall clock (0: no limit)
 };
 
 struct TrainResult {
-  int64_t step = 0;              // optimizer steps completed (in total, counting a resumed run's earlier steps)
+  int64_t step = 0;  // optimizer steps completed (in total, counting a resumed run's earlier steps)
   double last_loss = 0.0;
-  double last_val_loss = -1.0;   // -1 when never evaluated
-  std::string last_checkpoint;   // "" when none was written
-  bool stopped_early = false;    // a signal or --max-runtime stopped the run (after a checkpoint)
+  double last_val_loss = -1.0;  // -1 when never evaluated
+  std::string last_checkpoint;  // "" when none was written
+  bool stopped_early = false;   // a signal or --max-runtime stopped the run (after a checkpoint)
 };
 
 class Trainer {

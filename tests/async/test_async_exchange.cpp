@@ -17,10 +17,10 @@
 namespace ember {
 namespace {
 
-constexpr size_t kN = 1000;        // not a multiple of the block size or of 8
+constexpr size_t kN = 1000;  // not a multiple of the block size or of 8
 constexpr size_t kBlock = 64;
-constexpr int kMessages = 6;       // per worker
-constexpr uint64_t kReserve = 7;   // samples reserved per message
+constexpr int kMessages = 6;      // per worker
+constexpr uint64_t kReserve = 7;  // samples reserved per message
 
 int rank() { return test::world_rank(); }
 int workers() { return test::world_size() - 1; }
@@ -60,10 +60,10 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 // The center's side of the first test: take every message, check the order, apply each delta divided by the number
 // of workers, publish, then run a finish barrier.
 struct CenterRun {
-  std::vector<double> global;                  // initial + sum of updates, in float64
-  std::vector<std::vector<double>> decoded;    // per worker: the sum of the deltas it sent, as decoded
-  std::vector<uint64_t> last_staleness;        // per worker
-  std::vector<float> residual;                 // the center's final error-feedback residual
+  std::vector<double> global;                // initial + sum of updates, in float64
+  std::vector<std::vector<double>> decoded;  // per worker: the sum of the deltas it sent, as decoded
+  std::vector<uint64_t> last_staleness;      // per worker
+  std::vector<float> residual;               // the center's final error-feedback residual
   uint64_t samples = 0;
 };
 
@@ -217,10 +217,10 @@ TEST(AsyncExchange, WorkerTooFarBehindFetchesInFullThenFromTheRing) {
       }
       center.end_barrier();
     };
-    expect_and_wait();                       // round 1: the first (full) fetch at version 40
-    publish_some(layout.ring_size + 2);      // round 2: more than the ring holds
+    expect_and_wait();                   // round 1: the first (full) fetch at version 40
+    publish_some(layout.ring_size + 2);  // round 2: more than the ring holds
     expect_and_wait();
-    publish_some(3);                         // round 3: three updates, all in the ring
+    publish_some(3);  // round 3: three updates, all in the ring
     expect_and_wait();
     EXPECT_EQ(center.version(), 40 + layout.ring_size + 5);
   } else {
@@ -275,9 +275,9 @@ TEST(AsyncExchange, StalenessLeavesOutTheWorkersOwnMessage) {
       std::vector<AsyncMessage> m = take_one();
       ASSERT_EQ(m.size(), 1u);
       EXPECT_EQ(m[0].worker, 0);
-      EXPECT_EQ(m[0].staleness, expected[k]) << "message " << k + 1 << " with base version " << m[0].base_version
-                                            << " at version " << center.version();
-      center.publish(u.data(), 1, m);                // applies the message
+      EXPECT_EQ(m[0].staleness, expected[k])
+          << "message " << k + 1 << " with base version " << m[0].base_version << " at version " << center.version();
+      center.publish(u.data(), 1, m);                     // applies the message
       if (k == 0 || k == 2) center.publish(u.data(), 1);  // another worker's version
       go();
     }

@@ -45,12 +45,18 @@ Options parse_options(int argc, char** argv, int rank) {
     char* end = nullptr;
     const long long v = strtoll(argv[++i], &end, 10);
     if (*end != '\0' || v < 0) usage_error(rank, "option " + key + " needs a non-negative integer, got " + argv[i]);
-    if (key == "--min-bytes") o.min_bytes = size_t(v);
-    else if (key == "--max-bytes") o.max_bytes = size_t(v);
-    else if (key == "--iters") o.iters = int(v);
-    else if (key == "--warmup") o.warmup = int(v);
-    else if (key == "--rounds") o.rounds = int(v);
-    else usage_error(rank, "unknown option " + key);
+    if (key == "--min-bytes")
+      o.min_bytes = size_t(v);
+    else if (key == "--max-bytes")
+      o.max_bytes = size_t(v);
+    else if (key == "--iters")
+      o.iters = int(v);
+    else if (key == "--warmup")
+      o.warmup = int(v);
+    else if (key == "--rounds")
+      o.rounds = int(v);
+    else
+      usage_error(rank, "unknown option " + key);
   }
   if (o.min_bytes < sizeof(float) || o.min_bytes > o.max_bytes)
     usage_error(rank, "need 4 <= --min-bytes <= --max-bytes");
@@ -119,10 +125,10 @@ int main(int argc, char** argv) {
       printf("# time: mean us per call on the slowest rank, fastest of %d alternating rounds after %d warm-up calls\n",
              opt.rounds, opt.warmup);
       printf("# algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests); ratio = ember time / raw time\n");
-      printf("%12s %10s %6s | %11s %9s %9s | %11s %9s %9s | %6s\n", "bytes", "floats", "iters", "ember us",
-             "algbw", "busbw", "raw us", "algbw", "busbw", "ratio");
-      printf("%12s %10s %6s | %11s %9s %9s | %11s %9s %9s | %6s\n", "", "", "", "", "GB/s", "GB/s", "", "GB/s",
-             "GB/s", "");
+      printf("%12s %10s %6s | %11s %9s %9s | %11s %9s %9s | %6s\n", "bytes", "floats", "iters", "ember us", "algbw",
+             "busbw", "raw us", "algbw", "busbw", "ratio");
+      printf("%12s %10s %6s | %11s %9s %9s | %11s %9s %9s | %6s\n", "", "", "", "", "GB/s", "GB/s", "", "GB/s", "GB/s",
+             "");
       fflush(stdout);
     }
     for (size_t bytes = opt.min_bytes; bytes <= opt.max_bytes; bytes *= 4) {
@@ -133,8 +139,8 @@ int main(int argc, char** argv) {
       const long long bad_raw = check_once(buf, rank, size, false, *comm);
       if (bad_comm || bad_raw) {
         if (rank == 0)
-          fprintf(stderr, "error: %zu bytes: %lld wrong values from the communicator, %lld from MPI_Allreduce\n",
-                  bytes, bad_comm, bad_raw);
+          fprintf(stderr, "error: %zu bytes: %lld wrong values from the communicator, %lld from MPI_Allreduce\n", bytes,
+                  bad_comm, bad_raw);
         code = 1;
         break;
       }
@@ -153,9 +159,8 @@ int main(int argc, char** argv) {
       }
       if (rank == 0) {
         const double alg_comm = bytes / best_comm / 1e9, alg_raw = bytes / best_raw / 1e9;
-        printf("%12zu %10zu %6d | %11.1f %9.3f %9.3f | %11.1f %9.3f %9.3f | %6.3f\n", bytes, n, iters,
-               best_comm * 1e6, alg_comm, alg_comm * bus_factor, best_raw * 1e6, alg_raw, alg_raw * bus_factor,
-               best_comm / best_raw);
+        printf("%12zu %10zu %6d | %11.1f %9.3f %9.3f | %11.1f %9.3f %9.3f | %6.3f\n", bytes, n, iters, best_comm * 1e6,
+               alg_comm, alg_comm * bus_factor, best_raw * 1e6, alg_raw, alg_raw * bus_factor, best_comm / best_raw);
         fflush(stdout);
       }
       if (bytes > opt.max_bytes / 4) break;  // the next size would pass max_bytes (or overflow)

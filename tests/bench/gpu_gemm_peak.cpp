@@ -25,8 +25,9 @@ void check_cuda(cudaError_t rc, const char* what) {
 }
 
 void check_cublas(cublasStatus_t rc, const char* what) {
-  if (rc != CUBLAS_STATUS_SUCCESS) die(std::string(what) + " failed with cuBLAS status " + std::to_string(int(rc)),
-                                       "check the CUDA toolkit and driver versions");
+  if (rc != CUBLAS_STATUS_SUCCESS)
+    die(std::string(what) + " failed with cuBLAS status " + std::to_string(int(rc)),
+        "check the CUDA toolkit and driver versions");
 }
 
 }  // namespace

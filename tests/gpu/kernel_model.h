@@ -8,10 +8,10 @@
 // The model: blocks run one after another; the threads of a block are fibers on the calling thread,
 // switched only at __syncthreads and at warp-wide operations, so shared memory (`__shared__` becomes `static`) and
 // the built-in variables need no locking and every run is deterministic. Each warp runs ahead of the later ones as
-// far as the block's barriers let it, which turns a missing __syncthreads into a wrong result. __syncthreads waits for every thread of
-// the block that has not returned; __shfl_sync, __shfl_xor_sync and mma.sync exchange values through memory among
-// the live lanes of the warp, all of which must take part (as the full mask the kernels pass requires). A barrier
-// that can never complete (some threads wait where the others never arrive) aborts with a message. mma.sync
+// far as the block's barriers let it, which turns a missing __syncthreads into a wrong result. __syncthreads waits for
+// every thread of the block that has not returned; __shfl_sync, __shfl_xor_sync and mma.sync exchange values through
+// memory among the live lanes of the warp, all of which must take part (as the full mask the kernels pass requires). A
+// barrier that can never complete (some threads wait where the others never arrive) aborts with a message. mma.sync
 // m16n8k16 (bf16 inputs, fp32 accumulation) places its fragments as the PTX ISA lays them out
 // (cuda/cuda_attention_tc.cuh) and sums the exact bf16 products in k order in fp32.
 //
@@ -95,7 +95,7 @@ struct Fiber {
 #endif
   std::unique_ptr<char[]> stack;  // uninitialised: pages are touched only as the stack grows
   bool done = false;
-  Barrier* waiting = nullptr;     // the barrier this thread waits at, or null when it can run
+  Barrier* waiting = nullptr;  // the barrier this thread waits at, or null when it can run
 };
 
 struct Scheduler {
@@ -108,9 +108,9 @@ struct Scheduler {
   int threads = 0, current = -1;
   Barrier block;
   std::vector<Barrier> warps;
-  std::vector<uint64_t> slot;                    // one shuffle value per thread
-  std::vector<std::array<uint32_t, 6>> mma;      // one mma.sync operand set (a[4], b0, b1) per thread
-  std::function<void()> body;                    // the kernel with its arguments bound
+  std::vector<uint64_t> slot;                // one shuffle value per thread
+  std::vector<std::array<uint32_t, 6>> mma;  // one mma.sync operand set (a[4], b0, b1) per thread
+  std::function<void()> body;                // the kernel with its arguments bound
 };
 inline Scheduler sched;
 
@@ -229,8 +229,10 @@ inline void run_block(int threads) {
     remaining = 0;
     for (int t = 0; t < threads; ++t) remaining += sched.fibers[size_t(t)].done ? 0 : 1;
     if (remaining > 0 && !progress) {
-      std::fprintf(stderr, "kernel model: block (%u, %u) deadlocked: %d threads wait at a barrier that the others "
-                   "never reach\n", blockIdx.x, blockIdx.y, remaining);
+      std::fprintf(stderr,
+                   "kernel model: block (%u, %u) deadlocked: %d threads wait at a barrier that the others "
+                   "never reach\n",
+                   blockIdx.x, blockIdx.y, remaining);
       std::abort();
     }
   }

@@ -36,8 +36,10 @@ template <typename In, typename Out>
 inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
                            const In* A, int lda, const In* B, int ldb, float beta, Out* C, int ldc) {
   auto in = [](auto v) {
-    if constexpr (std::is_same_v<decltype(v), BFloat16>) return from_bf16(v);
-    else return v;
+    if constexpr (std::is_same_v<decltype(v), BFloat16>)
+      return from_bf16(v);
+    else
+      return v;
   };
   // Row i of op(A) and column j of op(B), each copied out contiguous (and widened) once.
   std::vector<float> a(size_t(m) * k), b(size_t(n) * k);
@@ -53,8 +55,10 @@ inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m
       for (int l = 0; l < k; ++l) acc += a[size_t(i) * k + l] * b[size_t(j) * k + l];
       Out& c = C[i + size_t(j) * ldc];
       const float v = alpha * acc + (beta == 0.0f ? 0.0f : beta * in(c));  // beta = 0: C is not read, as in cuBLAS
-      if constexpr (std::is_same_v<Out, BFloat16>) c = to_bf16(v);
-      else c = v;
+      if constexpr (std::is_same_v<Out, BFloat16>)
+        c = to_bf16(v);
+      else
+        c = v;
     }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -116,8 +120,7 @@ class KernelModelBackend final : public Backend {
                        int C) override {
     k::launch_encoder_forward(out, inp, wte, wpe, B, T, C, kNoStream);
   }
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                        int C) override {
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override {
     k::launch_encoder_backward(dwte, dwpe, dout, inp, B, T, C, kNoStream);
   }
 
@@ -157,8 +160,8 @@ class KernelModelBackend final : public Backend {
     check_gemm_inputs(inp, weight, "matmul_backward");
     const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, dbias != nullptr,
                                              size_t(kScratchRows) * OC * sizeof(BFloat16));
-    k::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), nullptr, nullptr, nullptr,
-                              0, scratch_.get(n), n, kNoStream);
+    k::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), nullptr, nullptr, nullptr, 0,
+                              scratch_.get(n), n, kNoStream);
   }
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
     check_gemm_inputs(inp, wte, "matmul_forward_transposed");
@@ -231,8 +234,8 @@ class KernelModelBackend final : public Backend {
   void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
                              size_t nseg, float lr, float beta1, float beta2, float eps, int t) override {
     if (nseg == 0) return;
-    k::launch_adamw_update_segments(params, grads, m, v, segs, int(nseg), segs[nseg - 1].end - segs[0].begin, lr,
-                                    beta1, beta2, eps, k::adamw_inv_bias_correction(beta1, t),
+    k::launch_adamw_update_segments(params, grads, m, v, segs, int(nseg), segs[nseg - 1].end - segs[0].begin, lr, beta1,
+                                    beta2, eps, k::adamw_inv_bias_correction(beta1, t),
                                     k::adamw_inv_bias_correction(beta2, t), kNoStream);
   }
 

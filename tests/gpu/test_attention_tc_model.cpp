@@ -18,8 +18,8 @@
 #include "attention_bf16_bounds.h"
 #include "backend/backend.h"
 #include "core/philox.h"
-#include "cuda_common.cuh"
 #include "cuda_attention_tc.cuh"
+#include "cuda_common.cuh"
 #include "test_support.h"
 
 namespace ember {
@@ -34,8 +34,8 @@ void model_attention(Floats& out, Floats& lse, Floats& dqkv, const Floats& qkv, 
   const dim3 grid(unsigned(B * NH), unsigned((T + kRows - 1) / kRows)), block(kWarps * 32);
   const float scale = 1.0f / std::sqrt(float(HS));
   Floats delta(size_t(B) * NH * T);
-  kernel_model::launch(attention_forward_tc_kernel<HS, float>, grid, block, out.data(), lse.data(), qkv.data(), T, C, NH,
-                       scale);
+  kernel_model::launch(attention_forward_tc_kernel<HS, float>, grid, block, out.data(), lse.data(), qkv.data(), T, C,
+                       NH, scale);
   kernel_model::launch(attention_backward_dq_tc_kernel<HS, float>, grid, block, dqkv.data(), delta.data(), dout.data(),
                        qkv.data(), out_ref.data(), lse_ref.data(), T, C, NH, scale);
   kernel_model::launch(attention_backward_dkv_tc_kernel<HS, float>, grid, block, dqkv.data(), delta.data(), dout.data(),
@@ -69,10 +69,17 @@ TEST_P(TensorCoreAttentionModel, MatchesTheCpuWithinTheRoundingOfPAndDS) {
 
   Floats out(out_ref.size(), NAN), lse(lse_ref.size(), NAN), dqkv = dqkv0;  // NaN: an unwritten element fails
   switch (HS) {
-    case 16: model_attention<16>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH); break;
-    case 32: model_attention<32>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH); break;
-    case 64: model_attention<64>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH); break;
-    default: FAIL() << "no tensor-core kernel for HS = " << HS;
+    case 16:
+      model_attention<16>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH);
+      break;
+    case 32:
+      model_attention<32>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH);
+      break;
+    case 64:
+      model_attention<64>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH);
+      break;
+    default:
+      FAIL() << "no tensor-core kernel for HS = " << HS;
   }
 
   const test::AttnBounds bd = test::attention_bf16_bounds(qkv, dout, B, T, C, NH);
@@ -104,8 +111,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TensorCoreAttentionModel,
                                            Shape{1, 1, 48, 3}),
                          [](const auto& info) {
                            const Shape& s = info.param;
-                           return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" +
-                                  std::to_string(s.C) + "_NH" + std::to_string(s.NH);
+                           return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" + std::to_string(s.C) +
+                                  "_NH" + std::to_string(s.NH);
                          });
 
 }  // namespace

@@ -16,13 +16,13 @@
 #include "kernel_model_backend.h"
 #endif
 #include "attention_bf16_bounds.h"
-#include "train_steps.h"
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "core/dtype.h"
 #include "core/philox.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
+#include "train_steps.h"
 
 namespace ember {
 namespace {
@@ -140,7 +140,8 @@ TEST_F(CudaOps, Encoder) {
   const int B = 3, T = 37, C = 45, V = 50, maxT = 40;  // odd sizes; V small so rows get many tokens
   Rng rng(2);
   const Ints inp = rng.tokens(size_t(B) * T, V);
-  const Floats wte = rng.normal(size_t(V) * C), wpe = rng.normal(size_t(maxT) * C), dout = rng.normal(size_t(B) * T * C);
+  const Floats wte = rng.normal(size_t(V) * C), wpe = rng.normal(size_t(maxT) * C),
+               dout = rng.normal(size_t(B) * T * C);
   const Floats dwte0 = rng.normal(size_t(V) * C), dwpe0 = rng.normal(size_t(maxT) * C);  // pre-filled: +=
   Floats out[2], dwte[2], dwpe[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
@@ -162,7 +163,8 @@ class CudaLayerNorm : public CudaOps, public ::testing::WithParamInterface<int> 
 TEST_P(CudaLayerNorm, ForwardBackward) {
   const int N = 74, C = GetParam();
   Rng rng(3 + uint32_t(C));
-  const Floats x = rng.normal(size_t(N) * C, 2.0f), w = rng.normal(C), bias = rng.normal(C), dout = rng.normal(size_t(N) * C);
+  const Floats x = rng.normal(size_t(N) * C, 2.0f), w = rng.normal(C), bias = rng.normal(C),
+               dout = rng.normal(size_t(N) * C);
   const Floats dx0 = rng.normal(size_t(N) * C), dw0 = rng.normal(C), db0 = rng.normal(C);
   Floats out[2], mean[2], rstd[2], dx[2], dw[2], db[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
@@ -230,8 +232,10 @@ TEST_P(CudaMatmul, ForwardBackward) {
   expect_close("matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
   expect_close("matmul dinp", dx[1], dx[0], fp32_tol(OC + 1, dx[0]));  // +1: the pre-filled value
   expect_close("matmul dweight", dw[1], dw[0], fp32_tol(N + 1, dw[0]));
-  if (with_bias) expect_close("matmul dbias", db[1], db[0], fp32_tol(N + 1, db[0]));
-  else expect_bitwise("matmul dbias untouched when null", db[1], db0);
+  if (with_bias)
+    expect_close("matmul dbias", db[1], db[0], fp32_tol(N + 1, db[0]));
+  else
+    expect_bitwise("matmul dbias untouched when null", db[1], db0);
 }
 INSTANTIATE_TEST_SUITE_P(Bias, CudaMatmul, ::testing::Bool());
 
@@ -254,8 +258,8 @@ TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
           o(*be[k], Floats(size_t(N) * OC)), gx(*be[k], Floats(x.size()));
       be[k]->matmul_forward(o.get(), xi.get(), params.get() + w_at, params.get() + b_at, N, IC, OC);
       for (int rep = 0; rep < 2; ++rep)  // twice: the second call accumulates onto the first
-        be[k]->matmul_backward(gx.get(), grads.get() + w_at, grads.get() + b_at, g.get(), xi.get(),
-                               params.get() + w_at, N, IC, OC);
+        be[k]->matmul_backward(gx.get(), grads.get() + w_at, grads.get() + b_at, g.get(), xi.get(), params.get() + w_at,
+                               N, IC, OC);
       out[k] = o.host(), dx[k] = gx.host(), dgrads[k] = grads.host();
       be[k]->set_matmul_precision(MatmulPrecision::fp32);
     }
@@ -456,8 +460,8 @@ TEST_P(CudaAttention, ForwardBackward) {
   Floats out[2], lse[2], dqkv[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
-    FBuf x(*be[k], qkv), o(*be[k], Floats(size_t(B) * T * C)), l(*be[k], Floats(size_t(B) * NH * T)),
-        g(*be[k], dout), gx(*be[k], dqkv0);
+    FBuf x(*be[k], qkv), o(*be[k], Floats(size_t(B) * T * C)), l(*be[k], Floats(size_t(B) * NH * T)), g(*be[k], dout),
+        gx(*be[k], dqkv0);
     be[k]->attention_forward(o.get(), l.get(), x.get(), B, T, C, NH);
     be[k]->attention_backward(gx.get(), g.get(), x.get(), o.get(), l.get(), B, T, C, NH);
     out[k] = o.host(), lse[k] = l.host(), dqkv[k] = gx.host();
@@ -594,7 +598,8 @@ TEST_P(CudaLoss, CrossEntropyAndSoftmax) {
   Floats loss[2], dl[2], dl_inplace[2], probs[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
-    FBuf x(*be[k], logits), l(*be[k], Floats(N)), d(*be[k], Floats(logits.size(), 5.0f)), p(*be[k], Floats(logits.size()));
+    FBuf x(*be[k], logits), l(*be[k], Floats(N)), d(*be[k], Floats(logits.size(), 5.0f)),
+        p(*be[k], Floats(logits.size()));
     IBuf t(*be[k], targets);
     be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V);
     be[k]->crossentropy_backward(d.get(), x.get(), t.get(), dloss, N, V);  // overwrites the 5.0 fill
@@ -612,7 +617,8 @@ TEST_P(CudaLoss, CrossEntropyAndSoftmax) {
 
 // The cross-entropy on logits stored in bf16, as the model keeps them under matmul precision bf16 (the values rounded
 // on the host, the same on both backends): the losses and an fp32 dlogits within the tolerances of
-// CrossEntropyAndSoftmax; dlogits stored in bf16, in place over the logits, within those plus a bf16 ulp (expect_close_bf16).
+// CrossEntropyAndSoftmax; dlogits stored in bf16, in place over the logits, within those plus a bf16 ulp
+// (expect_close_bf16).
 TEST_P(CudaLoss, CrossEntropyFromBf16Logits) {
   const auto [N, V] = GetParam();
   Rng rng(19 + uint32_t(V));
@@ -696,8 +702,8 @@ TEST_F(CudaOps, AdamWSegmentsMatchTheCpu) {
   for (int k = 0; k < 2; ++k) {
     FBuf pi(*be[k], p0), mi(*be[k], n), vi(*be[k], n), gi(*be[k], g);
     for (int t = 1; t <= 2; ++t)
-      be[k]->adamw_update_segments(pi.get(), gi.get(), mi.get(), vi.get(), segs.data(), segs.size(), 1e-3f, 0.9f,
-                                   0.95f, 1e-8f, t);
+      be[k]->adamw_update_segments(pi.get(), gi.get(), mi.get(), vi.get(), segs.data(), segs.size(), 1e-3f, 0.9f, 0.95f,
+                                   1e-8f, t);
     p[k] = pi.host(), m[k] = mi.host();
   }
   // As the single-range AdamW test: a handful of roundings per element, FMA contraction on the GPU: K = 4.
@@ -725,8 +731,8 @@ TEST_P(CudaDeterministic, TwoRunsAgreeBitwise) {
     Backend& g = *gpu;
     FBuf x(g, qkv), o(g, Floats(size_t(B) * T * C)), l(g, Floats(size_t(B) * NH * T)), d(g, dout),
         dx(g, Floats(qkv.size())), wi(g, w), dw(g, Floats(w.size())), db(g, Floats(3 * C)),
-        din(g, Floats(size_t(B) * T * C)), dwte(g, Floats(wte.size())), dwpe(g, Floats(size_t(T) * C)),
-        lw(g, ln_w), m(g, Floats(size_t(B) * T)), rs(g, Floats(size_t(B) * T)), ldw(g, Floats(C)), ldb(g, Floats(C));
+        din(g, Floats(size_t(B) * T * C)), dwte(g, Floats(wte.size())), dwpe(g, Floats(size_t(T) * C)), lw(g, ln_w),
+        m(g, Floats(size_t(B) * T)), rs(g, Floats(size_t(B) * T)), ldw(g, Floats(C)), ldb(g, Floats(C));
     IBuf ids(g, inp);
     g.attention_forward(o.get(), l.get(), x.get(), B, T, C, NH);
     g.attention_backward(dx.get(), d.get(), x.get(), o.get(), l.get(), B, T, C, NH);
@@ -734,8 +740,8 @@ TEST_P(CudaDeterministic, TwoRunsAgreeBitwise) {
     g.encoder_backward(dwte.get(), dwpe.get(), d.get(), ids.get(), B, T, C);
     g.layernorm_forward(din.get(), m.get(), rs.get(), d.get(), lw.get(), lw.get(), B * T, C);
     g.layernorm_backward(din.get(), ldw.get(), ldb.get(), d.get(), d.get(), lw.get(), m.get(), rs.get(), B * T, C);
-    runs[r] = {o.host(), l.host(), dx.host(), din.host(), dw.host(), db.host(), dwte.host(), dwpe.host(), ldw.host(),
-               ldb.host()};
+    runs[r] = {o.host(),  l.host(),    dx.host(),   din.host(), dw.host(),
+               db.host(), dwte.host(), dwpe.host(), ldw.host(), ldb.host()};
   }
   for (size_t i = 0; i < runs[0].size(); ++i) expect_bitwise("output " + std::to_string(i), runs[1][i], runs[0][i]);
 }
@@ -853,7 +859,8 @@ TEST_F(CudaOps, FiftyTrainingStepsTrackTheCpuBf16) {
 // Memory accounting on the GPU: a training step allocates nothing beyond the model's buffers except op scratch: the
 // attention backward's row sums (B NH T floats), dbias's partial column sums where cuBLASLt does not sum it and, with
 // bf16 storage, dout rounded to bf16 for the matmul backward passes (B T rows of at most max(V, 4C) columns, 2 bytes
-// each: the largest, the lm_head's). The scratch is one buffer, so the largest of these. The device reports at least what the backend holds in use.
+// each: the largest, the lm_head's). The scratch is one buffer, so the largest of these. The device reports at least
+// what the backend holds in use.
 TEST_F(CudaOps, StepsAllocateOnlyOpScratchAndTheDeviceReportsUse) {
   const ModelConfig c = whole_model_config();
   const int B = 2, T = 45;

@@ -14,14 +14,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "collective_checks.h"
-#include "test_support.h"
 #include "backend/backend.h"
 #include "backend/device.h"
-#include "dist/device_select.h"
+#include "collective_checks.h"
 #include "dist/communicator.h"
+#include "dist/device_select.h"
 #include "dist/world.h"
 #include "host_staged_communicator.h"
+#include "test_support.h"
 #ifdef EMBER_HAVE_NCCL
 #include "nccl_communicator.h"
 #endif
@@ -29,12 +29,12 @@
 namespace ember {
 namespace {
 
-using test::world_rank;
-using test::Mismatches;
 using test::input;
 using test::max_input;
+using test::Mismatches;
 using test::sum_input;
 using test::total_over_ranks;
+using test::world_rank;
 
 // The reduction of input(op, r, i) over `size` ranks, computed rank by rank here. The inputs keep NCCL's AVG exact
 // too (each input times 1/size, exact for the power-of-two sizes tested, then summed).

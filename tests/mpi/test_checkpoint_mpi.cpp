@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "test_support.h"
 #include "core/error.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
+#include "test_support.h"
 #include "train/checkpoint.h"
 
 namespace ember {
@@ -86,7 +86,9 @@ std::vector<size_t> split(const ParamTable& t, const std::vector<size_t>& weight
   return b;
 }
 
-std::vector<size_t> even_split(const ParamTable& t, int pieces) { return split(t, std::vector<size_t>(size_t(pieces), 1)); }
+std::vector<size_t> even_split(const ParamTable& t, int pieces) {
+  return split(t, std::vector<size_t>(size_t(pieces), 1));
+}
 
 struct RankArenas {
   std::vector<float> params, m, v;  // params: the whole arena; m, v: the shard [begin, end)
@@ -114,10 +116,10 @@ long long load_and_check(const std::string& path, const ParamTable& t, size_t be
   long long bad = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const bool in = inside_a_tensor(t, i);
-    const bool ok = params[i] == (in ? param_value(i) : SENTINEL) &&
-                    (i < begin || i >= end ||
-                     (m[i - begin] == (in ? exp_avg_value(i) : SENTINEL) &&
-                      v[i - begin] == (in ? exp_avg_sq_value(i) : SENTINEL)));
+    const bool ok =
+        params[i] == (in ? param_value(i) : SENTINEL) &&
+        (i < begin || i >= end ||
+         (m[i - begin] == (in ? exp_avg_value(i) : SENTINEL) && v[i - begin] == (in ? exp_avg_sq_value(i) : SENTINEL)));
     if (!ok && bad++ < 5)
       fprintf(stderr, "[rank %d] %s shard [%zu, %zu): arena index %zu differs\n", world_rank(), path.c_str(), begin,
               end, i);
@@ -184,9 +186,9 @@ TEST_F(CheckpointMpiTest, CollectiveSaveLoadsAtAnySplit) {
 
   long long bad = 0;
   CheckpointMeta got;
-  bad += load_and_check(path, t, a.begin, a.end, got);  // the split that wrote it
+  bad += load_and_check(path, t, a.begin, a.end, got);      // the split that wrote it
   bad += load_and_check(path, t, 0, t.total_numel(), got);  // one rank holding everything
-  const std::vector<size_t> three = split(t, {1, 3, 2});  // three uneven pieces
+  const std::vector<size_t> three = split(t, {1, 3, 2});    // three uneven pieces
   for (size_t k = 0; k < 3; ++k) bad += load_and_check(path, t, three[k], three[k + 1], got);
   EXPECT_EQ(total_over_ranks(bad), 0);
 

@@ -12,20 +12,20 @@
 #include <vector>
 
 #include "collective_checks.h"
-#include "test_support.h"
 #include "dist/communicator.h"
 #include "dist/mpi_communicator.h"
+#include "test_support.h"
 
 namespace ember {
 namespace {
 
-using test::world_rank;
-using test::world_size;
-using test::Mismatches;
 using test::input;
 using test::max_input;
+using test::Mismatches;
 using test::sum_input;
 using test::total_over_ranks;
+using test::world_rank;
+using test::world_size;
 
 // The reduction of input(op, r, i) over the `size` ranks of the communicator, computed rank by rank here. AVG uses the
 // same float operations as the communicator promises: the (exact) sum times the reciprocal of the size.
@@ -42,9 +42,7 @@ T expected(ReduceOp op, int size, size_t i) {
   return op == REDUCE_OP_AVG ? exact * (T(1) / T(size)) : exact;
 }
 
-const char* op_name(ReduceOp op) {
-  return op == REDUCE_OP_SUM ? "sum" : op == REDUCE_OP_AVG ? "avg" : "max";
-}
+const char* op_name(ReduceOp op) { return op == REDUCE_OP_SUM ? "sum" : op == REDUCE_OP_AVG ? "avg" : "max"; }
 
 std::string label(const char* what, ReduceOp op, size_t n) {
   return std::string(what) + " " + op_name(op) + " n=" + std::to_string(n);

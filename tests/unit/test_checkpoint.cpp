@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "test_support.h"
 #include "core/error.h"
 #include "core/h5.h"
 #include "core/philox.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
+#include "test_support.h"
 #include "train/checkpoint.h"
 
 namespace ember {
@@ -44,7 +44,8 @@ ModelConfig small_config() {
 // padding between tensors (so a whole-arena memcmp also proves that load leaves the padding alone).
 struct Arenas {
   std::vector<float> params, m, v;
-  explicit Arenas(const ParamTable& t) : params(t.total_numel(), 0.0f), m(t.total_numel(), 0.0f), v(t.total_numel(), 0.0f) {}
+  explicit Arenas(const ParamTable& t)
+      : params(t.total_numel(), 0.0f), m(t.total_numel(), 0.0f), v(t.total_numel(), 0.0f) {}
   CheckpointTensors tensors() { return CheckpointTensors{params.data(), m.data(), v.data()}; }
 };
 
@@ -95,7 +96,8 @@ Error expect_error(const std::function<void()>& fn, const std::vector<std::strin
   try {
     fn();
   } catch (const Error& e) {
-    for (const std::string& s : in_what) EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << "'" << s << "' not in: " << e.what();
+    for (const std::string& s : in_what)
+      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << "'" << s << "' not in: " << e.what();
     EXPECT_FALSE(e.hint().empty()) << e.what();
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "message is not one line: " << e.what();
     return e;
@@ -499,8 +501,7 @@ TEST_F(CheckpointTest, FailedRenameLeavesLatestAlone) {
     const ModelConfig c = small_config();
     const ParamTable t(c);
     Arenas a = random_arenas(t, 9);
-    expect_error([&] { save_checkpoint(folder.string(), make_meta(c, 20), t, a.tensors(), 1); },
-                 {"step_00000020.h5"});
+    expect_error([&] { save_checkpoint(folder.string(), make_meta(c, 20), t, a.tensors(), 1); }, {"step_00000020.h5"});
     EXPECT_TRUE(fs::is_directory(folder / "step_00000020.h5" / "x"));
   });
 }
@@ -552,7 +553,7 @@ TEST_F(CheckpointTest, LoadsAnOptimizerShard) {
   ASSERT_LT(qkv.offset + qkv.numel, t.total_numel());
   ASSERT_TRUE(!inside_a_tensor(t, t.block(0, BLOCK_PARAM_LN1_W).offset + size_t(c.n_embd))) << "no padding to test";
   const std::pair<size_t, size_t> shards[] = {
-      {qkv.offset + 3 * qkv_cols + 5, fc.offset + 7 * fc_cols + 11},  // across tensors and padding, ends mid-row
+      {qkv.offset + 3 * qkv_cols + 5, fc.offset + 7 * fc_cols + 11},   // across tensors and padding, ends mid-row
       {qkv.offset + 2 * qkv_cols + 1, qkv.offset + 2 * qkv_cols + 9},  // inside one row
       {qkv.offset + qkv_cols - 3, qkv.offset + 4 * qkv_cols + 2},      // partial row, whole rows, partial row
       {qkv.offset + 7, qkv.offset + 7},                                // empty
@@ -885,8 +886,10 @@ TEST_F(CheckpointTest, AutoResumeSkipsCorruptedNewest) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(resolve_resume(folder.string(), "auto"), s2);
   const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("checkpoint " + s3 + " is unreadable (dataset /model/transformer/wte/weight is corrupted "
-                     "(checksum mismatch)); falling back to " + s2),
+  EXPECT_NE(log.find("checkpoint " + s3 +
+                     " is unreadable (dataset /model/transformer/wte/weight is corrupted "
+                     "(checksum mismatch)); falling back to " +
+                     s2),
             std::string::npos)
       << log;
 
@@ -967,7 +970,8 @@ TEST_F(CheckpointTest, ScanReportsEveryDatasetAndCorruption) {
       EXPECT_TRUE(r.ok) << r.path << ": " << r.problem;
     }
   }
-  expect_error([&] { verify_checkpoint(path); }, {path, "/model/transformer/wte/weight", "corrupted (checksum mismatch)"});
+  expect_error([&] { verify_checkpoint(path); },
+               {path, "/model/transformer/wte/weight", "corrupted (checksum mismatch)"});
 }
 
 // select_flat_range on a 3-d dataset: every flat range [lo, hi) reads exactly the elements lo .. hi-1.

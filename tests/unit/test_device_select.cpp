@@ -8,9 +8,9 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "dist/device_select.h"
 #include "core/error.h"
 #include "dist/comm_select.h"
+#include "dist/device_select.h"
 #include "dist/world.h"
 
 namespace ember {

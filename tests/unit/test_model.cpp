@@ -13,8 +13,8 @@
 #include "model/gpt.h"
 #include "model/param_table.h"
 #include "train/adamw.h"
-#include "train_steps.h"
 #include "train/lr_schedule.h"
+#include "train_steps.h"
 
 namespace ember {
 namespace {
@@ -160,7 +160,8 @@ TEST(GPT, RecomputeGivesBitwiseEqualGradientsWithLessMemory) {
     std::vector<double> losses;
     model.zero_grad();
     for (uint32_t k = 0; k < 2; ++k) {
-      auto in = random_tokens(size_t(B) * T, c.vocab_size, 20 + k), tg = random_tokens(size_t(B) * T, c.vocab_size, 30 + k);
+      auto in = random_tokens(size_t(B) * T, c.vocab_size, 20 + k),
+           tg = random_tokens(size_t(B) * T, c.vocab_size, 30 + k);
       losses.push_back(model.forward(in.data(), tg.data(), B, T));
       model.backward(0.5f);
     }

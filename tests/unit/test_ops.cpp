@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "test_support.h"
 #include "attention_bf16_bounds.h"
+#include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "test_support.h"
 
 namespace ember {
 namespace {
@@ -409,8 +409,8 @@ TEST_P(CpuOps, ResidualLayerNorm) {
   EXPECT_EQ(m2.host(), m1.host()) << "mean";
   EXPECT_EQ(s2.host(), s1.host()) << "rstd";
   Floats o3(*be, a.size()), m3(*be, N), s3(*be, N);
-  be->residual_layernorm_forward(d_a.get(), o3.get(), m3.get(), s3.get(), d_a.get(), d_b.get(), d_w.get(),
-                                 d_bias.get(), N, C);  // residual over a
+  be->residual_layernorm_forward(d_a.get(), o3.get(), m3.get(), s3.get(), d_a.get(), d_b.get(), d_w.get(), d_bias.get(),
+                                 N, C);  // residual over a
   EXPECT_EQ(d_a.host(), r1.host()) << "residual written over a";
   EXPECT_EQ(o3.host(), o1.host()) << "out with the residual written over a";
   Vec sum(a.size());
@@ -671,7 +671,7 @@ TEST_F(CpuOpsMisc, AllocationsAreCountedWithTheirPeak) {
   EXPECT_EQ(be->peak_allocated_bytes() - base, 1152u);
   be->free(a);
   EXPECT_EQ(be->allocated_bytes() - base, 1024u);
-  void* c = be->alloc(0);     // 64: a zero-byte request still holds a block
+  void* c = be->alloc(0);  // 64: a zero-byte request still holds a block
   EXPECT_EQ(be->allocated_bytes() - base, 1088u);
   EXPECT_EQ(be->peak_allocated_bytes() - base, 1152u) << "the peak fell or grew without a new high";
   be->free(b);
@@ -755,11 +755,11 @@ TEST_F(CpuOpsMisc, AdamWSegmentsEqualOneUpdatePerSegmentAndSkipGaps) {
   Floats p(*be, p0), m(*be, n), v(*be, n), gb(*be, g);
   Floats q(*be, p0), qm(*be, n), qv(*be, n);
   for (int t = 1; t <= 3; ++t) {
-    be->adamw_update_segments(p.get(), gb.get(), m.get(), v.get(), segs.data(), segs.size(), 1e-2f, 0.9f, 0.95f,
-                              1e-8f, t);
+    be->adamw_update_segments(p.get(), gb.get(), m.get(), v.get(), segs.data(), segs.size(), 1e-2f, 0.9f, 0.95f, 1e-8f,
+                              t);
     for (const AdamWSegment& s : segs)
-      be->adamw_update(q.get() + s.begin, gb.get() + s.begin, qm.get() + s.begin, qv.get() + s.begin,
-                       s.end - s.begin, 1e-2f, 0.9f, 0.95f, 1e-8f, s.weight_decay, t);
+      be->adamw_update(q.get() + s.begin, gb.get() + s.begin, qm.get() + s.begin, qv.get() + s.begin, s.end - s.begin,
+                       1e-2f, 0.9f, 0.95f, 1e-8f, s.weight_decay, t);
   }
   EXPECT_EQ(p.host(), q.host());
   EXPECT_EQ(m.host(), qm.host());
@@ -836,7 +836,7 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
   EXPECT_EQ(bits_of(round_to_bf16(float_of(0x3f808001u))), 0x3f810000u);  // just above a tie: up
   EXPECT_EQ(bits_of(round_to_bf16(float_of(0x3f807fffu))), 0x3f800000u);  // just below: down
   EXPECT_EQ(bits_of(round_to_bf16(float_of(0xbf80ffffu))), 0xbf810000u);  // negative: by magnitude
-  EXPECT_EQ(round_to_bf16(float_of(0x7f7fffffu)), INFINITY);             // FLT_MAX is past the largest bf16
+  EXPECT_EQ(round_to_bf16(float_of(0x7f7fffffu)), INFINITY);              // FLT_MAX is past the largest bf16
   EXPECT_EQ(round_to_bf16(-INFINITY), -INFINITY);
   EXPECT_TRUE(std::isnan(round_to_bf16(float_of(0x7f800001u))));  // a NaN whose payload lies in the dropped bits
   // Any value: low 16 bits clear, within half a bf16 ulp (at most 2^-8 of the value) of the input.
@@ -860,8 +860,7 @@ TEST_F(CpuOpsMisc, MatmulBf16RoundsEveryGemmInput) {
     for (float& a : v) a = round_to_bf16(a);
     return to_double(v);
   };
-  const Vec xr = rounded(x), wr = rounded(w), gr = rounded(g), xd = to_double(x), wd = to_double(w),
-            gd = to_double(g);
+  const Vec xr = rounded(x), wr = rounded(w), gr = rounded(g), xd = to_double(x), wd = to_double(w), gd = to_double(g);
   // Dense layer: out = x @ w (w as (IC, OC)); dx = g @ w^T; dw = x^T @ g. With transposed = true the same arrays
   // serve as the lm_head's: w read as wte (OC, IC) -> out = x @ wte^T; dx = g @ wte; dwte = g^T @ x.
   for (bool transposed : {false, true}) {
@@ -878,8 +877,7 @@ TEST_F(CpuOpsMisc, MatmulBf16RoundsEveryGemmInput) {
             dw[wi] += X[size_t(n) * IC + i] * G[size_t(n) * OC + o];
           }
     };
-    Floats d_x(*be, x), d_w(*be, w), d_g(*be, g), d_out(*be, size_t(N) * OC), d_dx(*be, x.size()),
-        d_dw(*be, w.size());
+    Floats d_x(*be, x), d_w(*be, w), d_g(*be, g), d_out(*be, size_t(N) * OC), d_dx(*be, x.size()), d_dw(*be, w.size());
     be->set_matmul_precision(MatmulPrecision::bf16);
     if (transposed) {
       be->matmul_forward_transposed(d_out.get(), d_x.get(), d_w.get(), N, IC, OC);
@@ -986,8 +984,8 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
   };
   const int N = 37, C = 45, OC = 67, V = 101;
   Rng rng(230);
-  const auto x = rng.normal(size_t(N) * C, 2.0f), y = rng.normal(size_t(N) * C), w = rng.normal(C),
-             b = rng.normal(C), h = rng.normal(size_t(N) * OC, 3.0f);
+  const auto x = rng.normal(size_t(N) * C, 2.0f), y = rng.normal(size_t(N) * C), w = rng.normal(C), b = rng.normal(C),
+             h = rng.normal(size_t(N) * OC, 3.0f);
   Floats d_x(*be, x), d_y(*be, y), d_w(*be, w), d_b(*be, b), d_h(*be, h);
   {
     Floats out32(*be, x.size()), m32(*be, N), r32(*be, N), m16(*be, N), r16(*be, N), res32(*be, x.size()),
@@ -1073,8 +1071,8 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
   for (int k = 0; k < 2; ++k) {
     const TensorIn xi = k ? TensorIn(x16.get()) : TensorIn(d_x.get()), wi = k ? TensorIn(wm16.get()) : d_wm.get(),
                    ti = k ? TensorIn(wte16.get()) : d_wte.get();
-    Floats out(*be, size_t(N) * OC), dx(*be, dx0), dw(*be, dw0), db(*be, db0), lout(*be, size_t(N) * V),
-        ldx(*be, dx0), ldwte(*be, dwte0);
+    Floats out(*be, size_t(N) * OC), dx(*be, dx0), dw(*be, dw0), db(*be, db0), lout(*be, size_t(N) * V), ldx(*be, dx0),
+        ldwte(*be, dwte0);
     be->matmul_forward(out.get(), xi, wi, d_bias.get(), N, C, OC);
     be->matmul_backward(dx.get(), dw.get(), db.get(), d_g.get(), xi, wi, N, C, OC);
     be->matmul_forward_transposed(lout.get(), xi, ti, N, C, V);
@@ -1112,7 +1110,7 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
     EXPECT_EQ(ldx.host(), res[0][5]) << "lm_head dinp from a bf16-stored dout";
     EXPECT_EQ(ldwte.host(), res[0][6]) << "lm_head dwte from a bf16-stored dout";
   }
-  EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), d_wm.get(), nullptr, N, C, OC), Error);  // stored unlike
+  EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), d_wm.get(), nullptr, N, C, OC), Error);         // stored unlike
   EXPECT_THROW(be->matmul_forward(out16.get(), x16.get(), wm16.get(), d_bias.get(), N, C, OC), Error);  // bias unlike
   EXPECT_THROW(be->matmul_forward(out.get(), x16.get(), wm16.get(), bias16.get(), N, C, OC), Error);
   be->set_matmul_precision(MatmulPrecision::fp32);
@@ -1122,8 +1120,8 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
     Halves lout16(*be, size_t(N) * V), gl16(*be, gl.size());
     Floats ldx(*be, dx0), ldwte(*be, dwte0);
     EXPECT_THROW(be->matmul_forward_transposed(lout16.get(), d_x.get(), d_wte.get(), N, C, V), Error);
-    EXPECT_THROW(
-        be->matmul_backward_transposed(ldx.get(), ldwte.get(), gl16.get(), d_x.get(), d_wte.get(), N, C, V), Error);
+    EXPECT_THROW(be->matmul_backward_transposed(ldx.get(), ldwte.get(), gl16.get(), d_x.get(), d_wte.get(), N, C, V),
+                 Error);
   }
   // The cross-entropy on logits stored in bf16: the losses are those of the same values in fp32, and dlogits (into
   // either storage, in place over the bf16 logits too) is the fp32 one rounded, bit for bit.

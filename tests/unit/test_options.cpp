@@ -40,9 +40,9 @@ std::string error_of(std::vector<std::string> args) {
 TEST(Options, PrecedenceDefaultsIniCommandLine) {
   const std::string ini = write_ini("prec", "[model]\nn_layer = 3\nn_embd = 48\nn_head = 4\n[optimizer]\nlr = 0.002\n");
   ParsedRun r = parse({"--config", ini, "--optimizer.lr=0.001"});
-  EXPECT_EQ(r.config.model.n_layer, 3);        // from the INI file
+  EXPECT_EQ(r.config.model.n_layer, 3);  // from the INI file
   EXPECT_EQ(r.config.model.n_embd, 48);
-  EXPECT_FLOAT_EQ(r.config.optimizer.lr, 0.001f);  // command line wins over the file
+  EXPECT_FLOAT_EQ(r.config.optimizer.lr, 0.001f);                            // command line wins over the file
   EXPECT_EQ(r.config.training.batch_size, RunConfig().training.batch_size);  // default
   EXPECT_NE(r.config_ini.find("[optimizer]\nlr = 0.00100000005"), std::string::npos) << r.config_ini;
 }

@@ -133,9 +133,9 @@ void CpuBackend::attention_forward(TensorOut out,  // (B, T, C)
     const size_t score_size = size_t(BQ) * pad_lanes(T), head_size = size_t(T) * HS;
     std::unique_ptr<float[]> scratch(new float[score_size + 2 * head_size + (bf16 ? 2 * size_t(BQ) * HS : 0)]);
     float* S = scratch.get();
-    float* kc = S + score_size;  // (T, HS)
-    float* vc = kc + head_size;  // (T, HS)
-    float* qr = vc + head_size;  // (BQ, HS) in bf16
+    float* kc = S + score_size;        // (T, HS)
+    float* vc = kc + head_size;        // (T, HS)
+    float* qr = vc + head_size;        // (BQ, HS) in bf16
     float* ot = qr + size_t(BQ) * HS;  // (BQ, HS) the output block before it is stored in bf16
     float inv_sum[kQueryBlock];
 #pragma omp for schedule(static)
@@ -213,7 +213,7 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
       gather_head(kc, qkv.at(qkv_off + C), T, HS, C3, bf16);  // k and v (T, HS), row stride 3C, after q
       gather_head(vc, qkv.at(qkv_off + 2 * C), T, HS, C3, bf16);
       std::memset(dkc, 0, 2 * head_size * sizeof(float));
-      float* dq = dqkv + qkv_off;      // (T, HS), row stride 3C
+      float* dq = dqkv + qkv_off;  // (T, HS), row stride 3C
       const float* dO = dout + out_off;
       const float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
@@ -227,7 +227,7 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
           gather_head(qr, q, rows, HS, C3, true), ldq = HS;
           gather_head(dor, dOb, rows, HS, C, true), dOb = dor, ldo = HS;
         }
-        gemm(false, true, rows, keys, HS, scale, qb, ldq, kc, HS, 0.0f, P, ld);  // scaled scores
+        gemm(false, true, rows, keys, HS, scale, qb, ldq, kc, HS, 0.0f, P, ld);   // scaled scores
         gemm(false, true, rows, keys, HS, 1.0f, dOb, ldo, vc, HS, 0.0f, dS, ld);  // dP = dO V^T
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;

@@ -28,8 +28,8 @@ class CpuBackend final : public Backend {
                        int C) override;
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override;
 
-  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                         int N, int C) override;
+  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int N, int C) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
@@ -41,8 +41,8 @@ class CpuBackend final : public Backend {
                                   int V) override;
 
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
-  void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B,
-                          int T, int C, int NH) override;
+  void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
+                          int C, int NH) override;
 
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
   void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;

@@ -74,9 +74,9 @@ void CpuBackend::crossentropy_forward(float* losses,           // (N)
   }
 }
 
-void CpuBackend::crossentropy_backward(TensorOut dlogits,        // (N, V), may alias logits
-                                       TensorIn logits,          // (N, V)
-                                       const int32_t* targets,   // (N)
+void CpuBackend::crossentropy_backward(TensorOut dlogits,       // (N, V), may alias logits
+                                       TensorIn logits,         // (N, V)
+                                       const int32_t* targets,  // (N)
                                        float dloss, int N, int V) {
   check_targets(targets, N, V);
 #pragma omp parallel if (size_t(N) * V >= kMinParallelWork)

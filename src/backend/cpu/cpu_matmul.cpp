@@ -62,10 +62,10 @@ void gemm_rows_into(TensorOut out, int M, int ncols, std::vector<float>& scratch
 
 }  // namespace
 
-void CpuBackend::matmul_forward(TensorOut out,      // (N, OC)
-                                TensorIn inp,       // (N, IC)
-                                TensorIn weight,    // (IC, OC)
-                                TensorIn bias,      // (OC) or null
+void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
+                                TensorIn inp,     // (N, IC)
+                                TensorIn weight,  // (IC, OC)
+                                TensorIn bias,    // (OC) or null
                                 int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_forward");
   check_gemm_output(out, bias, "matmul_forward");
@@ -92,12 +92,12 @@ void CpuBackend::matmul_forward(TensorOut out,      // (N, OC)
   });
 }
 
-void CpuBackend::matmul_backward(float* dinp,          // (N, IC) +=
-                                 float* dweight,       // (IC, OC) +=
-                                 float* dbias,         // (OC) += or null
-                                 const float* dout,    // (N, OC)
-                                 TensorIn inp,         // (N, IC)
-                                 TensorIn weight,      // (IC, OC)
+void CpuBackend::matmul_backward(float* dinp,        // (N, IC) +=
+                                 float* dweight,     // (IC, OC) +=
+                                 float* dbias,       // (OC) += or null
+                                 const float* dout,  // (N, OC)
+                                 TensorIn inp,       // (N, IC)
+                                 TensorIn weight,    // (IC, OC)
                                  int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
   auto& [si, sw, sg, so] = gemm_scratch_;
@@ -136,11 +136,11 @@ void CpuBackend::matmul_forward_transposed(TensorOut out,  // (N, V)
   });
 }
 
-void CpuBackend::matmul_backward_transposed(float* dinp,   // (N, C) +=
-                                            float* dwte,   // (V, C) +=
+void CpuBackend::matmul_backward_transposed(float* dinp,    // (N, C) +=
+                                            float* dwte,    // (V, C) +=
                                             TensorIn dout,  // (N, V)
-                                            TensorIn inp,  // (N, C)
-                                            TensorIn wte,  // (V, C)
+                                            TensorIn inp,   // (N, C)
+                                            TensorIn wte,   // (V, C)
                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
   check_gemm_dout(dout, "matmul_backward_transposed");

@@ -2,10 +2,12 @@
 // precision bf16 on sm_80 and newer for head sizes 16, 32 and 64.
 #include "core/dtype.h"
 #include "core/error.h"
-#include "cuda_attention_tc.cuh"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+
+// After cuda_common.cuh, which provides what the kernels header expects of its includer.
+#include "cuda_attention_tc.cuh"
 
 namespace ember::cuda {
 namespace {

@@ -1,7 +1,5 @@
 // ember: one executable, one subcommand per tool. MPI is initialised once here; any error on any rank is printed
 // as "error: ..." plus "hint: ..." and ends every rank with a non-zero exit (MPI_Abort when there are several).
-#include <mpi.h>
-
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -9,6 +7,7 @@
 #include "app/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/world.h"
 
 namespace {
 
@@ -51,14 +50,9 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ember::MpiSession mpi(&argc, &argv);
+  const int rank = mpi.rank(), size = mpi.size();
   ember::log_set_rank(rank, false);
-  // Failed MPI calls return their code to EMBER_MPI_CHECK, which reports it (statement, rank, host) before the
-  // whole job is aborted below, instead of MPI aborting silently inside the call.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int code = ember::EXIT_CODE_OK;
   try {
     code = dispatch(argc, argv);
@@ -74,7 +68,6 @@ int main(int argc, char** argv) {
   fflush(stderr);
   // A failure on one rank must end every rank, never leave the others waiting in a collective. (An early stop
   // after a checkpoint is agreed by all ranks, so they all return EXIT_CODE_REQUEUE normally.)
-  if (code != ember::EXIT_CODE_OK && code != ember::EXIT_CODE_REQUEUE && size > 1) MPI_Abort(MPI_COMM_WORLD, code);
-  MPI_Finalize();
+  mpi.finish(code != ember::EXIT_CODE_OK && code != ember::EXIT_CODE_REQUEUE, code);
   return code;
 }

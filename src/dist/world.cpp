@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/host_collectives.h"
 
 namespace ember {
 
@@ -23,16 +24,6 @@ std::uint64_t fnv1a_64(const std::string& text) {
     h *= 1099511628211ull;
   }
   return h;
-}
-
-// Sends root's string to every rank (length first, then the bytes); returns it on every rank.
-std::string broadcast_string(const World& world, const std::string& text, int root) {
-  unsigned long long n = world.rank == root ? text.size() : 0;
-  EMBER_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, world.comm));
-  EMBER_ASSERT(n <= (unsigned long long)INT_MAX, "string too long for one MPI_Bcast");
-  std::string out = world.rank == root ? text : std::string(n, '\0');
-  if (n > 0) EMBER_MPI_CHECK(MPI_Bcast(out.data(), (int)n, MPI_CHAR, root, world.comm));
-  return out;
 }
 
 // The key lines of an INI text as "section.key = value", in order; [section] headers and blank lines only set the
@@ -111,8 +102,7 @@ void require_power_of_two(const World& world) {
 
 void require_same_config(const World& world, const std::string& config_ini) {
   const std::uint64_t mine = fnv1a_64(config_ini);
-  std::vector<std::uint64_t> hashes(world.size);
-  EMBER_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, world.comm));
+  const std::vector<std::uint64_t> hashes = all_gather_values(world, &mine, 1);
   int first = -1, differing = 0;
   for (int r = 1; r < world.size; ++r) {
     if (hashes[r] == hashes[0]) continue;
@@ -130,6 +120,25 @@ void require_same_config(const World& world, const std::string& config_ini) {
               "every rank must get the same --config file (the same contents on every host) and the same "
               "--section.key=value overrides: check the per-rank commands of the launch (mpirun ':' sections, srun "
               "--multi-prog, the components of a heterogeneous Slurm job)");
+}
+
+}  // namespace ember
+
+namespace ember {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  MPI_Init(argc, argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // Failed MPI calls return their code to EMBER_MPI_CHECK, which reports it (statement, rank, host) before the
+  // whole job is aborted, instead of MPI aborting silently inside the call.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+void MpiSession::finish(bool failed, int code) {
+  // A failure on one rank must end every rank, never leave the others waiting in a collective.
+  if (failed && size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  MPI_Finalize();
 }
 
 }  // namespace ember

@@ -31,4 +31,21 @@ void require_power_of_two(const World& world);
 // Collective over world.comm: every rank must call it.
 void require_same_config(const World& world, const std::string& config_ini);
 
+// MPI for the life of the process: initialised at construction, with MPI_ERRORS_RETURN on MPI_COMM_WORLD so that
+// EMBER_MPI_CHECK reports a failed call itself. finish() ends it: with `failed` and several ranks it aborts every rank
+// with `code` (no rank is left waiting in a collective), otherwise it finalises.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  void finish(bool failed, int code);
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
 }  // namespace ember

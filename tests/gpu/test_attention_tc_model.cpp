@@ -18,9 +18,11 @@
 #include "attention_bf16_bounds.h"
 #include "backend/backend.h"
 #include "core/philox.h"
-#include "cuda_attention_tc.cuh"
 #include "cuda_common.cuh"
 #include "test_support.h"
+
+// After cuda_common.cuh, which provides what the kernels header expects of its includer.
+#include "cuda_attention_tc.cuh"
 
 namespace ember {
 namespace {

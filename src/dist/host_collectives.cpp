@@ -1,0 +1,101 @@
+// Host-side collectives (implementation): thin, checked wrappers of MPI calls; with one rank none of them calls MPI.
+#include "dist/host_collectives.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <exception>
+
+namespace ember {
+
+World self_world() {
+  World w;
+  w.comm = MPI_COMM_SELF;
+  return w;
+}
+
+std::string broadcast_string(const World& world, const std::string& text, int root) {
+  if (world.size == 1) return text;
+  uint64_t n = world.rank == root ? text.size() : 0;
+  EMBER_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, root, world.comm));
+  EMBER_ASSERT(n <= uint64_t(INT_MAX), "string too long for one MPI_Bcast");
+  std::string out = world.rank == root ? text : std::string(size_t(n), '\0');
+  if (n > 0) EMBER_MPI_CHECK(MPI_Bcast(out.data(), int(n), MPI_CHAR, root, world.comm));
+  return out;
+}
+
+void broadcast_values(const World& world, uint64_t* values, int n, int root) {
+  if (world.size == 1 || n == 0) return;
+  EMBER_MPI_CHECK(MPI_Bcast(values, n, MPI_UINT64_T, root, world.comm));
+}
+
+std::vector<int64_t> all_gather_values(const World& world, const int64_t* values, int n) {
+  std::vector<int64_t> all(size_t(n) * size_t(world.size));
+  if (world.size == 1) {
+    all.assign(values, values + n);
+    return all;
+  }
+  EMBER_MPI_CHECK(MPI_Allgather(values, n, MPI_INT64_T, all.data(), n, MPI_INT64_T, world.comm));
+  return all;
+}
+
+std::vector<uint64_t> all_gather_values(const World& world, const uint64_t* values, int n) {
+  std::vector<uint64_t> all(size_t(n) * size_t(world.size));
+  if (world.size == 1) {
+    all.assign(values, values + n);
+    return all;
+  }
+  EMBER_MPI_CHECK(MPI_Allgather(values, n, MPI_UINT64_T, all.data(), n, MPI_UINT64_T, world.comm));
+  return all;
+}
+
+bool any_rank(const World& world, bool flag) {
+  if (world.size == 1) return flag;
+  int mine = flag ? 1 : 0, any = 0;
+  EMBER_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, world.comm));
+  return any != 0;
+}
+
+std::optional<Error> agree_on_error(const World& world, std::optional<Error> local) {
+  if (world.size == 1) return local;
+  int mine = local ? world.rank : INT_MAX, first = INT_MAX;
+  EMBER_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.comm));
+  if (first == INT_MAX) return std::nullopt;
+  const bool owner = world.rank == first;
+  const std::string what = broadcast_string(world, owner ? std::string(local->what()) : std::string(), first);
+  const std::string hint = broadcast_string(world, owner ? local->hint() : std::string(), first);
+  return Error(what, hint);
+}
+
+std::optional<Error> attempt(const std::function<void()>& fn, const std::string& hint) {
+  try {
+    fn();
+    return std::nullopt;
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::exception& e) {
+    return Error(e.what(), hint);
+  }
+}
+
+void run_agreed(const World& world, bool root_only, const std::function<void()>& fn, const std::string& hint) {
+  std::optional<Error> local;
+  if (!root_only || world.rank == 0) local = attempt(fn, hint);
+  if (std::optional<Error> e = agree_on_error(world, std::move(local))) throw *e;
+}
+
+void barrier(const World& world) {
+  if (world.size > 1) EMBER_MPI_CHECK(MPI_Barrier(world.comm));
+}
+
+SubWorld::SubWorld(const World& parent, int color) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  EMBER_MPI_CHECK(MPI_Comm_split(parent.comm, color, parent.rank, &comm));
+  world_ = make_world(comm);
+}
+
+SubWorld::~SubWorld() {
+  if (world_.comm != MPI_COMM_NULL) MPI_Comm_free(&world_.comm);
+}
+
+}  // namespace ember

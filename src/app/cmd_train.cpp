@@ -1,13 +1,13 @@
 // `ember train`: resolves the one Config (defaults < INI < command line), checks the world (a power of two), prints
-// the config, and runs the Trainer. Exit code 3 means "stopped early after a checkpoint; requeue to continue".
+// the config, and runs the training (train/run.h). Exit code 3 means "stopped early after a checkpoint; requeue to
+// continue".
 #include <iostream>
 
 #include "app/commands.h"
 #include "app/options.h"
 #include "core/log.h"
 #include "dist/world.h"
-#include "train/async_trainer.h"
-#include "train/trainer.h"
+#include "train/run.h"
 
 namespace ember {
 
@@ -27,8 +27,7 @@ int cmd_train(int argc, char** argv) {
   log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size, world.host.c_str(),
            parsed.config_ini.c_str());
   const TrainLimits limits{parsed.stop_after, parsed.max_runtime};
-  const TrainResult r = async ? run_async(world, parsed.config, parsed.config_ini, limits)
-                              : Trainer(world, parsed.config, parsed.config_ini, limits).run();
+  const TrainResult r = run_training(world, parsed.config, parsed.config_ini, limits);
   log_info("%s at step %lld | loss %.4f%s%s", r.stopped_early ? "stopped" : "done", (long long)r.step, r.last_loss,
            r.last_checkpoint.empty() ? "" : " | checkpoint ", r.last_checkpoint.c_str());
   return r.stopped_early ? EXIT_CODE_REQUEUE : EXIT_CODE_OK;

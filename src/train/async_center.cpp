@@ -1,0 +1,198 @@
+// The async center (rank 0): loops on the exchange window (so one-sided traffic always progresses), folds each delta
+// in with the outer optimizer, publishes versions, evaluates, and decides barriers: periodic checkpoints, a stop
+// (signal, --max-runtime, a worker's request) or the finish.
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "train/async_job.h"
+#include "train/evaluate.h"
+#include "train/metrics.h"
+#include "train/outer_optimizer.h"
+#include "train/progress.h"
+#include "train/signals.h"
+
+namespace ember {
+namespace {
+
+int64_t next_multiple(int64_t step, int every) { return every > 0 ? (step / every + 1) * every : INT64_MAX; }
+
+// Loads the resume checkpoint into the model and the outer optimizer's momentum; returns the counters
+// (version, tokens, samples) it continues from. A sync checkpoint gives zero momentum and version 0.
+void resume_center(AsyncJob& job, OuterOptimizer& outer, uint64_t& version, uint64_t& tokens, uint64_t& samples) {
+  GPT& model = *job.model;
+  std::vector<float> params(model.arena_numel(), 0.0f);
+  CheckpointTensors t;
+  t.params = params.data();
+  const bool async_file = job.meta.mode == "async";
+  if (async_file) t.extra_sets = {{ASYNC_MOMENTUM_SET, outer.momentum().data()}};
+  CheckpointMeta meta;
+  load_checkpoint(job.resume, model.table(), t, meta);
+  job.backend->copy_to_device(model.params(), params.data(), params.size() * sizeof(float));
+  tokens = uint64_t(meta.tokens_seen);
+  samples = meta.ranks.at(0).data_cursor;
+  version = async_file ? meta.async_version : 0;
+  const int old_workers = async_file ? meta.world_size - 1 : 0;
+  const char* path = job.resume.c_str();
+  if (!async_file)
+    log_info(
+        "notice: %s was written in %s mode: the workers start with fresh AdamW state, the center with zero "
+        "momentum",
+        path, meta.mode.c_str());
+  else if (old_workers < job.workers)
+    log_info(
+        "notice: %s holds the state of %d worker(s); worker rank(s) %d..%d start with fresh AdamW state and "
+        "a zero error-feedback residual",
+        path, old_workers, old_workers + 1, job.workers);
+  else if (old_workers > job.workers)
+    log_info(
+        "notice: %s holds the state of %d workers; %d resume theirs, the state of worker rank(s) %d..%d is "
+        "dropped (what their residuals still owed is lost)",
+        path, old_workers, job.workers, job.workers + 1, old_workers);
+  log_info("resumed from %s at step %lld (%llu tokens seen, version %llu)", path, (long long)job.step_of(samples),
+           (unsigned long long)tokens, (unsigned long long)version);
+}
+
+}  // namespace
+
+TrainResult run_center(AsyncJob& job) {
+  const RunConfig& c = job.c;
+  GPT& model = *job.model;
+  Backend& be = *job.backend;
+  const size_t n = model.table().total_numel();
+  TrainResult result;
+  OuterOptimizer outer(n, c.async);
+  uint64_t version = 0, tokens = 0, samples = 0;
+  if (!job.resume.empty()) {
+    resume_center(job, outer, version, tokens, samples);
+  } else {
+    model.init_weights(c.training.seed);
+    log_info("starting from scratch (seed %llu)", (unsigned long long)c.training.seed);
+  }
+  std::vector<float> global(n);
+  be.copy_to_host(global.data(), std::as_const(model).params(), n * sizeof(float));
+  AsyncCenter center(job.world.comm, job.shape, global.data(), version, tokens, samples);
+
+  // The center evaluates alone, on the global parameters.
+  Evaluator evaluator(c);
+  auto evaluate = [&] {
+    be.copy_to_device(model.params(), global.data(), n * sizeof(float));
+    return evaluator.loss_sum(model, 0, 1) / evaluator.batches();
+  };
+  auto log_val = [&](int64_t step, double t0) {
+    log_info("step %lld | val loss %.4f | %.0f ms", (long long)step, result.last_val_loss, 1e3 * (now_seconds() - t0));
+  };
+
+  const int64_t first_step = job.step_of(samples);
+  MetricsWriter metrics(async_metrics_path(c, 0), first_step);
+  int64_t next_eval = next_multiple(first_step, c.eval.every);
+  int64_t next_ckpt = next_multiple(first_step, c.checkpoint.interval);
+  int64_t next_log = next_multiple(first_step, c.run.log_every);
+  const uint64_t first_version = version;
+  const double start = now_seconds();
+  double loss_sum = 0.0;
+  int loss_count = 0;
+  uint64_t max_staleness = 0;
+  std::vector<float> d(n), update(n);
+  install_stop_signal_handlers();
+
+  for (;;) {
+    std::vector<AsyncMessage> msgs = center.take();
+    if (!msgs.empty()) {
+      outer.begin_version();
+      uint64_t msg_tokens = 0;
+      nlohmann::json deltas = nlohmann::json::array();
+      for (const AsyncMessage& m : msgs) {
+        center.decode(m, d.data());
+        const float wgt = outer_weight(m.tokens, m.staleness, job.workers, job.round_tokens());
+        outer.add_delta(d.data(), wgt);
+        msg_tokens += m.tokens;
+        result.last_loss = m.loss;
+        loss_sum += m.loss;
+        ++loss_count;
+        max_staleness = std::max(max_staleness, m.staleness);
+        deltas.push_back({{"worker", m.worker + 1}, {"staleness", m.staleness}, {"weight", wgt}, {"loss", m.loss}});
+      }
+      outer.apply(global.data(), update.data());
+      version = center.publish(update.data(), msg_tokens, msgs);
+      const double minutes = (now_seconds() - start) / 60.0;
+      const int64_t step = job.step_of(center.tokens_applied() / uint64_t(job.T));
+      metrics.write({{"step", step},
+                     {"version", version},
+                     {"tokens_seen", center.tokens_applied()},
+                     {"deltas", deltas},
+                     {"versions_per_min", minutes > 0 ? double(version - first_version) / minutes : 0.0},
+                     {"bytes_ratio", double(center.messages_taken()) * 4.0 * double(n) /
+                                         double(std::max<uint64_t>(center.bytes_taken(), 1))}});
+      if (c.async.test_center_stall > 0 && version >= uint64_t(c.async.test_center_stall)) {
+        log_info("test: the center stops serving at version %llu (async.test_center_stall)",
+                 (unsigned long long)version);
+        for (;;) sleep(60);  // no MPI call ever again: the workers must notice on their own
+      }
+    }
+    const uint64_t applied = center.tokens_applied() / uint64_t(job.T);
+    const int64_t step = job.step_of(applied);
+    if (step >= next_log && loss_count > 0) {
+      const double now = now_seconds();
+      const double eta =
+          step > first_step ? (now - start) / double(step - first_step) * double(c.training.steps - step) : 0.0;
+      log_info(
+          "step %5lld/%d | loss %.4f | version %llu | %.0f versions/min | max staleness %llu | %.0f tok/s | "
+          "eta %s",
+          (long long)step, c.training.steps, loss_sum / loss_count, (unsigned long long)version,
+          double(version - first_version) / std::max((now - start) / 60.0, 1e-9), (unsigned long long)max_staleness,
+          double(center.tokens_applied() - tokens) / std::max(now - start, 1e-9), format_hms(eta).c_str());
+      loss_sum = 0.0;
+      loss_count = 0;
+      max_staleness = 0;
+      next_log = next_multiple(step, c.run.log_every);
+    }
+    if (step >= next_eval && applied < job.target_samples) {
+      const double t0 = now_seconds();
+      result.last_val_loss = evaluate();
+      metrics.write({{"step", step}, {"tokens_seen", center.tokens_applied()}, {"val_loss", result.last_val_loss}});
+      log_val(step, t0);
+      next_eval = next_multiple(step, c.eval.every);
+    }
+    if (!center.barrier_pending()) {
+      const bool out_of_time = job.limits.max_runtime > 0 && now_seconds() - start >= job.limits.max_runtime;
+      const bool limit = job.limits.stop_after > 0 && step - first_step >= job.limits.stop_after;
+      if (applied >= job.target_samples || limit)
+        center.request_barrier(AsyncBarrier::finish);
+      else if (stop_signal_received() != 0 || out_of_time || center.stop_requested())
+        center.request_barrier(AsyncBarrier::stop);
+      else if (step >= next_ckpt) {
+        center.request_barrier(AsyncBarrier::checkpoint);
+        next_ckpt = next_multiple(step, c.checkpoint.interval);
+      }
+    } else if (center.barrier_reached()) {
+      const AsyncBarrier kind = center.barrier_kind();
+      uint64_t counters[3] = {version, center.tokens_applied(), applied};
+      result.last_checkpoint = save_async(job, global.data(), outer.momentum().data(), nullptr, nullptr, counters);
+      center.end_barrier();
+      if (kind != AsyncBarrier::checkpoint) {
+        result.stopped_early = kind == AsyncBarrier::stop && applied < job.target_samples;
+        break;
+      }
+    }
+    if (msgs.empty()) usleep(200);
+  }
+  result.step = job.step_of(center.tokens_applied() / uint64_t(job.T));
+  const double t0 = now_seconds();
+  result.last_val_loss = evaluate();
+  metrics.write({{"step", result.step}, {"tokens_seen", center.tokens_applied()}, {"val_loss", result.last_val_loss}});
+  log_val(result.step, t0);
+  const double minutes = (now_seconds() - start) / 60.0;
+  log_info("center: %llu versions in %.1f min (%.0f/min), %llu deltas, %.1fx fewer bytes than fp32 deltas",
+           (unsigned long long)(version - first_version), minutes, double(version - first_version) / minutes,
+           (unsigned long long)center.messages_taken(),
+           double(center.messages_taken()) * 4.0 * double(n) / double(std::max<uint64_t>(center.bytes_taken(), 1)));
+  if (result.stopped_early) log_stopped_early(result.step);
+  return result;
+}
+
+}  // namespace ember

@@ -1,0 +1,68 @@
+// What every rank of an async run knows and holds (internal to the async_*.cpp files): the shape of the run in
+// samples and steps, the rank's backend and model, the resume checkpoint, and the collective checkpoint save that
+// the center and the workers join together.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "dist/async_exchange.h"
+#include "dist/world.h"
+#include "model/gpt.h"
+#include "train/checkpoint.h"
+#include "train/run.h"
+#include "train/run_config.h"
+
+namespace ember {
+
+class AdamW;
+
+// The center's momentum, an arena-shaped set beside /model; each worker's arrays under /ranks/<r>.
+inline constexpr const char* ASYNC_MOMENTUM_SET = "/optimizer/momentum_buffer";
+inline std::vector<std::string> async_worker_arrays() { return {"exp_avg", "exp_avg_sq", "residual"}; }
+
+struct AsyncJob {
+  const World& world;
+  const RunConfig& c;
+  const std::string& config_ini;
+  TrainLimits limits;
+  int workers = 0;
+  int B = 0, T = 0, A = 0, H = 0;
+  uint64_t samples_per_step = 0;  // samples of one sync-equivalent optimizer step: A x B x workers
+  int64_t step_base = 0;          // the step and global sample index this invocation starts from (a resume may
+  uint64_t sample_base = 0;       // have been written with another number of workers, hence another step size)
+  uint64_t target_samples = 0;    // where training.steps is reached
+  std::unique_ptr<Backend> backend{};
+  bool gpu_shared = false;  // workers share this GPU (EMBER_SHARE_GPU=1)
+  std::unique_ptr<GPT> model{};
+  std::string resume{};   // "" for a fresh start
+  CheckpointMeta meta{};  // of `resume`
+  AsyncShape shape{};
+
+  // The sync-equivalent step at global sample index `samples` (at least sample_base).
+  int64_t step_of(uint64_t samples) const {
+    return step_base + int64_t((samples - std::min(samples, sample_base)) / samples_per_step);
+  }
+  // Tokens of a full round of one worker: H local steps of A micro-batches of B x T.
+  double round_tokens() const { return double(H) * A * B * T; }
+};
+
+// One collective checkpoint over the whole world. The center passes the global parameters (n floats, host) and its
+// momentum; a worker passes any n floats (it writes no weights), its AdamW and its exchange (the error-feedback
+// residual). Every rank learns the counters (version, tokens, samples) from the center first, so the metadata (which
+// parallel HDF5 needs identical everywhere) agrees. Returns the path written.
+std::string save_async(AsyncJob& job, const float* params, float* momentum, AdamW* adam, AsyncWorker* worker,
+                       uint64_t counters[3]);
+
+// The two roles: rank 0 serves, ranks 1.. train.
+TrainResult run_center(AsyncJob& job);
+TrainResult run_worker(AsyncJob& job);
+
+// Where a rank of an async run writes its metrics: rank 0 metrics.jsonl, worker r metrics_rank<r>.jsonl.
+std::string async_metrics_path(const RunConfig& c, int rank);
+
+}  // namespace ember

@@ -1,0 +1,139 @@
+// Async training (implementation of the entry): checks the job, gives the center a CPU backend and the workers their
+// devices (chosen among the workers only), reads the resume checkpoint's metadata on every rank, then runs the role.
+// Also the checkpoint save that both roles join.
+#include "train/async_run.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/host_collectives.h"
+#include "dist/onebit_codec.h"
+#include "train/adamw.h"
+#include "train/async_job.h"
+#include "train/run_checkpoint.h"
+#include "train/run_setup.h"
+
+namespace ember {
+namespace {
+
+void check_async_job(const World& world, const RunConfig& c) {
+  if (world.size < 2)
+    throw_error(
+        "training.mode = async needs at least 2 ranks (rank 0 serves as the center, ranks 1.. train); this "
+        "job has " +
+            std::to_string(world.size),
+        "launch 1 + N ranks, e.g. mpirun -n 3 ember train ... for 2 workers, or use training.mode = sync");
+  if (c.training.zero != 0)
+    throw_error("config: training.zero = " + std::to_string(c.training.zero) + " applies to sync mode only",
+                "set training.zero = 0 with training.mode = async (each worker keeps its own AdamW state)");
+  if (c.async.test_slow_worker >= world.size)
+    throw_error("config: async.test_slow_worker = " + std::to_string(c.async.test_slow_worker) +
+                    " is not a worker rank of this job (1.." + std::to_string(world.size - 1) + ")",
+                "name a worker rank, or 0 for none");
+}
+
+}  // namespace
+
+std::string async_metrics_path(const RunConfig& c, int rank) {
+  return rank == 0 ? c.run.dir + "/metrics.jsonl" : c.run.dir + "/metrics_rank" + std::to_string(rank) + ".jsonl";
+}
+
+std::string save_async(AsyncJob& job, const float* params, float* momentum, AdamW* adam, AsyncWorker* worker,
+                       uint64_t counters[3]) {
+  const World& w = job.world;
+  const RunConfig& c = job.c;
+  broadcast_values(w, counters, 3, 0);
+  const uint64_t version = counters[0], tokens = counters[1], samples = counters[2];
+  const int64_t mine[2] = {adam ? int64_t(adam->step_count()) : 0, worker ? int64_t(worker->seq()) : 0};
+  const std::vector<int64_t> all = all_gather_values(w, mine, 2);
+
+  const ParamTable& table = job.model->table();
+  const size_t total = table.total_numel();
+  CheckpointMeta meta = run_checkpoint_meta(c, job.config_ini);
+  meta.step = job.step_of(samples);
+  meta.tokens_seen = int64_t(tokens);
+  meta.world_size = w.size;
+  meta.mode = "async";
+  meta.async_version = version;
+  meta.optimizer_step = int64_t(version);
+  meta.lr = c.async.outer_lr;
+  meta.ranks.assign(size_t(w.size), CheckpointMeta::RankState{});
+  for (int r = 0; r < w.size; ++r) {
+    CheckpointMeta::RankState& rs = meta.ranks[size_t(r)];
+    rs.data_cursor = samples;
+    rs.role = r == 0 ? "center" : "worker";
+    rs.optimizer_step = all[2 * size_t(r)];
+    rs.seq = uint64_t(all[2 * size_t(r) + 1]);
+    if (r > 0) rs.arrays = async_worker_arrays();
+  }
+  CheckpointTensors t;
+  t.params = const_cast<float*>(params);  // only read by a save
+  t.rank_array_len = total;
+  std::vector<float> m, v;
+  if (w.rank == 0) {
+    t.shard_begin = 0;
+    t.shard_end = total;
+    t.extra_sets = {{ASYNC_MOMENTUM_SET, momentum}};
+  } else {
+    t.shard_begin = t.shard_end = total;  // the center writes every tensor
+    t.extra_sets = {{ASYNC_MOMENTUM_SET, nullptr}};
+    m.resize(total);
+    v.resize(total);
+    job.backend->copy_to_host(m.data(), adam->exp_avg(), total * sizeof(float));
+    job.backend->copy_to_host(v.data(), adam->exp_avg_sq(), total * sizeof(float));
+    t.rank_arrays = {
+        {"exp_avg", m.data()}, {"exp_avg_sq", v.data()}, {"residual", worker->feedback().residual().data()}};
+  }
+  return save_run_checkpoint(c, meta, table, t, w);
+}
+
+TrainResult run_async(const World& world, const RunConfig& config, const std::string& config_ini, TrainLimits limits) {
+  const RunConfig& c = config;
+  check_async_job(world, c);
+  set_training_threads(c.training);
+  AsyncJob job{world, c, config_ini, limits};
+  job.workers = world.size - 1;
+  job.B = c.training.batch_size;
+  job.T = c.training.seq_len;
+  job.A = c.training.grad_accum_steps;
+  job.H = c.async.local_steps;
+  job.samples_per_step = uint64_t(job.A) * job.B * job.workers;
+  // Workers pick their device among themselves (one GPU per worker by its rank among the workers on its node); the
+  // center only serves and evaluates, on the CPU.
+  {
+    const SubWorld role(world, world.rank == 0 ? 0 : 1);
+    if (world.rank == 0) {
+      job.backend = make_cpu_backend();
+    } else {
+      TrainingBackend tb = make_training_backend(role.world(), c.training);
+      job.backend = std::move(tb.backend);
+      job.gpu_shared = tb.device.gpus_shared;
+    }
+  }
+  job.model = std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0,
+                                    parse_recompute(c.training.recompute));
+  job.shape.n = job.model->table().total_numel();
+  job.shape.block_size = size_t(c.async.block_size);
+  job.shape.workers = job.workers;
+  job.shape.error_feedback = c.async.error_feedback;
+  log_info(
+      "world: %d rank(s) | async: center on rank 0 (%s), %d worker(s) | %d local steps per sync | "
+      "%.1fx fewer bytes per delta than fp32 | global batch equivalent %d x %d tokens x %d accumulation x %d",
+      world.size, world.host.c_str(), job.workers, job.H,
+      4.0 * double(job.shape.n) / double(onebit_packed_bytes(job.shape.n, job.shape.block_size)), job.B, job.T, job.A,
+      job.workers);
+
+  // Rank 0 picks the checkpoint (falling back past damaged ones); every rank reads its metadata.
+  job.resume = choose_resume(world, c);
+  if (!job.resume.empty()) {
+    job.meta = read_checkpoint_meta(job.resume);
+    check_resumable(job.resume, job.meta, c);
+    job.step_base = job.meta.step;
+    job.sample_base = job.meta.ranks.at(0).data_cursor;
+  }
+  job.target_samples = job.sample_base + uint64_t(c.training.steps - job.step_base) * job.samples_per_step;
+  return world.rank == 0 ? run_center(job) : run_worker(job);
+}
+
+}  // namespace ember

@@ -1,0 +1,39 @@
+// The local optimizer step (implementation).
+#include "train/local_step.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "train/lr_schedule.h"
+
+namespace ember {
+
+double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int micro_batches, uint64_t first,
+                            uint64_t stride, const std::function<void(int)>& last_hook) {
+  const int A = micro_batches;
+  model.zero_grad();
+  double loss = 0.0;
+  for (int m = 0; m < A; ++m) {
+    data.batch_at(first + uint64_t(m) * stride, batch.inputs.data(), batch.targets.data(), batch.B);
+    loss += model.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T) / A;
+    model.set_backward_hook(m == A - 1 ? last_hook : nullptr);
+    model.backward(1.0f / float(A));
+  }
+  model.set_backward_hook(nullptr);
+  return loss;
+}
+
+float apply_update(Backend& backend, AdamW& optimizer, float* params, float* grads, size_t n, float norm,
+                   const RunConfig& config, int64_t step) {
+  clip_grads(backend, grads, n, norm, config.training.max_norm);
+  const float lr = lr_at_step(int(step), config.training.steps, config.optimizer.warmup_steps, config.optimizer.lr,
+                              config.optimizer.min_lr);
+  optimizer.step(params, grads, lr);
+  return lr;
+}
+
+void require_finite_loss(double loss, const std::string& at, const std::string& hint) {
+  if (!std::isfinite(loss)) throw_error("training diverged " + at + ": loss is " + std::to_string(loss), hint);
+}
+
+}  // namespace ember

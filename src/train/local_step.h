@@ -1,0 +1,42 @@
+// The local optimizer step every training rank takes, in its two halves: gradients accumulated over the micro-batches
+// of a step, then clipping, the scheduled learning rate and the AdamW update. What happens between the halves (a sync
+// run averages the gradients over the ranks; an async worker does nothing) is the caller's policy.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "data/data_loader.h"
+#include "model/gpt.h"
+#include "train/adamw.h"
+#include "train/run_config.h"
+
+namespace ember {
+
+// Host buffers of one micro-batch: B sequences of T input and target tokens.
+struct TokenBatch {
+  TokenBatch(int B, int T) : B(B), T(T), inputs(size_t(B) * size_t(T)), targets(inputs.size()) {}
+  int B, T;
+  std::vector<int32_t> inputs;   // (B, T)
+  std::vector<int32_t> targets;  // (B, T)
+};
+
+// Zeroes the gradients, then runs forward and backward over `micro_batches` micro-batches: micro-batch m takes the
+// batch.B samples from global sample index first + m * stride of `data`, and its loss gradient is scaled by
+// 1 / micro_batches. `last_hook` (may be empty) is the backward hook of the last micro-batch (GPT::set_backward_hook:
+// a sync run starts its gradient buckets there). Returns the mean loss of the micro-batches.
+double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int micro_batches, uint64_t first,
+                            uint64_t stride, const std::function<void(int)>& last_hook = nullptr);
+
+// Clips the n gradients `grads`, whose global L2 norm is `norm`, to training.max_norm, and takes one AdamW step of
+// `params` at the learning rate the schedule gives optimizer step `step` (0-based). Returns that learning rate.
+float apply_update(Backend& backend, AdamW& optimizer, float* params, float* grads, size_t n, float norm,
+                   const RunConfig& config, int64_t step);
+
+// Throws ember::Error "training diverged <at>: loss is <loss>" with `hint` unless the loss is finite.
+void require_finite_loss(double loss, const std::string& at, const std::string& hint);
+
+}  // namespace ember

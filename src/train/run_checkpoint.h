@@ -1,0 +1,33 @@
+// What every kind of training run reads from and writes to its checkpoints: the choice of the resume checkpoint (made
+// once, on rank 0, for every rank), the checks that it can continue this run, the metadata every run fills alike, and
+// a save with its log line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dist/world.h"
+#include "model/param_table.h"
+#include "train/checkpoint.h"
+#include "train/run_config.h"
+
+namespace ember {
+
+// The checkpoint every rank of `world` resumes from ("" for a fresh start): rank 0 resolves checkpoint.resume in the
+// checkpoint folder (resolve_resume: falling back past damaged files) and broadcasts its choice. Collective.
+std::string choose_resume(const World& world, const RunConfig& config);
+
+// Throws ember::Error naming the checkpoint unless it can continue this run: the same [model] and a step before
+// training.steps.
+void check_resumable(const std::string& path, const CheckpointMeta& meta, const RunConfig& config);
+
+// The metadata every kind of run fills alike: the configuration (text and [model]) and the AdamW hyper-parameters.
+// The caller adds the counters (step, tokens, optimizer step, lr), world size, mode and per-rank state.
+CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& config_ini);
+
+// save_checkpoint into the run's checkpoint folder, keeping checkpoint.keep_latest_k, then logs the path and the
+// time it took. Collective over `world` as save_checkpoint is. Returns the path written.
+std::string save_run_checkpoint(const RunConfig& config, const CheckpointMeta& meta, const ParamTable& table,
+                                const CheckpointTensors& tensors, const World& world);
+
+}  // namespace ember

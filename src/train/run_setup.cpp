@@ -1,0 +1,57 @@
+// Run set-up shared by the sync trainer and the async workers (implementation).
+#include "train/run_setup.h"
+
+#include <omp.h>
+
+#include <cstdio>
+
+#include "core/dtype.h"
+#include "core/log.h"
+#include "model/gpt.h"
+#include "train/adamw.h"
+
+namespace ember {
+
+void set_training_threads(const TrainingConfig& training) {
+  if (training.threads > 0) omp_set_num_threads(training.threads);
+}
+
+TrainingBackend make_training_backend(const World& world, const TrainingConfig& training) {
+  set_training_threads(training);
+  TrainingBackend tb;
+  tb.device = select_device(world, training.device);
+  tb.backend = make_backend(tb.device);
+  tb.backend->set_matmul_precision(parse_matmul_precision(training.precision));
+  tb.backend->set_deterministic(training.deterministic);
+  return tb;
+}
+
+size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend, size_t extra_bytes) {
+  const double mib = 1.0 / 1048576.0;
+  const size_t moments = 2 * (optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
+  const size_t total = model.weight_bytes() + moments + model.activation_bytes() + extra_bytes;
+  char shard[64] = "";
+  if (extra_bytes) snprintf(shard, sizeof(shard), ", ZeRO-1 gradient shard %.1f MiB", double(extra_bytes) * mib);
+  log_info(
+      "memory on %s: parameters + gradients%s %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
+      "(recompute = %s, matmul precision %s)%s; %.1f MiB in all",
+      backend.name().c_str(), model.bf16_storage() ? " + bf16 weight copy" : "", double(model.weight_bytes()) * mib,
+      double(moments) * mib, double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
+      matmul_precision_name(backend.matmul_precision()).c_str(), shard, double(total) * mib);
+  return total;
+}
+
+void log_measured_memory(const Backend& backend, size_t counted_bytes, bool gpu_shared) {
+  const double mib = 1.0 / 1048576.0;
+  char device[200] = "";
+  size_t used = 0, total = 0;
+  if (backend.device_memory(&used, &total))
+    snprintf(device, sizeof(device),
+             "; the device reports %.1f of %.1f MiB in use (CUDA context and library "
+             "workspaces included%s)",
+             double(used) * mib, double(total) * mib, gpu_shared ? ", and the other ranks sharing this GPU" : "");
+  log_info("memory measured after the first step on %s: peak %.1f MiB allocated (%.1f MiB counted at start-up)%s",
+           backend.name().c_str(), double(backend.peak_allocated_bytes()) * mib, double(counted_bytes) * mib, device);
+}
+
+}  // namespace ember

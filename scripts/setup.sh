@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Ember needs to build, test and run (compiler, CMake, Open MPI, parallel HDF5, Boost,
-# OpenBLAS, nlohmann-json, GoogleTest, Python with numpy/h5py, Slurm for the job-script test). Idempotent: quiet and
-# does nothing when all are present.
+# OpenBLAS, nlohmann-json, GoogleTest, Python with numpy/h5py, clang-format for the format check, Slurm for the
+# job-script tests). Idempotent: quiet and does nothing when all are present.
 set -euo pipefail
 
 PACKAGES=(
@@ -11,6 +11,8 @@ PACKAGES=(
   libgtest-dev googletest
   python3 python3-numpy python3-h5py
   procps
+  # scripts/check-format.sh: Debian 12's clang-format is version 14, the one the tree is formatted with.
+  clang-format
   # Slurm for tests/e2e/slurm_requeue.sh, which starts its own single-node slurmctld + slurmd: the daemons, the
   # clients (sbatch, srun, scontrol, ...) and the plugins, among them mpi_pmix.so that `srun --mpi=pmix` needs to
   # start Open MPI ranks.

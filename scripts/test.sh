@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Builds Ember (Release, into build/) and runs every ctest suite: unit, mpi (np 1/2/4), e2e.
+# Checks the formatting (scripts/check-format.sh), builds Ember (Release, into build/) and runs every ctest suite:
+# unit, mpi (np 1/2/4), e2e.
 # The exit code is ctest's, so CI and people see the same verdict; ctest prints its own summary at the end.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
+
+# A formatting difference fails the run before the build, with the files and the command that fixes them.
+bash scripts/check-format.sh
 
 # The test suites start mpirun; in containers and CI that often happens as root, which Open MPI refuses by default.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -1,8 +1,9 @@
-// The async-mode exchange (DESIGN §5): one MPI_Win_allocate window on the center (rank 0) holding a mailbox slot per
-// worker, a ring of recently published updates and the published parameters. Workers reach it only with passive
-// target operations (MPI_Put, MPI_Get, MPI_Fetch_and_op under a shared lock of rank 0); the center touches its own
-// window memory only under an exclusive lock of itself, so neither side ever sees the other's half-written data.
-// No bulk MPI_Accumulate (over UCX it moves the data twice) and no MPI_MODE_NOCHECK with lock_all (osc/pt2pt hangs).
+// The async-mode exchange (docs/architecture.md, "Asynchronous mode"): one MPI_Win_allocate window on the center
+// (rank 0) holding a mailbox slot per worker, a ring of recently published updates and the published parameters.
+// Workers reach it only with passive target operations (MPI_Put, MPI_Get, MPI_Fetch_and_op under a shared lock of
+// rank 0); the center touches its own window memory only under an exclusive lock of itself, so neither side ever sees
+// the other's half-written data. No bulk MPI_Accumulate (over UCX it moves the data twice) and no MPI_MODE_NOCHECK
+// with lock_all (osc/pt2pt hangs).
 //
 // A worker's cycle: reserve() a range of global sample indices, train on it, send() the 1-bit error-feedback
 // delta of its parameters since its last sync, fetch() the newest published parameters and rebase onto them.

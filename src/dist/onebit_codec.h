@@ -1,5 +1,6 @@
-// 1-bit codec with error feedback for async mode (DESIGN §5): each value is sent as its sign, plus one fp32 scale
-// per block, and what the compression lost is kept as a residual and added to the next message.
+// 1-bit codec with error feedback for async mode (docs/architecture.md, "Asynchronous mode"): each value is sent as
+// its sign, plus one fp32 scale per block, and what the compression lost is kept as a residual and added to the next
+// message.
 #pragma once
 
 #include <cstddef>

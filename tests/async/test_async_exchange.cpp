@@ -1,8 +1,8 @@
-// The async exchange over a real MPI window (DESIGN §5): every message arrives once and in order, reservations are
-// disjoint, published parameters reach every worker (from the ring and in full), both error-feedback identities hold
-// across the wire, staleness leaves out a worker's own message, and a center that does not serve makes a worker fail
-// instead of hang. Registered at np 3 and 5, each with the default one-sided component (osc/sm on one host),
-// --mca osc pt2pt and --mca osc ucx (UCX_TLS=tcp).
+// The async exchange over a real MPI window (docs/architecture.md, "Asynchronous mode"): every message arrives once
+// and in order, reservations are disjoint, published parameters reach every worker (from the ring and in full), both
+// error-feedback identities hold across the wire, staleness leaves out a worker's own message, and a center that does
+// not serve makes a worker fail instead of hang. Registered at np 3 and 5, each with the default one-sided component
+// (osc/sm on one host), --mca osc pt2pt and --mca osc ucx (UCX_TLS=tcp).
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>

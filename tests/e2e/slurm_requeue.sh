@@ -47,7 +47,8 @@ submit() {
 }
 
 lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
-export EMBER CONFIG="$SRC/configs/tiny.ini" DATA_DIR=data
+# EMBER_HOME: the job script finds its shared end (jobs/lib) there, since this test submits from its work directory.
+export EMBER CONFIG="$SRC/configs/tiny.ini" DATA_DIR=data EMBER_HOME="$SRC"
 
 # 1. The first start trains; then what --signal=B:USR1@120 does before the time limit: USR1 to the batch shell only,
 #    which relays it to srun and so to every rank.

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Every job script under jobs/ is parsed and dry-run: bash -n; for each Slurm script, sbatch --test-only on a private
+# single-node Slurm accepts its #SBATCH header; then each script runs with its launcher (srun, mpirun) and scontrol
+# replaced by stubs on PATH that record their command lines. The launcher must be asked to start `ember train` with a
+# config file under configs/, and the Slurm scripts' shared end (jobs/lib/requeue.bash) must act on the exit code:
+# 0 done, 3 requeue (3 after SIGTERM: no requeue), anything else a failure.
+source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/slurm_lib.bash"
+trap slurm_stop EXIT
+trap 'exit 1' INT TERM
+
+JOB_ID=4242
+STUBS=$WORK/stubs
+mkdir -p "$STUBS" spool
+
+# The launcher stub (srun and mpirun): its command line, one argument a line, goes to <name>.calls and its process id
+# to launcher.pid; it exits with STUB_RC, or with STUB_RC=wait runs until SIGUSR1 or SIGTERM and then exits 3, as
+# ember does after its checkpoint.
+cat >"$STUBS/launcher" <<'EOF'
+#!/usr/bin/env bash
+printf '%s\n' "$@" >>"$STUB_DIR/$(basename "$0").calls"
+echo $$ >"$STUB_DIR/launcher.pid"
+if [ "$STUB_RC" = wait ]; then
+  trap 'exit 3' USR1 TERM
+  while :; do
+    sleep 0.1 &
+    wait $! || true
+  done
+fi
+exit "$STUB_RC"
+EOF
+cat >"$STUBS/scontrol" <<'EOF'
+#!/usr/bin/env bash
+echo "$*" >>"$STUB_DIR/scontrol.calls"
+exit "$STUB_SCONTROL_RC"
+EOF
+chmod +x "$STUBS/launcher" "$STUBS/scontrol"
+ln -s launcher "$STUBS/srun"
+ln -s launcher "$STUBS/mpirun"
+
+# dry_run SCRIPT LAUNCHER_RC [SCONTROL_RC] [SUBMIT_DIR]: runs a copy of SCRIPT (sbatch, too, runs a copy from its
+# spool folder) in the background with the stubs first on PATH, as a Slurm batch shell of job $JOB_ID submitted from
+# SUBMIT_DIR (the repository by default) would; its pid is in $job_pid, its output in $WORK/job.out and job.err.
+dry_run() {
+  rm -f "$STUBS"/*.calls "$STUBS/launcher.pid"
+  cp "$1" "spool/$(basename "$1")"
+  env -u EMBER -u CONFIG -u DATA_DIR -u RUN_DIR -u EMBER_HOME PATH="$STUBS:$PATH" STUB_DIR="$STUBS" STUB_RC="$2" \
+    STUB_SCONTROL_RC="${3:-0}" SLURM_SUBMIT_DIR="${4:-$SRC}" SLURM_JOB_ID=$JOB_ID SLURM_CPUS_PER_TASK=2 \
+    bash "spool/$(basename "$1")" >job.out 2>job.err &
+  job_pid=$!
+}
+
+# finish: waits for the dry run; its exit code in $rc.
+finish() {
+  rc=0
+  wait "$job_pid" || rc=$?
+}
+
+# job_fail NAME MESSAGE: fails with the dry run's output attached.
+job_fail() {
+  echo "---- stdout" >&2 && cat job.out >&2
+  echo "---- stderr" >&2 && cat job.err >&2
+  fail "$1: $2"
+}
+
+# check_launch NAME LAUNCHER: LAUNCHER was called, and every `ember train` in its command line has a --config that
+# names an existing file under configs/ (relative paths are taken from the repository, where the scripts run).
+check_launch() {
+  local name=$1 calls=$STUBS/$2.calls
+  [ -s "$calls" ] || job_fail "$name" "$2 was not called"
+  local args i j n=0 config path
+  mapfile -t args <"$calls"
+  for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+    [ "$(basename -- "${args[i]}")" = ember ] && [ "${args[i + 1]}" = train ] || continue
+    n=$((n + 1))
+    config=""
+    for ((j = i + 2; j < ${#args[@]}; j++)); do
+      [ "${args[j]}" = : ] && break  # the next component or app context
+      case ${args[j]} in
+        --config) config=${args[j + 1]:-} ;;
+        --config=*) config=${args[j]#--config=} ;;
+      esac
+    done
+    [ -n "$config" ] || job_fail "$name" "ember train without --config: ${args[*]}"
+    path=$config
+    [[ "$path" = /* ]] || path=$SRC/$path
+    [ -f "$path" ] || job_fail "$name" "ember train --config $config: no such file"
+    [[ "$(realpath "$path")" = "$(realpath "$SRC/configs")"/* ]] ||
+      job_fail "$name" "ember train --config $config: not a file under configs/"
+  done
+  [ "$n" -gt 0 ] || job_fail "$name" "$2 was not asked to start ember train: ${args[*]}"
+  echo "ok: $name: $2 starts ember train $n time(s), config $config"
+}
+
+# expect NAME RC REQUEUED PATTERN: the dry run ended with exit code RC, called `scontrol requeue $JOB_ID` or not
+# (REQUEUED yes/no), and printed a line matching PATTERN.
+expect() {
+  local name=$1
+  [ "$rc" -eq "$2" ] || job_fail "$name" "exit code $rc, expected $2"
+  if [ "$3" = yes ]; then
+    [ "$(cat "$STUBS/scontrol.calls" 2>/dev/null)" = "requeue $JOB_ID" ] ||
+      job_fail "$name" "no scontrol requeue $JOB_ID"
+  else
+    [ ! -e "$STUBS/scontrol.calls" ] || job_fail "$name" "unexpected scontrol $(cat "$STUBS/scontrol.calls")"
+  fi
+  grep -q -- "$4" job.out job.err || job_fail "$name" "no line matching '$4'"
+  echo "ok: $name -> exit $rc, requeued: $3"
+}
+
+# signal_run NAME SCRIPT SIGNAL: a dry run whose launcher runs until stopped; SIGNAL goes to the batch shell as Slurm
+# sends it (USR1 before the time limit, TERM on scancel), and for TERM also to the launcher, which Slurm signals too.
+signal_run() {
+  dry_run "$2" wait
+  local waited=0
+  until [ -s "$STUBS/launcher.pid" ]; do
+    kill -0 "$job_pid" 2>/dev/null || { finish && job_fail "$1" "ended (exit $rc) before its launcher started"; }
+    [ "$waited" -lt 100 ] || job_fail "$1" "launcher not started after 10 s"
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  sleep 0.5  # the shell sets its traps right after starting the launcher
+  kill "-$3" "$job_pid"
+  [ "$3" = TERM ] && kill -TERM "$(cat "$STUBS/launcher.pid")"
+  finish
+}
+
+shopt -s nullglob
+scripts=("$SRC"/jobs/*.sbatch "$SRC"/jobs/*.sh)
+[ ${#scripts[@]} -gt 0 ] || fail "no job scripts under $SRC/jobs"
+
+# 1. Every script parses.
+for script in "${scripts[@]}"; do
+  bash -n "$script" || fail "jobs/$(basename "$script"): bash -n failed"
+done
+echo "ok: bash -n accepts ${#scripts[@]} job scripts"
+
+# 2. Slurm accepts every #SBATCH header. The test node has 2 CPUs and no GPUs, so the sizes are given on the command
+#    line (which overrides the header, once per component of a heterogeneous job); everything else is the header's.
+slurm_start "$WORK/slurm"
+fit=(--nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0)
+for script in "$SRC"/jobs/*.sbatch; do
+  name=jobs/$(basename "$script")
+  sizes=("${fit[@]}")
+  for ((k = 0; k < $(grep -c '^#SBATCH hetjob' "$script" || true); k++)); do sizes+=(: "${fit[@]}"); done
+  sbatch --test-only "${sizes[@]}" "$script" >sbatch.out 2>&1 ||
+    { cat sbatch.out >&2 && fail "$name: sbatch --test-only refused it"; }
+  grep -q "to start at" sbatch.out || { cat sbatch.out >&2 && fail "$name: sbatch --test-only gave no start estimate"; }
+  echo "ok: $name: sbatch --test-only accepts the header"
+done
+slurm_stop
+
+# 3. Dry runs. Slurm scripts: srun and the exit codes of the shared end; the others: mpirun.
+for script in "$SRC"/jobs/*.sbatch; do
+  name=jobs/$(basename "$script")
+  dry_run "$script" 0 && finish
+  check_launch "$name" srun
+  expect "$name, ember exit 0" 0 no "training finished"
+  dry_run "$script" 3 && finish
+  expect "$name, ember exit 3" 0 yes "requeueing to continue"
+  dry_run "$script" 3 1 && finish
+  expect "$name, ember exit 3, requeue refused" 3 yes "requeue refused"
+  dry_run "$script" 7 && finish
+  expect "$name, ember exit 7" 7 no "exit code 7; not requeued"
+  signal_run "$name, SIGUSR1" "$script" USR1
+  expect "$name, SIGUSR1" 0 yes "SIGUSR1, asking ember to checkpoint"
+  signal_run "$name, SIGTERM" "$script" TERM
+  expect "$name, SIGTERM" 3 no "not requeued (submit again"
+  # Submitted from a folder without the job library: a clear error before anything starts.
+  dry_run "$script" 0 0 "$WORK" && finish
+  [ ! -e "$STUBS/srun.calls" ] || job_fail "$name, no library" "srun was called"
+  expect "$name, no library" 1 no "^hint: "
+done
+
+for script in "$SRC"/jobs/*.sh; do
+  name=jobs/$(basename "$script")
+  # These run from the repository root, without Slurm.
+  (cd "$SRC" && env -u EMBER -u CONFIG -u DATA_DIR -u RUN_DIR PATH="$STUBS:$PATH" STUB_DIR="$STUBS" STUB_RC=0 \
+    bash "$script" >"$WORK/job.out" 2>"$WORK/job.err") || job_fail "$name" "exit code $?"
+  check_launch "$name" mpirun
+  rm -f "$STUBS"/*.calls
+done
+echo PASS

@@ -2,20 +2,18 @@
 #include "core/error.h"
 
 #include <hdf5.h>
-#include <mpi.h>
 #include <unistd.h>
 
 #include <sstream>
+
+#include "core/log.h"
 
 namespace ember {
 
 void throw_error(const std::string& message, const std::string& hint) { throw Error(message, hint); }
 
 std::string error_location(const char* file, int line) {
-  int initialized = 0, finalized = 0, rank = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = log_rank();
   char host[256] = "?";
   gethostname(host, sizeof(host) - 1);
   std::ostringstream s;
@@ -29,13 +27,6 @@ void fail_check(const char* lib, const char* stmt, const std::string& detail, co
   s << lib << " check failed: " << stmt << " at " << error_location(file, line);
   if (!detail.empty()) s << ": " << detail;
   throw Error(s.str(), hint);
-}
-
-std::string mpi_error_string(int code) {
-  char buf[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(buf, len);
 }
 
 static herr_t collect_hdf5_error(unsigned n, const H5E_error2_t* err, void* client) {

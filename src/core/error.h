@@ -25,7 +25,6 @@ std::string error_location(const char* file, int line);
 [[noreturn]] void fail_check(const char* lib, const char* stmt, const std::string& detail, const char* file, int line,
                              const char* hint);
 
-std::string mpi_error_string(int code);
 std::string hdf5_error_string();
 
 }  // namespace ember
@@ -37,9 +36,6 @@ std::string hdf5_error_string();
     if (!(ok_expr)) ::ember::fail_check(lib, #stmt, (detail_expr), __FILE__, __LINE__, hint); \
   } while (0)
 
-#define EMBER_MPI_CHECK(stmt)                                                                  \
-  EMBER_CHECK_GEN("MPI", stmt, ember_rc_ == MPI_SUCCESS, ::ember::mpi_error_string(ember_rc_), \
-                  "check the MPI launch and network")
 #define EMBER_H5_CHECK(stmt)                                                  \
   EMBER_CHECK_GEN("HDF5", stmt, ember_rc_ >= 0, ::ember::hdf5_error_string(), \
                   "check the file path, permissions and free disk space")

@@ -14,6 +14,7 @@ void log_set_rank(int rank, bool all_ranks) {
   g_rank = rank;
   g_all_ranks = all_ranks;
 }
+int log_rank() { return g_rank; }
 void log_set_level(LogLevel level) { g_level = level; }
 void log_info_to_stderr(bool on) { g_info_to_stderr = on; }
 bool log_is_printing_rank() { return g_rank == 0 || g_all_ranks; }

@@ -9,6 +9,8 @@ namespace ember {
 enum LogLevel { LOG_LEVEL_DEBUG = 0, LOG_LEVEL_INFO = 1, LOG_LEVEL_WARN = 2, LOG_LEVEL_ERROR = 3 };
 
 void log_set_rank(int rank, bool all_ranks);
+// The rank set by log_set_rank (0 until then); errors name it.
+int log_rank();
 void log_set_level(LogLevel level);
 // Info and debug lines go to stdout unless this sends them to stderr, for commands whose stdout is their product
 // (generate's text, eval's JSON).

@@ -10,6 +10,7 @@
 #include "backend/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/mpi_check.h"
 #include "dist/world.h"
 
 namespace ember {

@@ -6,6 +6,8 @@
 #include <climits>
 #include <exception>
 
+#include "dist/mpi_check.h"
+
 namespace ember {
 
 World self_world() {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/mpi_check.h"
 
 namespace ember {
 namespace {

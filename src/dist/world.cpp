@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "dist/host_collectives.h"
+#include "dist/mpi_check.h"
 
 namespace ember {
 

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/h5.h"
 #include "core/log.h"
+#include "dist/mpi_check.h"
 #include "train/checkpoint_files.h"
 #include "train/checkpoint_io.h"
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -22,7 +23,6 @@
 #include "dist/device_select.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
-#include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/signals.h"
@@ -31,7 +31,6 @@ namespace ember {
 namespace {
 
 const std::vector<std::string> kWorkerArrays = {"exp_avg", "exp_avg_sq", "residual"};
-constexpr const char* kMomentumSet = "/optimizer/momentum_buffer";
 
 // What every rank of the job knows and holds.
 struct Job {
@@ -91,7 +90,7 @@ std::string save_async(Job& job, const float* params, float* momentum, AdamW* ad
   meta.step = job.step_of(samples);
   meta.tokens_seen = int64_t(tokens);
   meta.world_size = w.size;
-  meta.mode = "async";
+  meta.mode = TrainingMode::async;
   meta.async_version = version;
   meta.config_ini = job.config_ini;
   meta.model = c.model;
@@ -110,26 +109,24 @@ std::string save_async(Job& job, const float* params, float* momentum, AdamW* ad
     rs.seq = uint64_t(all[2 * size_t(r) + 1]);
     if (r > 0) rs.arrays = kWorkerArrays;
   }
-  CheckpointTensors t;
-  t.params = const_cast<float*>(params);  // only read by a save
-  t.rank_array_len = total;
+  CheckpointContents contents;
+  float* const weights = const_cast<float*>(params);  // only read by a save
   std::vector<float> m, v;
   if (w.rank == 0) {
-    t.shard_begin = 0;
-    t.shard_end = total;
-    t.extra_sets = {{kMomentumSet, momentum}};
+    contents.sets = {{SET_MODEL, weights}, {SET_MOMENTUM, momentum}};
   } else {
-    t.shard_begin = t.shard_end = total;  // the center writes every tensor
-    t.extra_sets = {{kMomentumSet, nullptr}};
+    contents.sets = {{SET_MODEL, nullptr}, {SET_MOMENTUM, nullptr}};
+    contents.write_begin = contents.write_end = total;  // the center writes every tensor
     m.resize(total);
     v.resize(total);
     job.backend->copy_to_host(m.data(), adam->exp_avg(), total * sizeof(float));
     job.backend->copy_to_host(v.data(), adam->exp_avg_sq(), total * sizeof(float));
-    t.rank_arrays = {
-        {"exp_avg", m.data()}, {"exp_avg_sq", v.data()}, {"residual", worker->feedback().residual().data()}};
+    contents.rank_arrays = {{"exp_avg", m.data(), total},
+                            {"exp_avg_sq", v.data(), total},
+                            {"residual", const_cast<float*>(worker->feedback().residual().data()), total}};
   }
   const double t0 = now_seconds();
-  const std::string path = save_checkpoint(c.checkpoint_folder(), meta, table, t, c.checkpoint.keep_latest_k, w.comm);
+  const std::string path = save_checkpoint(c.checkpoint_folder(), meta, table, contents, c.checkpoint.keep_latest_k, w);
   log_info("checkpoint %s (%.0f ms)", path.c_str(), 1e3 * (now_seconds() - t0));
   return path;
 }
@@ -147,12 +144,11 @@ TrainResult run_center(Job& job) {
   uint64_t version = 0, tokens = 0, samples = 0;
   if (!job.resume.empty()) {
     std::vector<float> params(model.arena_numel(), 0.0f);
-    CheckpointTensors t;
-    t.params = params.data();
-    const bool async_file = job.meta.mode == "async";
-    if (async_file) t.extra_sets = {{kMomentumSet, momentum.data()}};
+    const bool async_file = job.meta.mode == TrainingMode::async;
+    std::vector<TensorSet> sets = {{SET_MODEL, params.data()}};
+    if (async_file) sets.push_back({SET_MOMENTUM, momentum.data()});
     CheckpointMeta meta;
-    load_checkpoint(job.resume, model.table(), t, meta);
+    load_checkpoint(job.resume, model.table(), sets, meta);
     be.copy_to_device(model.params(), params.data(), params.size() * sizeof(float));
     tokens = uint64_t(meta.tokens_seen);
     samples = meta.ranks.at(0).data_cursor;
@@ -162,7 +158,7 @@ TrainResult run_center(Job& job) {
       log_info(
           "notice: %s was written in %s mode: the workers start with fresh AdamW state, the center with zero "
           "momentum",
-          job.resume.c_str(), meta.mode.c_str());
+          job.resume.c_str(), training_mode_name(meta.mode));
     else if (old_workers < job.workers)
       log_info(
           "notice: %s holds the state of %d worker(s); worker rank(s) %d..%d start with fresh AdamW state and "
@@ -333,11 +329,11 @@ TrainResult run_worker(Job& job) {
   const size_t counted_bytes = log_model_memory(model, adam, be);
   DataLoader train(c.data.dir, "train", job.T, c.model.vocab_size, c.training.seed, /*shuffle=*/true);
   std::vector<float> residual;
-  if (!job.resume.empty() && job.meta.mode == "async") {
+  if (!job.resume.empty() && job.meta.mode == TrainingMode::async) {
     std::vector<float> m(n), v(n);
     residual.resize(n);
     if (load_rank_arrays(job.resume, rank,
-                         {{"exp_avg", m.data()}, {"exp_avg_sq", v.data()}, {"residual", residual.data()}}, n)) {
+                         {{"exp_avg", m.data(), n}, {"exp_avg_sq", v.data(), n}, {"residual", residual.data(), n}})) {
       be.copy_to_device(adam.exp_avg(), m.data(), n * sizeof(float));
       be.copy_to_device(adam.exp_avg_sq(), v.data(), n * sizeof(float));
       adam.set_step_count(int(job.meta.ranks.at(size_t(rank)).optimizer_step));

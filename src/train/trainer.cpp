@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -21,7 +22,6 @@
 #include "dist/device_select.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
-#include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/signals.h"
@@ -142,9 +142,12 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   std::vector<float> params(arena, 0.0f), m(s.optimizer->shard_end() - s.optimizer->shard_begin(), 0.0f),
       v(m.size(), 0.0f);
   CheckpointMeta meta;
-  CheckpointTensors tensors{params.data(), m.data(), v.data(), 0, SIZE_MAX};
-  if (s.zero()) tensors = {params.data(), m.data(), v.data(), s.write_begin(), s.write_end()};
-  load_checkpoint(resume, table, tensors, meta);
+  // m and v hold the whole arena, or under ZeRO-1 only this rank's shard.
+  const size_t m_begin = s.zero() ? s.write_begin() : 0, m_end = s.zero() ? s.write_end() : SIZE_MAX;
+  load_checkpoint(
+      resume, table,
+      {{SET_MODEL, params.data()}, {SET_EXP_AVG, m.data(), m_begin, m_end}, {SET_EXP_AVG_SQ, v.data(), m_begin, m_end}},
+      meta);
   if (!(meta.model == c.model))
     throw_error("checkpoint " + resume + ": model config differs from the run's [model] section",
                 "use the [model] settings the checkpoint was written with (see `ember inspect`) or start fresh");
@@ -237,13 +240,17 @@ TrainResult Trainer::run() {
     meta.lr = lr_at_step(int(std::max<int64_t>(s.step - 1, 0)), c.training.steps, c.optimizer.warmup_steps,
                          c.optimizer.lr, c.optimizer.min_lr);
     meta.ranks.assign(size_t(N), CheckpointMeta::RankState{s.train_data->cursor(), 0});
-    // Each rank writes its share of every tensor; m and v point at that share's first element.
-    const size_t m_offset = s.zero() ? 0 : s.write_begin();
-    const CheckpointTensors tensors{params.data(), m.data() + m_offset, v.data() + m_offset, s.write_begin(),
-                                    s.write_end()};
+    // Each rank writes its share of every tensor.
+    const size_t m_begin = s.zero() ? s.write_begin() : 0, m_end = s.zero() ? s.write_end() : SIZE_MAX;
+    CheckpointContents contents;
+    contents.sets = {{SET_MODEL, params.data()},
+                     {SET_EXP_AVG, m.data(), m_begin, m_end},
+                     {SET_EXP_AVG_SQ, v.data(), m_begin, m_end}};
+    contents.write_begin = s.write_begin();
+    contents.write_end = s.write_end();
     const double t0 = now_seconds();
     result.last_checkpoint =
-        save_checkpoint(c.checkpoint_folder(), meta, table, tensors, c.checkpoint.keep_latest_k, s.world.comm);
+        save_checkpoint(c.checkpoint_folder(), meta, table, contents, c.checkpoint.keep_latest_k, s.world);
     log_info("checkpoint %s (%.0f ms)", result.last_checkpoint.c_str(), 1e3 * (now_seconds() - t0));
   };
 

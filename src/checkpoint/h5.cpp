@@ -1,6 +1,6 @@
 // HDF5 plumbing (implementation): every HDF5 call is checked and every handle closed on every path; a failure
 // reads the error stack once and throws one ember::Error worded by the caller's H5Context.
-#include "core/h5.h"
+#include "checkpoint/h5.h"
 
 #include <algorithm>
 #include <cstdint>

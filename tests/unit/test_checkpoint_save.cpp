@@ -75,26 +75,15 @@ TEST_F(CheckpointTest, LayoutFollowsHuggingFaceNames) {
 
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   ASSERT_GE(f, 0);
-  auto dims_of = [&](const char* name) {
-    std::vector<hsize_t> dims;
-    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-    EXPECT_GE(d, 0) << name;
-    if (d < 0) return dims;
-    hid_t s = H5Dget_space(d);
-    dims.resize(size_t(H5Sget_simple_extent_ndims(s)));
-    H5Sget_simple_extent_dims(s, dims.data(), nullptr);
-    H5Sclose(s);
-    H5Dclose(d);
-    return dims;
-  };
+
   const hsize_t C = hsize_t(c.n_embd), V = hsize_t(c.vocab_size), T = hsize_t(c.block_size);
-  EXPECT_EQ(dims_of("/model/transformer/h/0/attn/c_attn/weight"), (std::vector<hsize_t>{C, 3 * C}));
-  EXPECT_EQ(dims_of("/model/transformer/h/1/mlp/c_proj/weight"), (std::vector<hsize_t>{4 * C, C}));
-  EXPECT_EQ(dims_of("/model/transformer/wte/weight"), (std::vector<hsize_t>{V, C}));
-  EXPECT_EQ(dims_of("/model/transformer/wpe/weight"), (std::vector<hsize_t>{T, C}));
-  EXPECT_EQ(dims_of("/model/transformer/ln_f/bias"), (std::vector<hsize_t>{C}));
-  EXPECT_EQ(dims_of("/optimizer/exp_avg/transformer/h/0/attn/c_attn/weight"), (std::vector<hsize_t>{C, 3 * C}));
-  EXPECT_EQ(dims_of("/optimizer/exp_avg_sq/transformer/wte/weight"), (std::vector<hsize_t>{V, C}));
+  EXPECT_EQ(dims_of(f, "/model/transformer/h/0/attn/c_attn/weight"), (std::vector<hsize_t>{C, 3 * C}));
+  EXPECT_EQ(dims_of(f, "/model/transformer/h/1/mlp/c_proj/weight"), (std::vector<hsize_t>{4 * C, C}));
+  EXPECT_EQ(dims_of(f, "/model/transformer/wte/weight"), (std::vector<hsize_t>{V, C}));
+  EXPECT_EQ(dims_of(f, "/model/transformer/wpe/weight"), (std::vector<hsize_t>{T, C}));
+  EXPECT_EQ(dims_of(f, "/model/transformer/ln_f/bias"), (std::vector<hsize_t>{C}));
+  EXPECT_EQ(dims_of(f, "/optimizer/exp_avg/transformer/h/0/attn/c_attn/weight"), (std::vector<hsize_t>{C, 3 * C}));
+  EXPECT_EQ(dims_of(f, "/optimizer/exp_avg_sq/transformer/wte/weight"), (std::vector<hsize_t>{V, C}));
   EXPECT_EQ(H5Lexists(f, "/model/lm_head", H5P_DEFAULT), 0);  // tied to wte, not stored
 
   // Values land at the documented place: wte row 5 equals the arena slice.

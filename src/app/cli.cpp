@@ -50,7 +50,7 @@ LoadedModel load_model(const std::string& checkpoint, Backend& backend, int max_
                 "use a sequence length of at most block_size");
   out.model = std::make_unique<GPT>(out.meta.model, backend, max_B, T, /*with_grads=*/false);
   std::vector<float> params(out.model->table().total_numel());
-  load_checkpoint(checkpoint, out.model->table(), {params.data(), nullptr, nullptr}, out.meta);
+  load_checkpoint(checkpoint, out.model->table(), {TensorSet{SET_MODEL, params.data()}}, out.meta);
   backend.copy_to_device(out.model->params(), params.data(), params.size() * sizeof(float));
   return out;
 }

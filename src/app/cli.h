@@ -8,8 +8,8 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "checkpoint/checkpoint.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
 
 namespace ember {
 

@@ -27,7 +27,7 @@ std::string shape_str(const std::vector<uint64_t>& shape) {
 std::map<std::string, std::vector<uint64_t>> expected_tensors(const ModelConfig& model) {
   std::map<std::string, std::vector<uint64_t>> out;
   const ParamTable table(model);
-  for (const char* prefix : {"/model", "/optimizer/exp_avg", "/optimizer/exp_avg_sq"})
+  for (const char* prefix : {SET_MODEL, SET_EXP_AVG, SET_EXP_AVG_SQ})
     for (const ParamInfo& p : table.params()) {
       std::string path = std::string(prefix) + "/" + p.name;  // Hugging Face key with '.' -> '/'
       std::replace(path.begin(), path.end(), '.', '/');
@@ -62,12 +62,12 @@ int cmd_inspect(int argc, char** argv) {
       "checkpoint  %s\nstep        %lld\ntokens      %lld\nworld_size  %d\nmode        %s\ncreated     %s\n"
       "version     %s\nmodel       n_layer=%d n_head=%d n_embd=%d block_size=%d vocab_size=%d\n"
       "optimizer   step=%lld beta1=%g beta2=%g eps=%g weight_decay=%g lr=%g\n",
-      checkpoint.c_str(), (long long)meta.step, (long long)meta.tokens_seen, meta.world_size, meta.mode.c_str(),
-      meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size,
-      (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2), double(meta.eps),
-      double(meta.weight_decay), double(meta.lr));
+      checkpoint.c_str(), (long long)meta.step, (long long)meta.tokens_seen, meta.world_size,
+      training_mode_name(meta.mode), meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd,
+      m.block_size, m.vocab_size, (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2),
+      double(meta.eps), double(meta.weight_decay), double(meta.lr));
   printf("ranks       (per-rank state, /ranks/<r>)\n");
-  if (meta.mode == "async") printf("async       version=%llu\n", (unsigned long long)meta.async_version);
+  if (meta.mode == TrainingMode::async) printf("async       version=%llu\n", (unsigned long long)meta.async_version);
   for (size_t r = 0; r < meta.ranks.size(); ++r) {
     const CheckpointMeta::RankState& rs = meta.ranks[r];
     printf("  rank %-4zu data_cursor=%llu rng_offset=%llu", r, (unsigned long long)rs.data_cursor,
@@ -107,7 +107,7 @@ int cmd_inspect(int argc, char** argv) {
       printf("  %-8s %-*s %s MISSING\n", "float32", int(width), path.c_str(), shape_str(shape).c_str());
       bad.push_back(path);
     }
-  if (!has_moments && meta.mode == "async")
+  if (!has_moments && meta.mode == TrainingMode::async)
     printf(
         "  (async checkpoint: the center's momentum under /optimizer/momentum_buffer, each worker's AdamW state "
         "and residual under /ranks/<r>)\n");

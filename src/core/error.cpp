@@ -1,7 +1,6 @@
 // Errors and check macros (implementation): formats the failure location and the library's own message.
 #include "core/error.h"
 
-#include <hdf5.h>
 #include <unistd.h>
 
 #include <sstream>
@@ -27,18 +26,6 @@ void fail_check(const char* lib, const char* stmt, const std::string& detail, co
   s << lib << " check failed: " << stmt << " at " << error_location(file, line);
   if (!detail.empty()) s << ": " << detail;
   throw Error(s.str(), hint);
-}
-
-static herr_t collect_hdf5_error(unsigned n, const H5E_error2_t* err, void* client) {
-  auto* out = static_cast<std::string*>(client);
-  if (n == 0 && err->desc) *out = err->desc;  // walking downward, frame 0 is the API call that failed
-  return 0;
-}
-
-std::string hdf5_error_string() {
-  std::string msg;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_hdf5_error, &msg);
-  return msg.empty() ? "HDF5 call failed" : msg;
 }
 
 }  // namespace ember

@@ -25,8 +25,6 @@ std::string error_location(const char* file, int line);
 [[noreturn]] void fail_check(const char* lib, const char* stmt, const std::string& detail, const char* file, int line,
                              const char* hint);
 
-std::string hdf5_error_string();
-
 }  // namespace ember
 
 // EMBER_CHECK_GEN(lib, stmt, ok_expr, detail_expr, hint): evaluates stmt once into `ember_rc_`.
@@ -35,10 +33,6 @@ std::string hdf5_error_string();
     auto ember_rc_ = (stmt);                                                                  \
     if (!(ok_expr)) ::ember::fail_check(lib, #stmt, (detail_expr), __FILE__, __LINE__, hint); \
   } while (0)
-
-#define EMBER_H5_CHECK(stmt)                                                  \
-  EMBER_CHECK_GEN("HDF5", stmt, ember_rc_ >= 0, ::ember::hdf5_error_string(), \
-                  "check the file path, permissions and free disk space")
 
 // Preconditions that stay on in release builds.
 #define EMBER_ASSERT(cond, msg)                                                                                    \

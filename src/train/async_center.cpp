@@ -26,12 +26,11 @@ int64_t next_multiple(int64_t step, int every) { return every > 0 ? (step / ever
 void resume_center(AsyncJob& job, OuterOptimizer& outer, uint64_t& version, uint64_t& tokens, uint64_t& samples) {
   GPT& model = *job.model;
   std::vector<float> params(model.arena_numel(), 0.0f);
-  CheckpointTensors t;
-  t.params = params.data();
-  const bool async_file = job.meta.mode == "async";
-  if (async_file) t.extra_sets = {{ASYNC_MOMENTUM_SET, outer.momentum().data()}};
+  const bool async_file = job.meta.mode == TrainingMode::async;
+  std::vector<TensorSet> sets = {{SET_MODEL, params.data()}};
+  if (async_file) sets.push_back({SET_MOMENTUM, outer.momentum().data()});
   CheckpointMeta meta;
-  load_checkpoint(job.resume, model.table(), t, meta);
+  load_checkpoint(job.resume, model.table(), sets, meta);
   job.backend->copy_to_device(model.params(), params.data(), params.size() * sizeof(float));
   tokens = uint64_t(meta.tokens_seen);
   samples = meta.ranks.at(0).data_cursor;
@@ -42,7 +41,7 @@ void resume_center(AsyncJob& job, OuterOptimizer& outer, uint64_t& version, uint
     log_info(
         "notice: %s was written in %s mode: the workers start with fresh AdamW state, the center with zero "
         "momentum",
-        path, meta.mode.c_str());
+        path, training_mode_name(meta.mode));
   else if (old_workers < job.workers)
     log_info(
         "notice: %s holds the state of %d worker(s); worker rank(s) %d..%d start with fresh AdamW state and "

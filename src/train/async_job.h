@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "checkpoint/checkpoint.h"
 #include "dist/async_exchange.h"
 #include "dist/world.h"
 #include "model/gpt.h"
-#include "train/checkpoint.h"
 #include "train/run.h"
 #include "train/run_config.h"
 
@@ -21,8 +21,7 @@ namespace ember {
 
 class AdamW;
 
-// The center's momentum, an arena-shaped set beside /model; each worker's arrays under /ranks/<r>.
-inline constexpr const char* ASYNC_MOMENTUM_SET = "/optimizer/momentum_buffer";
+// Each worker's arrays under /ranks/<r>, in this order.
 inline std::vector<std::string> async_worker_arrays() { return {"exp_avg", "exp_avg_sq", "residual"}; }
 
 struct AsyncJob {

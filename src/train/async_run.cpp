@@ -54,7 +54,7 @@ std::string save_async(AsyncJob& job, const float* params, float* momentum, Adam
   meta.step = job.step_of(samples);
   meta.tokens_seen = int64_t(tokens);
   meta.world_size = w.size;
-  meta.mode = "async";
+  meta.mode = TrainingMode::async;
   meta.async_version = version;
   meta.optimizer_step = int64_t(version);
   meta.lr = c.async.outer_lr;
@@ -67,25 +67,23 @@ std::string save_async(AsyncJob& job, const float* params, float* momentum, Adam
     rs.seq = uint64_t(all[2 * size_t(r) + 1]);
     if (r > 0) rs.arrays = async_worker_arrays();
   }
-  CheckpointTensors t;
-  t.params = const_cast<float*>(params);  // only read by a save
-  t.rank_array_len = total;
-  std::vector<float> m, v;
+  CheckpointContents contents;
+  std::vector<float> m, v, residual;
   if (w.rank == 0) {
-    t.shard_begin = 0;
-    t.shard_end = total;
-    t.extra_sets = {{ASYNC_MOMENTUM_SET, momentum}};
+    contents.sets = {{SET_MODEL, const_cast<float*>(params)}, {SET_MOMENTUM, momentum}};  // only read by a save
   } else {
-    t.shard_begin = t.shard_end = total;  // the center writes every tensor
-    t.extra_sets = {{ASYNC_MOMENTUM_SET, nullptr}};
+    contents.sets = {{SET_MODEL, nullptr}, {SET_MOMENTUM, nullptr}};
+    contents.write_begin = contents.write_end = total;  // the center writes every tensor
     m.resize(total);
     v.resize(total);
     job.backend->copy_to_host(m.data(), adam->exp_avg(), total * sizeof(float));
     job.backend->copy_to_host(v.data(), adam->exp_avg_sq(), total * sizeof(float));
-    t.rank_arrays = {
-        {"exp_avg", m.data()}, {"exp_avg_sq", v.data()}, {"residual", worker->feedback().residual().data()}};
+    residual = worker->feedback().residual();
+    const std::vector<std::string> names = async_worker_arrays();
+    contents.rank_arrays = {
+        {names[0], m.data(), total}, {names[1], v.data(), total}, {names[2], residual.data(), total}};
   }
-  return save_run_checkpoint(c, meta, table, t, w);
+  return save_run_checkpoint(c, meta, table, contents, w);
 }
 
 TrainResult run_async(const World& world, const RunConfig& config, const std::string& config_ini, TrainLimits limits) {

@@ -25,10 +25,11 @@ namespace {
 std::vector<float> resume_worker(AsyncJob& job, AdamW& adam) {
   const int rank = job.world.rank;
   const size_t n = job.model->table().total_numel();
-  if (job.resume.empty() || job.meta.mode != "async") return {};
+  if (job.resume.empty() || job.meta.mode != TrainingMode::async) return {};
   std::vector<float> m(n), v(n), residual(n);
   const std::vector<std::string> names = async_worker_arrays();
-  if (!load_rank_arrays(job.resume, rank, {{names[0], m.data()}, {names[1], v.data()}, {names[2], residual.data()}}, n))
+  if (!load_rank_arrays(job.resume, rank,
+                        {{names[0], m.data(), n}, {names[1], v.data(), n}, {names[2], residual.data(), n}}))
     return {};
   job.backend->copy_to_device(adam.exp_avg(), m.data(), n * sizeof(float));
   job.backend->copy_to_device(adam.exp_avg_sq(), v.data(), n * sizeof(float));

@@ -36,10 +36,10 @@ CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& c
 }
 
 std::string save_run_checkpoint(const RunConfig& config, const CheckpointMeta& meta, const ParamTable& table,
-                                const CheckpointTensors& tensors, const World& world) {
+                                const CheckpointContents& contents, const World& world) {
   const double t0 = now_seconds();
   const std::string path =
-      save_checkpoint(config.checkpoint_folder(), meta, table, tensors, config.checkpoint.keep_latest_k, world.comm);
+      save_checkpoint(config.checkpoint_folder(), meta, table, contents, config.checkpoint.keep_latest_k, world);
   log_info("checkpoint %s (%.0f ms)", path.c_str(), 1e3 * (now_seconds() - t0));
   return path;
 }

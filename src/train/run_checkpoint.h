@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "checkpoint/checkpoint.h"
 #include "dist/world.h"
 #include "model/param_table.h"
-#include "train/checkpoint.h"
 #include "train/run_config.h"
 
 namespace ember {
@@ -28,6 +28,6 @@ CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& c
 // save_checkpoint into the run's checkpoint folder, keeping checkpoint.keep_latest_k, then logs the path and the
 // time it took. Collective over `world` as save_checkpoint is. Returns the path written.
 std::string save_run_checkpoint(const RunConfig& config, const CheckpointMeta& meta, const ParamTable& table,
-                                const CheckpointTensors& tensors, const World& world);
+                                const CheckpointContents& contents, const World& world);
 
 }  // namespace ember

@@ -79,6 +79,12 @@ struct SyncTrainer::State {
   size_t write_begin() const { return std::min(shard_begin, model->table().total_numel()); }
   size_t write_end() const { return std::min(shard_end, model->table().total_numel()); }
 
+  // The checkpoint's tensor sets over host copies of the weights (whole arena) and the moments (the whole arena, or
+  // under ZeRO-1 this rank's shard).
+  std::vector<TensorSet> tensor_sets(float* params, float* m, float* v) const {
+    const size_t begin = zero() ? write_begin() : 0, end = zero() ? write_end() : SIZE_MAX;
+    return {{SET_MODEL, params}, {SET_EXP_AVG, m, begin, end}, {SET_EXP_AVG_SQ, v, begin, end}};
+  }
   void resume_from(const std::string& path);
   std::string save();
   double evaluate();
@@ -138,9 +144,7 @@ void SyncTrainer::State::resume_from(const std::string& path) {
   std::vector<float> params(model->arena_numel(), 0.0f), m(optimizer->shard_end() - optimizer->shard_begin(), 0.0f),
       v(m.size(), 0.0f);
   CheckpointMeta meta;
-  CheckpointTensors tensors{params.data(), m.data(), v.data(), 0, SIZE_MAX};
-  if (zero()) tensors = {params.data(), m.data(), v.data(), write_begin(), write_end()};
-  load_checkpoint(path, table, tensors, meta);
+  load_checkpoint(path, table, tensor_sets(params.data(), m.data(), v.data()), meta);
   check_resumable(path, meta, c);
   be.copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
   be.copy_to_device(optimizer->exp_avg(), m.data(), m.size() * sizeof(float));
@@ -159,7 +163,7 @@ void SyncTrainer::State::resume_from(const std::string& path) {
            (long long)meta.tokens_seen);
 }
 
-// Each rank writes its share of every tensor; m and v point at that share's first element.
+// Each rank writes its share of every tensor.
 std::string SyncTrainer::State::save() {
   const RunConfig& c = cfg;
   Backend& be = backend();
@@ -175,9 +179,11 @@ std::string SyncTrainer::State::save() {
   meta.lr = lr_at_step(int(std::max<int64_t>(step - 1, 0)), c.training.steps, c.optimizer.warmup_steps, c.optimizer.lr,
                        c.optimizer.min_lr);
   meta.ranks.assign(size_t(world.size), CheckpointMeta::RankState{train_data->cursor(), 0});
-  const size_t m_offset = zero() ? 0 : write_begin();
-  const CheckpointTensors tensors{params.data(), m.data() + m_offset, v.data() + m_offset, write_begin(), write_end()};
-  return save_run_checkpoint(c, meta, model->table(), tensors, world);
+  CheckpointContents contents;
+  contents.sets = tensor_sets(params.data(), m.data(), v.data());
+  contents.write_begin = write_begin();
+  contents.write_end = write_end();
+  return save_run_checkpoint(c, meta, model->table(), contents, world);
 }
 
 // Rank r evaluates batches r, r + N, ...; the sum is all-reduced.

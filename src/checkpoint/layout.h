@@ -1,5 +1,6 @@
-// The checkpoint file layout (internal to src/train/checkpoint*.cpp): writing the datasets and attributes of
-// docs/checkpoint-format.md, one rank's part of each at a time, and reading them back whole or as a flat range.
+// The checkpoint file layout (internal to src/checkpoint): writing the datasets and attributes of
+// docs/checkpoint-format.md, one rank's part of each at a time (layout_write.cpp), and reading them back whole or
+// as a flat range (layout_read.cpp).
 #pragma once
 
 #include <hdf5.h>
@@ -8,11 +9,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "core/h5.h"
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/h5.h"
 
 namespace ember::checkpoint_detail {
 
@@ -22,22 +22,17 @@ struct ArenaRange {
   size_t end = 0;
 };
 
-// What one rank writes: the elements of `write` in /model, in each extra set and, when the moment arenas are given,
-// in /optimizer/exp_avg and exp_avg_sq; and its own /ranks/<rank>/<name> arrays. params and every extra set hold the
-// whole arena; exp_avg[i] is arena element moments_base + i.
+// What one rank writes: the elements of `write` in every set, and its own /ranks/<rank>/<name> arrays. Every
+// rank lists the same set prefixes; a set's data covers `write` (it may be null when `write` is empty).
 struct WriteSource {
-  const float* params = nullptr;
-  const float* exp_avg = nullptr;
-  const float* exp_avg_sq = nullptr;
-  size_t moments_base = 0;
+  std::vector<TensorSet> sets;
   ArenaRange write;
-  std::vector<std::pair<std::string, const float*>> extra_sets{};   // (prefix, base); base null if write is empty
-  int rank = 0;                                                     // this rank's index in the save
-  std::vector<std::pair<std::string, const float*>> rank_arrays{};  // named as meta.ranks[rank].arrays
-  std::vector<uint64_t> rank_array_lens{};                          // array length of each rank of the save
+  int rank = 0;                                     // this rank's index in the save
+  std::vector<RankArray> rank_arrays;               // named as meta.ranks[rank].arrays
+  std::vector<std::vector<uint64_t>> array_lens{};  // [r][k]: length of meta.ranks[r].arrays[k], every rank r
 };
 
-// How core/h5.h helpers word failures in checkpoint `file`.
+// How checkpoint/h5.h helpers word failures in checkpoint `file`.
 H5Context h5_context(const std::string& file);
 
 // Failure of an HDF5 call on checkpoint `file`: "checkpoint F: <what>: <HDF5's reason>" with `hint`.
@@ -47,7 +42,7 @@ H5Context h5_context(const std::string& file);
 std::string tensor_path(const std::string& prefix, const std::string& hf_name);
 
 // Bytes a checkpoint of `table` takes on disk (tensors, checksums, metadata), for the free-space check:
-// `arena_copies` arena-shaped tensor sets (/model, each moment, each extra set), one flat dataset per entry of
+// `arena_copies` arena-shaped tensor sets (/model, each moment, the momentum), one flat dataset per entry of
 // `flat_lens` (its length in floats: the /ranks/<r>/<name> arrays) and `config_bytes` of configuration text.
 uint64_t estimated_file_bytes(const ParamTable& table, size_t arena_copies, const std::vector<uint64_t>& flat_lens,
                               size_t config_bytes);
@@ -56,11 +51,12 @@ uint64_t estimated_file_bytes(const ParamTable& table, size_t arena_copies, cons
 H5Handle checkpoint_fapl(bool for_writing);
 
 // The writing of one file's contents as a sequence of steps (root attributes, /optimizer, /ranks, one dataset
-// each). Every step closes what it opens. In a parallel file (`parallel`: opened with the MPI-IO driver) each step is
-// collective: all ranks run the same steps in the same order, with identical metadata, each writing only `src.write`
-// of every tensor, and of the /ranks/<r> arrays only its own, through `dxpl`; /config is then left out (parallel
-// HDF5 1.10 cannot write variable-length data) and written afterwards by write_config on a serial reopen of the
-// file. `src` must outlive the steps.
+// each); the sets outside /optimizer come before that group is created, the sets inside it after. Every step closes
+// what it opens. In a parallel file (`parallel`: opened with the MPI-IO driver) each step is collective: all ranks run
+// the same steps in the same order, with identical metadata, each writing only `src.write` of every tensor, and of the
+// /ranks/<r> arrays only its own, through `dxpl`; /config is then left out (parallel HDF5 1.10 cannot write
+// variable-length data) and written afterwards by write_config on a serial reopen of the file. `src` must outlive the
+// steps.
 std::vector<std::function<void()>> content_steps(hid_t file_id, const CheckpointMeta& meta, const ParamTable& table,
                                                  const WriteSource& src, hid_t dxpl, bool parallel,
                                                  const std::string& file);

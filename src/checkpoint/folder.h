@@ -1,4 +1,4 @@
-// The checkpoint folder protocol (internal to src/train/checkpoint*.cpp): temp files, fsync, rename, `latest`,
+// The checkpoint folder protocol (internal to src/checkpoint): temp files, fsync, rename, `latest`,
 // keep-K pruning and the free-space check, so that a step_*.h5 on disk is always complete or absent.
 #pragma once
 

@@ -9,6 +9,19 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+
+namespace ember {
+
+// HDF5's message for the call that failed last (the first frame of its error stack).
+std::string hdf5_error_string();
+
+}  // namespace ember
+
+#define EMBER_H5_CHECK(stmt)                                                  \
+  EMBER_CHECK_GEN("HDF5", stmt, ember_rc_ >= 0, ::ember::hdf5_error_string(), \
+                  "check the file path, permissions and free disk space")
+
 namespace ember {
 
 // Owns one HDF5 identifier (file, group, dataset, dataspace, datatype, attribute, property list) and closes it with

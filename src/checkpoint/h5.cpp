@@ -1,6 +1,6 @@
 // HDF5 plumbing (implementation): every HDF5 call is checked and every handle closed on every path; a failure
 // reads the error stack once and throws one ember::Error worded by the caller's H5Context.
-#include "core/h5.h"
+#include "checkpoint/h5.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,6 +10,19 @@
 #include "core/error.h"
 
 namespace ember {
+
+herr_t collect_hdf5_error(unsigned n, const H5E_error2_t* err, void* client) {
+  auto* out = static_cast<std::string*>(client);
+  if (n == 0 && err->desc) *out = err->desc;  // walking downward, frame 0 is the API call that failed
+  return 0;
+}
+
+std::string hdf5_error_string() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_hdf5_error, &msg);
+  return msg.empty() ? "HDF5 call failed" : msg;
+}
+
 namespace {
 
 herr_t collect_frame(unsigned, const H5E_error2_t* err, void* client) {

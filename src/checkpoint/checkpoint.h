@@ -2,13 +2,12 @@
 // run metadata and per-rank state. Written atomically (temp file, fsync, rename, then `latest`), newest K kept.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "core/training_mode.h"
+#include "dist/world.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
 
@@ -22,7 +21,7 @@ struct CheckpointMeta {
   int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
   int world_size = 1;
-  std::string mode = "sync";
+  TrainingMode mode = TrainingMode::sync;
   std::string created;     // ISO 8601 time, filled in by save
   std::string version;     // ember version, filled in by save
   std::string config_ini;  // the resolved run configuration
@@ -43,39 +42,46 @@ struct CheckpointMeta {
     std::vector<std::string> arrays{};
   };
   std::vector<RankState> ranks = std::vector<RankState>(1);
-  uint64_t async_version = 0;  // async mode: version of the center's parameters (stored only when mode == "async")
+  uint64_t async_version = 0;  // async mode: version of the center's parameters (stored only in async mode)
 };
 
-// Host-side views of the arenas. params always holds the whole arena (ParamTable::total_numel() floats).
-// The optimizer state may be a ZeRO-1 shard: exp_avg and exp_avg_sq then hold only the arena's flat element range
-// [shard_begin, shard_end) (their element 0 is arena element shard_begin); by default they hold the whole arena.
-// m and v may be null when only weights are needed (eval, generate).
-// Saving over several ranks, [shard_begin, shard_end) is also the range this rank WRITES, of the weights and of both
-// moments alike, and the ranges of all ranks must partition [0, total_numel()) (checked; the alignment padding
-// between tensors inside a range is simply not written). ZeRO-1 passes its shard; plain data parallel passes an
-// equal contiguous split with exp_avg/exp_avg_sq offset to it (m.data() + shard_begin), or the default whole range
-// on every rank, which the writer then splits evenly itself. Loading reads the weights whole and the moments of
-// [shard_begin, shard_end) only, whatever split wrote the file. A rank may write nothing of the arena
-// ([total, total)), as the workers of an async run do, while another writes it all.
-struct CheckpointTensors {
-  float* params = nullptr;
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
-  size_t shard_begin = 0;
-  size_t shard_end = SIZE_MAX;  // SIZE_MAX: the end of the arena
-  // Further arena-shaped tensor sets, written like /model (same per-rank write range, same Hugging Face paths)
-  // under their own prefix, e.g. {"/optimizer/momentum_buffer", ptr}; base holds the whole arena (element 0 =
-  // arena element 0). Every rank of a save passes the same prefixes in the same order; a rank whose write range
-  // is empty may pass nullptr. A prefix may not be /model, /config, /optimizer or lie under /model, /ranks,
-  // /optimizer/exp_avg or /optimizer/exp_avg_sq. On load, each listed set is read whole (shape-checked like /model);
-  // a nullptr base is skipped.
-  std::vector<std::pair<std::string, float*>> extra_sets{};
-  // Per-rank flat arrays /ranks/<r>/<name>, float32, length rank_array_len each: this rank's own arrays (names
-  // must equal meta.ranks[r].arrays for this rank r). Other ranks' arrays are created collectively but written
-  // only by their owner. Each rank passes the length of its own arrays (a rank without arrays may pass 0); with
-  // arrays it must be positive.
-  std::vector<std::pair<std::string, const float*>> rank_arrays{};
-  size_t rank_array_len = 0;
+// One arena-shaped set of tensors: the dataset <prefix>/<Hugging Face path> of every parameter of the table
+// ("/model", "/optimizer/exp_avg", "/optimizer/exp_avg_sq", "/optimizer/momentum_buffer").
+// data holds the arena elements [begin, end): data[0] is arena element `begin`.
+struct TensorSet {
+  std::string prefix;
+  float* data = nullptr;
+  size_t begin = 0;
+  size_t end = SIZE_MAX;  // SIZE_MAX: the end of the arena (table.total_numel())
+};
+
+// A flat float array of this rank's own: /ranks/<r>/<name>.
+struct RankArray {
+  std::string name;
+  float* data = nullptr;
+  size_t len = 0;
+};
+
+// The tensor sets ember writes: the weights, AdamW's moments (sync mode) and the center's momentum (async mode).
+inline constexpr const char* SET_MODEL = "/model";
+inline constexpr const char* SET_EXP_AVG = "/optimizer/exp_avg";
+inline constexpr const char* SET_EXP_AVG_SQ = "/optimizer/exp_avg_sq";
+inline constexpr const char* SET_MOMENTUM = "/optimizer/momentum_buffer";
+
+// What one rank writes into a checkpoint.
+// Saving over several ranks, the ranges of all ranks must partition [0, total_numel()) (checked; the alignment
+// padding between tensors inside a range is simply not written). ZeRO-1 passes its shard; plain data parallel
+// passes an equal contiguous split, or the default whole range on every rank, which the save then splits evenly
+// itself. A rank may write nothing of the arena ([total, total)), as the workers of an async run do, while another
+// writes it all. A prefix must be an absolute path clear of /config, /optimizer itself, /ranks and of every other
+// set's prefix.
+struct CheckpointContents {
+  std::vector<TensorSet> sets;         // every rank lists the same prefixes in the same order; /model first
+  size_t write_begin = 0;              // the arena range this rank writes of every set; the ranges of all ranks
+  size_t write_end = SIZE_MAX;         // partition the arena, or every rank passes the whole arena and the save
+                                       // splits it evenly; a set's [begin, end) must cover the write range
+                                       // (data may be null where the write range is empty)
+  std::vector<RankArray> rank_arrays;  // this rank's arrays, named as meta.ranks[rank].arrays, in that order
 };
 
 // Path of the checkpoint for `step` inside `folder`: folder/step_00001000.h5.
@@ -84,34 +90,32 @@ std::string checkpoint_path(const std::string& folder, int64_t step);
 // Writes folder/step_<8 digits>.h5 via a .tmp file (flushed, closed, fsynced, renamed), points folder/latest at it
 // atomically, and deletes all but the newest `keep_latest_k` step_*.h5. On failure (unwritable folder, full disk)
 // throws ember::Error and leaves earlier checkpoints and `latest` untouched. Returns the path written.
-// Collective over `comm`: every rank calls it with the same meta (meta.ranks holds every rank's state, and
-// meta.ranks.size() == meta.world_size) and its own tensors; with several ranks the file is written once through
-// MPI-IO, each rank writing its optimizer shard (and a share of the weights and extra sets) into the full logical
-// datasets, and its own /ranks/<r> arrays, with collective transfers. Only ranks of the save can own arrays: entry r
-// of meta.ranks may list arrays only when r < the size of `comm`. A failure on any rank fails the save on every rank
-// with the same ember::Error, and every rank returns the same path. With one rank (MPI_COMM_SELF) the file is
-// written serially and nothing is communicated.
+// Collective over `world`: every rank calls it with the same meta (meta.ranks holds every rank's state, and
+// meta.ranks.size() == meta.world_size), the same set prefixes and its own contents; with several ranks the file is
+// written once through MPI-IO, each rank writing its write range of every set into the full logical datasets, and
+// its own /ranks/<r> arrays, with collective transfers. Only ranks of the save can own arrays: entry r of meta.ranks
+// may list arrays only when r < world.size. A failure on any rank fails the save on every rank with the same
+// ember::Error, and every rank returns the same path. With one rank (self_world()) the file is written serially and
+// nothing is communicated.
 std::string save_checkpoint(const std::string& folder, const CheckpointMeta& meta, const ParamTable& table,
-                            const CheckpointTensors& tensors, int keep_latest_k, MPI_Comm comm = MPI_COMM_SELF);
+                            const CheckpointContents& contents, int keep_latest_k, const World& world);
 
 // Reads and validates format name, version and metadata (throws ember::Error naming the file, with a hint).
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
-// Loads the tensors after checking that every dataset of `table` exists with its exact shape (mismatch: an error
-// naming the dataset, both shapes and a hint); the Fletcher32 filter turns corruption into an error too.
-// Fills `meta` as read_checkpoint_meta does. The optimizer shard [shard_begin, shard_end) is read out of the full
-// datasets, so a checkpoint written by N ranks loads at any other world size (resharding). Each of
-// tensors.extra_sets is read whole; one the file lacks is a "missing dataset" error. rank_arrays are not read here
-// (load_rank_arrays).
-void load_checkpoint(const std::string& path, const ParamTable& table, const CheckpointTensors& tensors,
+// Reads each set's arena range [begin, end) out of the full datasets, after checking that every dataset of `table`
+// under each set's prefix exists with its exact shape (mismatch: an error naming the dataset, both shapes and a
+// hint; a set the file lacks is a "missing dataset" error); the Fletcher32 filter turns corruption into an error
+// too. A set with null data is skipped. Because ranges are read out of the full datasets, a checkpoint written by N
+// ranks loads at any other world size (resharding). Fills `meta` as read_checkpoint_meta does.
+void load_checkpoint(const std::string& path, const ParamTable& table, const std::vector<TensorSet>& sets,
                      CheckpointMeta& meta);
 
-// Reads /ranks/<rank>/<name> for each name into dst (len floats each). Returns false when the file has no
-// /ranks/<rank> group or that group lacks any of the names (a restart with more workers than the writer had);
-// a dataset of the wrong length or a corrupted one throws ember::Error naming file and dataset, with a hint.
-// Every dataset is checked before any is read, so on false or a shape error no dst is written.
-bool load_rank_arrays(const std::string& path, int rank, const std::vector<std::pair<std::string, float*>>& dst,
-                      size_t len);
+// Reads /ranks/<rank>/<name> into each array's data (len floats). Returns false when the file has no /ranks/<rank>
+// group or that group lacks any of the names (a restart with more workers than the writer had); a dataset of the
+// wrong length or a corrupted one throws ember::Error naming file and dataset, with a hint. Every dataset is checked
+// before any is read, so on false or a shape error no data is written.
+bool load_rank_arrays(const std::string& path, int rank, const std::vector<RankArray>& arrays);
 
 // Resolves a --resume value: "" -> "" (fresh start); "auto" -> the checkpoint `latest` names in `folder`, or the
 // newest step_*.h5 if `latest` is missing, or "" if the folder has none; anything else must be an existing file.

@@ -1,6 +1,6 @@
 // The checkpoint folder protocol (implementation): POSIX calls with errno in every message, so a failed save says
 // which file, which step of the protocol and why.
-#include "train/checkpoint_files.h"
+#include "checkpoint/folder.h"
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -188,3 +189,13 @@ std::string iso_time_utc() {
 }
 
 }  // namespace ember::checkpoint_detail
+
+namespace ember {
+
+std::string checkpoint_path(const std::string& folder, int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof(name), "step_%08lld.h5", static_cast<long long>(step));
+  return folder.empty() ? std::string(name) : (checkpoint_detail::fs::path(folder) / name).string();
+}
+
+}  // namespace ember

@@ -262,7 +262,7 @@ TrainResult Trainer::run() {
 
   // Bucketed all-reduce overlapped with backward: each bucket starts when its layers are final; every hook call
   // also tests the pending requests, because MPI progresses non-blocking collectives only inside MPI calls.
-  std::vector<std::unique_ptr<CommRequest>> pending;
+  std::vector<std::unique_ptr<PendingCollective>> pending;
   double first_launch = 0.0;
   auto on_layer_done = [&](int stage) {
     for (const Bucket& b : s.buckets)

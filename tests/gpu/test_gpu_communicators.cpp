@@ -262,7 +262,7 @@ TEST_P(GpuCommunicator, SeveralAsyncInFlightCompletedInReverse) {
   for (size_t i = 0; i < bucket; ++i) ag_host[i] = gather_input(rank, i);
   DeviceArray<float> arena(*be, arena_host), rs_send(*be, rs_host), rs_recv(*be, bucket), ag_send(*be, ag_host),
       ag_recv(*be, size_t(size) * bucket);
-  std::vector<std::unique_ptr<CommRequest>> pending;
+  std::vector<std::unique_ptr<PendingCollective>> pending;
   for (size_t k = buckets; k-- > 0;) {  // last layer first, as backward finishes them
     pending.push_back(comm->all_reduce_async(arena.get() + k * bucket, bucket, REDUCE_OP_AVG));
     for (auto& p : pending) p->test();

@@ -415,8 +415,7 @@ TrainResult run_worker(Job& job) {
                     "lower optimizer.lr or async.outer_lr, then resume from the last checkpoint");
       const float norm = float(std::sqrt(be.sum_squares(model.grads(), arena)));
       clip_grads(be, model.grads(), arena, norm, c.training.max_norm);
-      lr = lr_at_step(int(job.step_of(at)), c.training.steps, c.optimizer.warmup_steps, c.optimizer.lr,
-                      c.optimizer.min_lr);
+      lr = lr_at_step(c, job.step_of(at));
       adam.step(model.params(), model.grads(), lr);
       be.synchronize();
       if (round == 0 && i == 0) log_measured_memory(be, counted_bytes, job.gpu_shared);
@@ -496,12 +495,12 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     const DeviceChoice choice = select_device(workers, c.training.device);
     job.backend = make_backend(choice);
     job.gpu_shared = choice.gpus_shared;
-    job.backend->set_matmul_precision(parse_matmul_precision(c.training.precision));
+    job.backend->set_matmul_precision(c.training.precision);
     job.backend->set_deterministic(c.training.deterministic);
   }
   EMBER_MPI_CHECK(MPI_Comm_free(&role_comm));
-  job.model = std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0,
-                                    parse_recompute(c.training.recompute));
+  job.model =
+      std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0, c.training.recompute);
   job.shape.n = job.model->table().total_numel();
   job.shape.block_size = size_t(c.async.block_size);
   job.shape.workers = job.workers;

@@ -93,7 +93,7 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
   const DeviceChoice device = select_device(world, c.training.device);
   s.gpu_shared = device.gpus_shared;
   s.backend = make_backend(device);
-  s.backend->set_matmul_precision(parse_matmul_precision(c.training.precision));
+  s.backend->set_matmul_precision(c.training.precision);
   s.backend->set_deterministic(c.training.deterministic);
   if (!c.training.deterministic)
     log_info(
@@ -107,7 +107,7 @@ Trainer::Trainer(const World& world, const RunConfig& config, std::string config
                                             /*shuffle=*/false);
   Backend& be = *s.backend;
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
-                                  parse_recompute(c.training.recompute));
+                                  c.training.recompute);
   const ParamTable& table = s.model->table();
   const size_t arena = s.model->arena_numel(), share = arena / size_t(world.size);
   s.shard_begin = share * size_t(world.rank);
@@ -234,8 +234,7 @@ TrainResult Trainer::run() {
     meta.beta2 = c.optimizer.beta2;
     meta.eps = c.optimizer.eps;
     meta.weight_decay = c.optimizer.weight_decay;
-    meta.lr = lr_at_step(int(std::max<int64_t>(s.step - 1, 0)), c.training.steps, c.optimizer.warmup_steps,
-                         c.optimizer.lr, c.optimizer.min_lr);
+    meta.lr = lr_at_step(c, std::max<int64_t>(s.step - 1, 0));
     meta.ranks.assign(size_t(N), CheckpointMeta::RankState{s.train_data->cursor(), 0});
     // Each rank writes its share of every tensor; m and v point at that share's first element.
     const size_t m_offset = s.zero() ? 0 : s.write_begin();
@@ -316,8 +315,7 @@ TrainResult Trainer::run() {
     const float grad_norm = float(std::sqrt(s.zero() ? scalars[1] : be.sum_squares(grads, grad_n)));
     const bool stop_requested = scalars[2] > 0.0;
     clip_grads(be, grads, grad_n, grad_norm, c.training.max_norm);
-    const float lr =
-        lr_at_step(int(s.step), c.training.steps, c.optimizer.warmup_steps, c.optimizer.lr, c.optimizer.min_lr);
+    const float lr = lr_at_step(c, s.step);
     s.optimizer->step(model.params(), grads, lr);
     if (s.zero()) {
       // Every rank's updated shard to every rank, in place.

@@ -84,9 +84,9 @@ struct HostView {
 class HostStagedCommunicator;
 
 // A non-blocking MPI collective on host views, and the views to copy back to the device once it completes.
-class StagedRequest final : public CommRequest {
+class StagedRequest final : public PendingCollective {
  public:
-  StagedRequest(HostStagedCommunicator& owner, std::unique_ptr<CommRequest> inner, std::vector<HostView> views,
+  StagedRequest(HostStagedCommunicator& owner, std::unique_ptr<PendingCollective> inner, std::vector<HostView> views,
                 std::vector<size_t> written)
       : owner_(owner), inner_(std::move(inner)), views_(std::move(views)), written_(std::move(written)) {}
   StagedRequest(const StagedRequest&) = delete;
@@ -122,7 +122,7 @@ class StagedRequest final : public CommRequest {
   void copy_back();
 
   HostStagedCommunicator& owner_;
-  std::unique_ptr<CommRequest> inner_;
+  std::unique_ptr<PendingCollective> inner_;
   std::vector<HostView> views_;  // every view the collective uses: their staging buffers stay leased until done
   std::vector<size_t> written_;  // indices into views_ of those the collective writes
   bool done_ = false;
@@ -155,7 +155,7 @@ class HostStagedCommunicator final : public Communicator {
   void all_reduce(float* buf, size_t n, ReduceOp op) override { all_reduce_staged(buf, n, op); }
   void all_reduce(double* buf, size_t n, ReduceOp op) override { all_reduce_staged(buf, n, op); }
 
-  std::unique_ptr<CommRequest> all_reduce_async(float* buf, size_t n, ReduceOp op) override {
+  std::unique_ptr<PendingCollective> all_reduce_async(float* buf, size_t n, ReduceOp op) override {
     if (n == 0 || !cuda::is_device_memory(buf)) return host_->all_reduce_async(buf, n, op);
     std::vector<HostView> views;
     views.push_back(view(buf, n * sizeof(float), /*copy_in=*/true));
@@ -170,8 +170,8 @@ class HostStagedCommunicator final : public Communicator {
     copy_to_device(r);
   }
 
-  std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv, size_t count,
-                                                    ReduceOp op) override {
+  std::unique_ptr<PendingCollective> reduce_scatter_async(const float* send, float* recv, size_t count,
+                                                          ReduceOp op) override {
     if (count == 0 || !any_on_device(send, recv)) return host_->reduce_scatter_async(send, recv, count, op);
     std::vector<HostView> views;
     views.push_back(view(send, size_t(size()) * count * sizeof(float), true));
@@ -191,7 +191,7 @@ class HostStagedCommunicator final : public Communicator {
     copy_to_device(r);
   }
 
-  std::unique_ptr<CommRequest> all_gather_async(const float* send, float* recv, size_t count) override {
+  std::unique_ptr<PendingCollective> all_gather_async(const float* send, float* recv, size_t count) override {
     if (count == 0 || !any_on_device(send, recv)) return host_->all_gather_async(send, recv, count);
     std::vector<HostView> views;
     views.push_back(gather_view(send, recv, count));

@@ -37,7 +37,7 @@ void check_async_error(ncclComm_t comm) {
 }
 
 // One collective queued on the communicator's stream, marked by an event recorded right after it.
-class NcclRequest final : public CommRequest {
+class NcclRequest final : public PendingCollective {
  public:
   NcclRequest(cudaEvent_t done, ncclComm_t comm) : done_event_(done), comm_(comm) {}
   NcclRequest(const NcclRequest&) = delete;
@@ -80,7 +80,7 @@ class NcclRequest final : public CommRequest {
 };
 
 // A request for a collective with nothing to move.
-class DoneRequest final : public CommRequest {
+class DoneRequest final : public PendingCollective {
  public:
   void wait() override {}
   bool test() override { return true; }
@@ -138,7 +138,7 @@ class NcclCommunicator final : public Communicator {
     if (!cuda::is_device_memory(buf)) return host_->all_reduce(buf, n, op);
     run([&] { EMBER_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat64, nccl_op(op), nccl_, stream_)); });
   }
-  std::unique_ptr<CommRequest> all_reduce_async(float* buf, size_t n, ReduceOp op) override {
+  std::unique_ptr<PendingCollective> all_reduce_async(float* buf, size_t n, ReduceOp op) override {
     if (n == 0) return std::make_unique<DoneRequest>();
     if (!cuda::is_device_memory(buf)) return host_->all_reduce_async(buf, n, op);
     return start([&] { EMBER_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), nccl_, stream_)); });
@@ -150,8 +150,8 @@ class NcclCommunicator final : public Communicator {
     check_reduce_scatter_buffers(send, recv, count);
     run([&] { EMBER_NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, nccl_op(op), nccl_, stream_)); });
   }
-  std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv, size_t count,
-                                                    ReduceOp op) override {
+  std::unique_ptr<PendingCollective> reduce_scatter_async(const float* send, float* recv, size_t count,
+                                                          ReduceOp op) override {
     if (count == 0) return std::make_unique<DoneRequest>();
     if (!on_device(send, recv, "reduce_scatter")) return host_->reduce_scatter_async(send, recv, count, op);
     check_reduce_scatter_buffers(send, recv, count);
@@ -166,7 +166,7 @@ class NcclCommunicator final : public Communicator {
     check_gather_buffers(send, recv, count);
     run([&] { EMBER_NCCL_CHECK(ncclAllGather(send, recv, count, ncclFloat32, nccl_, stream_)); });
   }
-  std::unique_ptr<CommRequest> all_gather_async(const float* send, float* recv, size_t count) override {
+  std::unique_ptr<PendingCollective> all_gather_async(const float* send, float* recv, size_t count) override {
     if (count == 0) return std::make_unique<DoneRequest>();
     if (!on_device(send, recv, "all_gather")) return host_->all_gather_async(send, recv, count);
     check_gather_buffers(send, recv, count);
@@ -200,7 +200,7 @@ class NcclCommunicator final : public Communicator {
 
   // As run(), but returns at once with a request marked by an event recorded after the call.
   template <class F>
-  std::unique_ptr<CommRequest> start(F&& enqueue) {
+  std::unique_ptr<PendingCollective> start(F&& enqueue) {
     cuda::order_after(stream_, producer_, marker_);
     enqueue();
     cudaEvent_t done = nullptr;

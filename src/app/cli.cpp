@@ -2,12 +2,13 @@
 #include "app/cli.h"
 
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/device_select.h"
 #include "dist/world.h"
 
 namespace po = boost::program_options;
@@ -34,7 +35,15 @@ void require_option(const po::variables_map& vm, const char* name, const char* h
   if (!vm.count(name)) throw_error(std::string("missing required option --") + name, hint);
 }
 
-std::unique_ptr<Backend> backend_for_device(const std::string& device) {
+DeviceRequest parse_device_option(const std::string& value) {
+  const std::optional<DeviceRequest> device = parse_device_request(value);
+  if (!device)
+    throw_error("--device " + value + " is not a device",
+                "use one of: " + join_names(kDeviceRequests, device_request_name));
+  return *device;
+}
+
+std::unique_ptr<Backend> backend_for_device(DeviceRequest device) {
   log_info_to_stderr(true);  // stdout is the command's product; the device line and any notice go to stderr
   const World world = make_world();
   return make_backend(select_device(world, device, "--device"));

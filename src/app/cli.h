@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "dist/device_select.h"
 #include "model/gpt.h"
 
 namespace ember {
@@ -26,9 +27,12 @@ struct LoadedModel {
   CheckpointMeta meta;
 };
 
-// The backend for a --device value (cpu, cuda or auto), chosen as training.device is (dist/device_select.h) and
-// named "--device" in its log line and errors. From here on info lines go to stderr: stdout is the command's product.
-std::unique_ptr<Backend> backend_for_device(const std::string& device);
+// The --device value of eval and generate (cpu, cuda or auto); any other text is an ember::Error naming it.
+DeviceRequest parse_device_option(const std::string& value);
+
+// The backend for a --device request, chosen as training.device is (dist/device_select.h) and named "--device" in
+// its log line and errors. From here on info lines go to stderr: stdout is the command's product.
+std::unique_ptr<Backend> backend_for_device(DeviceRequest device);
 
 // Builds a GPT (no gradients) sized (max_B, max_T) from a checkpoint's model attributes and loads its weights.
 // max_T = 0 means the model's block_size.

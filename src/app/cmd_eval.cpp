@@ -36,11 +36,12 @@ int cmd_eval(int argc, char** argv) {
   if (batch_size < 1 || seq_len < 0 || max_batches < 0)
     throw_error("--batch-size must be >= 1, --seq-len and --max-batches >= 0", "fix the option values");
 
-  auto backend = backend_for_device(device);
+  auto backend = backend_for_device(parse_device_option(device));
   LoadedModel loaded = load_model(checkpoint, *backend, batch_size, seq_len);
   const ModelConfig& mc = loaded.meta.model;
   const int T = seq_len > 0 ? seq_len : mc.block_size;
-  auto tokenizer = make_tokenizer(ini_value(loaded.meta.config_ini, "data.tokenizer", "bytes"));
+  auto tokenizer =
+      make_tokenizer(ini_value(loaded.meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
   DataLoader loader(data, split, T, mc.vocab_size, 0, /*shuffle=*/false);
   uint64_t batches = loader.num_samples() / uint64_t(batch_size);
   if (batches == 0)

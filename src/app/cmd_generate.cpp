@@ -37,10 +37,11 @@ int cmd_generate(int argc, char** argv) {
   if (max_new_tokens < 0 || temperature < 0.0f || top_k < 0)
     throw_error("--max-new-tokens, --temperature and --top-k must be >= 0", "fix the option values");
 
-  auto backend = backend_for_device(device);
+  auto backend = backend_for_device(parse_device_option(device));
   LoadedModel loaded = load_model(checkpoint, *backend, 1, 0);
   const ModelConfig& mc = loaded.meta.model;
-  auto tokenizer = make_tokenizer(ini_value(loaded.meta.config_ini, "data.tokenizer", "bytes"));
+  auto tokenizer =
+      make_tokenizer(ini_value(loaded.meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
   if (tokenizer->vocab_size() > mc.vocab_size)
     throw_error("checkpoint " + checkpoint + ": vocab_size " + std::to_string(mc.vocab_size) + " is smaller than the " +
                     tokenizer->name() + " tokenizer's " + std::to_string(tokenizer->vocab_size()),

@@ -22,7 +22,7 @@ int cmd_train(int argc, char** argv) {
   const World world = make_world();
   require_same_config(world, parsed.config_ini);  // before anything else: a mismatch stops every rank alike
   log_set_rank(world.rank, parsed.log_all_ranks);
-  const bool async = parsed.config.training.mode == "async";
+  const bool async = parsed.config.training.mode == TrainingMode::async;
   if (!async) require_power_of_two(world);  // async: a center and any number of workers
   log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size, world.host.c_str(),
            parsed.config_ini.c_str());

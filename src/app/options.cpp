@@ -4,16 +4,17 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
-#include "core/dtype.h"
+#include "core/enum_names.h"
 #include "core/error.h"
-#include "model/gpt.h"
 
 namespace po = boost::program_options;
 
@@ -29,6 +30,93 @@ std::string format_value(float v) {
   return buf;
 }
 std::string format_value(const std::string& v) { return v; }
+
+// The closed sets of values: every enumerator, its name and the module's parser, so that each option's value is
+// parsed once, here, and rendered by the same name.
+template <class E>
+struct EnumOption;
+template <>
+struct EnumOption<TrainingMode> {
+  static constexpr TrainingMode values[] = {TrainingMode::sync, TrainingMode::async};
+  static std::string name(TrainingMode v) { return training_mode_name(v); }
+  static std::optional<TrainingMode> parse(const std::string& s) { return parse_training_mode(s); }
+};
+template <>
+struct EnumOption<DeviceRequest> {
+  static constexpr const auto& values = kDeviceRequests;
+  static std::string name(DeviceRequest v) { return device_request_name(v); }
+  static std::optional<DeviceRequest> parse(const std::string& s) { return parse_device_request(s); }
+};
+template <>
+struct EnumOption<CommRequest> {
+  static constexpr const auto& values = kCommRequests;
+  static std::string name(CommRequest v) { return comm_request_name(v); }
+  static std::optional<CommRequest> parse(const std::string& s) { return parse_comm_request(s); }
+};
+template <>
+struct EnumOption<Recompute> {
+  static constexpr const auto& values = kRecomputes;
+  static std::string name(Recompute v) { return recompute_name(v); }
+  static std::optional<Recompute> parse(const std::string& s) { return parse_recompute(s); }
+};
+template <>
+struct EnumOption<MatmulPrecision> {
+  static constexpr const auto& values = kMatmulPrecisions;
+  static std::string name(MatmulPrecision v) { return matmul_precision_name(v); }
+  static std::optional<MatmulPrecision> parse(const std::string& s) { return parse_matmul_precision(s); }
+};
+template <>
+struct EnumOption<TokenizerKind> {
+  static constexpr const auto& values = kTokenizerKinds;
+  static std::string name(TokenizerKind v) { return tokenizer_kind_name(v); }
+  static std::optional<TokenizerKind> parse(const std::string& s) { return parse_tokenizer_kind(s); }
+};
+
+template <class E>
+concept EnumOptionType = requires(E v) {
+  EnumOption<E>::name(v);
+};
+
+template <EnumOptionType E>
+std::string format_value(E v) {
+  return EnumOption<E>::name(v);
+}
+
+// What a value of an enum option must be: "must be one of: cpu, cuda, auto".
+template <EnumOptionType E>
+std::string must_be_one_of() {
+  return "must be one of: " + join_names(EnumOption<E>::values, EnumOption<E>::name);
+}
+
+// A name that is no value of an enum option. parse_train_args reports it as it reports a value out of range, naming
+// the key (Boost adds it to the exception on the way out).
+class BadEnumValue : public po::validation_error {
+ public:
+  BadEnumValue(std::string value, std::string problem)
+      : po::validation_error(po::validation_error::invalid_option_value),
+        value_(std::move(value)),
+        problem_(std::move(problem)) {}
+  const std::string& value() const { return value_; }
+  const std::string& problem() const { return problem_; }
+
+ private:
+  std::string value_, problem_;
+};
+
+}  // namespace
+
+// Boost.Program_options' hook for reading an option of type E (found by argument-dependent lookup): the single
+// point where the name of an enum option's value is parsed.
+template <EnumOptionType E>
+void validate(boost::any& out, const std::vector<std::string>& values, E*, int) {
+  po::validators::check_first_occurrence(out);
+  const std::string& text = po::validators::get_single_string(values);
+  const std::optional<E> v = EnumOption<E>::parse(text);
+  if (!v) throw BadEnumValue(text, must_be_one_of<E>());
+  out = boost::any(*v);
+}
+
+namespace {
 
 // One bound key: how to declare it to Boost, render it, and check its range.
 struct Binding {
@@ -56,20 +144,6 @@ std::function<std::string(int)> at_least(int lo) {
 std::function<std::string(int)> in_range(int lo, int hi) {
   return [=](int v) {
     return v >= lo && v <= hi ? "" : "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  };
-}
-
-// A string option whose values the owning module parses (throwing ember::Error on an unknown one): valid exactly when
-// that parser accepts it, so the list of names lives in one place.
-template <typename Parse>
-std::function<std::string(const std::string&)> parsed_by(Parse parse, std::string message) {
-  return [parse, message](const std::string& v) -> std::string {
-    try {
-      parse(v);
-      return "";
-    } catch (const Error&) {
-      return message;
-    }
   };
 }
 
@@ -105,30 +179,20 @@ std::vector<Binding> bindings(RunConfig& c) {
       bind_key("training.zero", &c.training.zero, "ZeRO stage: 0 (off) or 1 (shard optimizer state)", in_range(0, 1)));
   b.push_back(bind_key<float>("training.bucket_mb", &c.training.bucket_mb, "gradient all-reduce bucket size (MiB)",
                               [](float v) { return v > 0 ? "" : "must be > 0"; }));
-  b.push_back(bind_key<std::string>(
-      "training.mode", &c.training.mode, "sync (all-reduce data parallel) or async (rank 0 serves, ranks 1.. train)",
-      [](const std::string& v) { return v == "sync" || v == "async" ? "" : "must be one of: sync, async"; }));
-  b.push_back(bind_key<std::string>("training.device", &c.training.device,
-                                    "cpu, cuda (one GPU per rank) or auto (cuda when every rank sees a GPU, else cpu)",
-                                    [](const std::string& v) {
-                                      const bool ok = v == "cpu" || v == "cuda" || v == "auto";
-                                      return ok ? "" : "must be one of: cpu, cuda, auto";
-                                    }));
-  b.push_back(bind_key<std::string>("training.comm", &c.training.comm,
-                                    "gradient communicator: auto (nccl on cuda, mpi on cpu), nccl, or mpi (staged "
-                                    "through host memory on cuda)",
-                                    [](const std::string& v) {
-                                      const bool ok = v == "auto" || v == "nccl" || v == "mpi";
-                                      return ok ? "" : "must be one of: auto, nccl, mpi";
-                                    }));
-  b.push_back(bind_key<std::string>("training.recompute", &c.training.recompute,
-                                    "activation recomputation in backward: none, attention (each layer's attention "
-                                    "half) or full (whole layers; only layer outputs are kept)",
-                                    parsed_by(parse_recompute, "must be one of: none, attention, full")));
-  b.push_back(bind_key<std::string>("training.precision", &c.training.precision,
-                                    "GEMM inputs: fp32, or bf16 (rounded to bf16, accumulated in fp32; weights, "
-                                    "gradients and AdamW stay fp32)",
-                                    parsed_by(parse_matmul_precision, "must be one of: fp32, bf16")));
+  // The help of an enum option describes each value; its names, and what a bad value must be, come from the enum.
+  b.push_back(bind_key("training.mode", &c.training.mode,
+                       "sync (all-reduce data parallel) or async (rank 0 serves, ranks 1.. train)"));
+  b.push_back(bind_key("training.device", &c.training.device,
+                       "cpu, cuda (one GPU per rank) or auto (cuda when every rank sees a GPU, else cpu)"));
+  b.push_back(bind_key("training.comm", &c.training.comm,
+                       "gradient communicator: auto (nccl on cuda, mpi on cpu), nccl, or mpi (staged through host "
+                       "memory on cuda)"));
+  b.push_back(bind_key("training.recompute", &c.training.recompute,
+                       "activation recomputation in backward: none, attention (each layer's attention half) or full "
+                       "(whole layers; only layer outputs are kept)"));
+  b.push_back(bind_key("training.precision", &c.training.precision,
+                       "GEMM inputs: fp32, or bf16 (rounded to bf16, accumulated in fp32; weights, gradients and "
+                       "AdamW stay fp32)"));
   b.push_back(bind_key("training.deterministic", &c.training.deterministic,
                        "bitwise-repeatable GPU results (false lets cuBLAS reduce with atomics; the CPU backend is "
                        "deterministic either way)"));
@@ -165,8 +229,7 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key<float>("optimizer.eps", &c.optimizer.eps, "AdamW epsilon",
                               [](float v) { return v > 0 ? "" : "must be > 0"; }));
   b.push_back(bind_key("data.dir", &c.data.dir, "directory of train_*.bin and val_*.bin shards (from `ember prep`)"));
-  b.push_back(bind_key<std::string>("data.tokenizer", &c.data.tokenizer, "tokenizer the shards were made with",
-                                    [](const std::string& v) { return v == "bytes" ? "" : "must be one of: bytes"; }));
+  b.push_back(bind_key("data.tokenizer", &c.data.tokenizer, "tokenizer the shards were made with"));
   b.push_back(bind_key("eval.every", &c.eval.every, "validation loss every N steps (0: at the end only)", at_least(0)));
   b.push_back(bind_key("eval.batches", &c.eval.batches, "validation batches per evaluation", at_least(1)));
   b.push_back(
@@ -195,6 +258,10 @@ po::parsed_options last_occurrence_wins(po::parsed_options parsed) {
 }
 
 std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+std::string fix_hint(const std::string& key) {
+  return "fix " + key + " in the config file or pass --" + key + "=VALUE";
+}
 
 }  // namespace
 
@@ -259,6 +326,11 @@ ParsedRun parse_train_args(int argc, char** argv) {
       po::store(po::parse_config_file(in, keys, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
+  } catch (const BadEnumValue& e) {
+    // Reported as a value out of range is, from either source: "config: training.device = gpu must be one of: ...".
+    const std::string name = e.get_option_name();
+    const std::string key = name.substr(std::min(name.find_first_not_of('-'), name.size()));
+    throw_error("config: " + key + " = " + e.value() + " " + e.problem(), fix_hint(key));
   } catch (const po::error& e) {
     const std::string where = source ? "command line" : "config file " + config_file;
     throw_error(where + ": " + e.what(), "see `ember train --help` for every key, its type and its default");
@@ -272,8 +344,7 @@ ParsedRun parse_train_args(int argc, char** argv) {
     const std::string problem = b.check();
     if (!problem.empty()) {
       const std::string from = vm.count(b.key) && !vm[b.key].defaulted() ? "" : " (default)";
-      throw_error("config: " + b.key + " = " + b.render() + from + " " + problem,
-                  "fix " + b.key + " in the config file or pass --" + b.key + "=VALUE");
+      throw_error("config: " + b.key + " = " + b.render() + from + " " + problem, fix_hint(b.key));
     }
   }
   parsed.config_ini = render_config_ini(c);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 namespace ember {
@@ -83,8 +84,9 @@ struct TensorOut {
 // and llm.c do, it keeps the outputs of c_attn (where attention is bf16, below) and c_fc in bf16, bias added in bf16:
 // the one rounding that bf16 storage adds, to the pre-activations that attention and GELU read.
 enum class MatmulPrecision { fp32, bf16 };
-MatmulPrecision parse_matmul_precision(const std::string& name);  // throws on an unknown name
-std::string matmul_precision_name(MatmulPrecision p);
+inline constexpr MatmulPrecision kMatmulPrecisions[] = {MatmulPrecision::fp32, MatmulPrecision::bf16};
+std::string matmul_precision_name(MatmulPrecision p);  // "fp32" or "bf16": the one place these names are spelled
+std::optional<MatmulPrecision> parse_matmul_precision(const std::string& name);  // nothing for any other text
 
 // Under matmul precision bf16, attention's products (q k^T, P v and the backward's four) take bf16 inputs too, with
 // fp32 softmax statistics and accumulation, for the head sizes the CUDA backend has tensor-core kernels for (16, 32

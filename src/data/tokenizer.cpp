@@ -2,6 +2,7 @@
 // Kept tiny on purpose: the byte tokenizer is the one every test and demo can use without downloading anything.
 #include "data/tokenizer.h"
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace ember {
@@ -29,9 +30,33 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
+const char* tokenizer_kind_name(TokenizerKind t) {
+  switch (t) {
+    case TokenizerKind::bytes:
+      return "bytes";
+  }
+  return "?";
+}
+
+std::optional<TokenizerKind> parse_tokenizer_kind(const std::string& name) {
+  return find_by_name(kTokenizerKinds, tokenizer_kind_name, name);
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::bytes:
+      return std::make_unique<ByteTokenizer>();
+  }
+  EMBER_ASSERT(false, "a tokenizer kind without a tokenizer");
+  return nullptr;
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
-  if (name == "bytes") return std::make_unique<ByteTokenizer>();
-  throw_error("unknown tokenizer '" + name + "'", "the known tokenizers are: bytes");
+  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(name);
+  if (!kind)
+    throw_error("unknown tokenizer '" + name + "'",
+                "the known tokenizers are: " + join_names(kTokenizerKinds, tokenizer_kind_name));
+  return make_tokenizer(*kind);
 }
 
 }  // namespace ember

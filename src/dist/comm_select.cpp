@@ -2,6 +2,7 @@
 // EMBER_HAVE_CUDA / EMBER_HAVE_NCCL, so a CPU-only build holds no reference to them.
 #include "dist/comm_select.h"
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_communicator.h"
@@ -48,11 +49,27 @@ std::unique_ptr<Communicator> make_nccl(const World& world, Backend& backend, co
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_communicator(const World& world, const DeviceChoice& device, const std::string& comm,
+const char* comm_request_name(CommRequest c) {
+  switch (c) {
+    case CommRequest::automatic:
+      return "auto";
+    case CommRequest::nccl:
+      return "nccl";
+    case CommRequest::mpi:
+      return "mpi";
+  }
+  return "?";
+}
+
+std::optional<CommRequest> parse_comm_request(const std::string& name) {
+  return find_by_name(kCommRequests, comm_request_name, name);
+}
+
+std::unique_ptr<Communicator> make_communicator(const World& world, const DeviceChoice& device, CommRequest comm,
                                                 Backend& backend) {
   const bool gpu = device.kind == DEVICE_KIND_CUDA;
-  if (comm == "mpi") return make_mpi(world, device, backend, "training.comm = mpi");
-  if (comm == "nccl") {
+  if (comm == CommRequest::mpi) return make_mpi(world, device, backend, "training.comm = mpi");
+  if (comm == CommRequest::nccl) {
     if (!gpu)
       throw_error("training.comm = nccl: NCCL needs the CUDA backend, but this run trains on the CPU",
                   "set training.comm = mpi (or auto), or train on GPUs with training.device = cuda");
@@ -65,7 +82,6 @@ std::unique_ptr<Communicator> make_communicator(const World& world, const Device
                   "set training.comm = mpi (or auto), or launch at most one rank per GPU");
     return make_nccl(world, backend, "training.comm = nccl");
   }
-  EMBER_ASSERT(comm == "auto", "training.comm = " + comm + " passed the option check");
   if (!gpu) return make_mpi(world, device, backend, "training.comm = auto on the CPU");
   if (!kBuiltWithNccl)
     return make_mpi(world, device, backend, "training.comm = auto: this ember was built without NCCL");

@@ -16,9 +16,9 @@ enum ReduceOp { REDUCE_OP_SUM, REDUCE_OP_AVG, REDUCE_OP_MAX };
 // A pending non-blocking collective. wait() completes it (and applies the AVG scaling); test() makes progress and
 // says whether it is complete. Destroying a pending request waits for it. The buffers given when it started must
 // stay valid until then.
-class CommRequest {
+class PendingCollective {
  public:
-  virtual ~CommRequest() = default;
+  virtual ~PendingCollective() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
 };
@@ -32,17 +32,17 @@ class Communicator {
 
   // In place over n floats.
   virtual void all_reduce(float* buf, size_t n, ReduceOp op) = 0;
-  virtual std::unique_ptr<CommRequest> all_reduce_async(float* buf, size_t n, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingCollective> all_reduce_async(float* buf, size_t n, ReduceOp op) = 0;
   // In place over n doubles (scalars: losses, norms, flags).
   virtual void all_reduce(double* buf, size_t n, ReduceOp op) = 0;
   // send holds size() * count floats; rank r receives the reduction of block r into recv (count floats).
   virtual void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) = 0;
-  virtual std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv, size_t count,
-                                                            ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingCollective> reduce_scatter_async(const float* send, float* recv, size_t count,
+                                                                  ReduceOp op) = 0;
   // Every rank contributes count floats; recv holds size() * count floats, rank r's block at r * count.
   // send may be rank r's own block of recv (send == recv + rank() * count): the gather is then in place.
   virtual void all_gather(const float* send, float* recv, size_t count) = 0;
-  virtual std::unique_ptr<CommRequest> all_gather_async(const float* send, float* recv, size_t count) = 0;
+  virtual std::unique_ptr<PendingCollective> all_gather_async(const float* send, float* recv, size_t count) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
 };

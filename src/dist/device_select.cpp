@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/device.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/mpi_check.h"
@@ -83,15 +84,32 @@ DeviceChoice choose_cpu(const std::string& why) {
 
 }  // namespace
 
-DeviceChoice select_device(const World& world, const std::string& device, const std::string& option) {
-  // Only cpu skips discovery: a CPU run never touches the CUDA driver.
-  return select_device(world, device, device == "cpu" || !kBuiltWithCuda ? 0 : cuda_device_count(), option);
+const char* device_request_name(DeviceRequest d) {
+  switch (d) {
+    case DeviceRequest::cpu:
+      return "cpu";
+    case DeviceRequest::cuda:
+      return "cuda";
+    case DeviceRequest::automatic:
+      return "auto";
+  }
+  return "?";
 }
 
-DeviceChoice select_device(const World& world, const std::string& device, int visible_cuda_devices,
+std::optional<DeviceRequest> parse_device_request(const std::string& name) {
+  return find_by_name(kDeviceRequests, device_request_name, name);
+}
+
+DeviceChoice select_device(const World& world, DeviceRequest device, const std::string& option) {
+  // Only cpu skips discovery: a CPU run never touches the CUDA driver.
+  const bool discover = device != DeviceRequest::cpu && kBuiltWithCuda;
+  return select_device(world, device, discover ? cuda_device_count() : 0, option);
+}
+
+DeviceChoice select_device(const World& world, DeviceRequest device, int visible_cuda_devices,
                            const std::string& option) {
-  if (device == "cpu") return choose_cpu(setting(option, "cpu"));
-  if (device == "cuda") {
+  if (device == DeviceRequest::cpu) return choose_cpu(setting(option, "cpu"));
+  if (device == DeviceRequest::cuda) {
     if (!kBuiltWithCuda)
       throw_error(setting(option, "cuda") + ": this ember was built without the CUDA backend",
                   "install the CUDA toolkit (nvcc on PATH, or -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc) and "
@@ -99,7 +117,6 @@ DeviceChoice select_device(const World& world, const std::string& device, int vi
                       setting(option, "cpu"));
     return choose_cuda(world, visible_cuda_devices, option, "cuda", setting(option, "cuda"));
   }
-  if (device != "auto") throw_error(setting(option, device) + " is not a device", "use one of: cpu, cuda, auto");
   // Every rank must take the same branch: a job never mixes backends, and NCCL needs every rank on a GPU.
   const std::string chosen = setting(option, "auto");
   const int count = kBuiltWithCuda ? visible_cuda_devices : 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -11,6 +12,15 @@
 namespace ember {
 
 struct World;
+
+// A requested device (training.device, or --device of eval and generate): cpu, cuda, or auto (written "auto").
+enum class DeviceRequest { cpu, cuda, automatic };
+inline constexpr DeviceRequest kDeviceRequests[] = {DeviceRequest::cpu, DeviceRequest::cuda, DeviceRequest::automatic};
+
+// "cpu", "cuda" or "auto": the one place these names are spelled.
+const char* device_request_name(DeviceRequest d);
+// The request a name denotes, or nothing for any other text.
+std::optional<DeviceRequest> parse_device_request(const std::string& name);
 
 enum DeviceKind { DEVICE_KIND_CPU, DEVICE_KIND_CUDA };
 
@@ -21,7 +31,7 @@ struct DeviceChoice {
   std::string name;          // "cpu" or "cuda:0 (NVIDIA GeForce RTX 4090)", for the log
 };
 
-// Resolves training.device on every rank alike (it is collective over world.comm unless device is "cpu"):
+// Resolves training.device on every rank alike (it is collective over world.comm unless device is cpu):
 //  - cpu:  the CPU backend.
 //  - cuda: GPU `local_rank` of this node. Errors (ember::Error with a hint): the build has no CUDA backend; no device
 //          is visible; the node runs more ranks than it has visible GPUs, unless the environment variable
@@ -29,12 +39,11 @@ struct DeviceChoice {
 //  - auto: cuda when the build has the CUDA backend and every rank's node has a visible GPU, else cpu (one job never
 //          mixes the two); logs which and why.
 // `option` names the setting in the log and in errors: the config key (messages read "training.device = cuda") or a
-// command-line flag such as "--device" (they read "--device cuda"). A value other than the three is an error.
-DeviceChoice select_device(const World& world, const std::string& device,
-                           const std::string& option = "training.device");
+// command-line flag such as "--device" (they read "--device cuda").
+DeviceChoice select_device(const World& world, DeviceRequest device, const std::string& option = "training.device");
 // As above with the number of visible CUDA devices given instead of discovered, so tests reach every rule on any
 // machine (the build check still applies: a CPU-only build refuses `cuda` and picks cpu for `auto`).
-DeviceChoice select_device(const World& world, const std::string& device, int visible_cuda_devices,
+DeviceChoice select_device(const World& world, DeviceRequest device, int visible_cuda_devices,
                            const std::string& option = "training.device");
 
 // The backend of a choice: make_cpu_backend() or make_cuda_backend(choice.cuda_device).

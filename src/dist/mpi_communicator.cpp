@@ -69,7 +69,7 @@ MPI_Datatype strided_piece_type(int len, size_t block) {
 }
 
 // The requests of one collective (one per piece) and what to do once all have completed (the AVG scaling).
-class MpiRequest final : public CommRequest {
+class MpiRequest final : public PendingCollective {
  public:
   MpiRequest(std::vector<MPI_Request> requests, std::function<void()> on_complete)
       : requests_(std::move(requests)), on_complete_(std::move(on_complete)) {}
@@ -158,7 +158,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(float* buf, size_t n, ReduceOp op) override { all_reduce_blocking(buf, n, op); }
   void all_reduce(double* buf, size_t n, ReduceOp op) override { all_reduce_blocking(buf, n, op); }
 
-  std::unique_ptr<CommRequest> all_reduce_async(float* buf, size_t n, ReduceOp op) override {
+  std::unique_ptr<PendingCollective> all_reduce_async(float* buf, size_t n, ReduceOp op) override {
     const MPI_Op mop = mpi_op(op);
     std::vector<MPI_Request> requests;
     for_each_chunk(n, max_chunk_, [&](size_t off, int len) {
@@ -186,8 +186,8 @@ class MpiCommunicator final : public Communicator {
     if (op == REDUCE_OP_AVG) scale_by_inverse_size(recv, count, size_);
   }
 
-  std::unique_ptr<CommRequest> reduce_scatter_async(const float* send, float* recv, size_t count,
-                                                    ReduceOp op) override {
+  std::unique_ptr<PendingCollective> reduce_scatter_async(const float* send, float* recv, size_t count,
+                                                          ReduceOp op) override {
     check_reduce_scatter_buffers(send, recv, count);
     const MPI_Op mop = mpi_op(op);
     std::vector<MPI_Request> requests;
@@ -224,7 +224,7 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  std::unique_ptr<CommRequest> all_gather_async(const float* send, float* recv, size_t count) override {
+  std::unique_ptr<PendingCollective> all_gather_async(const float* send, float* recv, size_t count) override {
     const void* source = gather_source(send, recv, count);
     std::vector<MPI_Request> requests;
     if (count <= max_chunk_) {

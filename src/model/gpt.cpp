@@ -4,17 +4,11 @@
 
 #include <cmath>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/philox.h"
 
 namespace ember {
-
-Recompute parse_recompute(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "attention") return Recompute::attention;
-  if (name == "full") return Recompute::full;
-  throw_error("recompute = '" + name + "' is not a recomputation mode", "use one of: none, attention, full");
-}
 
 const char* recompute_name(Recompute r) {
   switch (r) {
@@ -26,6 +20,10 @@ const char* recompute_name(Recompute r) {
       return "full";
   }
   return "?";
+}
+
+std::optional<Recompute> parse_recompute(const std::string& name) {
+  return find_by_name(kRecomputes, recompute_name, name);
 }
 
 float* GPT::alloc_floats(size_t n, bool weights) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,9 @@ namespace ember {
 // Recomputed tensors live in one layer's worth of scratch. Gradients are bitwise those of none (the same ops run on
 // the same inputs again).
 enum class Recompute { none, attention, full };
-Recompute parse_recompute(const std::string& name);  // "none" | "attention" | "full"; anything else throws
-const char* recompute_name(Recompute r);
+inline constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::attention, Recompute::full};
+const char* recompute_name(Recompute r);  // "none", "attention" or "full": the one place these names are spelled
+std::optional<Recompute> parse_recompute(const std::string& name);  // nothing for any other text
 
 class GPT {
  public:

@@ -109,8 +109,8 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
       job.gpu_shared = tb.device.gpus_shared;
     }
   }
-  job.model = std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0,
-                                    parse_recompute(c.training.recompute));
+  job.model =
+      std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0, c.training.recompute);
   job.shape.n = job.model->table().total_numel();
   job.shape.block_size = size_t(c.async.block_size);
   job.shape.workers = job.workers;

@@ -26,8 +26,7 @@ double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int
 float apply_update(Backend& backend, AdamW& optimizer, float* params, float* grads, size_t n, float norm,
                    const RunConfig& config, int64_t step) {
   clip_grads(backend, grads, n, norm, config.training.max_norm);
-  const float lr = lr_at_step(int(step), config.training.steps, config.optimizer.warmup_steps, config.optimizer.lr,
-                              config.optimizer.min_lr);
+  const float lr = lr_at_step(config, step);
   optimizer.step(params, grads, lr);
   return lr;
 }

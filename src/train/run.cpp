@@ -8,7 +8,7 @@ namespace ember {
 
 TrainResult run_training(const World& world, const RunConfig& config, const std::string& config_ini,
                          TrainLimits limits) {
-  if (config.training.mode == "async") return run_async(world, config, config_ini, limits);
+  if (config.training.mode == TrainingMode::async) return run_async(world, config, config_ini, limits);
   return SyncTrainer(world, config, config_ini, limits).run();
 }
 

@@ -5,6 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include "core/dtype.h"
+#include "core/training_mode.h"
+#include "data/tokenizer.h"
+#include "dist/comm_select.h"
+#include "dist/device_select.h"
+#include "model/gpt.h"
 #include "model/model_config.h"
 
 namespace ember {
@@ -15,20 +21,22 @@ struct TrainingConfig {
   int grad_accum_steps = 1;  // micro-batches per optimizer step
   int steps = 100;           // optimizer steps in the whole run
   uint64_t seed = 1337;
-  float max_norm = 1.0f;       // clip gradients to this global L2 norm; 0 disables clipping
-  int threads = 0;             // OpenMP threads per rank; 0 = the OpenMP default (all cores, or OMP_NUM_THREADS)
-  int zero = 0;                // 1: ZeRO-1, optimizer state sharded across data-parallel ranks
-  float bucket_mb = 25.0f;     // gradient all-reduce bucket size in MiB (as PyTorch DDP's bucket_cap_mb)
-  std::string mode = "sync";   // "sync": all-reduce data parallel; "async": rank 0 is a center, ranks 1.. train
-  std::string device = "cpu";  // "cpu", "cuda" (one GPU per rank, by local rank) or "auto" (cuda if all ranks have one)
-  std::string comm = "auto";   // "auto" (nccl on cuda, mpi on cpu), "nccl", or "mpi" (host-staged on cuda)
-  std::string recompute = "none";  // activation recomputation: "none", "attention" or "full" (model/gpt.h)
-  std::string precision = "fp32";  // GEMM inputs: "fp32" or "bf16" (fp32 accumulation and masters; core/dtype.h)
-  bool deterministic = true;       // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
+  float max_norm = 1.0f;    // clip gradients to this global L2 norm; 0 disables clipping
+  int threads = 0;          // OpenMP threads per rank; 0 = the OpenMP default (all cores, or OMP_NUM_THREADS)
+  int zero = 0;             // 1: ZeRO-1, optimizer state sharded across data-parallel ranks
+  float bucket_mb = 25.0f;  // gradient all-reduce bucket size in MiB (as PyTorch DDP's bucket_cap_mb)
+  // sync: all-reduce data parallel; async: rank 0 is a center, ranks 1.. train
+  TrainingMode mode = TrainingMode::sync;
+  // cpu, cuda (one GPU per rank, by local rank) or auto (cuda if all ranks have one)
+  DeviceRequest device = DeviceRequest::cpu;
+  CommRequest comm = CommRequest::automatic;  // auto (nccl on cuda, mpi on cpu), nccl, or mpi (host-staged on cuda)
+  Recompute recompute = Recompute::none;      // activation recomputation: none, attention or full (model/gpt.h)
+  MatmulPrecision precision = MatmulPrecision::fp32;  // GEMM inputs: fp32 or bf16 (fp32 accumulation and masters)
+  bool deterministic = true;  // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
 };
 
-// mode = async (DESIGN §5): workers train local_steps steps, then send 1-bit deltas to the center over MPI
-// one-sided windows and rebase onto its newest published parameters.
+// mode = async (README, "Several hosts of unequal speed"): workers train local_steps steps, then send 1-bit
+// deltas to the center over MPI one-sided windows and rebase onto its newest published parameters.
 struct AsyncConfig {
   int local_steps = 8;    // H: optimizer steps a worker takes between two syncs
   int block_size = 2048;  // values per fp32 scale of a 1-bit message
@@ -55,8 +63,8 @@ struct OptimizerConfig {
 };
 
 struct DataConfig {
-  std::string dir = "data/demo";  // directory with train_*.bin and val_*.bin shards
-  std::string tokenizer = "bytes";
+  std::string dir = "data/demo";                   // directory with train_*.bin and val_*.bin shards
+  TokenizerKind tokenizer = TokenizerKind::bytes;  // what the shards were made with
 };
 
 struct EvalConfig {

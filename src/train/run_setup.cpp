@@ -21,7 +21,7 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
   TrainingBackend tb;
   tb.device = select_device(world, training.device);
   tb.backend = make_backend(tb.device);
-  tb.backend->set_matmul_precision(parse_matmul_precision(training.precision));
+  tb.backend->set_matmul_precision(training.precision);
   tb.backend->set_deterministic(training.deterministic);
   return tb;
 }

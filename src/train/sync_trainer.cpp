@@ -110,7 +110,7 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
                                               c.training.seed, /*shuffle=*/true);
   s.evaluator = std::make_unique<Evaluator>(c);
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
-                                  parse_recompute(c.training.recompute));
+                                  c.training.recompute);
   const ParamTable& table = s.model->table();
   const size_t arena = s.model->arena_numel(), share = arena / size_t(world.size);
   s.shard_begin = share * size_t(world.rank);
@@ -176,8 +176,7 @@ std::string SyncTrainer::State::save() {
   meta.tokens_seen = tokens_seen;
   meta.world_size = world.size;
   meta.optimizer_step = optimizer->step_count();
-  meta.lr = lr_at_step(int(std::max<int64_t>(step - 1, 0)), c.training.steps, c.optimizer.warmup_steps, c.optimizer.lr,
-                       c.optimizer.min_lr);
+  meta.lr = lr_at_step(c, std::max<int64_t>(step - 1, 0));
   meta.ranks.assign(size_t(world.size), CheckpointMeta::RankState{train_data->cursor(), 0});
   CheckpointContents contents;
   contents.sets = tensor_sets(params.data(), m.data(), v.data());
@@ -216,7 +215,7 @@ TrainResult SyncTrainer::run() {
 
   // Bucketed all-reduce overlapped with backward: each bucket starts when its layers are final; every hook call
   // also tests the pending requests, because MPI progresses non-blocking collectives only inside MPI calls.
-  std::vector<std::unique_ptr<CommRequest>> pending;
+  std::vector<std::unique_ptr<PendingCollective>> pending;
   double first_launch = 0.0;
   std::function<void(int)> on_layer_done;
   if (!s.buckets.empty())

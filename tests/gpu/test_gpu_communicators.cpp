@@ -78,7 +78,7 @@ Gpu& gpu() {
   if (!g_gpu) {
     g_gpu = std::make_unique<Gpu>();
     g_gpu->world = make_world();
-    g_gpu->device = select_device(g_gpu->world, "cuda");
+    g_gpu->device = select_device(g_gpu->world, DeviceRequest::cuda);
     g_gpu->backend = make_backend(g_gpu->device);
   }
   return *g_gpu;
@@ -262,7 +262,7 @@ TEST_P(GpuCommunicator, SeveralAsyncInFlightCompletedInReverse) {
   for (size_t i = 0; i < bucket; ++i) ag_host[i] = gather_input(rank, i);
   DeviceArray<float> arena(*be, arena_host), rs_send(*be, rs_host), rs_recv(*be, bucket), ag_send(*be, ag_host),
       ag_recv(*be, size_t(size) * bucket);
-  std::vector<std::unique_ptr<CommRequest>> pending;
+  std::vector<std::unique_ptr<PendingCollective>> pending;
   for (size_t k = buckets; k-- > 0;) {  // last layer first, as backward finishes them
     pending.push_back(comm->all_reduce_async(arena.get() + k * bucket, bucket, REDUCE_OP_AVG));
     for (auto& p : pending) p->test();
@@ -331,7 +331,7 @@ INSTANTIATE_TEST_SUITE_P(Kind, GpuCommunicator, ::testing::Values(GPU_COMM_NCCL,
 TEST(GpuDeviceSelect, AutoPicksCudaByLocalRank) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const World world = make_world();
-  const DeviceChoice c = select_device(world, "auto");
+  const DeviceChoice c = select_device(world, DeviceRequest::automatic);
   EXPECT_EQ(c.kind, DEVICE_KIND_CUDA);
   EXPECT_EQ(c.cuda_device, world.local_rank % cuda_device_count());
   EXPECT_EQ(c.name.rfind("cuda:" + std::to_string(c.cuda_device) + " (", 0), 0u) << c.name;

@@ -213,7 +213,7 @@ TEST_P(CommunicatorTest, SeveralAsyncInFlightCompletedInReverse) {
     for (size_t i = 0; i < rs_send.size(); ++i) rs_send[i] = sum_input<float>(rank, i);
     for (size_t i = 0; i < n; ++i) ag_send[i] = gather_input(rank, i);
 
-    std::vector<std::unique_ptr<CommRequest>> pending;
+    std::vector<std::unique_ptr<PendingCollective>> pending;
     for (size_t k = 0; k < 3; ++k) pending.push_back(comm->all_reduce_async(reduce_bufs[k].data(), n, ALL_OPS[k]));
     pending.push_back(comm->reduce_scatter_async(rs_send.data(), rs_recv.data(), n, REDUCE_OP_AVG));
     pending.push_back(comm->all_gather_async(ag_send.data(), ag_recv.data(), n));

@@ -76,23 +76,25 @@ Error error_of(F&& f) {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(DeviceSelect, CpuIsTheCpuBackend) {
-  const DeviceChoice c = select_device(node_world(0, 1), "cpu", 8);
+  const DeviceChoice c = select_device(node_world(0, 1), DeviceRequest::cpu, 8);
   EXPECT_EQ(c.kind, DEVICE_KIND_CPU);
   EXPECT_EQ(c.name, "cpu");
   EXPECT_EQ(make_backend(c)->name(), make_cpu_backend()->name());
 }
 
-TEST(DeviceSelect, AutoWithoutGpuIsCpu) { EXPECT_EQ(select_device(node_world(0, 1), "auto", 0).kind, DEVICE_KIND_CPU); }
+TEST(DeviceSelect, AutoWithoutGpuIsCpu) {
+  EXPECT_EQ(select_device(node_world(0, 1), DeviceRequest::automatic, 0).kind, DEVICE_KIND_CPU);
+}
 
 TEST(DeviceSelect, AutoWithGpuIsCudaOnlyInCudaBuilds) {
   ShareGpuEnv env(nullptr);
-  const DeviceChoice c = select_device(node_world(1, 2), "auto", 2);
+  const DeviceChoice c = select_device(node_world(1, 2), DeviceRequest::automatic, 2);
   EXPECT_EQ(c.kind, kCuda ? DEVICE_KIND_CUDA : DEVICE_KIND_CPU);
   if (kCuda) EXPECT_EQ(c.cuda_device, 1);
 }
 
 TEST(DeviceSelect, CudaInCpuBuildOrWithoutGpuIsAnError) {
-  const Error e = error_of([] { select_device(node_world(0, 1), "cuda", 0); });
+  const Error e = error_of([] { select_device(node_world(0, 1), DeviceRequest::cuda, 0); });
   if (!kCuda) {
     EXPECT_STREQ(e.what(), "training.device = cuda: this ember was built without the CUDA backend");
     EXPECT_TRUE(contains(e.hint(), "CUDA toolkit")) << e.hint();
@@ -108,14 +110,14 @@ TEST(DeviceSelect, OneRankPerGpuByLocalRank) {
   if (!kCuda) GTEST_SKIP() << "CPU-only build: training.device = cuda is refused before any GPU rule";
   ShareGpuEnv env(nullptr);
   for (int r = 0; r < 4; ++r) {
-    const DeviceChoice c = select_device(node_world(r, 4), "cuda", 4);
+    const DeviceChoice c = select_device(node_world(r, 4), DeviceRequest::cuda, 4);
     EXPECT_EQ(c.kind, DEVICE_KIND_CUDA);
     EXPECT_EQ(c.cuda_device, r);
     EXPECT_FALSE(c.gpus_shared);
   }
-  for (const char* device : {"cuda", "auto"}) {
+  for (DeviceRequest device : {DeviceRequest::cuda, DeviceRequest::automatic}) {
     const Error e = error_of([&] { select_device(node_world(2, 3), device, 2); });
-    EXPECT_EQ(std::string(e.what()), std::string("training.device = ") + device +
+    EXPECT_EQ(std::string(e.what()), std::string("training.device = ") + device_request_name(device) +
                                          ": 3 ranks run on node7 but only 2 CUDA device(s) are visible there (one "
                                          "rank per GPU)");
     EXPECT_TRUE(contains(e.hint(), "at most 2 rank(s) per node")) << e.hint();
@@ -127,31 +129,33 @@ TEST(DeviceSelect, ShareGpuIsRoundRobin) {
   if (!kCuda) GTEST_SKIP() << "CPU-only build: training.device = cuda is refused before any GPU rule";
   ShareGpuEnv env("1");
   for (int r = 0; r < 5; ++r) {
-    const DeviceChoice c = select_device(node_world(r, 5), "cuda", 2);
+    const DeviceChoice c = select_device(node_world(r, 5), DeviceRequest::cuda, 2);
     EXPECT_EQ(c.cuda_device, r % 2);
     EXPECT_TRUE(c.gpus_shared);
   }
-  EXPECT_FALSE(select_device(node_world(0, 2), "cuda", 2).gpus_shared);  // allowed, not needed
+  EXPECT_FALSE(select_device(node_world(0, 2), DeviceRequest::cuda, 2).gpus_shared);  // allowed, not needed
 }
 
 TEST(DeviceSelect, ShareGpuTakesOnlyZeroOrOne) {
   if (!kCuda) GTEST_SKIP() << "CPU-only build: training.device = cuda is refused before any GPU rule";
   ShareGpuEnv env("yes");
-  const Error e = error_of([] { select_device(node_world(0, 1), "cuda", 1); });
+  const Error e = error_of([] { select_device(node_world(0, 1), DeviceRequest::cuda, 1); });
   EXPECT_STREQ(e.what(), "EMBER_SHARE_GPU=yes: must be 0 or 1");
 }
 
 TEST(CommSelect, CpuTakesMpi) {
   auto backend = make_cpu_backend();
   const World w = node_world(0, 1);
-  const DeviceChoice cpu = select_device(w, "cpu", 0);
-  for (const char* comm : {"auto", "mpi"}) EXPECT_EQ(make_communicator(w, cpu, comm, *backend)->name(), "mpi");
+  const DeviceChoice cpu = select_device(w, DeviceRequest::cpu, 0);
+  for (CommRequest comm : {CommRequest::automatic, CommRequest::mpi})
+    EXPECT_EQ(make_communicator(w, cpu, comm, *backend)->name(), "mpi");
 }
 
 TEST(CommSelect, NcclNeedsGpusOfItsOwn) {
   auto backend = make_cpu_backend();  // never used: every case is refused before a communicator exists
   const World w = node_world(0, 1);
-  const Error on_cpu = error_of([&] { make_communicator(w, select_device(w, "cpu", 0), "nccl", *backend); });
+  const Error on_cpu =
+      error_of([&] { make_communicator(w, select_device(w, DeviceRequest::cpu, 0), CommRequest::nccl, *backend); });
   EXPECT_STREQ(on_cpu.what(), "training.comm = nccl: NCCL needs the CUDA backend, but this run trains on the CPU");
   EXPECT_TRUE(contains(on_cpu.hint(), "training.comm = mpi")) << on_cpu.hint();
 
@@ -159,7 +163,7 @@ TEST(CommSelect, NcclNeedsGpusOfItsOwn) {
   shared.kind = DEVICE_KIND_CUDA;
   shared.cuda_device = 0;
   shared.gpus_shared = true;
-  const Error e = error_of([&] { make_communicator(w, shared, "nccl", *backend); });
+  const Error e = error_of([&] { make_communicator(w, shared, CommRequest::nccl, *backend); });
   EXPECT_STREQ(e.what(), kNccl ? "training.comm = nccl: ranks share GPUs (EMBER_SHARE_GPU=1), and NCCL needs one GPU "
                                  "per rank"
                                : "training.comm = nccl: this ember was built without NCCL");

@@ -4,10 +4,12 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/options.h"
 #include "core/error.h"
+#include "train/run_config.h"
 
 namespace ember {
 namespace {
@@ -118,6 +120,105 @@ TEST(Options, EmbeddingMustDivideIntoHeads) {
 TEST(Options, MissingConfigFileIsAnError) {
   const std::string msg = error_of({"--config", "/nonexistent/ember.ini"});
   EXPECT_NE(msg.find("/nonexistent/ember.ini"), std::string::npos) << msg;
+}
+
+// Each closed set of values, spelled as the INI file and the command line spell it (independently of the enums' own
+// name functions), with a value that is none of them.
+struct EnumKey {
+  const char* key;
+  std::vector<const char*> names;
+  const char* bad;
+};
+const std::vector<EnumKey> kEnumKeys = {
+    {"training.mode", {"sync", "async"}, "asynchronous"},
+    {"training.device", {"cpu", "cuda", "auto"}, "gpu"},
+    {"training.comm", {"auto", "nccl", "mpi"}, "gloo"},
+    {"training.recompute", {"none", "attention", "full"}, "selective"},
+    {"training.precision", {"fp32", "bf16"}, "fp16"},
+    {"data.tokenizer", {"bytes"}, "gpt2"},
+};
+
+// "section.key = value" as the rendered INI writes it: "[section]\n...key = value\n".
+bool renders(const std::string& ini, const std::string& key, const std::string& value) {
+  const std::string section = "[" + key.substr(0, key.find('.')) + "]\n";
+  const size_t at = ini.find(section);
+  const size_t end = ini.find("\n[", at);
+  const size_t line = ini.find("\n" + key.substr(key.find('.') + 1) + " = " + value + "\n", at);
+  return at != std::string::npos && line != std::string::npos && line < end;
+}
+
+TEST(Options, EveryEnumNameParsesToItsValue) {
+  const RunConfig defaults;
+  EXPECT_EQ(defaults.training.mode, TrainingMode::sync);
+  EXPECT_EQ(defaults.training.device, DeviceRequest::cpu);
+  EXPECT_EQ(defaults.training.comm, CommRequest::automatic);
+  EXPECT_EQ(defaults.training.recompute, Recompute::none);
+  EXPECT_EQ(defaults.training.precision, MatmulPrecision::fp32);
+  EXPECT_EQ(defaults.data.tokenizer, TokenizerKind::bytes);
+
+  const auto with = [](const char* key, const char* value) { return parse({std::string("--") + key + "=" + value}); };
+  EXPECT_EQ(with("training.mode", "sync").config.training.mode, TrainingMode::sync);
+  EXPECT_EQ(with("training.mode", "async").config.training.mode, TrainingMode::async);
+  EXPECT_EQ(with("training.device", "cpu").config.training.device, DeviceRequest::cpu);
+  EXPECT_EQ(with("training.device", "cuda").config.training.device, DeviceRequest::cuda);
+  EXPECT_EQ(with("training.device", "auto").config.training.device, DeviceRequest::automatic);
+  EXPECT_EQ(with("training.comm", "auto").config.training.comm, CommRequest::automatic);
+  EXPECT_EQ(with("training.comm", "nccl").config.training.comm, CommRequest::nccl);
+  EXPECT_EQ(with("training.comm", "mpi").config.training.comm, CommRequest::mpi);
+  EXPECT_EQ(with("training.recompute", "none").config.training.recompute, Recompute::none);
+  EXPECT_EQ(with("training.recompute", "attention").config.training.recompute, Recompute::attention);
+  EXPECT_EQ(with("training.recompute", "full").config.training.recompute, Recompute::full);
+  EXPECT_EQ(with("training.precision", "fp32").config.training.precision, MatmulPrecision::fp32);
+  EXPECT_EQ(with("training.precision", "bf16").config.training.precision, MatmulPrecision::bf16);
+  EXPECT_EQ(with("data.tokenizer", "bytes").config.data.tokenizer, TokenizerKind::bytes);
+
+  // Every name is accepted from an INI file too, and rendered back as it was written.
+  for (const EnumKey& k : kEnumKeys) {
+    for (const char* name : k.names) {
+      const std::string section = std::string(k.key).substr(0, std::string(k.key).find('.'));
+      const std::string ini = write_ini(
+          "enum", "[" + section + "]\n" + std::string(k.key).substr(section.size() + 1) + " = " + name + "\n");
+      const ParsedRun r = parse({"--config", ini});
+      EXPECT_TRUE(renders(r.config_ini, k.key, name)) << k.key << " = " << name << "\n" << r.config_ini;
+      EXPECT_EQ(r.config_ini, with(k.key, name).config_ini) << k.key << " = " << name;
+    }
+  }
+}
+
+TEST(Options, RenderedIniRoundTripsEveryEnumName) {
+  for (const EnumKey& k : kEnumKeys) {
+    for (const char* name : k.names) {
+      const std::string first = parse({std::string("--") + k.key + "=" + name}).config_ini;
+      const std::string again = parse({"--config", write_ini("enum_round", first)}).config_ini;
+      EXPECT_EQ(first, again) << k.key << " = " << name;
+      EXPECT_EQ(render_config_ini(parse({"--config", write_ini("enum_round", first)}).config), first);
+    }
+  }
+  // All at once, none of them the default.
+  const ParsedRun a = parse({"--training.mode=async", "--training.device=auto", "--training.comm=mpi",
+                             "--training.recompute=attention", "--training.precision=bf16"});
+  for (auto [key, value] : {std::pair{"training.mode", "async"},
+                            {"training.device", "auto"},
+                            {"training.comm", "mpi"},
+                            {"training.recompute", "attention"},
+                            {"training.precision", "bf16"},
+                            {"data.tokenizer", "bytes"}})
+    EXPECT_TRUE(renders(a.config_ini, key, value)) << key << " = " << value << "\n" << a.config_ini;
+  EXPECT_EQ(parse({"--config", write_ini("enum_all", a.config_ini)}).config_ini, a.config_ini);
+}
+
+TEST(Options, BadEnumValueNamesTheKeyAndTheChoices) {
+  for (const EnumKey& k : kEnumKeys) {
+    std::string one_of = "must be one of: ";
+    for (size_t i = 0; i < k.names.size(); ++i) one_of += (i ? ", " : "") + std::string(k.names[i]);
+    const std::string expected = std::string("config: ") + k.key + " = " + k.bad + " " + one_of;
+    EXPECT_EQ(error_of({std::string("--") + k.key + "=" + k.bad}), expected);
+
+    const std::string section = std::string(k.key).substr(0, std::string(k.key).find('.'));
+    const std::string ini = write_ini(
+        "bad_enum", "[" + section + "]\n" + std::string(k.key).substr(section.size() + 1) + " = " + k.bad + "\n");
+    EXPECT_EQ(error_of({"--config", ini}), expected);
+  }
 }
 
 TEST(Options, ShippedConfigsParse) {

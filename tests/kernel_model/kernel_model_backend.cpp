@@ -1,7 +1,7 @@
 // A Backend whose ops run the CUDA backend's own kernels and launchers (cuda/cuda_<family>.cu, compiled here as
 // plain C++) under the kernel model (kernel_model.h), on host memory (the CPU backend's). The matmul launchers call
 // a model of cuBLAS's two GEMM entry points (below) and never cuBLASLt. test_cuda_ops_model runs the gpu op tests
-// (test_cuda_ops.cpp) against it, so every kernel and launcher is exercised wherever the CUDA headers are.
+// (tests/gpu/test_cuda_ops_*.cpp) against it, so every kernel and launcher is exercised wherever the CUDA headers are.
 //
 // The launchers keep their names: this translation unit renames the namespace ember::cuda to ember::cuda_model with
 // a macro, so its copies never meet the CUDA backend's at link time. System headers come first, before the macro.

@@ -14,6 +14,7 @@
 #endif
 #include "backend/backend.h"
 #include "backend/device.h"
+#include "bf16_vectors.h"
 #include "core/dtype.h"
 #include "test_rng.h"
 #include "test_support.h"
@@ -61,11 +62,7 @@ class CudaOps : public ::testing::Test {
 // rounding midpoint, which is rare: at most 1% of the stored values may differ at all.
 using Halves = std::vector<BFloat16>;
 using HBuf = test::BackendArray<BFloat16>;
-inline Floats widened(const Halves& v) {
-  Floats f(v.size());
-  for (size_t i = 0; i < v.size(); ++i) f[i] = from_bf16(v[i]);
-  return f;
-}
+using test::widened;
 inline void expect_close_bf16(const std::string& what, const Halves& got, const Halves& want, Tol tol) {
   tol.rtol += std::ldexp(1.0, -7);
   expect_close(what, widened(got), widened(want), tol);

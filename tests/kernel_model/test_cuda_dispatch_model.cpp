@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "attention_bf16_bounds.h"
 #include "backend/backend.h"
+#include "bf16_vectors.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda_dispatch.h"
@@ -27,17 +27,6 @@ using Halves = std::vector<BFloat16>;
 using FBuf = test::BackendArray<float>;
 using HBuf = test::BackendArray<BFloat16>;
 constexpr uint64_t kSeed = 20240613;
-
-Halves to_halves(const Floats& v) {
-  Halves h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = to_bf16(v[i]);
-  return h;
-}
-Floats widened(const Halves& v) {
-  Floats f(v.size());
-  for (size_t i = 0; i < v.size(); ++i) f[i] = from_bf16(v[i]);
-  return f;
-}
 
 // Tensor cores for bf16 attention from sm_80 on; before, the fp32 kernels, on widened copies where qkv and out are
 // stored in bf16. Head sizes without a tensor-core kernel, and precision fp32, keep the fp32 kernels everywhere.
@@ -76,10 +65,10 @@ Attention run_attention(Backend& be, bool bf16_storage, const Floats& qkv, const
   Attention r;
   FBuf lse(be, Floats(size_t(B) * NH * T)), g(be, dout), dqkv(be, Floats(qkv.size()));
   if (bf16_storage) {
-    HBuf q(be, to_halves(qkv)), o(be, Halves(n));
+    HBuf q(be, test::bf16_values(qkv)), o(be, Halves(n));
     be.attention_forward(o.get(), lse.get(), q.get(), B, T, C, NH);
-    r.out = widened(o.host());
-    HBuf ob(be, to_halves(out_in ? *out_in : r.out));
+    r.out = test::widened(o.host());
+    HBuf ob(be, test::bf16_values(out_in ? *out_in : r.out));
     FBuf l(be, lse_in ? *lse_in : lse.host());
     be.attention_backward(dqkv.get(), g.get(), q.get(), ob.get(), l.get(), B, T, C, NH);
   } else {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "attention_bf16_bounds.h"
+#include "bf16_vectors.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops_test_support.h"
@@ -123,11 +123,7 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
 // refused.
 TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
   using Halves = test::BackendArray<BFloat16>;
-  auto widened = [](const std::vector<BFloat16>& v) {
-    std::vector<float> f(v.size());
-    for (size_t i = 0; i < v.size(); ++i) f[i] = from_bf16(v[i]);
-    return f;
-  };
+  using test::widened;
   const int N = 37, C = 45, OC = 67, V = 101;
   Rng rng(230);
   const auto x = rng.normal(size_t(N) * C, 2.0f), y = rng.normal(size_t(N) * C), w = rng.normal(C), b = rng.normal(C),

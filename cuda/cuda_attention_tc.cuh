@@ -1,8 +1,8 @@
-// The tensor-core attention kernels (device code only), included by cuda_attention_tc.cu, which launches them, and
-// by tests/gpu/test_attention_tc_model.cpp, which runs them on the CPU against a software model of the warp (threads,
-// barriers, shuffles and mma.sync) to check their indexing where no GPU is present. The includer provides kWarpSize,
-// kFullMask and warp_sum (cuda_common.cuh), and min for ints. Everything here has internal linkage, so the two never
-// meet at link time.
+// The tensor-core attention kernels (device code only), included by cuda_attention_tc.cu, which launches them, and by
+// tests/kernel_model/test_attention_tc_model.cpp, which runs them on the CPU against a software model of the warp
+// (threads, barriers, shuffles and mma.sync) to check their indexing where no GPU is present. The includer provides
+// kWarpSize, kFullMask and warp_sum (cuda_common.cuh), and min for ints. Everything here has internal linkage, so the
+// two never meet at link time.
 //
 // Causal attention on the tensor cores, used with matmul precision bf16 (sm_80 and newer, head sizes 16, 32 and
 // 64). The same flash scheme as the fp32 kernels in cuda_attention.cu (online softmax, lse saved, P rebuilt in

@@ -11,16 +11,16 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "cuda_dispatch.h"
 
 namespace ember {
-namespace cuda {
-class LtGemm;  // cuda_ops.h
-}
 
 // Every op is enqueued on stream_ and returns without waiting, except where host data must be ready: copy_to_host,
 // copy_to_device (the caller may reuse its buffer at once), sum_squares and synchronize. Results are deterministic:
 // no float atomics, fixed reduction trees, and cuBLAS with atomics disallowed (its default).
-class CudaBackend final : public Backend {
+// The op methods with a decision to make (attention, matmul, AdamW) are the shared adapter functions of
+// cuda_dispatch.h, run with this backend's op_context(); the rest call their launcher directly.
+class CudaBackend final : public Backend, private cuda::OpResources {
  public:
   explicit CudaBackend(int device);
   ~CudaBackend() override;
@@ -84,11 +84,12 @@ class CudaBackend final : public Backend {
                              size_t nseg, float lr, float beta1, float beta2, float eps, int t) override;
 
  private:
-  bool bf16() const { return matmul_precision_ == MatmulPrecision::bf16; }
-  // Whether attention takes the tensor-core kernels: attention_in_bf16 (core/dtype.h) on sm_80 or newer.
-  bool tensor_core_attention(int C, int NH) const;
+  // What the shared adapter functions (cuda_dispatch.h) run with: the stream, handles, scratch and device.
+  cuda::OpContext op_context();
   // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
-  void* scratch(size_t bytes);
+  void* scratch(size_t bytes) override;
+  // A device copy of the segments in segments_, grown as needed.
+  const AdamWSegment* kernel_segments(const AdamWSegment* segs, size_t nseg) override;
   // The most scratch a matmul backward pass under bf16 takes for dout rounded to bf16 (cuda_ops.h): the dense
   // layers' dout fits whole at GPT-2 sizes (16K tokens x 3072 x 2 bytes is 96 MiB); the lm_head's (16K x 50304 x 2 =
   // 1.6 GiB) goes in blocks of ~1300 rows.

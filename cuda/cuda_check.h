@@ -38,7 +38,7 @@ inline std::string nccl_error_string(ncclResult_t rc) {
   EMBER_CHECK_GEN("cuBLAS", stmt, ember_rc_ == CUBLAS_STATUS_SUCCESS, ::ember::cuda::cublas_error_string(ember_rc_), \
                   "check GPU memory (cuBLAS needs workspace) and the matrix sizes passed to the GEMM")
 // After a kernel launch: catches bad launch configurations at once (asynchronous faults surface at the next sync).
-// Under the CPU kernel model (tests/gpu/kernel_model.h) there is no launch to check.
+// Under the CPU kernel model (tests/kernel_model/kernel_model.h) there is no launch to check.
 #ifdef EMBER_KERNEL_MODEL
 #define EMBER_CUDA_LAUNCH_CHECK() ((void)0)
 #else

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "bf16_vectors.h"  // rounded_to_bf16
 #include "core/dtype.h"
 
 namespace ember::test {
@@ -22,11 +23,6 @@ namespace ember::test {
 struct AttnBounds {
   std::vector<float> out, dqkv;  // (B, T, C) and (B, T, 3C)
 };
-
-inline std::vector<float> rounded_to_bf16(std::vector<float> v) {
-  for (float& x : v) x = round_to_bf16(x);
-  return v;
-}
 
 inline AttnBounds attention_bf16_bounds(const std::vector<float>& qkv,   // (B, T, 3C), bf16 values
                                         const std::vector<float>& dout,  // (B, T, C), bf16 values

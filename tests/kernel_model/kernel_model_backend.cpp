@@ -1,7 +1,9 @@
 // A Backend whose ops run the CUDA backend's own kernels and launchers (cuda/cuda_<family>.cu, compiled here as
 // plain C++) under the kernel model (kernel_model.h), on host memory (the CPU backend's). The matmul launchers call
-// a model of cuBLAS's two GEMM entry points (below) and never cuBLASLt. test_cuda_ops_model runs the gpu op tests
-// (test_cuda_ops.cpp) against it, so every kernel and launcher is exercised wherever the CUDA headers are.
+// a model of cuBLAS's two GEMM entry points (below) and never cuBLASLt. The ops with a decision to make (matmul,
+// attention, AdamW) go through CudaBackend's own adapter functions (cuda/cuda_dispatch.h) for an emulated compute
+// capability. test_cuda_ops_model runs the gpu op tests (tests/gpu/test_cuda_ops_*.cpp) against it, so every kernel,
+// launcher and adapter path is exercised wherever the CUDA headers are.
 //
 // The launchers keep their names: this translation unit renames the namespace ember::cuda to ember::cuda_model with
 // a macro, so its copies never meet the CUDA backend's at link time. System headers come first, before the macro.
@@ -90,6 +92,7 @@ inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOper
 
 #include "cuda_attention.cu"
 #include "cuda_attention_tc.cu"
+#include "cuda_dispatch.h"  // the adapter decisions, over the launchers above
 #include "cuda_elementwise.cu"
 #include "cuda_encoder.cu"
 #include "cuda_gelu.cu"
@@ -104,9 +107,12 @@ namespace {
 namespace k = cuda_model;
 cudaStream_t const kNoStream = nullptr;
 
-class KernelModelBackend final : public Backend {
+class KernelModelBackend final : public Backend, private k::OpResources {
  public:
-  std::string name() const override { return "kernel model (CUDA kernels on the CPU)"; }
+  explicit KernelModelBackend(int compute_capability) : compute_capability_(compute_capability) {}
+  std::string name() const override {
+    return "kernel model sm_" + std::to_string(compute_capability_) + " (CUDA kernels on the CPU)";
+  }
 
   void* alloc(size_t bytes) override { return cpu_->alloc(bytes); }
   void free(void* ptr) override { cpu_->free(ptr); }
@@ -137,65 +143,38 @@ class KernelModelBackend final : public Backend {
     k::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, kNoStream);
   }
 
-  // The dense layers and the lm_head through cuda_matmul.cu's launchers on the cuBLAS model above, without
-  // cuBLASLt (no fused epilogues: the bias and column-sum kernels instead). The scratch for dout in bf16 holds
-  // kScratchRows rows, so that bf16 backward passes go in several blocks of rows, as the lm_head's does on the GPU.
-  static constexpr int kScratchRows = 3;
-  struct Scratch {  // 256-byte aligned, as the device's
-    std::vector<char> bytes;
-    void* get(size_t n) {
-      bytes.resize(n + 256);
-      return bytes.data() + (256 - reinterpret_cast<uintptr_t>(bytes.data()) % 256) % 256;
-    }
-  } scratch_;
+  // The matmul ops and attention: CudaBackend's own adapter functions (cuda_dispatch.h) after the same checks, with
+  // the cuBLAS model above and no cuBLASLt (the bias and column-sum kernels instead of fused epilogues).
   void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_forward");
     check_gemm_output(out, bias, "matmul_forward");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, false, 0);
-    k::launch_matmul_forward(out, inp, weight, bias, N, IC, OC, bf16(), nullptr, nullptr, scratch_.get(n), n,
-                             kNoStream);
+    k::matmul_forward(op_context(), out, inp, weight, bias, N, IC, OC);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
                        int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_backward");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, dbias != nullptr,
-                                             size_t(kScratchRows) * OC * sizeof(BFloat16));
-    k::launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16(), nullptr, nullptr, nullptr, 0,
-                              scratch_.get(n), n, kNoStream);
+    k::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
     check_gemm_inputs(inp, wte, "matmul_forward_transposed");
     check_gemm_output(out, nullptr, "matmul_forward_transposed");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, false, 0);
-    k::launch_matmul_forward_transposed(out, inp, wte, N, C, V, bf16(), nullptr, scratch_.get(n), n, kNoStream);
+    k::matmul_forward_transposed(op_context(), out, inp, wte, N, C, V);
   }
   void matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override {
     check_gemm_inputs(inp, wte, "matmul_backward_transposed");
     check_gemm_dout(dout, "matmul_backward_transposed");
-    const size_t n = k::matmul_scratch_bytes(bf16(), inp, size_t(N) * C, size_t(V) * C, N, dout.bf16 ? 0 : V, false,
-                                             size_t(kScratchRows) * V * sizeof(BFloat16));
-    k::launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, bf16(), nullptr, scratch_.get(n), n,
-                                         kNoStream);
+    k::matmul_backward_transposed(op_context(), dinp, dwte, dout, inp, wte, N, C, V);
   }
 
-  // Attention as CudaBackend chooses it on sm_80 and newer: the tensor-core kernels where attention_in_bf16 holds,
-  // which bf16-stored qkv and out require (the fp32 kernels take fp32 ones).
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override {
     check_attention_storage(qkv, out, C, NH, "attention_forward");
-    if (attention_in_bf16(matmul_precision(), C / NH))
-      k::launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, kNoStream);
-    else
-      k::launch_attention_forward(out.f32(), lse, qkv.f32(), B, T, C, NH, kNoStream);
+    k::attention_forward(op_context(), out, lse, qkv, B, T, C, NH);
   }
   void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH) override {
     check_attention_storage(qkv, out, C, NH, "attention_backward");
-    std::vector<float> delta(size_t(B) * NH * T);
-    if (attention_in_bf16(matmul_precision(), C / NH))
-      k::launch_attention_backward_tc(dqkv, delta.data(), dout, qkv, out, lse, B, T, C, NH, kNoStream);
-    else
-      k::launch_attention_backward(dqkv, delta.data(), dout, qkv.f32(), out.f32(), lse, B, T, C, NH, kNoStream);
+    k::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
 
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override { k::launch_gelu_forward(out, inp, n, kNoStream); }
@@ -228,24 +207,39 @@ class KernelModelBackend final : public Backend {
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, int t) override {
-    k::launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                           k::adamw_inv_bias_correction(beta1, t), k::adamw_inv_bias_correction(beta2, t), kNoStream);
+    k::adamw_update(op_context(), params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
   }
   void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
                              size_t nseg, float lr, float beta1, float beta2, float eps, int t) override {
-    if (nseg == 0) return;
-    k::launch_adamw_update_segments(params, grads, m, v, segs, int(nseg), segs[nseg - 1].end - segs[0].begin, lr, beta1,
-                                    beta2, eps, k::adamw_inv_bias_correction(beta1, t),
-                                    k::adamw_inv_bias_correction(beta2, t), kNoStream);
+    k::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t);
   }
 
  private:
-  bool bf16() const { return matmul_precision() == MatmulPrecision::bf16; }
+  // The scratch a bf16 backward pass may take for dout rounded to bf16: 512 bytes, a few rows at the tests' sizes
+  // (67 or 101 columns: 3 or 2 rows; 50257: one), so those passes go in several blocks of rows, as the lm_head's does
+  // on the GPU.
+  static constexpr size_t kDoutBlockBytes = 512;
+
+  k::OpContext op_context() {
+    return {
+        *this, kNoStream, nullptr, nullptr, nullptr, 0, kDoutBlockBytes, compute_capability_ / 10, matmul_precision()};
+  }
+  // Host memory stands for device memory here: 256-byte aligned, as the device's, and grown only, as CudaBackend's.
+  void* scratch(size_t bytes) override {
+    if (bytes + 256 > scratch_.size()) scratch_.resize(bytes + 256);
+    return scratch_.data() + (256 - reinterpret_cast<uintptr_t>(scratch_.data()) % 256) % 256;
+  }
+  const AdamWSegment* kernel_segments(const AdamWSegment* segs, size_t) override { return segs; }
+
+  int compute_capability_;  // emulated, e.g. 75 or 90: the attention path depends on it
+  std::vector<char> scratch_;
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();  // memory
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_kernel_model_backend() { return std::make_unique<KernelModelBackend>(); }
+std::unique_ptr<Backend> make_kernel_model_backend(int compute_capability) {
+  return std::make_unique<KernelModelBackend>(compute_capability);
+}
 
 }  // namespace ember

@@ -1,9 +1,9 @@
 // The tensor-core attention kernels (cuda/cuda_attention_tc.cuh) compiled for the CPU and run under the kernel model
 // (kernel_model.h: threads as fibers, __syncthreads and warp-wide exchanges through memory, mma.sync's fragments
 // placed as the PTX ISA lays them out). Their results must agree with the CPU backend's attention within the bounds of
-// attention_bf16_bounds.h, as on a GPU (tests/gpu/test_cuda_ops.cpp, CudaAttentionBf16). This checks the kernels'
-// own indexing (staging, fragments, masks, tiles, the online softmax, which rows and columns each thread owns) on any
-// machine with the CUDA headers; the hardware's behaviour is what the GPU test checks.
+// attention_bf16_bounds.h, as on a GPU (tests/gpu/test_cuda_ops_attention.cpp, CudaAttentionBf16). This checks the
+// kernels' own indexing (staging, fragments, masks, tiles, the online softmax, which rows and columns each thread owns)
+// on any machine with the CUDA headers; the hardware's behaviour is what the GPU test checks.
 #include "kernel_model.h"  // first: the model's definitions come before the kernels
 
 #include <gtest/gtest.h>
@@ -20,6 +20,7 @@
 #include "core/philox.h"
 #include "cuda_common.cuh"
 #include "test_support.h"
+#include "tolerance.h"
 
 // After cuda_common.cuh, which provides what the kernels header expects of its includer.
 #include "cuda_attention_tc.cuh"
@@ -85,23 +86,12 @@ TEST_P(TensorCoreAttentionModel, MatchesTheCpuWithinTheRoundingOfPAndDS) {
   }
 
   const test::AttnBounds bd = test::attention_bf16_bounds(qkv, dout, B, T, C, NH);
-  const double eps = std::ldexp(1.0, -23);
+  // The fp32 tolerance of the sums plus twice the first-order bound for rounding P and dS.
   auto check = [&](const char* what, const Floats& got, const Floats& want, const Floats* bound, double K) {
-    double rms = 0.0;
-    for (float x : want) rms += double(x) * x;
-    rms = std::sqrt(rms / double(want.size()));
-    const double r = 8.0 * std::sqrt(K) * eps;
-    size_t bad = 0, worst = 0;
-    double worst_ratio = 0.0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double allowed = r * rms + r * std::fabs(want[i]) + (bound ? 2.0 * (*bound)[i] : 0.0);
-      const double ratio = std::fabs(double(got[i]) - double(want[i])) / allowed;
-      if (!(ratio <= 1.0)) ++bad;
-      if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = i;
-    }
-    if (std::getenv("EMBER_TEST_VERBOSE")) std::printf("  %-6s worst err/allowed = %.3g\n", what, worst_ratio);
-    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " out of bounds; worst at " << worst
-                       << ": model " << got[worst] << ", cpu " << want[worst];
+    Floats twice;
+    if (bound)
+      for (float x : *bound) twice.push_back(2.0f * x);
+    test::expect_close(what, got, want, test::fp32_tol(K, want), bound ? &twice : nullptr);
   };
   check("out", out, out_ref, &bd.out, double(T) * HS);
   check("lse", lse, lse_ref, nullptr, double(T) * HS);

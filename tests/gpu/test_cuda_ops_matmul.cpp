@@ -1,0 +1,170 @@
+// CUDA dense layers and the tied lm_head (cuda_matmul.cu) against the CPU backend at matmul precisions fp32 and
+// bf16, with parameters inside an arena; and the determinism of every op with a reduction.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_ops_test_support.h"
+
+namespace ember {
+namespace {
+
+class CudaMatmul : public CudaOps, public ::testing::WithParamInterface<bool> {};
+TEST_P(CudaMatmul, ForwardBackward) {
+  const bool with_bias = GetParam();
+  const int N = 37, IC = 45, OC = 67;
+  Rng rng(5 + with_bias);
+  const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), bias = rng.normal(OC),
+               dout = rng.normal(size_t(N) * OC);
+  const Floats dx0 = rng.normal(size_t(N) * IC), dw0 = rng.normal(size_t(IC) * OC), db0 = rng.normal(OC);
+  Floats out[2], dx[2], dw[2], db[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf xi(*be[k], x), wi(*be[k], w), bi(*be[k], bias), o(*be[k], Floats(size_t(N) * OC)), g(*be[k], dout),
+        gx(*be[k], dx0), gw(*be[k], dw0), gb(*be[k], db0);
+    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), with_bias ? bi.get() : nullptr, N, IC, OC);
+    be[k]->matmul_backward(gx.get(), gw.get(), with_bias ? gb.get() : nullptr, g.get(), xi.get(), wi.get(), N, IC, OC);
+    out[k] = o.host(), dx[k] = gx.host(), dw[k] = gw.host(), db[k] = gb.host();
+  }
+  expect_close("matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
+  expect_close("matmul dinp", dx[1], dx[0], fp32_tol(OC + 1, dx[0]));  // +1: the pre-filled value
+  expect_close("matmul dweight", dw[1], dw[0], fp32_tol(N + 1, dw[0]));
+  if (with_bias)
+    expect_close("matmul dbias", db[1], db[0], fp32_tol(N + 1, db[0]));
+  else
+    expect_bitwise("matmul dbias untouched when null", db[1], db0);
+}
+INSTANTIATE_TEST_SUITE_P(Bias, CudaMatmul, ::testing::Bool());
+
+// Dense layers as the model calls them: weight and bias at odd float offsets inside one arena (the alignment cuBLASLt's
+// fused bias epilogues must be told of), at both matmul precisions. dbias is the sum of the fp32 dout at both (never
+// of the rounded copy the bf16 GEMMs read), so it keeps the fp32 bound. N = 600 rows make three chunks of the
+// two-stage column sum that dbias takes without cuBLASLt's epilogue, the last one partial.
+TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
+  const int N = 600, IC = 48, OC = 144;
+  Rng rng(9);
+  const size_t w_at = 3, b_at = w_at + size_t(IC) * OC + 5;  // 12- and 4-byte aligned
+  Floats arena = rng.normal(b_at + OC + 7);
+  const Floats x = rng.normal(size_t(N) * IC), dout = rng.normal(size_t(N) * OC);
+  for (MatmulPrecision prec : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+    Floats out[2], dx[2], dgrads[2];
+    Backend* be[2] = {cpu.get(), gpu.get()};
+    for (int k = 0; k < 2; ++k) {
+      be[k]->set_matmul_precision(prec);
+      FBuf params(*be[k], arena), grads(*be[k], Floats(arena.size())), xi(*be[k], x), g(*be[k], dout),
+          o(*be[k], Floats(size_t(N) * OC)), gx(*be[k], Floats(x.size()));
+      be[k]->matmul_forward(o.get(), xi.get(), params.get() + w_at, params.get() + b_at, N, IC, OC);
+      for (int rep = 0; rep < 2; ++rep)  // twice: the second call accumulates onto the first
+        be[k]->matmul_backward(gx.get(), grads.get() + w_at, grads.get() + b_at, g.get(), xi.get(), params.get() + w_at,
+                               N, IC, OC);
+      out[k] = o.host(), dx[k] = gx.host(), dgrads[k] = grads.host();
+      be[k]->set_matmul_precision(MatmulPrecision::fp32);
+    }
+    const std::string tag = prec == MatmulPrecision::bf16 ? "bf16 " : "fp32 ";
+    const Floats dw0(dgrads[0].begin() + w_at, dgrads[0].begin() + w_at + size_t(IC) * OC),
+        dw1(dgrads[1].begin() + w_at, dgrads[1].begin() + w_at + size_t(IC) * OC),
+        db0(dgrads[0].begin() + b_at, dgrads[0].begin() + b_at + OC),
+        db1(dgrads[1].begin() + b_at, dgrads[1].begin() + b_at + OC);
+    expect_close(tag + "arena matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
+    expect_close(tag + "arena matmul dinp", dx[1], dx[0], fp32_tol(2 * OC, dx[0]));
+    expect_close(tag + "arena matmul dweight", dw1, dw0, fp32_tol(2 * N, dw0));
+    expect_close(tag + "arena matmul dbias", db1, db0, fp32_tol(2 * N, db0));
+    // Everything outside the two tensors stays zero.
+    for (size_t i = 0; i < arena.size(); ++i) {
+      const bool outside = i < w_at || (i >= w_at + size_t(IC) * OC && i < b_at) || i >= b_at + OC;
+      if (outside) {
+        ASSERT_EQ(dgrads[1][i], 0.0f) << tag << "gradient written outside its tensor at " << i;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, MatmulTransposed) {
+  const int N = 37, C = 45, V = 101;
+  Rng rng(7);
+  const Floats x = rng.normal(size_t(N) * C), wte = rng.normal(size_t(V) * C), dout = rng.normal(size_t(N) * V);
+  const Floats dx0 = rng.normal(size_t(N) * C), dwte0 = rng.normal(size_t(V) * C);
+  Floats out[2], dx[2], dwte[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf xi(*be[k], x), w(*be[k], wte), o(*be[k], Floats(size_t(N) * V)), g(*be[k], dout), gx(*be[k], dx0),
+        gw(*be[k], dwte0);
+    be[k]->matmul_forward_transposed(o.get(), xi.get(), w.get(), N, C, V);
+    be[k]->matmul_backward_transposed(gx.get(), gw.get(), g.get(), xi.get(), w.get(), N, C, V);
+    out[k] = o.host(), dx[k] = gx.host(), dwte[k] = gw.host();
+  }
+  expect_close("lm_head out", out[1], out[0], fp32_tol(C, out[0]));
+  expect_close("lm_head dinp", dx[1], dx[0], fp32_tol(V + 1, dx[0]));
+  expect_close("lm_head dwte", dwte[1], dwte[0], fp32_tol(N + 1, dwte[0]));
+}
+
+// Matmul precision bf16 on fp32-stored inputs: the CUDA backend casts them to bf16 (to nearest even) and runs bf16
+// GEMMs with fp32 accumulation, as the CPU backend rounds its copies and multiplies in fp32. Both must agree within the
+// fp32 tolerance of the sums; an input rounded another way (or not at all, or to TF32) is off by up to a bf16 ulp, far
+// outside it.
+TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
+  const int N = 37, IC = 45, OC = 67;
+  Rng rng(8);
+  const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), bias = rng.normal(OC),
+               dout = rng.normal(size_t(N) * OC);
+  Floats out[2], dx[2], dw[2], tout[2], tdx[2], tdw[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    be[k]->set_matmul_precision(MatmulPrecision::bf16);
+    FBuf xi(*be[k], x), wi(*be[k], w), bi(*be[k], bias), o(*be[k], Floats(size_t(N) * OC)), g(*be[k], dout),
+        gx(*be[k], Floats(x.size())), gw(*be[k], Floats(w.size()));
+    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), bi.get(), N, IC, OC);
+    be[k]->matmul_backward(gx.get(), gw.get(), nullptr, g.get(), xi.get(), wi.get(), N, IC, OC);
+    out[k] = o.host(), dx[k] = gx.host(), dw[k] = gw.host();
+    // The same arrays as the lm_head's: w read as wte (OC, IC).
+    FBuf to(*be[k], Floats(size_t(N) * OC)), tgx(*be[k], Floats(x.size())), tgw(*be[k], Floats(w.size()));
+    be[k]->matmul_forward_transposed(to.get(), xi.get(), wi.get(), N, IC, OC);
+    be[k]->matmul_backward_transposed(tgx.get(), tgw.get(), g.get(), xi.get(), wi.get(), N, IC, OC);
+    tout[k] = to.host(), tdx[k] = tgx.host(), tdw[k] = tgw.host();
+    be[k]->set_matmul_precision(MatmulPrecision::fp32);
+  }
+  expect_close("bf16 matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
+  expect_close("bf16 matmul dinp", dx[1], dx[0], fp32_tol(OC, dx[0]));
+  expect_close("bf16 matmul dweight", dw[1], dw[0], fp32_tol(N, dw[0]));
+  expect_close("bf16 lm_head out", tout[1], tout[0], fp32_tol(IC, tout[0]));
+  expect_close("bf16 lm_head dinp", tdx[1], tdx[0], fp32_tol(OC, tdx[0]));
+  expect_close("bf16 lm_head dwte", tdw[1], tdw[0], fp32_tol(N, tdw[0]));
+}
+
+// Two identical runs of every op with a reduction must agree bit for bit (no atomics, fixed trees), at both matmul
+// precisions (bf16 takes the tensor-core attention kernels here: HS = 16).
+class CudaDeterministic : public CudaOps, public ::testing::WithParamInterface<MatmulPrecision> {};
+TEST_P(CudaDeterministic, TwoRunsAgreeBitwise) {
+  const int B = 2, T = 150, C = 48, NH = 3, V = 61;
+  Rng rng(29);
+  const Floats qkv = rng.normal(size_t(B) * T * 3 * C), dout = rng.normal(size_t(B) * T * C),
+               w = rng.normal(size_t(C) * 3 * C), wte = rng.normal(size_t(V) * C), ln_w = rng.normal(C);
+  const Ints inp = rng.tokens(size_t(B) * T, V);
+  std::vector<Floats> runs[2];
+  gpu->set_matmul_precision(GetParam());
+  for (int r = 0; r < 2; ++r) {
+    Backend& g = *gpu;
+    FBuf x(g, qkv), o(g, Floats(size_t(B) * T * C)), l(g, Floats(size_t(B) * NH * T)), d(g, dout),
+        dx(g, Floats(qkv.size())), wi(g, w), dw(g, Floats(w.size())), db(g, Floats(3 * C)),
+        din(g, Floats(size_t(B) * T * C)), dwte(g, Floats(wte.size())), dwpe(g, Floats(size_t(T) * C)), lw(g, ln_w),
+        m(g, Floats(size_t(B) * T)), rs(g, Floats(size_t(B) * T)), ldw(g, Floats(C)), ldb(g, Floats(C));
+    IBuf ids(g, inp);
+    g.attention_forward(o.get(), l.get(), x.get(), B, T, C, NH);
+    g.attention_backward(dx.get(), d.get(), x.get(), o.get(), l.get(), B, T, C, NH);
+    g.matmul_backward(din.get(), dw.get(), db.get(), dx.get(), d.get(), wi.get(), B * T, C, 3 * C);
+    g.encoder_backward(dwte.get(), dwpe.get(), d.get(), ids.get(), B, T, C);
+    g.layernorm_forward(din.get(), m.get(), rs.get(), d.get(), lw.get(), lw.get(), B * T, C);
+    g.layernorm_backward(din.get(), ldw.get(), ldb.get(), d.get(), d.get(), lw.get(), m.get(), rs.get(), B * T, C);
+    runs[r] = {o.host(),  l.host(),    dx.host(),   din.host(), dw.host(),
+               db.host(), dwte.host(), dwpe.host(), ldw.host(), ldb.host()};
+  }
+  for (size_t i = 0; i < runs[0].size(); ++i) expect_bitwise("output " + std::to_string(i), runs[1][i], runs[0][i]);
+}
+INSTANTIATE_TEST_SUITE_P(Precision, CudaDeterministic, ::testing::Values(MatmulPrecision::fp32, MatmulPrecision::bf16),
+                         [](const auto& info) { return matmul_precision_name(info.param); });
+
+}  // namespace
+}  // namespace ember

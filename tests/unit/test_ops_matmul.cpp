@@ -1,0 +1,180 @@
+// CPU dense layers and the tied lm_head (cpu_matmul.cpp, cpu_gemm.cpp) against the float64 references and finite
+// differences, at matmul precisions fp32 and bf16, and the determinism of the threaded GEMM and attention splits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ops_test_support.h"
+
+namespace ember {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuOps, testing::ValuesIn(kShapes), shape_name);
+
+// Dense layer shapes from the attention shape: qkv-like (C -> 3C + 1, odd) and, for the big shape, a product wide
+// enough (OC > N) that the threaded GEMM splits columns rather than rows.
+void check_matmul(Backend& be, Rng& rng, int N, int IC, int OC, bool with_bias) {
+  const std::string tag = "matmul " + std::to_string(N) + "x" + std::to_string(IC) + "x" + std::to_string(OC) +
+                          (with_bias ? " " : " nobias ");
+  const auto x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), b = rng.normal(OC);
+  const auto R = rng.normal(size_t(N) * OC);
+  const auto dx0 = rng.normal(x.size()), dw0 = rng.normal(w.size()), db0 = rng.normal(OC);
+  Floats d_x(be, x), d_w(be, w), d_b(be, b), d_R(be, R), d_out(be, size_t(N) * OC), d_dx(be, dx0), d_dw(be, dw0),
+      d_db(be, db0);
+  be.matmul_forward(d_out.get(), d_x.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC);
+  Vec xd = to_double(x), wd = to_double(w), bd = to_double(b);
+  const Vec out = ref_matmul(xd, wd, with_bias ? &bd : nullptr, N, IC, OC);
+  expect_close(tag + "out", d_out.host(), out, fp32_tol(IC, out));
+
+  be.matmul_backward(d_dx.get(), d_dw.get(), with_bias ? d_db.get() : nullptr, d_R.get(), d_x.get(), d_w.get(), N, IC,
+                     OC);
+  const Vec Rd = to_double(R);
+  Vec dx(x.size(), 0.0), dw(w.size(), 0.0), db(OC, 0.0);
+  for (int n = 0; n < N; ++n) {
+    const double* g = &Rd[size_t(n) * OC];
+    for (int o = 0; o < OC; ++o) db[o] += g[o];
+    for (int i = 0; i < IC; ++i)
+      for (int o = 0; o < OC; ++o) {
+        dx[size_t(n) * IC + i] += g[o] * wd[size_t(i) * OC + o];
+        dw[size_t(i) * OC + o] += xd[size_t(n) * IC + i] * g[o];
+      }
+  }
+  const Tol tx = fp32_tol(OC, dx), tw = fp32_tol(N, dw), tb = fp32_tol(N, db);
+  expect_close(tag + "dinp", d_dx.host(), plus(dx0, dx), tx);
+  expect_close(tag + "dweight", d_dw.host(), plus(dw0, dw), tw);
+  if (with_bias)
+    expect_close(tag + "dbias", d_db.host(), plus(db0, db), tb);
+  else
+    EXPECT_EQ(d_db.host(), db0) << tag << "dbias was written although null was passed";
+  auto loss = [&] { return dot(ref_matmul(xd, wd, with_bias ? &bd : nullptr, N, IC, OC), Rd); };
+  const int fd = fd_points(double(N) * IC * OC);
+  expect_fd(tag + "dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, fd), tx);
+  expect_fd(tag + "dweight", d_dw.host(), dw0, finite_differences(wd, loss, rng, fd), tw);
+  if (with_bias) expect_fd(tag + "dbias", d_db.host(), db0, finite_differences(bd, loss, rng, fd), tb);
+}
+
+TEST_P(CpuOps, Matmul) {
+  const auto [B, T, C, NH] = GetParam();
+  Rng rng(stream(3));
+  check_matmul(*be, rng, B * T, C, 3 * C + 1, true);
+  check_matmul(*be, rng, B * T, C, 2 * C, false);
+  if (B * T >= 64) check_matmul(*be, rng, 17, 4 * C, 16 * C + 3, true);  // OC > N: column-split GEMMs
+}
+
+TEST_P(CpuOps, MatmulTransposed) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T, V = 16 * C + 5;  // V > N for the big shape: both split directions of the threaded GEMM
+  Rng rng(stream(4));
+  const auto x = rng.normal(size_t(N) * C), wte = rng.normal(size_t(V) * C), R = rng.normal(size_t(N) * V);
+  const auto dx0 = rng.normal(x.size()), dwte0 = rng.normal(wte.size());
+  Floats d_x(*be, x), d_wte(*be, wte), d_R(*be, R), d_out(*be, size_t(N) * V), d_dx(*be, dx0), d_dwte(*be, dwte0);
+  be->matmul_forward_transposed(d_out.get(), d_x.get(), d_wte.get(), N, C, V);
+  Vec xd = to_double(x), wd = to_double(wte);
+  const Vec out = ref_matmul(xd, wd, nullptr, N, C, V, true);
+  expect_close("lm_head out", d_out.host(), out, fp32_tol(C, out));
+
+  be->matmul_backward_transposed(d_dx.get(), d_dwte.get(), d_R.get(), d_x.get(), d_wte.get(), N, C, V);
+  const Vec Rd = to_double(R);
+  Vec dx(x.size(), 0.0), dw(wte.size(), 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int v = 0; v < V; ++v)
+      for (int c = 0; c < C; ++c) {
+        dx[size_t(n) * C + c] += Rd[size_t(n) * V + v] * wd[size_t(v) * C + c];
+        dw[size_t(v) * C + c] += Rd[size_t(n) * V + v] * xd[size_t(n) * C + c];
+      }
+  const Tol tx = fp32_tol(V, dx), tw = fp32_tol(N, dw);
+  expect_close("lm_head dinp", d_dx.host(), plus(dx0, dx), tx);
+  expect_close("lm_head dwte", d_dwte.host(), plus(dwte0, dw), tw);
+  auto loss = [&] { return dot(ref_matmul(xd, wd, nullptr, N, C, V, true), Rd); };
+  const int fd = fd_points(double(N) * C * V);
+  expect_fd("lm_head dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, fd), tx);
+  expect_fd("lm_head dwte", d_dwte.host(), dwte0, finite_differences(wd, loss, rng, fd), tw);
+}
+
+// Same inputs twice -> bitwise-equal outputs, for the ops with threaded reductions or GEMM splits.
+TEST_P(CpuOps, DeterministicBackward) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T, OC = 3 * C + 1;
+  Rng rng(stream(9));
+  const auto qkv = rng.normal(size_t(N) * 3 * C, 1.5f), dout = rng.normal(size_t(N) * C);
+  const auto x = rng.normal(size_t(N) * C), w = rng.normal(size_t(C) * OC), g = rng.normal(size_t(N) * OC);
+  std::vector<float> first[6];
+  for (int run = 0; run < 2; ++run) {
+    Floats d_qkv(*be, qkv), d_dout(*be, dout), d_out(*be, size_t(N) * C), d_lse(*be, size_t(N) * NH),
+        d_dqkv(*be, qkv.size());
+    be->attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+    be->attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, C, NH);
+    Floats d_x(*be, x), d_w(*be, w), d_g(*be, g), d_dx(*be, x.size()), d_dw(*be, w.size()), d_db(*be, OC);
+    be->matmul_backward(d_dx.get(), d_dw.get(), d_db.get(), d_g.get(), d_x.get(), d_w.get(), N, C, OC);
+    std::vector<float> now[6] = {d_out.host(), d_lse.host(), d_dqkv.host(), d_dx.host(), d_dw.host(), d_db.host()};
+    for (int i = 0; i < 6; ++i) {
+      if (run == 0)
+        first[i] = now[i];
+      else
+        EXPECT_EQ(0, std::memcmp(first[i].data(), now[i].data(), now[i].size() * sizeof(float))) << "output " << i;
+    }
+  }
+}
+
+// Matmul precision bf16: every GEMM input (activations, weights and output gradients, in all four matmul ops) is
+// rounded to bf16 and the products accumulate in fp32. The results must match float64 products of the rounded inputs
+// within the fp32 tolerance, and be far (> 20 fp32 tolerances) from the products of the unrounded inputs somewhere,
+// which they would not be if an input were left unrounded.
+TEST_F(CpuOpsMisc, MatmulBf16RoundsEveryGemmInput) {
+  const int N = 37, IC = 29, OC = 43;
+  Rng rng(201);
+  const auto x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), g = rng.normal(size_t(N) * OC);
+  auto rounded = [](std::vector<float> v) {
+    for (float& a : v) a = round_to_bf16(a);
+    return to_double(v);
+  };
+  const Vec xr = rounded(x), wr = rounded(w), gr = rounded(g), xd = to_double(x), wd = to_double(w), gd = to_double(g);
+  // Dense layer: out = x @ w (w as (IC, OC)); dx = g @ w^T; dw = x^T @ g. With transposed = true the same arrays
+  // serve as the lm_head's: w read as wte (OC, IC) -> out = x @ wte^T; dx = g @ wte; dwte = g^T @ x.
+  for (bool transposed : {false, true}) {
+    const std::string tag = transposed ? "lm_head bf16 " : "matmul bf16 ";
+    auto refs = [&](const Vec& X, const Vec& W, const Vec& G, Vec& out, Vec& dx, Vec& dw) {
+      out = ref_matmul(X, W, nullptr, N, IC, OC, transposed);
+      dx.assign(X.size(), 0.0);
+      dw.assign(W.size(), 0.0);
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < IC; ++i)
+          for (int o = 0; o < OC; ++o) {
+            const size_t wi = transposed ? size_t(o) * IC + i : size_t(i) * OC + o;
+            dx[size_t(n) * IC + i] += G[size_t(n) * OC + o] * W[wi];
+            dw[wi] += X[size_t(n) * IC + i] * G[size_t(n) * OC + o];
+          }
+    };
+    Floats d_x(*be, x), d_w(*be, w), d_g(*be, g), d_out(*be, size_t(N) * OC), d_dx(*be, x.size()), d_dw(*be, w.size());
+    be->set_matmul_precision(MatmulPrecision::bf16);
+    if (transposed) {
+      be->matmul_forward_transposed(d_out.get(), d_x.get(), d_w.get(), N, IC, OC);
+      be->matmul_backward_transposed(d_dx.get(), d_dw.get(), d_g.get(), d_x.get(), d_w.get(), N, IC, OC);
+    } else {
+      be->matmul_forward(d_out.get(), d_x.get(), d_w.get(), nullptr, N, IC, OC);
+      be->matmul_backward(d_dx.get(), d_dw.get(), nullptr, d_g.get(), d_x.get(), d_w.get(), N, IC, OC);
+    }
+    be->set_matmul_precision(MatmulPrecision::fp32);
+    Vec out, dx, dw, out_exact, dx_exact, dw_exact;
+    refs(xr, wr, gr, out, dx, dw);
+    refs(xd, wd, gd, out_exact, dx_exact, dw_exact);
+    const Tol t_out = fp32_tol(IC, out), t_dx = fp32_tol(OC, dx), t_dw = fp32_tol(N, dw);
+    expect_close(tag + "out", d_out.host(), out, t_out);
+    expect_close(tag + "dinp", d_dx.host(), dx, t_dx);
+    expect_close(tag + "dweight", d_dw.host(), dw, t_dw);
+    auto max_err = [](const std::vector<float>& got, const Vec& want) {
+      double m = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) m = std::max(m, std::fabs(double(got[i]) - want[i]));
+      return m;
+    };
+    EXPECT_GT(max_err(d_out.host(), out_exact), 20 * t_out.atol) << tag << "out: inputs not rounded";
+    EXPECT_GT(max_err(d_dx.host(), dx_exact), 20 * t_dx.atol) << tag << "dinp: inputs not rounded";
+    EXPECT_GT(max_err(d_dw.host(), dw_exact), 20 * t_dw.atol) << tag << "dweight: inputs not rounded";
+  }
+}
+
+}  // namespace
+}  // namespace ember

@@ -46,8 +46,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
 // inputs and fp32 accumulation. The reference is the CPU's fp32 attention on inputs already rounded to bf16, and the
 // kernels may differ from it by the rounding of P and dS, within the per-element bounds of attention_bf16_bounds.h
 // (allowed twice over, on top of the fp32 tolerance of the plain test). The backward pass gets the CPU's out and lse
-// on both backends, so it is checked on its own. tests/kernel_model/test_attention_tc_model.cpp runs the same kernels on the
-// CPU against a software model of the warp.
+// on both backends, so it is checked on its own. tests/kernel_model/test_attention_tc_model.cpp runs the same kernels
+// on the CPU against a software model of the warp.
 class CudaAttentionBf16 : public CudaOps, public ::testing::WithParamInterface<AttnShape> {};
 TEST_P(CudaAttentionBf16, TensorCoresMatchTheCpuWithinTheRoundingOfPAndDS) {
   const auto [B, T, C, NH] = GetParam();

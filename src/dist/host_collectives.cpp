@@ -31,24 +31,24 @@ void broadcast_values(const World& world, uint64_t* values, int n, int root) {
   EMBER_MPI_CHECK(MPI_Bcast(values, n, MPI_UINT64_T, root, world.comm));
 }
 
-std::vector<int64_t> all_gather_values(const World& world, const int64_t* values, int n) {
-  std::vector<int64_t> all(size_t(n) * size_t(world.size));
-  if (world.size == 1) {
-    all.assign(values, values + n);
-    return all;
-  }
-  EMBER_MPI_CHECK(MPI_Allgather(values, n, MPI_INT64_T, all.data(), n, MPI_INT64_T, world.comm));
+namespace {
+
+template <typename T>
+std::vector<T> all_gather(const World& world, const T* values, int n, MPI_Datatype type) {
+  if (world.size == 1) return std::vector<T>(values, values + n);
+  std::vector<T> all(size_t(n) * size_t(world.size));
+  EMBER_MPI_CHECK(MPI_Allgather(values, n, type, all.data(), n, type, world.comm));
   return all;
 }
 
+}  // namespace
+
+std::vector<int64_t> all_gather_values(const World& world, const int64_t* values, int n) {
+  return all_gather(world, values, n, MPI_INT64_T);
+}
+
 std::vector<uint64_t> all_gather_values(const World& world, const uint64_t* values, int n) {
-  std::vector<uint64_t> all(size_t(n) * size_t(world.size));
-  if (world.size == 1) {
-    all.assign(values, values + n);
-    return all;
-  }
-  EMBER_MPI_CHECK(MPI_Allgather(values, n, MPI_UINT64_T, all.data(), n, MPI_UINT64_T, world.comm));
-  return all;
+  return all_gather(world, values, n, MPI_UINT64_T);
 }
 
 bool any_rank(const World& world, bool flag) {

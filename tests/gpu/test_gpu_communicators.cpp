@@ -251,7 +251,7 @@ TEST_P(GpuCommunicator, BroadcastFromLastAndFirstRank) {
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
-// Gradient buckets as the Trainer launches them: disjoint slices of one arena in flight together, completed in
+// Gradient buckets as the sync trainer launches them: disjoint slices of one arena in flight together, completed in
 // reverse order, with reduce-scatter and all-gather in flight beside them.
 TEST_P(GpuCommunicator, SeveralAsyncInFlightCompletedInReverse) {
   const int size = comm->size(), rank = comm->rank();
@@ -294,7 +294,7 @@ TEST_P(GpuCommunicator, DestroyingPendingRequestWaits) {
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
-// Host buffers (the Trainer's loss scalars and resume path) go over MPI on the same communicator.
+// Host buffers (the sync trainer's loss scalars and resume path) go over MPI on the same communicator.
 TEST_P(GpuCommunicator, HostBuffersStillWork) {
   std::vector<double> scalars(3);
   for (size_t i = 0; i < scalars.size(); ++i) scalars[i] = sum_input<double>(comm->rank(), i);

@@ -3,6 +3,7 @@
 #include "checkpoint/layout.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "checkpoint/folder.h"
 #include "core/error.h"
@@ -52,8 +53,10 @@ H5Handle create_tensor(hid_t file_id, const std::string& path, const std::vector
 // from data[0 .. hi - lo). A rank with nothing to write (lo >= hi; data may then be null) still calls H5Dwrite, with
 // empty selections: in a parallel file the write is collective.
 void write_flat(hid_t file_id, const std::string& path, const std::vector<hsize_t>& dims, size_t lo, size_t hi,
-                const float* data, hid_t dxpl, const std::string& file) {
+                const float* data, hid_t dxpl, int rank, const std::string& file) {
   H5Handle dset = create_tensor(file_id, path, dims, file);
+  const std::string fault = injected_fault(rank, path);
+  if (!fault.empty()) throw Error("checkpoint " + file + ": cannot write dataset " + path + ": " + fault, HINT_WRITE);
   H5Handle fspace = EMBER_H5_OWN(H5Dget_space(dset.get()), H5Sclose);
   const hsize_t n = lo < hi ? hsize_t(hi - lo) : 1;
   H5Handle mspace = EMBER_H5_OWN(H5Screate_simple(1, &n, nullptr), H5Sclose);
@@ -73,14 +76,26 @@ void write_flat(hid_t file_id, const std::string& path, const std::vector<hsize_
 // Creates the dataset of parameter `p` under `prefix` and writes this rank's part of it: the arena elements of
 // src.write that fall inside the tensor, taken from `base` (whose element 0 is arena element `base_index`).
 void write_tensor(hid_t file_id, const std::string& prefix, const ParamInfo& p, const float* base, size_t base_index,
-                  ArenaRange write, hid_t dxpl, const std::string& file) {
+                  ArenaRange write, hid_t dxpl, int rank, const std::string& file) {
   const size_t lo = std::max(write.begin, p.offset), hi = std::min(write.end, p.offset + p.numel);
   EMBER_ASSERT(lo >= hi || base != nullptr, "a tensor set with elements in the write range needs its data");
   write_flat(file_id, tensor_path(prefix, p.name), to_dims(p.shape), lo < hi ? lo - p.offset : 0,
-             lo < hi ? hi - p.offset : 0, lo < hi ? base + (lo - base_index) : nullptr, dxpl, file);
+             lo < hi ? hi - p.offset : 0, lo < hi ? base + (lo - base_index) : nullptr, dxpl, rank, file);
 }
 
 }  // namespace
+
+std::string injected_fault(int rank, const std::string& what) {
+  static const std::string spec = [] {
+    const char* v = std::getenv("EMBER_TEST_FAIL_WRITE");
+    return std::string(v ? v : "");
+  }();
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos || colon + 1 == spec.size() || spec.substr(0, colon) != std::to_string(rank) ||
+      what.find(spec.substr(colon + 1)) == std::string::npos)
+    return "";
+  return "No space left on device (injected by EMBER_TEST_FAIL_WRITE)";
+}
 
 H5Context h5_context(const std::string& file) { return H5Context{"checkpoint " + file, HINT_DAMAGED, HINT_WRITE}; }
 
@@ -154,11 +169,13 @@ std::vector<std::function<void()>> content_steps(hid_t file_id, const Checkpoint
   });
   // Every set is written like /model; those under /optimizer (the moments, the momentum) once that group exists.
   const ArenaRange write = src.write;
+  const int rank = src.rank;
   auto add_sets = [&](bool in_optimizer) {
     for (const TensorSet& set : src.sets) {
       if ((set.prefix.rfind("/optimizer/", 0) == 0) != in_optimizer) continue;
       for (const ParamInfo& p : table.params())
-        steps.push_back([=, &p] { write_tensor(file_id, set.prefix, p, set.data, set.begin, write, dxpl, file); });
+        steps.push_back(
+            [=, &p] { write_tensor(file_id, set.prefix, p, set.data, set.begin, write, dxpl, rank, file); });
     }
   };
   add_sets(false);
@@ -196,7 +213,7 @@ std::vector<std::function<void()>> content_steps(hid_t file_id, const Checkpoint
         const size_t len = size_t(src.array_lens.at(r).at(k));
         const bool mine = r == size_t(src.rank);
         write_flat(file_id, path, {hsize_t(len)}, 0, mine ? len : 0, mine ? src.rank_arrays.at(k).data : nullptr, dxpl,
-                   file);
+                   src.rank, file);
       });
   return steps;
 }

@@ -38,6 +38,13 @@ H5Context h5_context(const std::string& file);
 // Failure of an HDF5 call on checkpoint `file`: "checkpoint F: <what>: <HDF5's reason>" with `hint`.
 [[noreturn]] void fail_io(const std::string& file, const std::string& what, const char* hint);
 
+// Test-only fault injection, for the tests of failed saves; nothing else sets it. EMBER_TEST_FAIL_WRITE=<rank>:<what>
+// makes rank <rank> fail, as a full disk (ENOSPC) would, the first time it reaches a write whose name contains
+// <what>: a dataset path ("/model/", "exp_avg_sq"), "flush" (the flush of the whole file) or "close" (its close).
+// The rank fails without entering the HDF5 call, as a rank does that leaves a collective call early: the other ranks
+// are left inside it. Returns the injected error's reason, or "" where no fault is asked for.
+std::string injected_fault(int rank, const std::string& what);
+
 // Dataset path of a parameter: the Hugging Face key with '.' -> '/', under `prefix` ("/model", "/optimizer/exp_avg").
 std::string tensor_path(const std::string& prefix, const std::string& hf_name);
 

@@ -243,6 +243,8 @@ void write_file(const World& world, const std::string& path, const CheckpointMet
     if ((failed = agreed(world, step))) break;
   if (!failed)
     failed = agreed(world, [&] {
+      const std::string fault = injected_fault(world.rank, "flush");
+      if (!fault.empty()) throw Error("checkpoint " + path + ": cannot flush the file: " + fault, HINT_WRITE);
       if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) fail_io(path, "cannot flush the file", HINT_WRITE);
     });
   if (failed) {
@@ -255,6 +257,8 @@ void write_file(const World& world, const std::string& path, const CheckpointMet
     throw *failed;
   }
   failed = agreed(world, [&] {
+    const std::string fault = injected_fault(world.rank, "close");
+    if (!fault.empty()) throw Error("checkpoint " + path + ": cannot close the file: " + fault, HINT_WRITE);
     if (file.close() < 0) fail_io(path, "cannot close the file", HINT_WRITE);
   });
   if (failed) throw *failed;

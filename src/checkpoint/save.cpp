@@ -42,11 +42,6 @@ void phase(const World& world, bool root_only, std::function<void()> fn) {
   run_agreed(world, root_only, save_step(std::move(fn)), HINT_WRITE);
 }
 
-// The agreed outcome of a step every rank took.
-std::optional<Error> agreed(const World& world, std::function<void()> fn) {
-  return agree_on_error(world, attempt(save_step(std::move(fn)), HINT_WRITE));
-}
-
 // FNV-1a over everything that must be identical on all ranks of a save: parallel HDF5 requires identical metadata
 // operations, and a rank writing different attributes would corrupt the file silently.
 class Digest {
@@ -215,34 +210,66 @@ std::vector<std::vector<uint64_t>> gather_array_lens(const World& world, const C
   return lens;
 }
 
-// Creates the .tmp file and writes its contents. With several ranks the file is opened through MPI-IO and every
-// step is collective; after each step the ranks agree, so a failure stops them all at the same step and the file is
-// still closed by all of them together. Throws the agreed error on every rank.
+// How long a rank that failed while the file was being written waits for the other ranks to agree on the step before
+// it takes one of them to be stuck in a collective call it left, and ends the job. A healthy rank reaches the agreement
+// as soon as its own part of the step is done: one dataset's range or a flush, into space checked beforehand; that
+// takes well under a second for the tensors of a GPT-2 XL split over a handful of ranks on a 100 MB/s disk.
+constexpr double STUCK_AFTER_S = 15.0;
+
+// Creates the .tmp file and writes its contents. With several ranks the file is opened through MPI-IO and every step
+// is a collective HDF5 operation, followed by an agreement of all ranks on its outcome.
+//
+// Why no rank is left waiting. A rank can only be blocked inside a collective call of HDF5 or MPI-IO that another rank
+// left early, after a local failure (HDF5 returns from its error paths at once, skipping the collective calls that
+// would have followed). The protocol keeps that from happening where it can, and bounds it where it cannot:
+//  - Every rank has checked the free space, with a margin, before the file is created (save_checkpoint): a full disk
+//    normally stops the save before a byte is written.
+//  - The raw data of every dataset goes to the file through independent MPI-IO writes (H5FD_MPIO_INDIVIDUAL_IO).
+//    HDF5 1.10 still runs the chunk bookkeeping of the filtered (Fletcher32) datasets collectively, but the write that
+//    meets a full or failing disk is local: it fails on its rank instead of stranding the others in the exchanges of
+//    a two-phase collective write.
+//  - Agreements take place only between HDF5 calls, on world.comm (HDF5 works on a duplicate of it), and a rank that
+//    failed the step waits for the agreement at most STUCK_AFTER_S. A rank missing by then is inside a collective call
+//    the failed rank left, and will never return from it: the failed rank removes the temp file, reports the save's
+//    error and aborts the job (abort_job). It must not throw instead: unwinding would close the file, which is itself
+//    a collective call the stuck ranks cannot join.
+//  - After an agreed failure every rank is outside HDF5; the file is emptied, then closed under the same bounded
+//    agreement, so that a close failing on one rank while the others stay in its collective metadata flush also ends
+//    the job.
+// A rank without an error waits for the others without bound: a slow disk is not a failure.
+// Throws the agreed error on every rank.
 void write_file(const World& world, const std::string& path, const CheckpointMeta& meta, const ParamTable& table,
                 const WriteSource& src) {
   const bool parallel = world.size > 1;
   H5Handle file, dxpl;
-  std::optional<Error> failed = agreed(world, [&] {
+  std::optional<Error> failed;
+  const auto stuck = [&](const Error& local) {
+    (void)::unlink(path.c_str());
+    abort_job(world, failed ? *failed : local);
+  };
+  const auto agreed_step = [&](std::function<void()> fn) {
+    return agree_on_error_within(world, attempt(save_step(std::move(fn)), HINT_WRITE), STUCK_AFTER_S, stuck);
+  };
+  failed = agreed_step([&] {
     H5Handle fapl = checkpoint_fapl(true);
     dxpl = EMBER_H5_OWN(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     if (parallel) {
       EMBER_H5_CHECK(H5Pset_fapl_mpio(fapl.get(), world.comm, MPI_INFO_NULL));
       // Metadata leaves in a few collective writes instead of many small ones from each rank.
       EMBER_H5_CHECK(H5Pset_coll_metadata_write(fapl.get(), true));
-      // Parallel HDF5 1.10 writes filtered (Fletcher32) chunked datasets only with collective transfers.
+      // Parallel HDF5 1.10 writes filtered (Fletcher32) chunked datasets only with collective transfers; their data
+      // still leaves each rank in independent writes, so that a failing disk fails the write on its own rank only.
       EMBER_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
+      EMBER_H5_CHECK(H5Pset_dxpl_mpio_collective_opt(dxpl.get(), H5FD_MPIO_INDIVIDUAL_IO));
     }
     file = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     if (file.get() < 0) fail_io(path, "cannot create the file", HINT_WRITE);
   });
-  if (failed) {
-    (void)file.close();  // only where the collective create succeeded, which MPI-IO makes all or none
-    throw *failed;
-  }
-  for (const std::function<void()>& step : content_steps(file.get(), meta, table, src, dxpl.get(), parallel, path))
-    if ((failed = agreed(world, step))) break;
   if (!failed)
-    failed = agreed(world, [&] {
+    for (const std::function<void()>& step : content_steps(file.get(), meta, table, src, dxpl.get(), parallel, path))
+      if ((failed = agreed_step(step))) break;
+  if (!failed)
+    failed = agreed_step([&] {
       const std::string fault = injected_fault(world.rank, "flush");
       if (!fault.empty()) throw Error("checkpoint " + path + ": cannot flush the file: " + fault, HINT_WRITE);
       if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) fail_io(path, "cannot flush the file", HINT_WRITE);
@@ -250,13 +277,18 @@ void write_file(const World& world, const std::string& path, const CheckpointMet
   if (failed) {
     // The file is going away. Emptying it first gives a full disk back the blocks written so far, so that the
     // metadata flush inside the close below succeeds: HDF5 1.10 cannot release a file whose close failed and then
-    // crashes at exit on it.
-    if (world.rank == 0) (void)::truncate(path.c_str(), 0);
+    // crashes at exit on it. The barrier orders the truncation before every rank's close.
+    const bool open = file.get() >= 0;
+    if (world.rank == 0 && open) (void)::truncate(path.c_str(), 0);
     barrier(world);
-    (void)file.close();
+    std::optional<Error> local = attempt([&] { (void)file.close(); }, HINT_WRITE);
+    // A rank without the file (its create failed) holds the save's error too: were the create to have succeeded
+    // elsewhere, the close there would wait for this rank forever.
+    if (!open) local = failed;
+    (void)agree_on_error_within(world, local, STUCK_AFTER_S, stuck);
     throw *failed;
   }
-  failed = agreed(world, [&] {
+  failed = agreed_step([&] {
     const std::string fault = injected_fault(world.rank, "close");
     if (!fault.empty()) throw Error("checkpoint " + path + ": cannot close the file: " + fault, HINT_WRITE);
     if (file.close() < 0) fail_io(path, "cannot close the file", HINT_WRITE);
@@ -310,13 +342,17 @@ std::string save_checkpoint(const std::string& folder, const CheckpointMeta& met
   full.version = EMBER_VERSION;
 
   std::optional<TempFile> guard;  // on rank 0: removes the temp file unless the save completes
-  phase(world, true, [&] {
-    make_folder(dir);
+  phase(world, true, [&] { make_folder(dir); });
+  // Every rank checks the room before any rank writes (its own `ulimit -f`, and the disk as it sees it), with a margin
+  // of a tenth over the estimate for whatever else writes to the same disk meanwhile: a full disk stops the save here,
+  // with one clear message, instead of inside a collective write.
+  phase(world, false, [&] {
     std::vector<uint64_t> flat_lens;
     for (const std::vector<uint64_t>& lens : src.array_lens)
       flat_lens.insert(flat_lens.end(), lens.begin(), lens.end());
-    check_room(dir, final_path, estimated_file_bytes(table, src.sets.size(), flat_lens, meta.config_ini.size()));
-    guard.emplace(tmp_path);
+    const uint64_t need = estimated_file_bytes(table, src.sets.size(), flat_lens, meta.config_ini.size());
+    check_room(dir, final_path, need + need / 10);
+    if (world.rank == 0) guard.emplace(tmp_path);
   });
   write_file(world, tmp_path, full, table, src);
   // Only now, with the new file complete and durable, does `latest` move and do old checkpoints go.

@@ -3,7 +3,11 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <exception>
 
 #include "dist/mpi_check.h"
@@ -67,6 +71,42 @@ std::optional<Error> agree_on_error(const World& world, std::optional<Error> loc
   const std::string what = broadcast_string(world, owner ? std::string(local->what()) : std::string(), first);
   const std::string hint = broadcast_string(world, owner ? local->hint() : std::string(), first);
   return Error(what, hint);
+}
+
+std::optional<Error> agree_on_error_within(const World& world, std::optional<Error> local, double bound_s,
+                                           const std::function<void(const Error&)>& on_stuck) {
+  if (world.size == 1) return local;
+  int mine = local ? world.rank : INT_MAX, first = INT_MAX;
+  MPI_Request req = MPI_REQUEST_NULL;
+  EMBER_MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.comm, &req));
+  if (!local) {
+    EMBER_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+  } else {
+    // Polled every millisecond: the test is cheap, and the bound is seconds.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s);
+    for (int done = 0;;) {
+      EMBER_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+      if (done) break;
+      if (std::chrono::steady_clock::now() > deadline) on_stuck(*local);
+      ::usleep(1000);
+    }
+  }
+  if (first == INT_MAX) return std::nullopt;
+  // Every rank is past the reduction, hence outside the other library's collective calls: plain broadcasts are safe.
+  const bool owner = world.rank == first;
+  const std::string what = broadcast_string(world, owner ? std::string(local->what()) : std::string(), first);
+  const std::string hint = broadcast_string(world, owner ? local->hint() : std::string(), first);
+  return Error(what, hint);
+}
+
+void abort_job(const World& world, const Error& e) {
+  // The format of main()'s report of every other error, so that scripts find the same two lines.
+  std::fprintf(stderr, "%serror: %s\nhint: %s\n",
+               world.size > 1 ? ("[rank " + std::to_string(world.rank) + "] ").c_str() : "", e.what(),
+               e.hint().c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  ::_exit(1);  // MPI_Abort does not return; should it, this rank still must not unwind into the stuck call
 }
 
 std::optional<Error> attempt(const std::function<void()>& fn, const std::string& hint) {

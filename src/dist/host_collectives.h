@@ -35,6 +35,18 @@ bool any_rank(const World& world, bool flag);
 // make. Collective over world.comm.
 std::optional<Error> agree_on_error(const World& world, std::optional<Error> local);
 
+// agree_on_error for a step made of collective calls of another library (parallel HDF5) that a failing rank may
+// have left early, stranding the others inside it. A rank without an error waits as long as the others take; a rank
+// holding an error waits at most `bound_s` seconds, then takes it that some rank is stuck in a collective call it
+// will never leave, and calls `on_stuck` with its error, which must end the job (abort_job). Collective over
+// world.comm.
+std::optional<Error> agree_on_error_within(const World& world, std::optional<Error> local, double bound_s,
+                                           const std::function<void(const Error&)>& on_stuck);
+
+// Prints `e` as main() does ("[rank r] error: ..." and "hint: ...") and ends every rank of the job at once
+// (MPI_Abort with exit code 1): for a rank that cannot unwind, because other ranks are stuck in a collective call.
+[[noreturn]] void abort_job(const World& world, const Error& e);
+
 // Runs `fn` (on every rank, or on rank 0 only) and throws the agreed error on every rank. Any exception other than
 // ember::Error is turned into one with `hint`. Collective over world.comm.
 void run_agreed(const World& world, bool root_only, const std::function<void()>& fn, const std::string& hint);

@@ -85,11 +85,13 @@ int cmd_inspect(int argc, char** argv) {
   for (const CheckpointDatasetReport& r : reports) width = std::max(width, r.path.size());
   printf("datasets    (%zu, each read in full: Fletcher32 checksums verified)\n", reports.size());
   std::vector<std::string> bad;
-  bool has_moments = false;
+  bool has_moments = false, non_finite = false;
   for (const CheckpointDatasetReport& r : reports) {
     std::string status = r.ok                                           ? "ok"
                          : r.problem == "corrupted (checksum mismatch)" ? "CORRUPT (checksum mismatch)"
+                         : r.problem.rfind("holds", 0) == 0             ? "NON-FINITE (" + r.problem + ")"
                                                                         : "UNREADABLE (" + r.problem + ")";
+    non_finite = non_finite || r.problem.rfind("holds", 0) == 0;
     const auto it = expected.find(r.path);
     if (it != expected.end()) {
       if (r.shape != it->second) status = "WRONG SHAPE (the model needs " + shape_str(it->second) + ")";
@@ -115,11 +117,14 @@ int cmd_inspect(int argc, char** argv) {
     printf("  (no optimizer state: a weights-only checkpoint)\n");
   printf("config:\n%s", meta.config_ini.c_str());
   if (!meta.config_ini.empty() && meta.config_ini.back() != '\n') printf("\n");
+  // Non-zero exit for NaN or inf too: such a file fails resume, eval and generate as a damaged one does.
   if (!bad.empty())
     throw Error("checkpoint " + checkpoint + ": " + std::to_string(bad.size()) +
-                    " dataset(s) damaged or missing (first: " + bad.front() + ")",
-                "the file was damaged after it was written (disk, copy, transfer); resume from an earlier checkpoint "
-                "(--resume <folder>/step_XXXXXXXX.h5)");
+                    " dataset(s) damaged, missing or holding NaN/inf (first: " + bad.front() + ")",
+                non_finite ? "NaN or inf: the run that wrote it had diverged (or the file was modified); resume from "
+                             "an earlier checkpoint (--resume <folder>/step_XXXXXXXX.h5) with a lower optimizer.lr"
+                           : "the file was damaged after it was written (disk, copy, transfer); resume from an earlier "
+                             "checkpoint (--resume <folder>/step_XXXXXXXX.h5)");
   return EXIT_CODE_OK;
 }
 

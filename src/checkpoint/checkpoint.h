@@ -100,13 +100,16 @@ std::string checkpoint_path(const std::string& folder, int64_t step);
 std::string save_checkpoint(const std::string& folder, const CheckpointMeta& meta, const ParamTable& table,
                             const CheckpointContents& contents, int keep_latest_k, const World& world);
 
-// Reads and validates format name, version and metadata (throws ember::Error naming the file, with a hint).
+// Reads and validates format name, version and metadata: every attribute in its domain and consistent with the
+// others and with the tensors it sizes (docs/checkpoint-format.md, "Checks on read"). Throws ember::Error naming the
+// file and the attribute with its value and what it should be, with a hint.
 CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 // Reads each set's arena range [begin, end) out of the full datasets, after checking that every dataset of `table`
 // under each set's prefix exists with its exact shape (mismatch: an error naming the dataset, both shapes and a
 // hint; a set the file lacks is a "missing dataset" error); the Fletcher32 filter turns corruption into an error
-// too. A set with null data is skipped. Because ranges are read out of the full datasets, a checkpoint written by N
+// too, and so does a NaN or inf among the values read (naming the dataset and the count). A set with null data is
+// skipped. Because ranges are read out of the full datasets, a checkpoint written by N
 // ranks loads at any other world size (resharding). Fills `meta` as read_checkpoint_meta does.
 void load_checkpoint(const std::string& path, const ParamTable& table, const std::vector<TensorSet>& sets,
                      CheckpointMeta& meta);
@@ -129,8 +132,9 @@ struct CheckpointDatasetReport {
   std::string path;             // e.g. /model/transformer/wte/weight
   std::vector<uint64_t> shape;  // empty for a scalar
   std::string dtype;            // float32, string, ...
-  bool ok = false;              // read in full without error (Fletcher32 verified every chunk)
-  std::string problem;          // when !ok: "corrupted (checksum mismatch)" or HDF5's reason
+  bool ok = false;              // read in full without error (Fletcher32 verified every chunk), no NaN or inf
+  std::string problem;          // when !ok: "corrupted (checksum mismatch)", "holds N non-finite value(s) (NaN or
+                                // inf)" or HDF5's reason
 };
 
 // Reads every dataset of the checkpoint at `path` in full and reports each, in natural path order (h/2 before h/10);

@@ -3,6 +3,7 @@
 #include "checkpoint/h5.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -291,7 +292,13 @@ std::vector<std::string> list_datasets(hid_t obj, const H5Context& ctx) {
   return out;
 }
 
-bool read_dataset_fully(hid_t dset, H5Failure& why) {
+uint64_t count_non_finite(const float* p, size_t n) {
+  uint64_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += !std::isfinite(p[i]);
+  return bad;
+}
+
+bool read_dataset_fully(hid_t dset, H5Failure& why, uint64_t* non_finite) {
   auto fail = [&why] {
     why = last_h5_failure();
     return false;
@@ -341,6 +348,14 @@ bool read_dataset_fully(hid_t dset, H5Failure& why) {
     H5Handle mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
     if (mspace.get() < 0) return fail();
     if (H5Dread(dset, mem.get(), mspace.get(), space.get(), H5P_DEFAULT, buf.data()) < 0) return fail();
+    if (non_finite && H5Tget_class(mem.get()) == H5T_FLOAT) {
+      if (elem == sizeof(float)) {
+        *non_finite += count_non_finite(reinterpret_cast<const float*>(buf.data()), size_t(n));
+      } else if (elem == sizeof(double)) {
+        const double* d = reinterpret_cast<const double*>(buf.data());
+        for (size_t i = 0; i < size_t(n); ++i) *non_finite += !std::isfinite(d[i]);
+      }
+    }
   }
   return true;
 }

@@ -155,8 +155,12 @@ std::vector<std::string> list_datasets(hid_t obj, const H5Context& ctx);
 
 // Reads every element of `dset` and discards it, in blocks of whole rows of at most ~4 MiB, so filters (Fletcher32)
 // verify every chunk with bounded memory. Returns false when a call fails, with `why` taken from the error stack at
-// that call (later calls, even closes, clear the stack).
-bool read_dataset_fully(hid_t dset, H5Failure& why);
+// that call (later calls, even closes, clear the stack). With `non_finite`, a floating-point dataset's NaN and
+// infinite elements are counted into it on the way (0 for other types).
+bool read_dataset_fully(hid_t dset, H5Failure& why, uint64_t* non_finite = nullptr);
+
+// Number of elements of p[0 .. n) that are NaN or infinite.
+uint64_t count_non_finite(const float* p, size_t n);
 
 // A short name for an HDF5 datatype as users of NumPy know it: "float32", "int64", "uint8", "string", or the
 // class ("compound", ...) for anything else.

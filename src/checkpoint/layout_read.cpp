@@ -10,6 +10,7 @@
 
 #include "checkpoint/folder.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/meta_check.h"
 #include "core/error.h"
 
 namespace ember::checkpoint_detail {
@@ -176,8 +177,9 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
   H5G_info_t info{};
   if (H5Gget_info(ranks.get(), &info) < 0) fail_io(file, "cannot list group /ranks", HINT_DAMAGED);
   if (m.world_size < 1 || hsize_t(m.world_size) > info.nlinks)
-    throw Error("checkpoint " + file + ": world_size is " + std::to_string(m.world_size) + " but /ranks holds " +
-                    std::to_string(info.nlinks) + " rank groups",
+    throw Error("checkpoint " + file + ": attribute /world_size is " + std::to_string(m.world_size) + ", expected 1.." +
+                    std::to_string(info.nlinks) + " (one group /ranks/<r> per rank of the run; /ranks holds " +
+                    std::to_string(info.nlinks) + ")",
                 HINT_DAMAGED);
   m.ranks.assign(size_t(m.world_size), CheckpointMeta::RankState{});
   for (size_t i = 0; i < m.ranks.size(); ++i) {
@@ -192,6 +194,7 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
     if (attr_exists(rank.get(), "seq", g + ":", ctx)) state.seq = read_attr_u64(rank.get(), "seq", g + ":", ctx);
     state.arrays = float_datasets_in(rank.get(), g, file);
   }
+  check_meta(file_id, m, file);
   return m;
 }
 
@@ -246,6 +249,11 @@ void read_tensor_range(hid_t dset, const std::vector<hsize_t>& dims, hsize_t lo,
     if (last_h5_failure().checksum) fail_corrupt(file, path);
     fail_io(file, "cannot read dataset " + path, HINT_DAMAGED);
   }
+  // Checked while the values are still in cache: a NaN weight would otherwise surface as a NaN loss much later.
+  if (const uint64_t bad = count_non_finite(dst, size_t(n)); bad > 0)
+    throw Error("checkpoint " + file + ": dataset " + path + " holds " + std::to_string(bad) +
+                    " non-finite value(s) (NaN or inf) among the " + std::to_string(n) + " read",
+                HINT_NON_FINITE);
 }
 
 std::vector<CheckpointDatasetReport> scan_datasets(hid_t file_id, const std::string& file) {
@@ -281,8 +289,13 @@ std::vector<CheckpointDatasetReport> scan_datasets(hid_t file_id, const std::str
     }
     r.shape.assign(dims.begin(), dims.end());
     H5Failure why;
-    r.ok = read_dataset_fully(dset.get(), why);
+    uint64_t non_finite = 0;
+    r.ok = read_dataset_fully(dset.get(), why, &non_finite);
     if (!r.ok) failed("cannot be read", why);
+    if (r.ok && non_finite > 0) {
+      r.ok = false;
+      r.problem = "holds " + std::to_string(non_finite) + " non-finite value(s) (NaN or inf)";
+    }
     out.push_back(std::move(r));
   }
   return out;

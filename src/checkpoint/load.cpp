@@ -11,6 +11,7 @@
 #include "checkpoint/folder.h"
 #include "checkpoint/h5.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/meta_check.h"
 #include "core/error.h"
 
 namespace ember {
@@ -108,11 +109,14 @@ void verify_checkpoint(const std::string& path) {
   const ParamTable table(m.model);
   for (const ParamInfo& p : table.params())
     (void)open_tensor_checked(file.get(), tensor_path("/model", p.name), to_dims(p.shape), m, path);
-  for (const CheckpointDatasetReport& r : scan_datasets(file.get(), path))
-    if (!r.ok)
-      throw Error("checkpoint " + path + ": dataset " + r.path + " " +
-                      (r.problem.rfind("corrupted", 0) == 0 ? "is " : "") + r.problem,
-                  r.problem.rfind("corrupted", 0) == 0 ? HINT_CORRUPT : HINT_DAMAGED);
+  for (const CheckpointDatasetReport& r : scan_datasets(file.get(), path)) {
+    if (r.ok) continue;
+    const bool corrupt = r.problem.rfind("corrupted", 0) == 0, non_finite = r.problem.rfind("holds", 0) == 0;
+    throw Error("checkpoint " + path + ": dataset " + r.path + " " + (corrupt ? "is " : "") + r.problem,
+                corrupt      ? HINT_CORRUPT
+                : non_finite ? HINT_NON_FINITE
+                             : HINT_DAMAGED);
+  }
 }
 
 }  // namespace ember

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -99,8 +100,28 @@ TrainResult run_center(AsyncJob& job) {
   std::vector<float> d(n), update(n);
   install_stop_signal_handlers();
 
+  // A checkpoint holds exactly the deltas folded in up to its step: messages taken while a barrier is pending (the
+  // workers go on training until they see it) wait in `queued`, and a version stops at the first message that
+  // reaches the next checkpoint, the target or the step limit, so the barrier is asked for at that very step.
+  std::deque<AsyncMessage> queued;
+  auto boundary = [&](uint64_t tokens) {
+    const uint64_t samples = tokens / uint64_t(job.T);
+    const int64_t s = job.step_of(samples);
+    return s >= next_ckpt || samples >= job.target_samples ||
+           (job.limits.stop_after > 0 && s - first_step >= job.limits.stop_after);
+  };
+
   for (;;) {
-    std::vector<AsyncMessage> msgs = center.take();
+    std::vector<AsyncMessage> taken = center.take();
+    const bool took = !taken.empty();
+    for (AsyncMessage& m : taken) queued.push_back(std::move(m));
+    std::vector<AsyncMessage> msgs;
+    for (uint64_t tokens = center.tokens_applied(); !center.barrier_pending() && !queued.empty();) {
+      tokens += queued.front().tokens;
+      msgs.push_back(std::move(queued.front()));
+      queued.pop_front();
+      if (boundary(tokens)) break;
+    }
     if (!msgs.empty()) {
       outer.begin_version();
       uint64_t msg_tokens = 0;
@@ -178,7 +199,7 @@ TrainResult run_center(AsyncJob& job) {
         break;
       }
     }
-    if (msgs.empty()) usleep(200);
+    if (!took) usleep(200);
   }
   result.step = job.step_of(center.tokens_applied() / uint64_t(job.T));
   const double t0 = now_seconds();

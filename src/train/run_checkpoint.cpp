@@ -8,13 +8,62 @@
 
 namespace ember {
 
+namespace {
+
+constexpr const char* HINT_COUNTERS =
+    "the file was modified after ember wrote it, or was not written by ember; resume from another checkpoint "
+    "(--resume <folder>/step_XXXXXXXX.h5) or start fresh";
+
+[[noreturn]] void fail_counter(const std::string& path, const std::string& attr, const std::string& value,
+                               const std::string& expected) {
+  throw_error("checkpoint " + path + ": attribute " + attr + " is " + value + ", expected " + expected, HINT_COUNTERS);
+}
+
+// The relations between a file's counters that every run keeps, whatever its mode, world size or history.
+void check_counters(const std::string& path, const CheckpointMeta& meta) {
+  // Every step trains at least one sample of at least one token, whatever the batch shape of each stretch of the
+  // run was; the counters of a run started from a file only grow from the file's.
+  if (meta.tokens_seen < meta.step)
+    fail_counter(path, "/tokens_seen", std::to_string(meta.tokens_seen),
+                 ">= /step = " + std::to_string(meta.step) + " (every step trains at least one token)");
+  // One global cursor, stored by every rank alike in both modes; a sample is at least one token.
+  const uint64_t cursor = meta.ranks.at(0).data_cursor;
+  if (cursor > uint64_t(meta.tokens_seen))
+    fail_counter(path, "/ranks/0:data_cursor", std::to_string(cursor),
+                 "<= /tokens_seen = " + std::to_string(meta.tokens_seen) + " (every sample is at least one token)");
+  for (size_t r = 1; r < meta.ranks.size(); ++r)
+    if (meta.ranks[r].data_cursor != cursor)
+      fail_counter(path, "/ranks/" + std::to_string(r) + ":data_cursor", std::to_string(meta.ranks[r].data_cursor),
+                   std::to_string(cursor) + ", the /ranks/0:data_cursor (every rank stores the run's one cursor)");
+  // Sync: one AdamW step per step (a sync run only resumes sync files). Async: the center's step count is its
+  // version.
+  if (meta.mode == TrainingMode::sync && meta.optimizer_step != meta.step)
+    fail_counter(path, "/optimizer:step", std::to_string(meta.optimizer_step),
+                 std::to_string(meta.step) + ", the /step (a sync run takes one AdamW step per step)");
+  if (meta.mode == TrainingMode::async && uint64_t(meta.optimizer_step) != meta.async_version)
+    fail_counter(path, "/optimizer:step", std::to_string(meta.optimizer_step),
+                 std::to_string(meta.async_version) + ", the /async_version (the center's version count)");
+}
+
+}  // namespace
+
 std::string choose_resume(const World& world, const RunConfig& config) {
   std::string resume;
   if (world.rank == 0) resume = resolve_resume(config.checkpoint_folder(), config.checkpoint.resume);
-  return broadcast_string(world, resume, 0);
+  resume = broadcast_string(world, resume, 0);
+  // The mode before any data is read, so that a sync run refuses an async file by saying so.
+  if (!resume.empty() && config.training.mode == TrainingMode::sync &&
+      read_checkpoint_meta(resume).mode == TrainingMode::async)
+    throw_error("checkpoint " + resume +
+                    " was written in async mode (/mode = \"async\") and this run has training.mode = sync: a sync "
+                    "run cannot resume it (its AdamW moments are each async worker's own, under /ranks/<r>)",
+                "resume it with training.mode = async (any number of workers), start the sync run fresh, or use "
+                "its weights with ember eval / ember generate");
+  return resume;
 }
 
 void check_resumable(const std::string& path, const CheckpointMeta& meta, const RunConfig& config) {
+  check_counters(path, meta);
   if (!(meta.model == config.model))
     throw_error("checkpoint " + path + ": model config differs from the run's [model] section",
                 "use the [model] settings the checkpoint was written with (see `ember inspect`) or start fresh");

@@ -14,10 +14,13 @@
 namespace ember {
 
 // The checkpoint every rank of `world` resumes from ("" for a fresh start): rank 0 resolves checkpoint.resume in the
-// checkpoint folder (resolve_resume: falling back past damaged files) and broadcasts its choice. Collective.
+// checkpoint folder (resolve_resume: falling back past damaged files) and broadcasts its choice. Collective. A sync
+// run given an async checkpoint fails here, naming the mismatch (an async run may start from a sync checkpoint).
 std::string choose_resume(const World& world, const RunConfig& config);
 
-// Throws ember::Error naming the checkpoint unless it can continue this run: the same [model] and a step before
+// Throws ember::Error naming the checkpoint unless it can continue this run: counters that agree with each other
+// as every run keeps them (tokens_seen >= step, one data_cursor on every rank and <= tokens_seen, the AdamW step
+// count equal to the step in sync mode and to async_version in async mode), the same [model] and a step before
 // training.steps.
 void check_resumable(const std::string& path, const CheckpointMeta& meta, const RunConfig& config);
 

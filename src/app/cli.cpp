@@ -10,24 +10,21 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/world.h"
+#include "train/memory_estimate.h"
 
 namespace po = boost::program_options;
 
 namespace ember {
 
-bool parse_command(int argc, char** argv, const po::options_description& desc, const char* usage,
-                   po::variables_map& vm) {
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
-    if (vm.count("help")) {
-      std::cout << usage << "\n\n" << desc << "\n";
-      return false;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw_error(std::string("ember ") + argv[0] + ": " + e.what(),
-                std::string("see `ember ") + argv[0] + " --help` for the options");
+bool parse_command(int argc, char** argv, const po::options_description& desc, const char* usage, po::variables_map& vm,
+                   const NumericOptions* numbers, const po::positional_options_description* positional) {
+  const std::string command = std::string("ember ") + argv[0];
+  vm = parse_command_line(argc, argv, desc, command, positional);
+  if (vm.count("help")) {
+    std::cout << usage << "\n\n" << desc << "\n";
+    return false;
   }
+  if (numbers) numbers->parse(command + ": ", "see `" + command + " --help` for each option's range");
   return true;
 }
 
@@ -49,14 +46,25 @@ std::unique_ptr<Backend> backend_for_device(DeviceRequest device) {
   return make_backend(select_device(world, device, "--device"));
 }
 
-LoadedModel load_model(const std::string& checkpoint, Backend& backend, int max_B, int max_T) {
-  LoadedModel out;
-  out.meta = read_checkpoint_meta(checkpoint);
-  const int T = max_T > 0 ? max_T : out.meta.model.block_size;
-  if (T > out.meta.model.block_size)
-    throw_error("sequence length " + std::to_string(T) + " exceeds the checkpoint's block_size " +
-                    std::to_string(out.meta.model.block_size),
+int model_seq_len(const CheckpointMeta& meta, int requested) {
+  const int T = requested > 0 ? requested : meta.model.block_size;
+  if (T > meta.model.block_size)
+    throw_error("--seq-len " + std::to_string(T) + " exceeds the checkpoint's block_size " +
+                    std::to_string(meta.model.block_size),
                 "use a sequence length of at most block_size");
+  return T;
+}
+
+LoadedModel load_model(const std::string& checkpoint, const CheckpointMeta& meta, Backend& backend, int max_B,
+                       int max_T, size_t extra_bytes) {
+  LoadedModel out;
+  out.meta = meta;
+  const int T = model_seq_len(meta, max_T);
+  // The host copy of the weights below is as large as the model's fp32 parameters.
+  const size_t host_params = ParamTable(meta.model).total_numel() * sizeof(float);
+  require_memory("the model",
+                 estimate_inference_memory(meta.model, max_B, T, backend.matmul_precision(), extra_bytes + host_params),
+                 backend, 1, "lower --batch-size or --seq-len, or use a machine with more memory");
   out.model = std::make_unique<GPT>(out.meta.model, backend, max_B, T, /*with_grads=*/false);
   std::vector<float> params(out.model->table().total_numel());
   load_checkpoint(checkpoint, out.model->table(), {TensorSet{SET_MODEL, params.data()}}, out.meta);

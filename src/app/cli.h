@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "app/options.h"
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
 #include "dist/device_select.h"
@@ -14,10 +15,12 @@
 
 namespace ember {
 
-// Parses argv (argv[0] is the subcommand) against desc; unknown options, missing values and bad types throw
-// ember::Error naming the option. Returns false (after printing usage) when --help was given.
+// Parses argv (argv[0] is the subcommand) against desc: unknown options, stray arguments (beyond `positional`) and
+// repeated options throw UsageError, bad values ember::Error, each naming the option; then parses `numbers` (strictly,
+// each against its domain). Returns false (after printing usage) when --help was given.
 bool parse_command(int argc, char** argv, const boost::program_options::options_description& desc, const char* usage,
-                   boost::program_options::variables_map& vm);
+                   boost::program_options::variables_map& vm, const NumericOptions* numbers = nullptr,
+                   const boost::program_options::positional_options_description* positional = nullptr);
 
 // Throws ember::Error naming the option when it was not given.
 void require_option(const boost::program_options::variables_map& vm, const char* name, const char* hint);
@@ -34,9 +37,15 @@ DeviceRequest parse_device_option(const std::string& value);
 // its log line and errors. From here on info lines go to stderr: stdout is the command's product.
 std::unique_ptr<Backend> backend_for_device(DeviceRequest device);
 
-// Builds a GPT (no gradients) sized (max_B, max_T) from a checkpoint's model attributes and loads its weights.
-// max_T = 0 means the model's block_size.
-LoadedModel load_model(const std::string& checkpoint, Backend& backend, int max_B, int max_T);
+// The sequence length of eval and generate: `requested`, or the model's block_size where it is 0; more than
+// block_size throws ember::Error naming --seq-len.
+int model_seq_len(const CheckpointMeta& meta, int requested);
+
+// Builds a GPT (no gradients) sized (max_B, max_T) from a checkpoint's model attributes (`meta`, read with
+// read_checkpoint_meta) and loads its weights. max_T = 0 means the model's block_size. First checks that the model,
+// its activations and `extra_bytes` of the caller's buffers fit in the memory available (ember::Error if not).
+LoadedModel load_model(const std::string& checkpoint, const CheckpointMeta& meta, Backend& backend, int max_B,
+                       int max_T, size_t extra_bytes = 0);
 
 // The value of "section.key" in a stored INI config, or `fallback` when absent.
 std::string ini_value(const std::string& ini_text, const std::string& key, const std::string& fallback);

@@ -18,30 +18,33 @@ namespace ember {
 
 int cmd_eval(int argc, char** argv) {
   std::string checkpoint, data, split, device;
-  int batch_size = 0, seq_len = 0, max_batches = 0;
+  int batch_size = 8, seq_len = 0, max_batches = 0;
   po::options_description desc("ember eval options");
+  NumericOptions numbers;
   desc.add_options()("help,h", "print this help")("checkpoint", po::value(&checkpoint), "checkpoint file (.h5)")(
       "data", po::value(&data), "directory of shards (from `ember prep`)")(
-      "split", po::value(&split)->default_value("val"), "shard prefix: val or train")(
-      "batch-size", po::value(&batch_size)->default_value(8), "sequences per batch")(
-      "seq-len", po::value(&seq_len)->default_value(0), "sequence length (0: the model's block_size)")(
-      "max-batches", po::value(&max_batches)->default_value(0), "evaluate at most N batches (0: all full batches)")(
-      "json", "print one JSON object instead of text")("device", po::value(&device)->default_value("cpu"),
-                                                       "cpu, cuda or auto (cuda when a GPU is visible)");
+      "split", po::value(&split)->default_value("val"), "shard prefix: val or train");
+  numbers.add(desc, "batch-size", &batch_size, {1, 65536}, "sequences per batch");
+  numbers.add(desc, "seq-len", &seq_len, {0, 1 << 20}, "sequence length (0: the model's block_size)");
+  numbers.add(desc, "max-batches", &max_batches, {0, 1000000000}, "evaluate at most N batches (0: all full batches)");
+  desc.add_options()("json", "print one JSON object instead of text")(
+      "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)");
   po::variables_map vm;
-  if (!parse_command(argc, argv, desc, "usage: ember eval --checkpoint F --data DIR [--json]", vm)) return EXIT_CODE_OK;
+  if (!parse_command(argc, argv, desc, "usage: ember eval --checkpoint F --data DIR [--json]", vm, &numbers))
+    return EXIT_CODE_OK;
   require_option(vm, "checkpoint",
                  "give the checkpoint to evaluate, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
   require_option(vm, "data", "give a directory made by `ember prep`, e.g. --data data/demo");
-  if (batch_size < 1 || seq_len < 0 || max_batches < 0)
-    throw_error("--batch-size must be >= 1, --seq-len and --max-batches >= 0", "fix the option values");
+  if (split != "val" && split != "train")
+    throw_error("ember eval: --split " + split + " must be val or train", "give --split val or --split train");
 
-  auto backend = backend_for_device(parse_device_option(device));
-  LoadedModel loaded = load_model(checkpoint, *backend, batch_size, seq_len);
-  const ModelConfig& mc = loaded.meta.model;
-  const int T = seq_len > 0 ? seq_len : mc.block_size;
+  // The cheap checks first (the checkpoint's metadata, the data), the model's allocation last.
+  const DeviceRequest request = parse_device_option(device);
+  const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
+  const ModelConfig& mc = meta.model;
+  const int T = model_seq_len(meta, seq_len);
   auto tokenizer =
-      make_tokenizer(ini_value(loaded.meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
+      make_tokenizer(ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
   DataLoader loader(data, split, T, mc.vocab_size, 0, /*shuffle=*/false);
   uint64_t batches = loader.num_samples() / uint64_t(batch_size);
   if (batches == 0)
@@ -50,6 +53,10 @@ int cmd_eval(int argc, char** argv) {
                     std::to_string(batch_size),
                 "lower --batch-size or --seq-len, or prepare more data");
   if (max_batches > 0) batches = std::min<uint64_t>(batches, uint64_t(max_batches));
+
+  auto backend = backend_for_device(request);
+  const size_t host_batch = size_t(batch_size) * size_t(T) * 2 * sizeof(int32_t);  // inputs and targets below
+  LoadedModel loaded = load_model(checkpoint, meta, *backend, batch_size, T, host_batch);
 
   std::vector<int32_t> inputs(size_t(batch_size) * T), targets(inputs.size());
   double loss_sum = 0.0;

@@ -2,6 +2,7 @@
 // Each new token runs the model over the last block_size tokens (no KV cache: fine for the small models here).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -16,36 +17,54 @@
 namespace po = boost::program_options;
 
 namespace ember {
+namespace {
+
+constexpr int kMaxNewTokens = 1 << 20;
+constexpr size_t kMaxPromptBytes = 1 << 20;  // only the last block_size tokens of it reach the model anyway
+
+}  // namespace
 
 int cmd_generate(int argc, char** argv) {
   std::string checkpoint, prompt, device;
-  int max_new_tokens = 0, top_k = 0;
+  int max_new_tokens = 200, top_k = 0;
   float temperature = 1.0f;
-  uint64_t seed = 0;
+  uint64_t seed = 1337;
   po::options_description desc("ember generate options");
+  NumericOptions numbers;
   desc.add_options()("help,h", "print this help")("checkpoint", po::value(&checkpoint), "checkpoint file (.h5)")(
-      "prompt", po::value(&prompt)->default_value(""), "text to continue")(
-      "max-new-tokens", po::value(&max_new_tokens)->default_value(200), "tokens to generate")(
-      "temperature", po::value(&temperature)->default_value(1.0f), "softmax temperature (0: greedy)")(
-      "top-k", po::value(&top_k)->default_value(0), "sample among the k most likely tokens (0: all)")(
-      "seed", po::value(&seed)->default_value(1337), "sampling seed")(
-      "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)");
+      "prompt", po::value(&prompt)->default_value(""), "text to continue (quote it: one argument)");
+  // 2^20 tokens: each runs the model over a whole block, so even that many take hours on the models here.
+  numbers.add(desc, "max-new-tokens", &max_new_tokens, {0, kMaxNewTokens}, "tokens to generate");
+  numbers.add(desc, "temperature", &temperature, {0.0f, 100.0f}, "softmax temperature (0: greedy)");
+  numbers.add(desc, "top-k", &top_k, {0, 65536}, "sample among the k most likely tokens (0: all)");
+  numbers.add(desc, "seed", &seed, {0, UINT64_MAX}, "sampling seed");
+  desc.add_options()("device", po::value(&device)->default_value("cpu"),
+                     "cpu, cuda or auto (cuda when a GPU is visible)");
   po::variables_map vm;
-  if (!parse_command(argc, argv, desc, "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]", vm))
+  if (!parse_command(argc, argv, desc, "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]", vm,
+                     &numbers))
     return EXIT_CODE_OK;
   require_option(vm, "checkpoint", "give a checkpoint, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
-  if (max_new_tokens < 0 || temperature < 0.0f || top_k < 0)
-    throw_error("--max-new-tokens, --temperature and --top-k must be >= 0", "fix the option values");
+  if (prompt.size() > kMaxPromptBytes)
+    throw_error("ember generate: --prompt of " + std::to_string(prompt.size()) + " bytes is longer than " +
+                    std::to_string(kMaxPromptBytes),
+                "give a shorter prompt: only the last block_size tokens reach the model");
 
-  auto backend = backend_for_device(parse_device_option(device));
-  LoadedModel loaded = load_model(checkpoint, *backend, 1, 0);
-  const ModelConfig& mc = loaded.meta.model;
+  const DeviceRequest request = parse_device_option(device);
+  const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
+  const ModelConfig& mc = meta.model;
   auto tokenizer =
-      make_tokenizer(ini_value(loaded.meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
+      make_tokenizer(ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
   if (tokenizer->vocab_size() > mc.vocab_size)
     throw_error("checkpoint " + checkpoint + ": vocab_size " + std::to_string(mc.vocab_size) + " is smaller than the " +
                     tokenizer->name() + " tokenizer's " + std::to_string(tokenizer->vocab_size()),
                 "use a checkpoint trained with this tokenizer");
+  auto backend = backend_for_device(request);
+  // The buffers the loop grows: every token twice (context and output, 4 bytes each) and the decoded text (a
+  // tokenizer's token is at most 16 bytes of text here), the prompt's tokens, and the logits and sort order.
+  const size_t buffers = (size_t(max_new_tokens) + prompt.size()) * (2 * sizeof(int32_t) + 16) +
+                         size_t(mc.vocab_size) * (2 * sizeof(float) + sizeof(int));
+  LoadedModel loaded = load_model(checkpoint, meta, *backend, 1, 0, buffers);
   std::vector<int32_t> tokens = tokenizer->encode(prompt);
   if (tokens.empty()) tokens.push_back(int32_t('\n'));  // an empty prompt starts from a newline
   const int V = mc.vocab_size, tok_V = tokenizer->vocab_size();

@@ -45,16 +45,7 @@ int cmd_inspect(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw_error(std::string("ember inspect: ") + e.what(), "usage: ember inspect CHECKPOINT");
-  }
-  if (vm.count("help")) {
-    printf("usage: ember inspect CHECKPOINT\n");
-    return EXIT_CODE_OK;
-  }
+  if (!parse_command(argc, argv, desc, "usage: ember inspect CHECKPOINT", vm, nullptr, &pos)) return EXIT_CODE_OK;
   require_option(vm, "checkpoint", "usage: ember inspect CHECKPOINT");
   const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
   const ModelConfig& m = meta.model;

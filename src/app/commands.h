@@ -12,7 +12,7 @@ int cmd_inspect(int argc, char** argv);
 // Exit codes shared by every subcommand (documented in the README).
 constexpr int EXIT_CODE_OK = 0;
 constexpr int EXIT_CODE_ERROR = 1;  // bad input or a failed check; the message says which
-constexpr int EXIT_CODE_USAGE = 2;  // unknown subcommand or option
+constexpr int EXIT_CODE_USAGE = 2;  // a command line the command does not accept (app/options.h, UsageError)
 // Training stopped early on SIGUSR1/SIGTERM or --max-runtime after writing a checkpoint: requeue to continue.
 constexpr int EXIT_CODE_REQUEUE = 3;
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "app/options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/world.h"
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   } catch (const ember::Error& e) {
     fprintf(stderr, "%serror: %s\nhint: %s\n", size > 1 ? ("[rank " + std::to_string(rank) + "] ").c_str() : "",
             e.what(), e.hint().c_str());
-    code = ember::EXIT_CODE_ERROR;
+    code = dynamic_cast<const ember::UsageError*>(&e) ? ember::EXIT_CODE_USAGE : ember::EXIT_CODE_ERROR;
   } catch (const std::exception& e) {
     fprintf(stderr, "error: %s\nhint: this is unexpected; please report it with the command line\n", e.what());
     code = ember::EXIT_CODE_ERROR;

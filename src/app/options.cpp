@@ -5,6 +5,8 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,8 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
+#include <type_traits>
 
 #include "core/enum_names.h"
 #include "core/error.h"
@@ -27,6 +31,11 @@ std::string format_value(uint64_t v) { return std::to_string(v); }
 std::string format_value(float v) {
   char buf[32];
   snprintf(buf, sizeof(buf), "%.9g", v);  // 9 significant digits round-trip any float
+  return buf;
+}
+std::string format_value(double v) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.15g", v);
   return buf;
 }
 std::string format_value(const std::string& v) { return v; }
@@ -118,14 +127,178 @@ void validate(boost::any& out, const std::vector<std::string>& values, E*, int) 
 
 namespace {
 
-// One bound key: how to declare it to Boost, render it, and check its range.
+// Strict parsers: true when all of `text` (less surrounding blanks and one leading '+') is one value of the type.
+// std::from_chars takes no sign for unsigned types, so "-1" is refused rather than wrapped to 2^64 - 1.
+template <class T>
+bool parse_number(const std::string& text, T* out) {
+  size_t a = text.find_first_not_of(" \t"), b = text.find_last_not_of(" \t");
+  if (a == std::string::npos) return false;
+  if (text[a] == '+' && a < b && text[a + 1] != '-') ++a;
+  T v{};
+  const char* first = text.data() + a;
+  const char* last = text.data() + b + 1;
+  const auto [end, ec] = std::from_chars(first, last, v);
+  if (ec != std::errc() || end != last) return false;
+  *out = v;
+  return true;
+}
+
+template <class T>
+bool in_domain(T v, const Domain<T>& d) {
+  if constexpr (std::is_floating_point_v<T>)
+    if (!std::isfinite(v)) return false;
+  return (d.lo_open ? v > d.lo : v >= d.lo) && (d.hi_open ? v < d.hi : v <= d.hi);
+}
+
+template <class T>
+std::string describe(const Domain<T>& d) {
+  const char* what = std::is_floating_point_v<T> ? "must be a finite number in " : "must be an integer in ";
+  return what + std::string(d.lo_open ? "(" : "[") + format_value(d.lo) + ", " + format_value(d.hi) +
+         (d.hi_open ? ")" : "]");
+}
+
+// Parses `text` into *field and checks it against the domain; "" when valid, else what the value must be.
+template <class T>
+std::string parse_in_domain(const std::string& text, T* field, const Domain<T>& domain) {
+  if (!parse_number(text, field) || !in_domain(*field, domain)) return describe(domain);
+  return "";
+}
+
+}  // namespace
+
+std::string describe_domain(const Domain<int>& d) { return describe(d); }
+std::string describe_domain(const Domain<uint64_t>& d) { return describe(d); }
+std::string describe_domain(const Domain<float>& d) { return describe(d); }
+std::string describe_domain(const Domain<double>& d) { return describe(d); }
+
+int max_training_threads() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return 4 * int(hw > 0 ? std::min(hw, 1u << 16) : 256u);  // 256: a guess where the count is unknown
+}
+
+namespace {
+
+[[noreturn]] void throw_option_error(const po::error& e, const std::string& where, const std::string& hint,
+                                     bool command_line = true) {
+  // What is not an option of the command, or not where the command takes it, is a usage error (exit code 2); a
+  // config file's unknown key is bad input, as any other bad line of the file.
+  const bool usage =
+      command_line && (dynamic_cast<const po::unknown_option*>(&e) || dynamic_cast<const po::ambiguous_option*>(&e) ||
+                       dynamic_cast<const po::multiple_occurrences*>(&e) ||
+                       dynamic_cast<const po::too_many_positional_options_error*>(&e) ||
+                       dynamic_cast<const po::invalid_command_line_syntax*>(&e));
+  if (usage) throw UsageError(where + ": " + e.what(), hint);
+  throw_error(where + ": " + e.what(), hint);
+}
+
+// Runs Boost's parser over argv; an argument that is no option and no declared positional is a usage error (Boost
+// would drop it: `--prompt hello world` would continue "hello").
+po::parsed_options parse_argv(int argc, char** argv, const po::options_description& desc, const std::string& command,
+                              const po::positional_options_description* positional) {
+  const std::string hint = "see `" + command + " --help` for the options; quote a value with spaces";
+  try {
+    po::command_line_parser parser(argc, argv);
+    // Options are spelled in full: Boost would otherwise take a prefix ("--temp") for the one option it starts.
+    parser.options(desc).style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing);
+    if (positional) parser.positional(*positional);
+    po::parsed_options parsed = parser.run();
+    for (const po::option& o : parsed.options)
+      if (o.string_key.empty())
+        throw UsageError(command + ": unexpected argument '" + (o.original_tokens.empty() ? "" : o.original_tokens[0]) +
+                             "' (every value follows its option)",
+                         hint);
+    return parsed;
+  } catch (const po::too_many_positional_options_error&) {
+    // Name what is left over: the arguments that are no option, past those the command takes.
+    po::command_line_parser parser(argc, argv);
+    std::vector<std::string> stray;
+    parser.options(desc).style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing);
+    for (const po::option& o : parser.allow_unregistered().run().options)
+      if (o.string_key.empty() && !o.original_tokens.empty()) stray.push_back(o.original_tokens[0]);
+    const size_t takes = positional ? positional->max_total_count() : 0;
+    const std::string first = stray.size() > takes ? stray[takes] : std::string("?");
+    throw UsageError(command + ": unexpected argument '" + first + "' (it takes " + std::to_string(takes) +
+                         " argument(s) without an option)",
+                     hint);
+  } catch (const po::error& e) {
+    throw_option_error(e, command, hint);
+  }
+}
+
+}  // namespace
+
+po::variables_map parse_command_line(int argc, char** argv, const po::options_description& desc,
+                                     const std::string& command, const po::positional_options_description* positional) {
+  po::variables_map vm;
+  const po::parsed_options parsed = parse_argv(argc, argv, desc, command, positional);
+  try {
+    po::store(parsed, vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw_option_error(e, command, "see `" + command + " --help` for the options");
+  }
+  return vm;
+}
+
+struct NumericOptions::Entry {
+  std::string name;
+  std::shared_ptr<std::string> text;
+  std::function<std::string()> parse;  // parses *text into the field: "" when valid, else what it must be
+};
+
+NumericOptions::NumericOptions() = default;
+NumericOptions::~NumericOptions() = default;
+
+namespace {
+template <class T>
+std::unique_ptr<NumericOptions::Entry> declare_number(po::options_description& desc, const char* name, T* field,
+                                                      Domain<T> domain, const char* help) {
+  auto e = std::make_unique<NumericOptions::Entry>();
+  e->name = name;
+  e->text = std::make_shared<std::string>(format_value(*field));
+  desc.add_options()(name, po::value<std::string>(e->text.get())->default_value(*e->text), help);
+  e->parse = [text = e->text, field, domain] { return parse_in_domain(*text, field, domain); };
+  return e;
+}
+}  // namespace
+
+void NumericOptions::add(po::options_description& desc, const char* name, int* field, Domain<int> domain,
+                         const char* help) {
+  entries_.push_back(declare_number(desc, name, field, domain, help));
+}
+void NumericOptions::add(po::options_description& desc, const char* name, uint64_t* field, Domain<uint64_t> domain,
+                         const char* help) {
+  entries_.push_back(declare_number(desc, name, field, domain, help));
+}
+void NumericOptions::add(po::options_description& desc, const char* name, float* field, Domain<float> domain,
+                         const char* help) {
+  entries_.push_back(declare_number(desc, name, field, domain, help));
+}
+void NumericOptions::add(po::options_description& desc, const char* name, double* field, Domain<double> domain,
+                         const char* help) {
+  entries_.push_back(declare_number(desc, name, field, domain, help));
+}
+
+void NumericOptions::parse(const std::string& prefix, const std::string& hint) const {
+  for (const auto& e : entries_) {
+    const std::string problem = e->parse();
+    if (!problem.empty()) throw_error(prefix + "--" + e->name + " = " + *e->text + " " + problem, hint);
+  }
+}
+
+namespace {
+
+// One bound key: how to declare it to Boost, read its text (numbers), render it, and check its range.
 struct Binding {
   std::string key;  // "section.key"
   std::function<void(po::options_description&)> declare;
   std::function<std::string()> render;
+  std::function<std::string()> parse;  // numbers: reads the text Boost stored; "" when valid, else what it must be
   std::function<std::string()> check;  // "" when valid, else what the value must be
+  std::function<std::string()> text;   // the value as given (numbers) or rendered
 };
 
+// A string, bool or enum key, parsed by Boost (enums through validate() above).
 template <class T>
 Binding bind_key(const char* key, T* field, const char* help, std::function<std::string(T)> check = nullptr) {
   Binding b;
@@ -134,51 +307,82 @@ Binding bind_key(const char* key, T* field, const char* help, std::function<std:
     d.add_options()(key, po::value<T>(field)->default_value(*field, format_value(*field)), help);
   };
   b.render = [=] { return format_value(*field); };
+  b.parse = [] { return std::string(); };
   b.check = [=] { return check ? check(*field) : std::string(); };
+  b.text = b.render;
   return b;
 }
 
-std::function<std::string(int)> at_least(int lo) {
-  return [=](int v) { return v >= lo ? "" : "must be >= " + std::to_string(lo); };
-}
-std::function<std::string(int)> in_range(int lo, int hi) {
-  return [=](int v) {
-    return v >= lo && v <= hi ? "" : "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+// A numeric key: declared as text and parsed strictly (parse_number), then checked against its domain and `extra`.
+template <class T>
+Binding bind_number(const char* key, T* field, const char* help, Domain<T> domain,
+                    std::function<std::string(T)> extra = nullptr) {
+  Binding b;
+  b.key = key;
+  auto text = std::make_shared<std::string>(format_value(*field));
+  b.declare = [=](po::options_description& d) {
+    d.add_options()(key, po::value<std::string>(text.get())->default_value(*text), help);
   };
+  b.render = [=] { return format_value(*field); };
+  b.parse = [=] { return parse_number(*text, field) ? std::string() : describe(domain); };
+  b.check = [=] {
+    if (!in_domain(*field, domain)) return describe(domain);
+    return extra ? extra(*field) : std::string();
+  };
+  b.text = [=] { return *text; };
+  return b;
+}
+
+// A path: not empty (where `required`) and at most PATH_MAX long.
+std::function<std::string(std::string)> path_value(bool required) {
+  return [=](const std::string& v) -> std::string {
+    if (required && v.empty()) return "must not be empty";
+    if (v.size() > 4096) return "must be a path of at most 4096 characters";
+    return "";
+  };
+}
+
+// The domains. Sizes: a bound generous for any model this code can train (GPT-3 175B has 96 layers, 96 heads,
+// n_embd 12288), tight enough that products of sizes cannot overflow before the memory estimate checks them.
+constexpr int kMaxCount = 1000000000;  // steps, intervals: any run; keeps step * batch arithmetic far from overflow
+Domain<int> ints(int lo, int hi) { return {lo, hi}; }
+Domain<float> floats(float lo, float hi, bool lo_open = false, bool hi_open = false) {
+  return {lo, hi, lo_open, hi_open};
 }
 
 std::vector<Binding> bindings(RunConfig& c) {
   std::vector<Binding> b;
-  b.push_back(bind_key("model.n_layer", &c.model.n_layer, "transformer blocks", at_least(1)));
-  b.push_back(bind_key("model.n_head", &c.model.n_head, "attention heads per block", at_least(1)));
-  b.push_back(bind_key<int>("model.n_embd", &c.model.n_embd, "embedding width C (a multiple of n_head)", [&c](int v) {
-    if (v < 1) return std::string("must be >= 1");
-    if (c.model.n_head >= 1 && v % c.model.n_head != 0)
-      return "must be a multiple of model.n_head = " + std::to_string(c.model.n_head);
-    return std::string();
-  }));
-  b.push_back(bind_key("model.block_size", &c.model.block_size, "maximum sequence length", in_range(1, 1 << 20)));
-  b.push_back(bind_key("model.vocab_size", &c.model.vocab_size, "vocabulary size (256 for the byte tokenizer)",
-                       in_range(2, 65536)));
-  b.push_back(bind_key("training.batch_size", &c.training.batch_size, "micro-batch size B", at_least(1)));
+  b.push_back(bind_number("model.n_layer", &c.model.n_layer, "transformer blocks", ints(1, 1024)));
+  b.push_back(bind_number("model.n_head", &c.model.n_head, "attention heads per block", ints(1, 1024)));
+  b.push_back(bind_number<int>("model.n_embd", &c.model.n_embd, "embedding width C (a multiple of n_head)",
+                               ints(1, 65536), [&c](int v) {
+                                 if (c.model.n_head >= 1 && v % c.model.n_head != 0)
+                                   return "must be a multiple of model.n_head = " + std::to_string(c.model.n_head);
+                                 return std::string();
+                               }));
+  b.push_back(bind_number("model.block_size", &c.model.block_size, "maximum sequence length", ints(1, 1 << 20)));
+  b.push_back(bind_number("model.vocab_size", &c.model.vocab_size, "vocabulary size (256 for the byte tokenizer)",
+                          ints(2, 65536)));
+  b.push_back(bind_number("training.batch_size", &c.training.batch_size, "micro-batch size B", ints(1, 65536)));
+  b.push_back(bind_number<int>("training.seq_len", &c.training.seq_len, "sequence length T (<= model.block_size)",
+                               ints(1, 1 << 20), [&c](int v) {
+                                 if (v > c.model.block_size)
+                                   return "must be <= model.block_size = " + std::to_string(c.model.block_size);
+                                 return std::string();
+                               }));
+  b.push_back(bind_number("training.grad_accum_steps", &c.training.grad_accum_steps, "micro-batches per optimizer step",
+                          ints(1, 65536)));
+  b.push_back(bind_number("training.steps", &c.training.steps, "optimizer steps of the whole run", ints(1, kMaxCount)));
+  b.push_back(bind_number("training.seed", &c.training.seed, "seed of initialisation and data order",
+                          Domain<uint64_t>{0, UINT64_MAX}));
+  b.push_back(bind_number("training.max_norm", &c.training.max_norm, "clip gradients to this L2 norm (0: off)",
+                          floats(0, 1e6f)));
+  b.push_back(bind_number("training.threads", &c.training.threads, "CPU threads per rank (0: OpenMP default)",
+                          ints(0, max_training_threads())));
   b.push_back(
-      bind_key<int>("training.seq_len", &c.training.seq_len, "sequence length T (<= model.block_size)", [&c](int v) {
-        if (v < 1) return std::string("must be >= 1");
-        if (v > c.model.block_size) return "must be <= model.block_size = " + std::to_string(c.model.block_size);
-        return std::string();
-      }));
-  b.push_back(bind_key("training.grad_accum_steps", &c.training.grad_accum_steps, "micro-batches per optimizer step",
-                       at_least(1)));
-  b.push_back(bind_key("training.steps", &c.training.steps, "optimizer steps of the whole run", at_least(1)));
-  b.push_back(bind_key("training.seed", &c.training.seed, "seed of initialisation and data order"));
-  b.push_back(bind_key<float>("training.max_norm", &c.training.max_norm, "clip gradients to this L2 norm (0: off)",
-                              [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
-  b.push_back(
-      bind_key("training.threads", &c.training.threads, "CPU threads per rank (0: OpenMP default)", at_least(0)));
-  b.push_back(
-      bind_key("training.zero", &c.training.zero, "ZeRO stage: 0 (off) or 1 (shard optimizer state)", in_range(0, 1)));
-  b.push_back(bind_key<float>("training.bucket_mb", &c.training.bucket_mb, "gradient all-reduce bucket size (MiB)",
-                              [](float v) { return v > 0 ? "" : "must be > 0"; }));
+      bind_number("training.zero", &c.training.zero, "ZeRO stage: 0 (off) or 1 (shard optimizer state)", ints(0, 1)));
+  b.push_back(bind_number("training.bucket_mb", &c.training.bucket_mb, "gradient all-reduce bucket size (MiB)",
+                          floats(0, 4096, /*lo_open=*/true)));
   // The help of an enum option describes each value; its names, and what a bad value must be, come from the enum.
   b.push_back(bind_key("training.mode", &c.training.mode,
                        "sync (all-reduce data parallel) or async (rank 0 serves, ranks 1.. train)"));
@@ -196,51 +400,55 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key("training.deterministic", &c.training.deterministic,
                        "bitwise-repeatable GPU results (false lets cuBLAS reduce with atomics; the CPU backend is "
                        "deterministic either way)"));
-  b.push_back(
-      bind_key("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)", at_least(1)));
-  b.push_back(bind_key("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",
-                       in_range(8, 1 << 24)));
-  b.push_back(bind_key<float>("async.outer_lr", &c.async.outer_lr, "async: the center's learning rate on deltas",
-                              [](float v) { return v > 0 && v <= 10 ? "" : "must be in (0, 10]"; }));
-  b.push_back(bind_key<float>("async.outer_momentum", &c.async.outer_momentum, "async: the center's Nesterov momentum",
-                              [](float v) { return v > -1 && v < 1 ? "" : "must be in (-1, 1)"; }));
-  b.push_back(bind_key<float>("async.center_timeout", &c.async.center_timeout,
-                              "async: seconds a worker waits for the center before failing",
-                              [](float v) { return v > 0 ? "" : "must be > 0"; }));
+  b.push_back(bind_number("async.local_steps", &c.async.local_steps, "async: worker steps between syncs (H)",
+                          ints(1, 1000000)));
+  b.push_back(bind_number("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",
+                          ints(8, 1 << 24)));
+  b.push_back(bind_number("async.outer_lr", &c.async.outer_lr, "async: the center's learning rate on deltas",
+                          floats(0, 10, /*lo_open=*/true)));
+  b.push_back(bind_number("async.outer_momentum", &c.async.outer_momentum, "async: the center's Nesterov momentum",
+                          floats(-1, 1, true, true)));
+  b.push_back(bind_number("async.center_timeout", &c.async.center_timeout,
+                          "async: seconds a worker waits for the center before failing",
+                          floats(0, 86400, /*lo_open=*/true)));  // a day: past it a job is dead, not waiting
   b.push_back(bind_key("async.error_feedback", &c.async.error_feedback,
                        "async (test-only switch): keep what the 1-bit compression lost for the next message"));
-  b.push_back(bind_key("async.test_slow_worker", &c.async.test_slow_worker,
-                       "async (test-only): this worker rank trains test_slowdown times slower (0: none)", at_least(0)));
-  b.push_back(bind_key<float>("async.test_slowdown", &c.async.test_slowdown, "async (test-only): slowdown factor",
-                              [](float v) { return v >= 1 && v <= 1000 ? "" : "must be in [1, 1000]"; }));
-  b.push_back(bind_key("async.test_center_stall", &c.async.test_center_stall,
-                       "async (test-only): the center stops serving after this many versions (0: never)", at_least(0)));
-  b.push_back(bind_key<float>("optimizer.lr", &c.optimizer.lr, "peak learning rate",
-                              [](float v) { return v > 0 && v < 10 ? "" : "must be in (0, 10)"; }));
+  b.push_back(bind_number("async.test_slow_worker", &c.async.test_slow_worker,
+                          "async (test-only): this worker rank trains test_slowdown times slower (0: none)",
+                          ints(0, 1 << 20)));
+  b.push_back(bind_number("async.test_slowdown", &c.async.test_slowdown, "async (test-only): slowdown factor",
+                          floats(1, 1000)));
+  b.push_back(bind_number("async.test_center_stall", &c.async.test_center_stall,
+                          "async (test-only): the center stops serving after this many versions (0: never)",
+                          ints(0, kMaxCount)));
   b.push_back(
-      bind_key<float>("optimizer.min_lr", &c.optimizer.min_lr, "learning rate at the end of the cosine decay",
-                      [&c](float v) { return v >= 0 && v <= c.optimizer.lr ? "" : "must be in [0, optimizer.lr]"; }));
-  b.push_back(bind_key("optimizer.warmup_steps", &c.optimizer.warmup_steps, "linear warm-up steps", at_least(0)));
-  b.push_back(bind_key<float>("optimizer.weight_decay", &c.optimizer.weight_decay, "AdamW weight decay (matrices only)",
-                              [](float v) { return v >= 0 ? "" : "must be >= 0"; }));
-  auto beta = [](float v) { return v > -1 && v < 1 ? "" : "must be in (-1, 1)"; };
-  b.push_back(bind_key<float>("optimizer.beta1", &c.optimizer.beta1, "AdamW beta1", beta));
-  b.push_back(bind_key<float>("optimizer.beta2", &c.optimizer.beta2, "AdamW beta2", beta));
-  b.push_back(bind_key<float>("optimizer.eps", &c.optimizer.eps, "AdamW epsilon",
-                              [](float v) { return v > 0 ? "" : "must be > 0"; }));
-  b.push_back(bind_key("data.dir", &c.data.dir, "directory of train_*.bin and val_*.bin shards (from `ember prep`)"));
+      bind_number("optimizer.lr", &c.optimizer.lr, "peak learning rate", floats(0, 10, /*lo_open=*/true, true)));
+  b.push_back(bind_number<float>("optimizer.min_lr", &c.optimizer.min_lr,
+                                 "learning rate at the end of the cosine decay", floats(0, 10),
+                                 [&c](float v) { return v <= c.optimizer.lr ? "" : "must be in [0, optimizer.lr]"; }));
+  b.push_back(
+      bind_number("optimizer.warmup_steps", &c.optimizer.warmup_steps, "linear warm-up steps", ints(0, kMaxCount)));
+  b.push_back(bind_number("optimizer.weight_decay", &c.optimizer.weight_decay, "AdamW weight decay (matrices only)",
+                          floats(0, 10)));
+  b.push_back(bind_number("optimizer.beta1", &c.optimizer.beta1, "AdamW beta1", floats(-1, 1, true, true)));
+  b.push_back(bind_number("optimizer.beta2", &c.optimizer.beta2, "AdamW beta2", floats(-1, 1, true, true)));
+  b.push_back(bind_number("optimizer.eps", &c.optimizer.eps, "AdamW epsilon", floats(0, 1, /*lo_open=*/true)));
+  b.push_back(bind_key("data.dir", &c.data.dir, "directory of train_*.bin and val_*.bin shards (from `ember prep`)",
+                       path_value(true)));
   b.push_back(bind_key("data.tokenizer", &c.data.tokenizer, "tokenizer the shards were made with"));
-  b.push_back(bind_key("eval.every", &c.eval.every, "validation loss every N steps (0: at the end only)", at_least(0)));
-  b.push_back(bind_key("eval.batches", &c.eval.batches, "validation batches per evaluation", at_least(1)));
+  b.push_back(bind_number("eval.every", &c.eval.every, "validation loss every N steps (0: at the end only)",
+                          ints(0, kMaxCount)));
+  b.push_back(bind_number("eval.batches", &c.eval.batches, "validation batches per evaluation", ints(1, 1000000)));
+  b.push_back(bind_key("checkpoint.folder", &c.checkpoint.folder,
+                       "checkpoint directory (default <run.dir>/checkpoints)", path_value(false)));
+  b.push_back(bind_number("checkpoint.interval", &c.checkpoint.interval, "save every N steps (0: at the end only)",
+                          ints(0, kMaxCount)));
+  b.push_back(bind_number("checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k, "checkpoints kept (0: all)",
+                          ints(0, 1000000)));
   b.push_back(
-      bind_key("checkpoint.folder", &c.checkpoint.folder, "checkpoint directory (default <run.dir>/checkpoints)"));
-  b.push_back(
-      bind_key("checkpoint.interval", &c.checkpoint.interval, "save every N steps (0: at the end only)", at_least(0)));
-  b.push_back(
-      bind_key("checkpoint.keep_latest_k", &c.checkpoint.keep_latest_k, "checkpoints kept (0: all)", at_least(0)));
-  b.push_back(bind_key("checkpoint.resume", &c.checkpoint.resume, "\"\", \"auto\" or a checkpoint path"));
-  b.push_back(bind_key("run.dir", &c.run.dir, "run directory: metrics.jsonl and checkpoints"));
-  b.push_back(bind_key("run.log_every", &c.run.log_every, "progress line every N steps", at_least(1)));
+      bind_key("checkpoint.resume", &c.checkpoint.resume, "\"\", \"auto\" or a checkpoint path", path_value(false)));
+  b.push_back(bind_key("run.dir", &c.run.dir, "run directory: metrics.jsonl and checkpoints", path_value(true)));
+  b.push_back(bind_number("run.log_every", &c.run.log_every, "progress line every N steps", ints(1, kMaxCount)));
   return b;
 }
 
@@ -289,39 +497,75 @@ std::string config_help() {
   return out.str();
 }
 
+std::string read_config_file(const std::string& path) {
+  const std::string hint = "give an INI file, e.g. --config configs/tiny.ini";
+  std::error_code ec;
+  // status() follows links, so a link to a regular file is one; anything else is refused before it is opened (a
+  // directory would read as empty, /dev/zero would never end, a FIFO would block).
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) throw_error("config file " + path + ": cannot open (no such file)", hint);
+  if (!std::filesystem::is_regular_file(st))
+    throw_error(
+        "config file " + path + ": not a regular file (" +
+            (std::filesystem::is_directory(st) ? std::string("a directory") : std::string("a device, FIFO or socket")) +
+            ")",
+        hint);
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  const std::string limit = std::to_string(kMaxConfigFileBytes) + " bytes";
+  if (ec || size > kMaxConfigFileBytes)
+    throw_error("config file " + path + ": " + (ec ? "size unknown" : std::to_string(size) + " bytes") +
+                    ", more than a config file's limit of " + limit,
+                hint);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_error("config file " + path + ": cannot open", hint);
+  // Read at most one byte past the limit, so a file that grew since the check is still refused, not read whole.
+  std::string text(kMaxConfigFileBytes + 1, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(in.gcount()));
+  if (text.size() > kMaxConfigFileBytes)
+    throw_error("config file " + path + ": more than a config file's limit of " + limit, hint);
+  return text;
+}
+
 ParsedRun parse_train_args(int argc, char** argv) {
   ParsedRun parsed;
   RunConfig& c = parsed.config;
   std::vector<Binding> table = bindings(c);
   po::options_description keys("config keys");
   for (const Binding& b : table) b.declare(keys);
-  std::string config_file, resume;
+  std::string config_file, resume, stop_after, max_runtime;
   po::options_description cli("ember train options");
   cli.add_options()("help,h", "print this help")("config", po::value<std::string>(&config_file),
-                                                 "INI file with [section] key = value lines")(
+                                                 "INI file with [section] key = value lines (at most once)")(
       "resume", po::value<std::string>(&resume), "auto (newest valid checkpoint, if any) or a checkpoint path")(
-      "stop-after", po::value<int>(&parsed.stop_after)->default_value(0),
-      "stop after N optimizer steps in this invocation, writing a checkpoint")(
-      "max-runtime", po::value<double>(&parsed.max_runtime)->default_value(0),
-      "stop after this many seconds of wall clock at a step boundary, writing a checkpoint (exit code 3)")(
+      "stop-after", po::value<std::string>(&stop_after),
+      "stop after N >= 1 optimizer steps in this invocation, writing a checkpoint (exit code 0)")(
+      "max-runtime", po::value<std::string>(&max_runtime),
+      "stop after this many seconds (> 0) of wall clock at a step boundary, writing a checkpoint (exit code 3)")(
       "log-all-ranks", po::bool_switch(&parsed.log_all_ranks), "every rank logs, prefixed with [rank r]");
   po::options_description all;
   all.add(cli).add(keys);
 
   po::variables_map vm;
   const char* source = "command line";
+  const std::string see_help = "see `ember train --help` for every key, its type and its default";
+  po::parsed_options given = parse_argv(argc, argv, all, "ember train", nullptr);
+  // Two config files would silently drop one of them; keys may repeat (the last wins) so scripts can append overrides.
+  std::vector<std::string> configs;
+  for (const po::option& o : given.options)
+    if (o.string_key == "config") configs.insert(configs.end(), o.value.begin(), o.value.end());
+  if (configs.size() > 1)
+    throw UsageError("ember train: --config given twice (" + configs[0] + ", " + configs[1] + ")",
+                     "give one config file and override single keys with --section.key=value");
   try {
-    po::store(last_occurrence_wins(po::command_line_parser(argc, argv).options(all).run()), vm);
+    po::store(last_occurrence_wins(std::move(given)), vm);
     if (vm.count("help")) {
       parsed.help = true;
       return parsed;
     }
     if (vm.count("config")) {
       config_file = vm["config"].as<std::string>();
-      std::ifstream in(config_file);
-      if (!in)
-        throw_error("config file " + config_file + ": cannot open",
-                    "give an existing INI file, e.g. --config configs/tiny.ini");
+      std::istringstream in(read_config_file(config_file));
       source = nullptr;
       po::store(po::parse_config_file(in, keys, /*allow_unregistered=*/false), vm);
     }
@@ -332,20 +576,31 @@ ParsedRun parse_train_args(int argc, char** argv) {
     const std::string key = name.substr(std::min(name.find_first_not_of('-'), name.size()));
     throw_error("config: " + key + " = " + e.value() + " " + e.problem(), fix_hint(key));
   } catch (const po::error& e) {
-    const std::string where = source ? "command line" : "config file " + config_file;
-    throw_error(where + ": " + e.what(), "see `ember train --help` for every key, its type and its default");
+    throw_option_error(e, source ? "command line" : "config file " + config_file, see_help, source != nullptr);
   }
-  if (parsed.stop_after < 0)
-    throw_error("--stop-after " + std::to_string(parsed.stop_after) + ": must be >= 0", "give a step count");
-  if (parsed.max_runtime < 0)
-    throw_error("--max-runtime " + std::to_string(parsed.max_runtime) + ": must be >= 0", "give seconds, e.g. 3600");
+  if (vm.count("stop-after")) {
+    const std::string problem = parse_in_domain(stop_after, &parsed.stop_after, Domain<int>{1, kMaxCount});
+    if (!problem.empty())
+      throw_error("--stop-after " + stop_after + " " + problem,
+                  "give the optimizer steps to run, e.g. --stop-after 100");
+  }
+  if (vm.count("max-runtime")) {
+    const std::string problem = parse_in_domain(max_runtime, &parsed.max_runtime, Domain<double>{0, 1e9, true});
+    if (!problem.empty())
+      throw_error("--max-runtime " + max_runtime + " " + problem, "give seconds, e.g. --max-runtime 3600");
+  }
   if (vm.count("resume")) c.checkpoint.resume = resume;
+  const auto from = [&](const Binding& b) {
+    return vm.count(b.key) && !vm[b.key].defaulted() ? std::string() : std::string(" (default)");
+  };
+  // Every number is read in its type first, then every key checked, since some domains depend on other keys.
+  for (const Binding& b : table) {
+    const std::string problem = b.parse();
+    if (!problem.empty()) throw_error("config: " + b.key + " = " + b.text() + from(b) + " " + problem, fix_hint(b.key));
+  }
   for (const Binding& b : table) {
     const std::string problem = b.check();
-    if (!problem.empty()) {
-      const std::string from = vm.count(b.key) && !vm[b.key].defaulted() ? "" : " (default)";
-      throw_error("config: " + b.key + " = " + b.render() + from + " " + problem, fix_hint(b.key));
-    }
+    if (!problem.empty()) throw_error("config: " + b.key + " = " + b.text() + from(b) + " " + problem, fix_hint(b.key));
   }
   parsed.config_ini = render_config_ini(c);
   return parsed;

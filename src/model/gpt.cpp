@@ -3,6 +3,7 @@
 #include "model/gpt.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/enum_names.h"
 #include "core/error.h"
@@ -24,6 +25,46 @@ const char* recompute_name(Recompute r) {
 
 std::optional<Recompute> parse_recompute(const std::string& name) {
   return find_by_name(kRecomputes, recompute_name, name);
+}
+
+namespace {
+
+// Saturating size arithmetic: a footprint too large for size_t is SIZE_MAX, more than any machine has.
+size_t mul_sat(size_t a, size_t b) {
+  size_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+size_t mul_sat(size_t a, size_t b, size_t c) { return mul_sat(mul_sat(a, b), c); }
+size_t add_sat(size_t a, size_t b) {
+  size_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+}  // namespace
+
+GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
+                              bool bf16_storage) {
+  // The constructor's allocations below, in the same order, counted instead of made.
+  const size_t BT = mul_sat(size_t(max_B), size_t(max_T)), C = config.n_embd, V = config.vocab_size, NH = config.n_head;
+  const size_t arena = (ParamTable(config).total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+  const bool bf16_attention_out = bf16_storage && attention_in_bf16(MatmulPrecision::bf16, int(C / NH));
+  const size_t f32 = sizeof(float), gemm_in = bf16_storage ? sizeof(BFloat16) : sizeof(float),
+               att = bf16_attention_out ? sizeof(BFloat16) : sizeof(float);
+  Footprint fp;
+  fp.weight_bytes = mul_sat(arena, f32 + (bf16_storage ? sizeof(BFloat16) : 0) + (with_grads ? f32 : 0));
+  size_t a = mul_sat(BT, 2 * sizeof(int32_t) + 3 * C * f32);  // token ids; encoded, attproj, fcproj
+  const size_t attention = mul_sat(BT, C * gemm_in + 2 * f32 + 3 * C * att + C * att + NH * f32);
+  const size_t mlp = mul_sat(BT, C * f32 + C * gemm_in + 2 * f32 + 8 * C * gemm_in);
+  const Recompute layout = with_grads ? recompute : Recompute::full;
+  const bool keep_attention = layout == Recompute::none, keep_mlp = layout != Recompute::full;
+  if (!keep_attention) a = add_sat(a, attention);  // one layer of scratch
+  if (!keep_mlp) a = add_sat(a, mlp);
+  const size_t layer = add_sat(add_sat(keep_attention ? attention : 0, keep_mlp ? mlp : 0), mul_sat(BT, C * f32));
+  a = add_sat(a, mul_sat(layer, size_t(config.n_layer)));
+  a = add_sat(a, mul_sat(BT, C * gemm_in + 2 * f32 + V * gemm_in + f32));  // ln_f, logits, losses
+  if (with_grads) a = add_sat(a, mul_sat(BT, C, (2 + 3 + 8) * f32));       // dresidual, dC, d3C, d4C_a, d4C_b
+  fp.activation_bytes = a;
+  return fp;
 }
 
 float* GPT::alloc_floats(size_t n, bool weights) {
@@ -112,6 +153,9 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     d4C_a_ = alloc_floats(BT * 4 * C);
     d4C_b_ = alloc_floats(BT * 4 * C);
   }
+  const Footprint fp = footprint(config, max_B, max_T, with_grads, recompute, bf16_storage_);
+  EMBER_ASSERT(fp.weight_bytes == weight_bytes_ && fp.activation_bytes == activation_bytes_,
+               "GPT::footprint() disagrees with what the constructor allocated");
 }
 
 GPT::~GPT() {

@@ -45,6 +45,16 @@ class GPT {
   // equal, 64-byte aligned shards for any power-of-two world up to 256 ranks (ZeRO-1, bucketed all-reduce).
   static constexpr size_t ARENA_ALIGN = 4096;
 
+  // The backend memory a GPT built with these arguments allocates, from the arguments alone, so a caller can compare
+  // it with the memory available before allocating anything. The constructor asserts that it allocated exactly this.
+  // bf16_storage: the backend's matmul precision is bf16. Saturates at SIZE_MAX where the size does not fit.
+  struct Footprint {
+    size_t weight_bytes = 0;      // as weight_bytes()
+    size_t activation_bytes = 0;  // as activation_bytes()
+  };
+  static Footprint footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
+                             bool bf16_storage);
+
   const ModelConfig& config() const { return config_; }
   Recompute recompute() const { return recompute_; }
   // Backend memory this model allocated: parameters, gradients and the bf16 weight copy (bf16 storage); activations,

@@ -11,6 +11,7 @@
 #include "dist/onebit_codec.h"
 #include "train/adamw.h"
 #include "train/async_job.h"
+#include "train/memory_estimate.h"
 #include "train/run_checkpoint.h"
 #include "train/run_setup.h"
 
@@ -109,6 +110,8 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
       job.gpu_shared = tb.device.gpus_shared;
     }
   }
+  if (world.rank != 0)  // a worker trains as a sync rank without ZeRO-1 does; the center holds far less
+    require_memory("training", estimate_training_memory(c, 1), *job.backend, world.local_size, training_memory_hint());
   job.model =
       std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0, c.training.recompute);
   job.shape.n = job.model->table().total_numel();

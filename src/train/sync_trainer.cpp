@@ -20,6 +20,7 @@
 #include "train/evaluate.h"
 #include "train/local_step.h"
 #include "train/lr_schedule.h"
+#include "train/memory_estimate.h"
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/run_checkpoint.h"
@@ -109,6 +110,8 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,
                                               c.training.seed, /*shuffle=*/true);
   s.evaluator = std::make_unique<Evaluator>(c);
+  // The data is checked above; the model and optimizer, the large allocations, only once they are known to fit.
+  require_memory("training", estimate_training_memory(c, world.size), be, world.local_size, training_memory_hint());
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
                                   c.training.recompute);
   const ParamTable& table = s.model->table();

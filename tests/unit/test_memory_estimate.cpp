@@ -1,0 +1,101 @@
+// The memory estimate against the allocations it predicts: GPT and AdamW built on the CPU backend at small, odd
+// sizes, every recompute mode and precision, with and without gradients, must allocate exactly what
+// estimate_training_memory / estimate_inference_memory say, so the check before allocating cannot drift.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "model/gpt.h"
+#include "train/adamw.h"
+#include "train/memory_estimate.h"
+
+namespace ember {
+namespace {
+
+// The CPU backend rounds each allocation up to 64 bytes; the models here make fewer than 100 allocations.
+constexpr size_t kRoundingSlack = 64 * 100;
+
+RunConfig odd_config() {
+  RunConfig c;
+  c.model = {3, 3, 48, 16, 257};  // n_layer, n_head, n_embd (head size 16), block_size, vocab_size
+  c.training.batch_size = 3;
+  c.training.seq_len = 7;
+  return c;
+}
+
+TEST(MemoryEstimate, TrainingEqualsWhatGptAndAdamWAllocate) {
+  for (Recompute recompute : kRecomputes)
+    for (MatmulPrecision precision : {MatmulPrecision::fp32, MatmulPrecision::bf16})
+      for (int world_size : {1, 2, 4})
+        for (int zero : {0, 1}) {
+          RunConfig c = odd_config();
+          c.training.recompute = recompute;
+          c.training.precision = precision;
+          c.training.zero = zero;
+          std::unique_ptr<Backend> be = make_cpu_backend();
+          be->set_matmul_precision(precision);
+          const MemoryEstimate est = estimate_training_memory(c, world_size);
+          GPT model(c.model, *be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true, recompute);
+          // The shard as the sync trainer takes it.
+          const size_t share = zero ? model.arena_numel() / size_t(world_size) : model.arena_numel();
+          AdamW adam(*be, model.table(), c.optimizer, 0, share);
+          void* grad_shard = zero ? be->alloc(share * sizeof(float)) : nullptr;
+          const std::string what = std::string(recompute_name(recompute)) + " " + matmul_precision_name(precision) +
+                                   " world " + std::to_string(world_size) + " zero " + std::to_string(zero);
+          EXPECT_EQ(est.weights, model.weight_bytes()) << what;
+          EXPECT_EQ(est.activations, model.activation_bytes()) << what;
+          EXPECT_EQ(est.moments, 2 * (adam.shard_end() - adam.shard_begin()) * sizeof(float)) << what;
+          // Everything the backend handed out, less its rounding of each allocation up to 64 bytes.
+          EXPECT_LE(est.total(), be->peak_allocated_bytes()) << what;
+          EXPECT_LT(be->peak_allocated_bytes() - est.total(), kRoundingSlack) << what;
+          if (grad_shard) be->free(grad_shard);
+        }
+}
+
+TEST(MemoryEstimate, InferenceEqualsWhatAGradientFreeGptAllocates) {
+  for (MatmulPrecision precision : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+    const ModelConfig m = odd_config().model;
+    std::unique_ptr<Backend> be = make_cpu_backend();
+    be->set_matmul_precision(precision);
+    const MemoryEstimate est = estimate_inference_memory(m, 5, 11, precision, 123);
+    GPT model(m, *be, 5, 11, /*with_grads=*/false);
+    EXPECT_EQ(est.weights, model.weight_bytes());
+    EXPECT_EQ(est.activations, model.activation_bytes());
+    EXPECT_EQ(est.extra, 123u);
+    EXPECT_LE(est.total() - est.extra, be->peak_allocated_bytes());
+    EXPECT_LT(be->peak_allocated_bytes() - (est.total() - est.extra), kRoundingSlack);
+  }
+}
+
+TEST(MemoryEstimate, SaturatesInsteadOfOverflowing) {
+  RunConfig c;
+  c.model = {1024, 64, 65536, 1 << 20, 65536};
+  c.training.batch_size = 65536;
+  c.training.seq_len = 1 << 20;
+  EXPECT_EQ(estimate_training_memory(c, 1).total(), SIZE_MAX);
+}
+
+TEST(MemoryEstimate, ShortfallGivesTheEstimateAndWhatIsAvailable) {
+  MemoryEstimate need;
+  need.weights = 3 << 20;
+  need.moments = 2 << 20;
+  need.activations = 5 << 20;
+  EXPECT_EQ(memory_shortfall("training", need, 1, 10 << 20, "host"), "");
+  const std::string msg = memory_shortfall("training", need, 1, (10 << 20) - 1, "host");
+  EXPECT_NE(msg.find("training needs about 10.0 MiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("activations 5.0 MiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("host has 10.0 MiB available"), std::string::npos) << msg;
+  // Ranks on one host share its memory.
+  EXPECT_EQ(memory_shortfall("training", need, 2, 20 << 20, "host"), "");
+  EXPECT_NE(memory_shortfall("training", need, 3, 20 << 20, "host").find("x 3 ranks = 30.0 MiB"), std::string::npos);
+}
+
+TEST(MemoryEstimate, HostAvailableIsReadable) {
+  const std::optional<size_t> avail = host_available_bytes();
+  ASSERT_TRUE(avail.has_value());  // Linux: /proc/meminfo
+  EXPECT_GT(*avail, 0u);
+}
+
+}  // namespace
+}  // namespace ember

@@ -15,9 +15,11 @@ int cmd_prep(int argc, char** argv) {
       "output", po::value(&opt.output), "output directory for train_*.bin and val_*.bin")(
       "tokenizer", po::value(&opt.tokenizer)->default_value("bytes"), "tokenizer: bytes")(
       "val-fraction", po::value(&opt.val_fraction)->default_value(0.05), "fraction of tokens held out for validation")(
-      "shard-tokens", po::value(&opt.shard_tokens)->default_value(100000000), "tokens per shard at most");
+      "shard-tokens", po::value(&opt.shard_tokens)->default_value(100000000), "tokens per shard at most")(
+      "overwrite", po::bool_switch(&opt.overwrite), "replace the shards of an earlier prep in the output directory");
   po::variables_map vm;
-  if (!parse_command(argc, argv, desc, "usage: ember prep --input FILE|DIR --output DIR [--tokenizer bytes]", vm))
+  if (!parse_command(argc, argv, desc,
+                     "usage: ember prep --input FILE|DIR --output DIR [--tokenizer bytes] [--overwrite]", vm))
     return EXIT_CODE_OK;
   require_option(vm, "input", "give a text file or directory, e.g. --input README.md");
   require_option(vm, "output", "give an output directory, e.g. --output data/demo");

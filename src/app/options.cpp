@@ -304,7 +304,9 @@ ParsedRun parse_train_args(int argc, char** argv) {
       "stop after N optimizer steps in this invocation, writing a checkpoint")(
       "max-runtime", po::value<double>(&parsed.max_runtime)->default_value(0),
       "stop after this many seconds of wall clock at a step boundary, writing a checkpoint (exit code 3)")(
-      "log-all-ranks", po::bool_switch(&parsed.log_all_ranks), "every rank logs, prefixed with [rank r]");
+      "log-all-ranks", po::bool_switch(&parsed.log_all_ranks), "every rank logs, prefixed with [rank r]")(
+      "overwrite", po::bool_switch(&parsed.overwrite),
+      "a fresh start in a run.dir with earlier results moves them aside into previous-<time>/ and starts over");
   po::options_description all;
   all.add(cli).add(keys);
 

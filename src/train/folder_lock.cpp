@@ -28,9 +28,8 @@ namespace {
 
 constexpr const char* LOCK_NAME = "ember.lock";
 
-// The start time of process `pid` in clock ticks since boot (/proc/PID/stat field 22), or "" when unknown. With the
-// pid it names a process uniquely on one host, so a reused pid is not mistaken for the holder.
-std::string process_start(long pid) {
+// Field `n` (3 = state, 22 = start time in clock ticks since boot) of /proc/PID/stat, or "" when unknown.
+std::string process_stat_field(long pid, int n) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   if (!std::getline(in, line)) return "";
@@ -38,10 +37,14 @@ std::string process_start(long pid) {
   if (close == std::string::npos) return "";
   std::istringstream rest(line.substr(close + 1));
   std::string field;
-  for (int i = 3; i <= 22 && (rest >> field); ++i)
-    if (i == 22) return field;
+  for (int i = 3; i <= n && (rest >> field); ++i)
+    if (i == n) return field;
   return "";
 }
+
+// The start time of process `pid`: with the pid it names a process uniquely on one host, so a reused pid is not
+// mistaken for the holder.
+std::string process_start(long pid) { return process_stat_field(pid, 22); }
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -73,6 +76,8 @@ std::string stale_reason(const std::string& path, const nlohmann::json& holder, 
   if (holder.value("host", std::string()) == this_host()) {
     if (pid <= 0) return "it names no valid pid";
     if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) return "its process " + std::to_string(pid) + " is gone";
+    const std::string state = process_stat_field(pid, 3);
+    if (state == "Z" || state == "X") return "its process " + std::to_string(pid) + " is gone (a zombie)";
     const std::string started = holder.value("pid_start", std::string());
     const std::string now = process_start(pid);
     if (!started.empty() && !now.empty() && started != now)

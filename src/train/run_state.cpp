@@ -24,7 +24,7 @@ const char* STATE_HINT = "check that run.dir is writable and that the disk has f
 }  // namespace
 
 void write_run_state(const std::string& run_dir, const RunState& record) {
-  nlohmann::json j = {{"format", "ember-run-state"}, {"version", 1}, {"state", record.state}};
+  nlohmann::ordered_json j = {{"format", "ember-run-state"}, {"version", 1}, {"state", record.state}};
   if (record.step >= 0) j["step"] = record.step;
   if (!record.checkpoint.empty()) j["checkpoint"] = record.checkpoint;
   if (!record.error.empty()) j["error"] = record.error;

@@ -73,17 +73,21 @@ assert steps == list(range(1, int(sys.argv[2]) + 1)), steps' $dir/metrics.jsonl 
   mpirun_pid=$!
   for _ in $(seq 1200); do [ -s $dir/checkpoints/latest ] && break; sleep 0.1; done
   [ -s $dir/checkpoints/latest ] || { cat crash$np.log >&2; fail "np $np: no checkpoint before the crash"; }
-  for pid in $(pgrep -P "$mpirun_pid"); do kill -KILL "$pid" 2>/dev/null || true; done
+  ranks=$(pgrep -P "$mpirun_pid")
+  for pid in $ranks; do kill -KILL "$pid" 2>/dev/null || true; done
   kill -KILL "$mpirun_pid"
   wait "$mpirun_pid" 2>/dev/null || true
   mpirun_pid=""
+  for pid in $ranks; do  # dying takes a moment (a zombie until reaped)
+    for _ in $(seq 100); do [ -d /proc/$pid ] && [ "$(awk '{print $3}' /proc/$pid/stat 2>/dev/null)" != Z ] || break; sleep 0.1; done
+  done
   [ -e $dir/ember.lock ] || fail "np $np: no lock left behind by the crash"
   grep -q '"state":"running"' $dir/run_state.json || fail "np $np: run state after the crash: $(cat $dir/run_state.json)"
   latest=$(cat $dir/checkpoints/latest)
   step=$((10#${latest:5:8}))
   timeout 300 mpirun -np "$np" --oversubscribe "${train[@]}" --run.dir=$dir --training.steps=$((step + 3)) \
     --checkpoint.interval=3 --resume auto >restart$np.log 2>&1 || { cat restart$np.log >&2; fail "np $np: restart failed"; }
-  grep -q "^warning: run folder $dir: reclaimed a stale lock (its process [0-9]* is gone)" restart$np.log ||
+  grep -q "^warning: run folder $dir: reclaimed a stale lock (its process [0-9]* is gone" restart$np.log ||
     { cat restart$np.log >&2; fail "np $np: no warning about the reclaimed lock"; }
   grep -q "resumed from .*$latest at step $step" restart$np.log || { cat restart$np.log >&2; fail "np $np: no resume"; }
   grep -q "\"state\":\"done\",\"step\":$((step + 3))," $dir/run_state.json || fail "np $np: $(cat $dir/run_state.json)"

@@ -79,18 +79,25 @@ echo "ok: --max-runtime 3 -> exit 3 after $elapsed s with checkpoint $timed_late
 mkdir -p stubs
 printf '#!/usr/bin/env bash\necho "$*" >>"%s/scontrol.calls"\n' "$WORK" >stubs/scontrol
 chmod +x stubs/scontrol
-rc=0
-(
-  source "$SRC/jobs/lib/requeue.bash"
-  export PATH="$WORK/stubs:$PATH" SLURM_JOB_ID=4343
-  mpirun -np 2 --oversubscribe "$EMBER" "${train[@]}" --run.dir=term --training.steps=2000 >term.log 2>&1 &
-  launcher=$!
+# mpirun relays SIGTERM to the ranks but sends SIGKILL a second later (odls_base_sigkill_timeout); on a loaded machine
+# the checkpoint may not make it, the state stays "running" and the job end rightly fails the job: then try again.
+for attempt in 1 2 3; do
+  rm -rf term scontrol.calls
+  rc=0
   (
-    for _ in $(seq 600); do [ "$(lines term/metrics.jsonl)" -ge 5 ] && break; sleep 0.1; done
-    kill -TERM "$launcher"
-  ) &
-  ember_job_wait "$launcher" term/run_state.json
-) >term_job.out 2>term_job.err || rc=$?
+    source "$SRC/jobs/lib/requeue.bash"
+    export PATH="$WORK/stubs:$PATH" SLURM_JOB_ID=4343
+    mpirun -np 2 --oversubscribe "$EMBER" "${train[@]}" --run.dir=term --training.steps=100000 >term.log 2>&1 &
+    launcher=$!
+    (
+      for _ in $(seq 600); do [ "$(lines term/metrics.jsonl)" -ge 5 ] && break; sleep 0.1; done
+      kill -TERM "$launcher"
+    ) &
+    ember_job_wait "$launcher" term/run_state.json
+  ) >term_job.out 2>term_job.err || rc=$?
+  grep -q "run state 'running'" term_job.err || break
+  echo "note: attempt $attempt: mpirun killed the ranks before their checkpoint; the job end failed the job"
+done
 show() { cat term.log term_job.out term_job.err >&2; }
 [ "$rc" -eq 0 ] || { show; fail "job end after SIGTERM to mpirun exited $rc, expected 0 (requeued)"; }
 grep -q "decided by the run state 'stopped' in term/run_state.json (launcher exit code [1-9]" term_job.err ||

@@ -1,6 +1,6 @@
 // `ember train`: resolves the one Config (defaults < INI < command line), checks the world (a power of two), prints
-// the config, and runs the training (train/run.h). Exit code 3 means "stopped early after a checkpoint; requeue to
-// continue".
+// the config, takes the run folder (train/run_folder.h: lock, earlier results, probes, run state) and runs the
+// training (train/run.h). Exit code 3 means "stopped early after a checkpoint; requeue to continue".
 #include <iostream>
 
 #include "app/commands.h"
@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "dist/world.h"
 #include "train/run.h"
+#include "train/run_folder.h"
 
 namespace ember {
 
@@ -15,7 +16,7 @@ int cmd_train(int argc, char** argv) {
   ParsedRun parsed = parse_train_args(argc, argv);
   if (parsed.help) {
     std::cout << "usage: ember train --config FILE [--section.key=value ...] [--resume auto|PATH] [--stop-after N]\n"
-                 "                   [--max-runtime SECONDS] [--log-all-ranks]\n\n"
+                 "                   [--max-runtime SECONDS] [--overwrite] [--log-all-ranks]\n\n"
               << config_help() << "\n";
     return EXIT_CODE_OK;
   }
@@ -26,8 +27,16 @@ int cmd_train(int argc, char** argv) {
   if (!async) require_power_of_two(world);  // async: a center and any number of workers
   log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size, world.host.c_str(),
            parsed.config_ini.c_str());
-  const TrainLimits limits{parsed.stop_after, parsed.max_runtime};
-  const TrainResult r = run_training(world, parsed.config, parsed.config_ini, limits);
+  RunFolder folder(world, parsed.config, parsed.overwrite);
+  const TrainLimits limits{parsed.stop_after, parsed.max_runtime, [&folder](int64_t step) { folder.start(step); }};
+  TrainResult r;
+  try {
+    r = run_training(world, parsed.config, parsed.config_ini, limits);
+  } catch (const std::exception& e) {
+    folder.fail(e.what());
+    throw;
+  }
+  folder.finish(r);
   log_info("%s at step %lld | loss %.4f%s%s", r.stopped_early ? "stopped" : "done", (long long)r.step, r.last_loss,
            r.last_checkpoint.empty() ? "" : " | checkpoint ", r.last_checkpoint.c_str());
   return r.stopped_early ? EXIT_CODE_REQUEUE : EXIT_CODE_OK;

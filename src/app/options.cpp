@@ -342,7 +342,9 @@ ParsedRun parse_train_args(int argc, char** argv) {
       "stop after N >= 1 optimizer steps in this invocation, writing a checkpoint (exit code 0)")(
       "max-runtime", po::value<std::string>(&max_runtime),
       "stop after this many seconds (> 0) of wall clock at a step boundary, writing a checkpoint (exit code 3)")(
-      "log-all-ranks", po::bool_switch(&parsed.log_all_ranks), "every rank logs, prefixed with [rank r]");
+      "log-all-ranks", po::bool_switch(&parsed.log_all_ranks), "every rank logs, prefixed with [rank r]")(
+      "overwrite", po::bool_switch(&parsed.overwrite),
+      "a fresh start in a run.dir with earlier results moves them aside into previous-<time>/ and starts over");
   po::options_description all;
   all.add(cli).add(keys);
 

@@ -24,6 +24,7 @@ struct ParsedRun {
   int stop_after = 0;      // --stop-after: optimizer steps in this invocation (0 = not given: until training.steps)
   double max_runtime = 0;  // --max-runtime: seconds of wall clock for this invocation (0 = not given: no limit)
   bool log_all_ranks = false;
+  bool overwrite = false;  // --overwrite: a fresh start may replace earlier results (moved aside; train/run_folder.h)
 };
 
 // Parses `ember train` arguments (argv[0] is "train"): --config FILE, --section.key=value overrides,

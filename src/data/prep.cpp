@@ -199,6 +199,21 @@ PrepResult prepare_corpus(const PrepOptions& options) {
                   "pass a directory for --output (it is created if missing), or move the file away");
   }
   const std::vector<std::string> files = collect_files(options.input);
+  if (!options.overwrite) {
+    std::vector<std::string> shards;
+    std::error_code ec;
+    for (fs::directory_iterator it(options.output, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      size_t index = 0;
+      if (parse_shard_name(name, "train", index) || parse_shard_name(name, "val", index)) shards.push_back(name);
+    }
+    if (!shards.empty()) {
+      std::sort(shards.begin(), shards.end());
+      throw_error("prep output " + options.output + " already holds " + std::to_string(shards.size()) +
+                      " shards of an earlier prep (" + shards.front() + (shards.size() > 1 ? ", ...)" : ")"),
+                  "pass --overwrite to replace them, or choose another --output folder");
+    }
+  }
 
   // --- 2. read and tokenize all of it before touching the output ---
   // Documents are concatenated in sorted path order with no separator (the byte tokenizer has no end-of-text id).

@@ -133,6 +133,7 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     job.step_base = job.meta.step;
     job.sample_base = job.meta.ranks.at(0).data_cursor;
   }
+  if (limits.on_start) limits.on_start(job.step_base);
   job.target_samples = job.sample_base + uint64_t(c.training.steps - job.step_base) * job.samples_per_step;
   return world.rank == 0 ? run_center(job) : run_worker(job);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "dist/world.h"
@@ -14,6 +15,9 @@ namespace ember {
 struct TrainLimits {
   int stop_after = 0;      // optimizer steps in this invocation (0: no limit)
   double max_runtime = 0;  // seconds of wall clock (0: no limit)
+  // Called on every rank (collective) once set-up has succeeded, before the metrics or a checkpoint is written, with
+  // the step the run starts at (0 for a fresh start): the run folder's start (train/run_folder.h).
+  std::function<void(int64_t step)> on_start;
 };
 
 struct TrainResult {

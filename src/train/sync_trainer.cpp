@@ -205,6 +205,7 @@ TrainResult SyncTrainer::run() {
   const int B = c.training.batch_size, T = c.training.seq_len, A = c.training.grad_accum_steps;
   const int N = s.world.size, r = s.world.rank;
   const int64_t tokens_per_step = int64_t(B) * T * A * N;
+  if (s.limits.on_start) s.limits.on_start(s.step);
   std::unique_ptr<MetricsWriter> metrics;
   if (r == 0) metrics = std::make_unique<MetricsWriter>(c.run.dir + "/metrics.jsonl", s.step);
   GPT& model = *s.model;

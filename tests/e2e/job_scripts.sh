@@ -2,8 +2,9 @@
 # Every job script under jobs/ is parsed and dry-run: bash -n; for each Slurm script, sbatch --test-only on a private
 # single-node Slurm accepts its #SBATCH header; then each script runs with its launcher (srun, mpirun) and scontrol
 # replaced by stubs on PATH that record their command lines. The launcher must be asked to start `ember train` with a
-# config file under configs/, and the Slurm scripts' shared end (jobs/lib/requeue.bash) must act on the exit code:
-# 0 done, 3 requeue (3 after SIGTERM: no requeue), anything else a failure.
+# config file under configs/, and the Slurm scripts' shared end (jobs/lib/requeue.bash) must act on the run-state file
+# of this start (stopped: requeue, done: finish, failed: fail, whatever the exit code) and without one on the exit
+# code: 0 done, 3 requeue (3 after SIGTERM: no requeue), anything else a failure.
 source "$(dirname "$0")/common.bash"
 source "$(dirname "$0")/slurm_lib.bash"
 trap slurm_stop EXIT
@@ -14,12 +15,19 @@ STUBS=$WORK/stubs
 mkdir -p "$STUBS" spool
 
 # The launcher stub (srun and mpirun): its command line, one argument a line, goes to <name>.calls and its process id
-# to launcher.pid; it exits with STUB_RC, or with STUB_RC=wait runs until SIGUSR1 or SIGTERM and then exits 3, as
-# ember does after its checkpoint.
+# to launcher.pid; with STUB_STATE it writes that state into $RUN_DIR/run_state.json as ember does (STUB_STATE=old:
+# "stopped", dated an hour back as an earlier start's file is); it exits with STUB_RC, or with STUB_RC=wait runs until
+# SIGUSR1 or SIGTERM and then exits 3, as ember does after its checkpoint.
 cat >"$STUBS/launcher" <<'EOF'
 #!/usr/bin/env bash
 printf '%s\n' "$@" >>"$STUB_DIR/$(basename "$0").calls"
 echo $$ >"$STUB_DIR/launcher.pid"
+if [ -n "${STUB_STATE:-}" ]; then
+  mkdir -p "$RUN_DIR"
+  printf '{"format":"ember-run-state","version":1,"state":"%s","step":7}\n' "${STUB_STATE/old/stopped}" \
+    >"$RUN_DIR/run_state.json"
+  [ "$STUB_STATE" != old ] || touch -d '1 hour ago' "$RUN_DIR/run_state.json"
+fi
 if [ "$STUB_RC" = wait ]; then
   trap 'exit 3' USR1 TERM
   while :; do
@@ -41,11 +49,13 @@ ln -s launcher "$STUBS/mpirun"
 # dry_run SCRIPT LAUNCHER_RC [SCONTROL_RC] [SUBMIT_DIR]: runs a copy of SCRIPT (sbatch, too, runs a copy from its
 # spool folder) in the background with the stubs first on PATH, as a Slurm batch shell of job $JOB_ID submitted from
 # SUBMIT_DIR (the repository by default) would; its pid is in $job_pid, its output in $WORK/job.out and job.err.
+# With $stub_state set, the run folder is $WORK/run and the launcher writes that run state (see the stub).
 dry_run() {
   rm -f "$STUBS"/*.calls "$STUBS/launcher.pid"
+  rm -rf "$WORK/run"
   cp "$1" "spool/$(basename "$1")"
   env -u EMBER -u CONFIG -u DATA_DIR -u RUN_DIR -u EMBER_HOME PATH="$STUBS:$PATH" STUB_DIR="$STUBS" STUB_RC="$2" \
-    STUB_SCONTROL_RC="${3:-0}" SLURM_SUBMIT_DIR="${4:-$SRC}" SLURM_JOB_ID=$JOB_ID SLURM_CPUS_PER_TASK=2 \
+    STUB_SCONTROL_RC="${3:-0}" STUB_STATE="${stub_state:-}" ${stub_state:+RUN_DIR="$WORK/run"} SLURM_SUBMIT_DIR="${4:-$SRC}" SLURM_JOB_ID=$JOB_ID SLURM_CPUS_PER_TASK=2 \
     bash "spool/$(basename "$1")" >job.out 2>job.err &
   job_pid=$!
 }
@@ -165,6 +175,18 @@ for script in "$SRC"/jobs/*.sbatch; do
   expect "$name, SIGUSR1" 0 yes "SIGUSR1, asking ember to checkpoint"
   signal_run "$name, SIGTERM" "$script" TERM
   expect "$name, SIGTERM" 3 no "not requeued (submit again"
+  # The run-state file of this start decides over the exit code; an earlier start's file does not.
+  stub_state=stopped && dry_run "$script" 1 && finish
+  expect "$name, state stopped, exit 1" 0 yes "decided by the run state 'stopped'"
+  stub_state=done && dry_run "$script" 1 && finish
+  expect "$name, state done, exit 1" 0 no "training finished"
+  stub_state=failed && dry_run "$script" 0 && finish
+  expect "$name, state failed, exit 0" 1 no "decided by the run state 'failed'"
+  stub_state=running && dry_run "$script" 3 && finish
+  expect "$name, state running, exit 3" 3 no "decided by the run state 'running'"
+  stub_state=old && dry_run "$script" 7 && finish
+  expect "$name, earlier start's state, exit 7" 7 no "no run state from this start.*decided by the exit code 7"
+  stub_state=""
   # Submitted from a folder without the job library: a clear error before anything starts.
   dry_run "$script" 0 0 "$WORK" && finish
   [ ! -e "$STUBS/srun.calls" ] || job_fail "$name, no library" "srun was called"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Stop on request: SIGUSR1 to one rank of a 2-rank run stops every rank at the same step with a checkpoint and exit
 # code 3, `--resume auto` continues from it to the end; `--max-runtime` does the same by wall clock on one rank.
+# SIGTERM to mpirun itself ends with mpirun's exit code 1, yet the job scripts' end (jobs/lib/requeue.bash) reads
+# "stopped" in the run-state file and requeues.
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
@@ -70,4 +72,40 @@ grep -q "stopping early" timed.log || { cat timed.log >&2; fail "no 'stopping ea
 timed_latest=$(cat timed/checkpoints/latest) || fail "no checkpoint after --max-runtime"
 "$EMBER" inspect "timed/checkpoints/$timed_latest" >/dev/null || fail "--max-runtime checkpoint $timed_latest is bad"
 echo "ok: --max-runtime 3 -> exit 3 after $elapsed s with checkpoint $timed_latest"
+
+# 4. SIGTERM to mpirun itself, under the Slurm scripts' end (ember_job_wait) with scontrol stubbed: mpirun exits
+#    non-zero although both ranks stopped after their checkpoint; the run-state file says "stopped" and the job is
+#    requeued.
+mkdir -p stubs
+printf '#!/usr/bin/env bash\necho "$*" >>"%s/scontrol.calls"\n' "$WORK" >stubs/scontrol
+chmod +x stubs/scontrol
+# mpirun relays SIGTERM to the ranks but sends SIGKILL a second later (odls_base_sigkill_timeout); on a loaded machine
+# the checkpoint may not make it, the state stays "running" and the job end rightly fails the job: then try again.
+for attempt in 1 2 3; do
+  rm -rf term scontrol.calls
+  rc=0
+  (
+    source "$SRC/jobs/lib/requeue.bash"
+    export PATH="$WORK/stubs:$PATH" SLURM_JOB_ID=4343
+    mpirun -np 2 --oversubscribe "$EMBER" "${train[@]}" --run.dir=term --training.steps=100000 >term.log 2>&1 &
+    launcher=$!
+    (
+      for _ in $(seq 600); do [ "$(lines term/metrics.jsonl)" -ge 5 ] && break; sleep 0.1; done
+      kill -TERM "$launcher"
+    ) &
+    ember_job_wait "$launcher" term/run_state.json
+  ) >term_job.out 2>term_job.err || rc=$?
+  grep -q "run state 'running'" term_job.err || break
+  echo "note: attempt $attempt: mpirun killed the ranks before their checkpoint; the job end failed the job"
+done
+show() { cat term.log term_job.out term_job.err >&2; }
+[ "$rc" -eq 0 ] || { show; fail "job end after SIGTERM to mpirun exited $rc, expected 0 (requeued)"; }
+grep -q "decided by the run state 'stopped' in term/run_state.json (launcher exit code [1-9]" term_job.err ||
+  { show; fail "the requeue was not decided by the run state over a non-zero mpirun exit code"; }
+[ "$(cat scontrol.calls)" = "requeue 4343" ] || { show; fail "no scontrol requeue 4343"; }
+term_latest=$(cat term/checkpoints/latest)
+grep -q "\"state\":\"stopped\",.*\"checkpoint\":\"term/checkpoints/$term_latest\"" term/run_state.json ||
+  fail "run state after SIGTERM: $(cat term/run_state.json)"
+echo "ok: SIGTERM to mpirun -> $(grep -o 'launcher exit code [0-9]*' term_job.err), run state stopped at" \
+  "$term_latest, requeued"
 echo PASS

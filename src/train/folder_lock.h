@@ -1,0 +1,53 @@
+// One job per run folder: an exclusive lock file, <folder>/ember.lock, that names its holder (host, pid, job id,
+// start time), taken before anything is written and removed at exit.
+//
+// Why not flock() alone: on NFS and Lustre advisory locks are often disabled, local to one client, or lost when the
+// client that holds them dies, so they cannot keep two nodes out of one folder. Creating the file with O_CREAT|O_EXCL
+// is atomic on every shared file system (NFSv3 and later, Lustre, GPFS), so it decides who holds the folder. A holder
+// that crashed leaves its file behind; it is reclaimed, with a warning, when it is stale:
+//   - on the same host, when the named process is gone (its pid no longer exists, or now belongs to a process that
+//     started at another time);
+//   - on another host, when the file's mtime has not been refreshed for the stale time: a heartbeat thread of the
+//     holder touches it every stale/10 seconds, so the stale time covers attribute caching and clock skew between
+//     nodes. The stale time is 300 s, or EMBER_LOCK_STALE_SECONDS.
+// A reclaim renames the stale file to a unique name first and checks that it moved the file it judged stale, so two
+// jobs that reclaim at once cannot both win.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ember {
+
+class FolderLock {
+ public:
+  // Takes <dir>/ember.lock; `dir` must exist. `what` names the folder in messages ("run folder", "checkpoint
+  // folder"). Throws ember::Error naming the holder, with a hint, when a live job holds it.
+  FolderLock(const std::string& dir, const std::string& what);
+  // Stops the heartbeat and removes the lock file if it still names this process.
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void heartbeat(double interval_s);
+
+  std::string path_;
+  std::string content_;  // what this process wrote into the lock file
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread heartbeat_;
+};
+
+// This host's name (gethostname), as lock files and the run-state file record it.
+std::string this_host();
+
+// Seconds without a heartbeat after which a lock held from another host is stale (EMBER_LOCK_STALE_SECONDS, or 300).
+double lock_stale_seconds();
+
+}  // namespace ember

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
@@ -177,15 +176,6 @@ void check_room(const fs::path& dir, const std::string& file, uint64_t need) {
                   "free some space, or set checkpoint.folder to a larger disk; old checkpoints are deleted only "
                   "after the new one is written, so the folder needs room for keep_latest_k + 1 of them");
   }
-}
-
-std::string iso_time_utc() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace ember::checkpoint_detail

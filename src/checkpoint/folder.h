@@ -66,7 +66,4 @@ void prune(const fs::path& dir, int keep, const std::string& current);
 // Throws a clear error when `need` bytes cannot fit (ulimit -f, free disk space) before a byte is written.
 void check_room(const fs::path& dir, const std::string& file, uint64_t need);
 
-// Current UTC time as ISO 8601, e.g. 2025-03-01T12:00:00Z.
-std::string iso_time_utc();
-
 }  // namespace ember::checkpoint_detail

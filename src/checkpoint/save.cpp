@@ -16,6 +16,7 @@
 #include "checkpoint/h5.h"
 #include "checkpoint/layout.h"
 #include "core/error.h"
+#include "core/timer.h"
 #include "dist/host_collectives.h"
 
 namespace ember {
@@ -338,7 +339,7 @@ std::string save_checkpoint(const std::string& folder, const CheckpointMeta& met
   const std::string name = fs::path(final_path).filename().string();
   CheckpointMeta full = meta;
   // rank 0's clock: the attribute must be identical everywhere
-  full.created = broadcast_string(world, world.rank == 0 ? iso_time_utc() : "", 0);
+  full.created = broadcast_string(world, world.rank == 0 ? utc_timestamp() : "", 0);
   full.version = EMBER_VERSION;
 
   std::optional<TempFile> guard;  // on rank 0: removes the temp file unless the save completes

@@ -46,3 +46,17 @@ rank_pid() {
   done
   return 1
 }
+
+# lines FILE: its line count, 0 while it does not exist.
+lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+
+# kill_background_job: kills the mpirun whose pid is in $mpirun_pid, and its ranks, if it still runs (for
+# `trap kill_background_job EXIT` in scripts that start a job in the background).
+mpirun_pid=""
+kill_background_job() {
+  if [ -n "$mpirun_pid" ] && kill -0 "$mpirun_pid" 2>/dev/null; then
+    local pid
+    for pid in $(pgrep -P "$mpirun_pid" || true); do kill -KILL "$pid" 2>/dev/null || true; done
+    kill -KILL "$mpirun_pid" 2>/dev/null || true
+  fi
+}

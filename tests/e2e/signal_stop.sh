@@ -7,17 +7,7 @@ source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 mpirun_pid=""
-cleanup() {
-  if [ -n "$mpirun_pid" ] && kill -0 "$mpirun_pid" 2>/dev/null; then
-    local pid
-    for pid in $(pgrep -P "$mpirun_pid" || true); do kill -KILL "$pid" 2>/dev/null || true; done
-    kill -KILL "$mpirun_pid" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
-
-# lines FILE: its line count, 0 while it does not exist.
-lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+trap kill_background_job EXIT
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null
 train=(train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run --eval.every=0 --checkpoint.interval=0

@@ -46,7 +46,6 @@ submit() {
     slurm_fail "sbatch refused jobs/slurm-cpu.sbatch"
 }
 
-lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
 # EMBER_HOME: the job script finds its shared end (jobs/lib) there, since this test submits from its work directory.
 export EMBER CONFIG="$SRC/configs/tiny.ini" DATA_DIR=data EMBER_HOME="$SRC"
 

@@ -471,8 +471,13 @@ TEST(Prep, DirectoryWithBinaryAndHiddenFiles) {
   DataLoader dl(out, "train", 4, 256, 1, true);
   EXPECT_EQ(dl.num_tokens(), r.train_tokens);
 
-  // Re-prep with bigger shards: fewer files, and the stale higher-index shards are gone.
+  // Re-prep with bigger shards: refused over the earlier shards, which stay as they were, unless overwrite is set;
+  // then fewer files, and the stale higher-index shards are gone.
   o.shard_tokens = 1000;
+  const auto before = snapshot(out);
+  expect_error([&] { prepare_corpus(o); }, {out, "already holds"});
+  EXPECT_EQ(snapshot(out), before);
+  o.overwrite = true;
   const PrepResult r2 = prepare_corpus(o);
   EXPECT_EQ(r2.train_shards, 1u);
   EXPECT_EQ(r2.val_shards, 1u);
@@ -497,6 +502,7 @@ TEST(Prep, SingleFileAndZeroValFraction) {
 
   // A tiny corpus with val_fraction > 0 still gets a val shard.
   o.val_fraction = 0.01;
+  o.overwrite = true;
   const PrepResult r2 = prepare_corpus(o);
   EXPECT_EQ(r2.val_tokens, 1u);
   EXPECT_EQ(r2.val_shards, 1u);
@@ -515,6 +521,7 @@ TEST(Prep, MissingInputLeavesOutputUntouched) {
   ASSERT_GE(before.size(), 4u);
 
   o.input = tmp / "no_such_corpus";
+  o.overwrite = true;  // even where replacing the shards is allowed, a bad input writes nothing
   expect_error([&] { prepare_corpus(o); }, {tmp / "no_such_corpus"});
   EXPECT_EQ(snapshot(tmp / "shards"), before);
 

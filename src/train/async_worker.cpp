@@ -108,8 +108,7 @@ TrainResult run_worker(AsyncJob& job) {
       const double t_step = now_seconds();
       const uint64_t at = first + uint64_t(i) * job.A * job.B;
       const double loss = accumulate_gradients(model, train, batch, job.A, at, uint64_t(job.B));
-      require_finite_loss(loss,
-                          "on worker rank " + std::to_string(rank) + " at step " + std::to_string(job.step_of(at)),
+      require_finite_loss(loss, job.step_of(at), rank,
                           "lower optimizer.lr or async.outer_lr, then resume from the last checkpoint");
       const float norm = float(std::sqrt(be.sum_squares(model.grads(), arena)));
       lr = apply_update(be, adam, model.params(), model.grads(), arena, norm, c, job.step_of(at));

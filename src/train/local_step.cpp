@@ -31,8 +31,11 @@ float apply_update(Backend& backend, AdamW& optimizer, float* params, float* gra
   return lr;
 }
 
-void require_finite_loss(double loss, const std::string& at, const std::string& hint) {
-  if (!std::isfinite(loss)) throw_error("training diverged " + at + ": loss is " + std::to_string(loss), hint);
+void require_finite_loss(double loss, int64_t step, int worker_rank, const char* hint) {
+  if (std::isfinite(loss)) return;
+  const std::string who = worker_rank >= 0 ? "on worker rank " + std::to_string(worker_rank) + " " : "";
+  throw_error("training diverged " + who + "at step " + std::to_string(step) + ": loss is " + std::to_string(loss),
+              hint);
 }
 
 }  // namespace ember

@@ -36,7 +36,8 @@ double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int
 float apply_update(Backend& backend, AdamW& optimizer, float* params, float* grads, size_t n, float norm,
                    const RunConfig& config, int64_t step);
 
-// Throws ember::Error "training diverged <at>: loss is <loss>" with `hint` unless the loss is finite.
-void require_finite_loss(double loss, const std::string& at, const std::string& hint);
+// Throws ember::Error "training diverged [on worker rank R ]at step S: loss is L" with `hint` unless the loss is
+// finite (worker_rank < 0: no rank named). The message is built only on failure: this runs every step.
+void require_finite_loss(double loss, int64_t step, int worker_rank, const char* hint);
 
 }  // namespace ember

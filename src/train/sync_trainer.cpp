@@ -279,7 +279,7 @@ TrainResult SyncTrainer::run() {
     ++s.step;
     s.tokens_seen += tokens_per_step;
     if (s.step == first_step + 1) log_measured_memory(be, s.counted_bytes, s.tb.device.gpus_shared);
-    require_finite_loss(loss, "at step " + std::to_string(s.step),
+    require_finite_loss(loss, s.step, -1,
                         "lower optimizer.lr or raise optimizer.warmup_steps, then resume from the last checkpoint");
     clock.record(s.step, dt);
     const double tokens_per_s = tokens_per_step / dt;

@@ -44,7 +44,7 @@ int cmd_eval(int argc, char** argv) {
   const ModelConfig& mc = meta.model;
   const int T = model_seq_len(meta, seq_len);
   auto tokenizer =
-      make_tokenizer(ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
+      load_tokenizer(ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
   DataLoader loader(data, split, T, mc.vocab_size, 0, /*shuffle=*/false);
   uint64_t batches = loader.num_samples() / uint64_t(batch_size);
   if (batches == 0)

@@ -54,10 +54,10 @@ int cmd_generate(int argc, char** argv) {
   const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
   const ModelConfig& mc = meta.model;
   auto tokenizer =
-      make_tokenizer(ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
+      load_tokenizer(ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
   if (tokenizer->vocab_size() > mc.vocab_size)
     throw_error("checkpoint " + checkpoint + ": vocab_size " + std::to_string(mc.vocab_size) + " is smaller than the " +
-                    tokenizer->name() + " tokenizer's " + std::to_string(tokenizer->vocab_size()),
+                    tokenizer->describe() + " tokenizer's " + std::to_string(tokenizer->vocab_size()),
                 "use a checkpoint trained with this tokenizer");
   auto backend = backend_for_device(request);
   // The buffers the loop grows: every token twice (context and output, 4 bytes each) and the decoded text (a

@@ -120,8 +120,8 @@ void encode_into(const Tokenizer& tok, const std::string& text, const std::strin
     }
     for (int32_t id : tok.encode(std::string_view(text).substr(begin, end - begin))) {
       if (id < 0 || id > 65535)
-        throw_error("prep input file " + path + ": tokenizer '" + tok.name() + "' produced id " + std::to_string(id) +
-                        ", which does not fit a uint16 shard",
+        throw_error("prep input file " + path + ": tokenizer '" + tok.describe() + "' produced id " +
+                        std::to_string(id) + ", which does not fit a uint16 shard",
                     "use a tokenizer with at most 65536 ids");
       stream.push_back(uint16_t(id));
     }
@@ -186,9 +186,9 @@ PrepResult prepare_corpus(const PrepOptions& options) {
     throw_error("prep: shard_tokens " + std::to_string(options.shard_tokens) + " is outside [1, " +
                     std::to_string(INT32_MAX) + "]",
                 "the shard header stores the count as int32; 100000000 is the usual size");
-  const std::unique_ptr<Tokenizer> tok = make_tokenizer(options.tokenizer);
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(options.tokenizer);
   if (tok->vocab_size() > 65536)
-    throw_error("prep: tokenizer '" + tok->name() + "' has " + std::to_string(tok->vocab_size()) +
+    throw_error("prep: tokenizer '" + tok->describe() + "' has " + std::to_string(tok->vocab_size()) +
                     " ids, more than a uint16 shard can hold",
                 "use a tokenizer with at most 65536 ids");
   {

@@ -1,21 +1,24 @@
-// Tokenizers (implementation): the byte tokenizer and the factory that picks a tokenizer by its config name.
-// Kept tiny on purpose: the byte tokenizer is the one every test and demo can use without downloading anything.
+// Tokenizers (implementation): the byte tokenizer, the factory that reads a tokenizer from a spec or from stored
+// files, and the helpers every tokenizer shares (writing its files, parallel encoding).
 #include "data/tokenizer.h"
 
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "core/atomic_file.h"
 #include "core/enum_names.h"
 #include "core/error.h"
 
 namespace ember {
 
-std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
-  std::vector<int32_t> ids;
-  ids.reserve(text.size());
+void ByteTokenizer::encode_into(std::string_view text, std::vector<int32_t>& out) const {
+  out.reserve(out.size() + text.size());
   // Through unsigned char: bytes >= 0x80 (UTF-8 continuation bytes) must map to 128..255, not to negative ids.
-  for (char c : text) ids.push_back(int32_t(static_cast<unsigned char>(c)));
-  return ids;
+  for (char c : text) out.push_back(int32_t(static_cast<unsigned char>(c)));
 }
 
-std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
+std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   text.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -34,6 +37,8 @@ const char* tokenizer_kind_name(TokenizerKind t) {
   switch (t) {
     case TokenizerKind::bytes:
       return "bytes";
+    case TokenizerKind::bpe:
+      return "bpe";
   }
   return "?";
 }
@@ -42,21 +47,56 @@ std::optional<TokenizerKind> parse_tokenizer_kind(const std::string& name) {
   return find_by_name(kTokenizerKinds, tokenizer_kind_name, name);
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(TokenizerKind kind) {
-  switch (kind) {
-    case TokenizerKind::bytes:
-      return std::make_unique<ByteTokenizer>();
-  }
-  EMBER_ASSERT(false, "a tokenizer kind without a tokenizer");
-  return nullptr;
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  if (spec == tokenizer_kind_name(TokenizerKind::bytes)) return std::make_unique<ByteTokenizer>();
+  throw_error("tokenizer '" + spec + "': BPE tokenizers are not available yet",
+              "use --tokenizer bytes");  // replaced by the BPE loader
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
-  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(name);
-  if (!kind)
-    throw_error("unknown tokenizer '" + name + "'",
-                "the known tokenizers are: " + join_names(kTokenizerKinds, tokenizer_kind_name));
-  return make_tokenizer(*kind);
+std::unique_ptr<Tokenizer> tokenizer_from_files(const TokenizerFiles& files, const std::string& origin) {
+  if (files.empty()) return std::make_unique<ByteTokenizer>();
+  throw_error(origin + ": BPE tokenizers are not available yet", "use the byte tokenizer");
+}
+
+void write_tokenizer_files(const Tokenizer& t, const std::string& dir) {
+  const std::string hint = "check that " + dir + " is writable and has free space";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw_error("tokenizer folder " + dir + ": cannot create: " + ec.message(), hint);
+  for (const auto& [name, contents] : t.files())
+    write_file_atomically((std::filesystem::path(dir) / name).string(), contents, "tokenizer file", hint);
+}
+
+std::vector<int32_t> encode_parallel(const Tokenizer& t, std::string_view text, int threads, size_t piece_bytes) {
+  EMBER_ASSERT(threads >= 1 && piece_bytes >= 1, "encode_parallel needs a thread and a piece size");
+  std::vector<std::string_view> pieces;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = begin + piece_bytes >= text.size() ? text.size() : t.chunk_boundary(text, begin + piece_bytes);
+    pieces.push_back(text.substr(begin, end - begin));
+    begin = end;
+  }
+  std::vector<std::vector<int32_t>> ids(pieces.size());
+  const size_t n_threads = std::min(pieces.size(), size_t(threads));
+  std::vector<std::thread> workers;
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  for (size_t w = 0; w < n_threads; ++w)
+    workers.emplace_back([&, w] {
+      try {
+        for (size_t i = w; i < pieces.size(); i += n_threads) t.encode_into(pieces[i], ids[i]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    });
+  for (auto& worker : workers) worker.join();
+  if (failure) std::rethrow_exception(failure);
+  std::vector<int32_t> out;
+  size_t total = 0;
+  for (const auto& v : ids) total += v.size();
+  out.reserve(total);
+  for (const auto& v : ids) out.insert(out.end(), v.begin(), v.end());
+  return out;
 }
 
 }  // namespace ember

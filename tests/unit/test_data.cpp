@@ -95,7 +95,7 @@ TEST(ByteTokenizer, RoundTripsAllBytes) {
   for (int b = 0; b < 256; ++b) EXPECT_EQ(ids[b], b);
   EXPECT_EQ(tok.decode(ids), all);
   EXPECT_EQ(tok.vocab_size(), 256);
-  EXPECT_EQ(tok.name(), "bytes");
+  EXPECT_EQ(tok.describe(), "bytes");
 }
 
 TEST(ByteTokenizer, RoundTripsUtf8) {
@@ -112,17 +112,17 @@ TEST(ByteTokenizer, RoundTripsUtf8) {
 
 TEST(ByteTokenizer, DecodeRejectsIdsOutsideVocab) {
   ByteTokenizer tok;
-  expect_error([&] { tok.decode({65, 256}); }, {"256"});
-  expect_error([&] { tok.decode({-1}); }, {"-1"});
+  expect_error([&] { tok.decode(std::vector<int32_t>{65, 256}); }, {"256"});
+  expect_error([&] { tok.decode(std::vector<int32_t>{-1}); }, {"-1"});
 }
 
-TEST(ByteTokenizer, FactoryKnowsBytesOnly) {
-  EXPECT_EQ(make_tokenizer("bytes")->name(), "bytes");
+TEST(ByteTokenizer, FactoryNamesAnUnknownSpec) {
+  EXPECT_EQ(load_tokenizer("bytes")->describe(), "bytes");
   try {
-    make_tokenizer("gpt9");
+    load_tokenizer("gpt9");
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "unknown tokenizer 'gpt9'");
+    EXPECT_NE(std::string(e.what()).find("gpt9"), std::string::npos) << e.what();
     EXPECT_NE(e.hint().find("bytes"), std::string::npos) << e.hint();
   }
 }

@@ -8,6 +8,10 @@ int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_prep(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
+int cmd_tokenizer(int argc, char** argv);  // dispatches to the three below
+int cmd_tokenizer_train(int argc, char** argv);
+int cmd_tokenizer_encode(int argc, char** argv);
+int cmd_tokenizer_decode(int argc, char** argv);
 
 // Exit codes shared by every subcommand (documented in the README).
 constexpr int EXIT_CODE_OK = 0;

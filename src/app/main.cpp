@@ -20,7 +20,8 @@ void print_usage(FILE* out) {
           "            under mpirun/srun, synchronous data parallel over the ranks\n"
           "  eval      loss and bits per byte of a checkpoint on a data split\n"
           "  generate  sample text from a checkpoint\n"
-          "  prep      tokenize text files into train/val shards\n"
+          "  prep      tokenize text, JSONL or enwik files into train/val shards\n"
+          "  tokenizer train a BPE tokenizer, or encode/decode with one\n"
           "  inspect   print a checkpoint's metadata and verify its datasets\n\n"
           "`ember <command> --help` lists a command's options.\n");
 }
@@ -44,6 +45,7 @@ int dispatch(int argc, char** argv) {
   if (cmd == "generate") return ember::cmd_generate(argc - 1, argv + 1);
   if (cmd == "prep") return ember::cmd_prep(argc - 1, argv + 1);
   if (cmd == "inspect") return ember::cmd_inspect(argc - 1, argv + 1);
+  if (cmd == "tokenizer") return ember::cmd_tokenizer(argc - 1, argv + 1);
   fprintf(stderr, "error: unknown command '%s'\nhint: run `ember --help` for the list of commands\n", cmd.c_str());
   return ember::EXIT_CODE_USAGE;
 }

@@ -15,13 +15,14 @@ find corpus -type f ! -name '*.md' ! -name '*.cpp' ! -name '*.h' -delete
 [ -n "$(ls tok)" ] || fail "tokenizer train wrote no files into tok/"
 "$EMBER" prep --input corpus --output data --tokenizer tok >prep.log 2>&1 || { cat prep.log >&2; fail "prep"; }
 [ -f data/prep.json ] && [ -d data/tokenizer ] || fail "prep wrote no prep.json and tokenizer/ beside the shards"
-fingerprint=$("$PYTHON" -c 'import json; t = json.load(open("data/prep.json"))["tokenizer"]
-assert t["kind"] == "bpe" and t["vocab_size"] <= '"$V"', t
-print(t["fingerprint"])') || fail "prep.json does not describe the BPE tokenizer"
+read -r fingerprint ids < <("$PYTHON" -c 'import json; t = json.load(open("data/prep.json"))["tokenizer"]
+assert t["kind"] == "bpe" and 256 < t["vocab_size"] <= '"$V"', t
+print(t["fingerprint"], t["vocab_size"])') || fail "prep.json does not describe the BPE tokenizer"
+[ -n "$ids" ] || fail "prep.json does not describe the BPE tokenizer"
 
 "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --data.tokenizer=auto --model.vocab_size="$V" \
   --run.dir=run --training.steps=40 --eval.every=0 >train.log 2>&1 || { cat train.log >&2; fail "train"; }
-grep -q "tokenizer: bpe ($V ids, fingerprint $fingerprint)" train.log ||
+grep -qF "tokenizer: bpe ($ids ids, fingerprint $fingerprint)" train.log ||
   { grep tokenizer train.log >&2; fail "start-up does not log the BPE tokenizer of the shards"; }
 ckpt=run/checkpoints/$(cat run/checkpoints/latest)
 
@@ -39,7 +40,7 @@ for name, data in files.items():
         assert g.read() == data, name
 PY
 "$EMBER" inspect "$ckpt" >inspect.log 2>&1 || { cat inspect.log >&2; fail "inspect"; }
-grep -q "^tokenizer   kind=bpe ids=$V fingerprint=$fingerprint" inspect.log ||
+grep -q "^tokenizer   kind=bpe ids=$ids fingerprint=$fingerprint" inspect.log ||
   { cat inspect.log >&2; fail "inspect does not print the BPE tokenizer"; }
 
 # generate decodes with the checkpoint's tokenizer: the output is UTF-8 text that starts with the prompt, and the

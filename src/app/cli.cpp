@@ -82,3 +82,27 @@ std::string ini_value(const std::string& ini_text, const std::string& key, const
 }
 
 }  // namespace ember
+
+namespace ember {
+
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const std::string& checkpoint, const CheckpointMeta& meta) {
+  std::unique_ptr<Tokenizer> t;
+  if (meta.tokenizer) {
+    t = tokenizer_from_files(meta.tokenizer->files, "checkpoint " + checkpoint);
+    if (t->fingerprint() != meta.tokenizer->fingerprint)
+      throw_error("checkpoint " + checkpoint + ": the tokenizer files in /tokenizer make " + t->describe() +
+                      ", not the recorded fingerprint " + meta.tokenizer->fingerprint,
+                  "the file was modified after ember wrote it; use another checkpoint of the run");
+  } else {
+    const std::string stored = ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes));
+    t = load_tokenizer(stored == "auto" ? tokenizer_kind_name(TokenizerKind::bytes) : stored);
+  }
+  if (t->vocab_size() > meta.model.vocab_size)
+    throw_error("checkpoint " + checkpoint + ": vocab_size " + std::to_string(meta.model.vocab_size) +
+                    " is smaller than its tokenizer's " + std::to_string(t->vocab_size()) + " ids (" + t->describe() +
+                    ")",
+                "the file was modified after ember wrote it; use another checkpoint of the run");
+  return t;
+}
+
+}  // namespace ember

@@ -10,6 +10,7 @@
 #include "app/options.h"
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "data/tokenizer.h"
 #include "dist/device_select.h"
 #include "model/gpt.h"
 
@@ -49,5 +50,11 @@ LoadedModel load_model(const std::string& checkpoint, const CheckpointMeta& meta
 
 // The value of "section.key" in a stored INI config, or `fallback` when absent.
 std::string ini_value(const std::string& ini_text, const std::string& key, const std::string& fallback);
+
+// The tokenizer the checkpoint at `checkpoint` (metadata `meta`) was trained with: rebuilt from its /tokenizer group,
+// or, for files written before checkpoints recorded it, the stored config's data.tokenizer (bytes when absent).
+// Rebuilt files whose fingerprint is not the recorded one are an error naming the checkpoint; so is a model with
+// fewer rows than the tokenizer has ids.
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const std::string& checkpoint, const CheckpointMeta& meta);
 
 }  // namespace ember

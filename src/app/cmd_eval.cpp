@@ -2,6 +2,7 @@
 // the split's samples in order, so any reader of the shards and the checkpoint can reproduce the number.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -10,11 +11,25 @@
 #include "app/commands.h"
 #include "core/error.h"
 #include "data/data_loader.h"
+#include "data/prep_manifest.h"
 #include "data/tokenizer.h"
 
 namespace po = boost::program_options;
 
 namespace ember {
+namespace {
+
+// Shards made with another tokenizer than the model's would be scored as noise: refused when prep.json says so.
+void check_data_tokenizer(const std::string& data, const std::string& checkpoint, const Tokenizer& t) {
+  const std::optional<PrepManifest> prep = read_prep_manifest(data);
+  if (prep && prep->tokenizer_fingerprint != t.fingerprint())
+    throw_error("shards in " + data + " were made with tokenizer " + prep->tokenizer_kind + " (fingerprint " +
+                    prep->tokenizer_fingerprint + ") but checkpoint " + checkpoint + " was trained with " +
+                    t.describe(),
+                "evaluate on data prepared with the checkpoint's tokenizer (`ember inspect` shows it)");
+}
+
+}  // namespace
 
 int cmd_eval(int argc, char** argv) {
   std::string checkpoint, data, split, device;
@@ -43,8 +58,8 @@ int cmd_eval(int argc, char** argv) {
   const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
   const ModelConfig& mc = meta.model;
   const int T = model_seq_len(meta, seq_len);
-  auto tokenizer =
-      load_tokenizer(ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
+  const std::unique_ptr<Tokenizer> tokenizer = checkpoint_tokenizer(checkpoint, meta);
+  check_data_tokenizer(data, checkpoint, *tokenizer);
   DataLoader loader(data, split, T, mc.vocab_size, 0, /*shuffle=*/false);
   uint64_t batches = loader.num_samples() / uint64_t(batch_size);
   if (batches == 0)

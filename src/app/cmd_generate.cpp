@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "app/cli.h"
@@ -41,8 +42,11 @@ int cmd_generate(int argc, char** argv) {
   desc.add_options()("device", po::value(&device)->default_value("cpu"),
                      "cpu, cuda or auto (cuda when a GPU is visible)");
   po::variables_map vm;
-  if (!parse_command(argc, argv, desc, "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]", vm,
-                     &numbers))
+  if (!parse_command(argc, argv, desc,
+                     "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]\n"
+                     "Encodes the prompt and decodes the output with the tokenizer recorded in the checkpoint; stops "
+                     "early when it samples that tokenizer's end-of-text token (<|endoftext|>).",
+                     vm, &numbers))
     return EXIT_CODE_OK;
   require_option(vm, "checkpoint", "give a checkpoint, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
   if (prompt.size() > kMaxPromptBytes)
@@ -53,12 +57,8 @@ int cmd_generate(int argc, char** argv) {
   const DeviceRequest request = parse_device_option(device);
   const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
   const ModelConfig& mc = meta.model;
-  auto tokenizer =
-      load_tokenizer(ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes)));
-  if (tokenizer->vocab_size() > mc.vocab_size)
-    throw_error("checkpoint " + checkpoint + ": vocab_size " + std::to_string(mc.vocab_size) + " is smaller than the " +
-                    tokenizer->describe() + " tokenizer's " + std::to_string(tokenizer->vocab_size()),
-                "use a checkpoint trained with this tokenizer");
+  const std::unique_ptr<Tokenizer> tokenizer = checkpoint_tokenizer(checkpoint, meta);
+  const std::optional<int32_t> eot = tokenizer->eot_id();
   auto backend = backend_for_device(request);
   // The buffers the loop grows: every token twice (context and output, 4 bytes each) and the decoded text (a
   // tokenizer's token is at most 16 bytes of text here), the prompt's tokens, and the logits and sort order.
@@ -66,7 +66,8 @@ int cmd_generate(int argc, char** argv) {
                          size_t(mc.vocab_size) * (2 * sizeof(float) + sizeof(int));
   LoadedModel loaded = load_model(checkpoint, meta, *backend, 1, 0, buffers);
   std::vector<int32_t> tokens = tokenizer->encode(prompt);
-  if (tokens.empty()) tokens.push_back(int32_t('\n'));  // an empty prompt starts from a newline
+  // An empty prompt starts a new document: after <|endoftext|> where the tokenizer has one, else from a newline.
+  if (tokens.empty()) tokens = eot ? std::vector<int32_t>{*eot} : tokenizer->encode("\n");
   const int V = mc.vocab_size, tok_V = tokenizer->vocab_size();
 
   Philox rng(seed, 0, 0, RNG_PURPOSE_SAMPLE);
@@ -101,6 +102,7 @@ int cmd_generate(int argc, char** argv) {
         if ((u -= probs[j]) < 0.0) break;
       }
     }
+    if (eot && next == *eot) break;  // the model ended the document
     tokens.push_back(next);
     generated.push_back(next);
   }

@@ -57,6 +57,16 @@ int cmd_inspect(int argc, char** argv) {
       training_mode_name(meta.mode), meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd,
       m.block_size, m.vocab_size, (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2),
       double(meta.eps), double(meta.weight_decay), double(meta.lr));
+  if (meta.tokenizer) {
+    const CheckpointTokenizer& t = *meta.tokenizer;
+    printf("tokenizer   kind=%s ids=%d fingerprint=%s files=", t.kind.c_str(), t.vocab_size, t.fingerprint.c_str());
+    if (t.files.empty()) printf("none");
+    for (auto it = t.files.begin(); it != t.files.end(); ++it)
+      printf("%s%s (%zu bytes)", it == t.files.begin() ? "" : ", ", it->first.c_str(), it->second.size());
+    printf("\n");
+  } else {
+    printf("tokenizer   not recorded (written before checkpoints recorded it): data.tokenizer of the config\n");
+  }
   printf("ranks       (per-rank state, /ranks/<r>)\n");
   if (meta.mode == TrainingMode::async) printf("async       version=%llu\n", (unsigned long long)meta.async_version);
   for (size_t r = 0; r < meta.ranks.size(); ++r) {

@@ -65,12 +65,6 @@ struct EnumOption<MatmulPrecision> {
   static std::string name(MatmulPrecision v) { return matmul_precision_name(v); }
   static std::optional<MatmulPrecision> parse(const std::string& s) { return parse_matmul_precision(s); }
 };
-template <>
-struct EnumOption<TokenizerKind> {
-  static constexpr const auto& values = kTokenizerKinds;
-  static std::string name(TokenizerKind v) { return tokenizer_kind_name(v); }
-  static std::optional<TokenizerKind> parse(const std::string& s) { return parse_tokenizer_kind(s); }
-};
 
 template <class E>
 concept EnumOptionType = requires(E v) {
@@ -265,7 +259,11 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_number("optimizer.eps", &c.optimizer.eps, "AdamW epsilon", floats(0, 1, /*lo_open=*/true)));
   b.push_back(bind_key("data.dir", &c.data.dir, "directory of train_*.bin and val_*.bin shards (from `ember prep`)",
                        path_value(true)));
-  b.push_back(bind_key("data.tokenizer", &c.data.tokenizer, "tokenizer the shards were made with"));
+  b.push_back(bind_key("data.tokenizer", &c.data.tokenizer,
+                       "tokenizer the shards were made with: auto (the one data.dir/prep.json records; bytes for "
+                       "shards without one when model.vocab_size = 256), bytes, or a tokenizer folder or file "
+                       "(tokenizer.json, or GPT-2's vocab.json + merges.txt)",
+                       path_value(true)));
   b.push_back(bind_number("eval.every", &c.eval.every, "validation loss every N steps (0: at the end only)",
                           ints(0, kMaxCount)));
   b.push_back(bind_number("eval.batches", &c.eval.batches, "validation batches per evaluation", ints(1, 1000000)));

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/training_mode.h"
+#include "data/tokenizer.h"
 #include "dist/world.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
@@ -15,6 +17,16 @@ namespace ember {
 
 constexpr const char* CHECKPOINT_FORMAT = "ember-checkpoint";
 constexpr int CHECKPOINT_FORMAT_VERSION = 1;
+
+// The tokenizer the model was trained with (/tokenizer): enough to rebuild it (tokenizer_from_files) without the
+// data folder it came from.
+struct CheckpointTokenizer {
+  std::string kind = tokenizer_kind_name(TokenizerKind::bytes);  // "bytes" or "bpe"
+  std::string fingerprint = "bytes";                             // Tokenizer::fingerprint()
+  int vocab_size = 256;                                          // Tokenizer::vocab_size()
+  TokenizerFiles files{};  // Tokenizer::files(): names without '/', any bytes as contents; empty for bytes
+  bool operator==(const CheckpointTokenizer&) const = default;
+};
 
 // Everything in a checkpoint except the big tensors.
 struct CheckpointMeta {
@@ -43,6 +55,9 @@ struct CheckpointMeta {
   };
   std::vector<RankState> ranks = std::vector<RankState>(1);
   uint64_t async_version = 0;  // async mode: version of the center's parameters (stored only in async mode)
+  // The tokenizer. A save writes it, or the byte tokenizer when unset, so every file written now records one; a read
+  // leaves it unset for files written before /tokenizer existed (their config_ini's data.tokenizer says "bytes").
+  std::optional<CheckpointTokenizer> tokenizer{};
 };
 
 // One arena-shaped set of tensors: the dataset <prefix>/<Hugging Face path> of every parameter of the table
@@ -104,6 +119,10 @@ std::string save_checkpoint(const std::string& folder, const CheckpointMeta& met
 // others and with the tensors it sizes (docs/checkpoint-format.md, "Checks on read"). Throws ember::Error naming the
 // file and the attribute with its value and what it should be, with a hint.
 CheckpointMeta read_checkpoint_meta(const std::string& path);
+
+// The tokenizer recorded in the checkpoint at `path` (read_checkpoint_meta(path).tokenizer): nothing for a file
+// written before checkpoints recorded it. A malformed /tokenizer group is an error naming the attribute or dataset.
+std::optional<CheckpointTokenizer> read_checkpoint_tokenizer(const std::string& path);
 
 // Reads each set's arena range [begin, end) out of the full datasets, after checking that every dataset of `table`
 // under each set's prefix exists with its exact shape (mismatch: an error naming the dataset, both shapes and a

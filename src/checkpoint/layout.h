@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,17 @@ std::vector<std::function<void()>> content_steps(hid_t file_id, const Checkpoint
 
 // Creates and writes /config (a scalar variable-length string) in the open serial file.
 void write_config(hid_t file_id, const std::string& config_ini, const std::string& file);
+
+// Creates and writes the group /tokenizer (layout_tokenizer.cpp): attributes kind, fingerprint and vocab_size, and
+// one 1-d uint8 dataset per file holding its bytes verbatim. Written with /config, in the serial part of a save.
+void write_tokenizer(hid_t file_id, const CheckpointTokenizer& tokenizer, const std::string& file);
+
+// Reads /tokenizer back; nothing when the file has no such group (written before it existed). Checks the kind, a
+// non-empty fingerprint, vocab_size >= 1 and that every member is a 1-d uint8 dataset.
+std::optional<CheckpointTokenizer> read_tokenizer(hid_t file_id, const std::string& file);
+
+// Bytes the tokenizer's files take (for the free-space estimate).
+size_t tokenizer_bytes(const CheckpointTokenizer& tokenizer);
 
 // Opens an existing checkpoint read-only (sec2 driver); missing, non-HDF5 and truncated files get their own message.
 H5Handle open_checkpoint(const std::string& path);

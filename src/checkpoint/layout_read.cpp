@@ -194,6 +194,7 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
     if (attr_exists(rank.get(), "seq", g + ":", ctx)) state.seq = read_attr_u64(rank.get(), "seq", g + ":", ctx);
     state.arrays = float_datasets_in(rank.get(), g, file);
   }
+  m.tokenizer = read_tokenizer(file_id, file);
   check_meta(file_id, m, file);
   return m;
 }

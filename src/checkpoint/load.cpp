@@ -24,6 +24,10 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
   return read_meta(file.get(), path);
 }
 
+std::optional<CheckpointTokenizer> read_checkpoint_tokenizer(const std::string& path) {
+  return read_checkpoint_meta(path).tokenizer;
+}
+
 void load_checkpoint(const std::string& path, const ParamTable& table, const std::vector<TensorSet>& sets,
                      CheckpointMeta& meta) {
   const size_t total = table.total_numel();

@@ -78,6 +78,9 @@ uint64_t save_digest(const std::string& folder, const CheckpointMeta& m, const C
     d.add(r.data_cursor).add(r.rng_offset).add(r.role).add(r.optimizer_step).add(r.seq).add(r.arrays.size());
     for (const std::string& name : r.arrays) d.add(name);
   }
+  const CheckpointTokenizer tok = m.tokenizer.value_or(CheckpointTokenizer{});
+  d.add(tok.kind).add(tok.fingerprint).add(tok.vocab_size).add(tok.files.size());
+  for (const auto& [name, contents] : tok.files) d.add(name).add(contents);
   d.add(c.sets.size());
   for (const TensorSet& set : c.sets) d.add(set.prefix);
   return d.value();
@@ -297,14 +300,16 @@ void write_file(const World& world, const std::string& path, const CheckpointMet
   if (failed) throw *failed;
 }
 
-// Adds /config to a file written in parallel, reopened by one process with the serial driver: parallel HDF5 1.10
-// cannot write variable-length data ("Parallel IO does not support writing VL datatypes yet"), and keeping /config a
-// variable-length string keeps files written by any number of ranks identical in layout.
-void add_config(const std::string& path, const std::string& config_ini) {
+// Adds /config and /tokenizer to a file written in parallel, reopened by one process with the serial driver: parallel
+// HDF5 1.10 cannot write variable-length data ("Parallel IO does not support writing VL datatypes yet"), and keeping
+// /config a variable-length string keeps files written by any number of ranks identical in layout. /tokenizer goes
+// with it, so that its small datasets are written in one place whatever the number of ranks.
+void add_config(const std::string& path, const CheckpointMeta& meta) {
   H5Handle fapl = checkpoint_fapl(true);
   H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
   if (file.get() < 0) fail_io(path, "cannot reopen the file to add /config", HINT_WRITE);
-  write_config(file.get(), config_ini, path);
+  write_config(file.get(), meta.config_ini, path);
+  write_tokenizer(file.get(), meta.tokenizer.value_or(CheckpointTokenizer{}), path);
   if (file.close() < 0) fail_io(path, "cannot close the file", HINT_WRITE);
 }
 
@@ -324,6 +329,10 @@ std::string save_checkpoint(const std::string& folder, const CheckpointMeta& met
     EMBER_ASSERT(expected.params().size() == table.params().size() && expected.total_numel() == total,
                  "CheckpointMeta::model does not match the ParamTable being saved");
     EMBER_ASSERT(held.begin <= held.end, "CheckpointContents write range is reversed or starts past the arena");
+    if (meta.tokenizer)
+      EMBER_ASSERT(parse_tokenizer_kind(meta.tokenizer->kind) && !meta.tokenizer->fingerprint.empty() &&
+                       meta.tokenizer->vocab_size >= 1,
+                   "CheckpointMeta::tokenizer needs a kind, a fingerprint and a vocab_size >= 1");
     check_set_prefixes(contents.sets);
     check_rank_arrays(meta, contents.rank_arrays, world.rank, world.size);
   });
@@ -351,14 +360,16 @@ std::string save_checkpoint(const std::string& folder, const CheckpointMeta& met
     std::vector<uint64_t> flat_lens;
     for (const std::vector<uint64_t>& lens : src.array_lens)
       flat_lens.insert(flat_lens.end(), lens.begin(), lens.end());
-    const uint64_t need = estimated_file_bytes(table, src.sets.size(), flat_lens, meta.config_ini.size());
+    const uint64_t need =
+        estimated_file_bytes(table, src.sets.size(), flat_lens,
+                             meta.config_ini.size() + tokenizer_bytes(meta.tokenizer.value_or(CheckpointTokenizer{})));
     check_room(dir, final_path, need + need / 10);
     if (world.rank == 0) guard.emplace(tmp_path);
   });
   write_file(world, tmp_path, full, table, src);
   // Only now, with the new file complete and durable, does `latest` move and do old checkpoints go.
   phase(world, true, [&] {
-    if (world.size > 1) add_config(tmp_path, full.config_ini);
+    if (world.size > 1) add_config(tmp_path, full);
     fsync_file(tmp_path);
     rename_file(tmp_path, final_path);
     guard->release();

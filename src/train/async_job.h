@@ -38,8 +38,9 @@ struct AsyncJob {
   std::unique_ptr<Backend> backend{};
   bool gpu_shared = false;  // workers share this GPU (EMBER_SHARE_GPU=1)
   std::unique_ptr<GPT> model{};
-  std::string resume{};   // "" for a fresh start
-  CheckpointMeta meta{};  // of `resume`
+  std::string resume{};             // "" for a fresh start
+  CheckpointMeta meta{};            // of `resume`
+  CheckpointTokenizer tokenizer{};  // the run's, recorded in every checkpoint
   AsyncShape shape{};
 
   // The sync-equivalent step at global sample index `samples` (at least sample_base).

@@ -14,6 +14,7 @@
 #include "train/memory_estimate.h"
 #include "train/run_checkpoint.h"
 #include "train/run_setup.h"
+#include "train/run_tokenizer.h"
 
 namespace ember {
 namespace {
@@ -51,7 +52,7 @@ std::string save_async(AsyncJob& job, const float* params, float* momentum, Adam
 
   const ParamTable& table = job.model->table();
   const size_t total = table.total_numel();
-  CheckpointMeta meta = run_checkpoint_meta(c, job.config_ini);
+  CheckpointMeta meta = run_checkpoint_meta(c, job.config_ini, job.tokenizer);
   meta.step = job.step_of(samples);
   meta.tokens_seen = int64_t(tokens);
   meta.world_size = w.size;
@@ -92,6 +93,8 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   check_async_job(world, c);
   set_training_threads(c.training);
   AsyncJob job{world, c, config_ini, limits};
+  // The tokenizer first: a mismatch with the shards or the model is refused before any heavy work.
+  job.tokenizer = checkpoint_tokenizer(*agree_run_tokenizer(world, c));
   job.workers = world.size - 1;
   job.B = c.training.batch_size;
   job.T = c.training.seq_len;
@@ -130,6 +133,7 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   if (!job.resume.empty()) {
     job.meta = read_checkpoint_meta(job.resume);
     check_resumable(job.resume, job.meta, c);
+    check_resume_tokenizer(job.resume, job.meta, job.tokenizer);
     job.step_base = job.meta.step;
     job.sample_base = job.meta.ranks.at(0).data_cursor;
   }

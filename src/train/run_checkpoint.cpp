@@ -73,9 +73,11 @@ void check_resumable(const std::string& path, const CheckpointMeta& meta, const 
                 "raise training.steps to train further");
 }
 
-CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& config_ini) {
+CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& config_ini,
+                                   const CheckpointTokenizer& tokenizer) {
   CheckpointMeta meta;
   meta.config_ini = config_ini;
+  meta.tokenizer = tokenizer;
   meta.model = config.model;
   meta.beta1 = config.optimizer.beta1;
   meta.beta2 = config.optimizer.beta2;

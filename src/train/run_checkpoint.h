@@ -24,9 +24,11 @@ std::string choose_resume(const World& world, const RunConfig& config);
 // training.steps.
 void check_resumable(const std::string& path, const CheckpointMeta& meta, const RunConfig& config);
 
-// The metadata every kind of run fills alike: the configuration (text and [model]) and the AdamW hyper-parameters.
-// The caller adds the counters (step, tokens, optimizer step, lr), world size, mode and per-rank state.
-CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& config_ini);
+// The metadata every kind of run fills alike: the configuration (text and [model]), the tokenizer and the AdamW
+// hyper-parameters. The caller adds the counters (step, tokens, optimizer step, lr), world size, mode and per-rank
+// state.
+CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& config_ini,
+                                   const CheckpointTokenizer& tokenizer);
 
 // save_checkpoint into the run's checkpoint folder, keeping checkpoint.keep_latest_k, then logs the path and the
 // time it took. Collective over `world` as save_checkpoint is. Returns the path written.

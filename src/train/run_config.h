@@ -63,8 +63,10 @@ struct OptimizerConfig {
 };
 
 struct DataConfig {
-  std::string dir = "data/demo";                   // directory with train_*.bin and val_*.bin shards
-  TokenizerKind tokenizer = TokenizerKind::bytes;  // what the shards were made with
+  std::string dir = "data/demo";  // directory with train_*.bin and val_*.bin shards
+  // What the shards were made with: "auto" (the tokenizer data.dir/prep.json records; bytes for shards without one
+  // when model.vocab_size is 256), "bytes", or a tokenizer folder or file (load_tokenizer).
+  std::string tokenizer = "auto";
 };
 
 struct EvalConfig {

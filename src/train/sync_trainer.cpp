@@ -25,6 +25,7 @@
 #include "train/progress.h"
 #include "train/run_checkpoint.h"
 #include "train/run_setup.h"
+#include "train/run_tokenizer.h"
 #include "train/signals.h"
 
 namespace ember {
@@ -58,6 +59,7 @@ std::vector<Bucket> make_buckets(const ParamTable& table, int n_layer, size_t ar
 
 struct SyncTrainer::State {
   World world;
+  CheckpointTokenizer tokenizer;  // recorded in every checkpoint
   RunConfig cfg;
   std::string config_ini;
   TrainLimits limits;
@@ -99,6 +101,8 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
   s.config_ini = std::move(config_ini);
   s.limits = limits;
   const RunConfig& c = s.cfg;
+  // The tokenizer first: a mismatch with the shards or the model is refused before any heavy work.
+  s.tokenizer = checkpoint_tokenizer(*agree_run_tokenizer(world, c));
   s.tb = make_training_backend(world, c.training);
   if (!c.training.deterministic)
     log_info(
@@ -149,6 +153,7 @@ void SyncTrainer::State::resume_from(const std::string& path) {
   CheckpointMeta meta;
   load_checkpoint(path, table, tensor_sets(params.data(), m.data(), v.data()), meta);
   check_resumable(path, meta, c);
+  check_resume_tokenizer(path, meta, tokenizer);
   be.copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
   be.copy_to_device(optimizer->exp_avg(), m.data(), m.size() * sizeof(float));
   be.copy_to_device(optimizer->exp_avg_sq(), v.data(), v.size() * sizeof(float));
@@ -174,7 +179,7 @@ std::string SyncTrainer::State::save() {
   be.copy_to_host(params.data(), std::as_const(*model).params(), params.size() * sizeof(float));
   be.copy_to_host(m.data(), optimizer->exp_avg(), m.size() * sizeof(float));
   be.copy_to_host(v.data(), optimizer->exp_avg_sq(), v.size() * sizeof(float));
-  CheckpointMeta meta = run_checkpoint_meta(c, config_ini);
+  CheckpointMeta meta = run_checkpoint_meta(c, config_ini, tokenizer);
   meta.step = step;
   meta.tokens_seen = tokens_seen;
   meta.world_size = world.size;

@@ -192,7 +192,10 @@ TEST_F(CheckpointMpiTest, CollectiveSaveLoadsAtAnySplit) {
   const int rank = world_rank(), n = world_size();
   const std::vector<size_t> bounds = even_split(t, n);
   RankArenas a = filled(t, bounds[size_t(rank)], bounds[size_t(rank) + 1]);
-  const CheckpointMeta meta = make_meta(c, 30);
+  CheckpointMeta meta = make_meta(c, 30);
+  // The tokenizer's files (any bytes) go into the file once, whatever the number of ranks.
+  meta.tokenizer = CheckpointTokenizer{
+      "bpe", "0123456789abcdef", 300, {{"tokenizer.json", std::string("{\"a\": \"\xc4\xa0\"}\0\xff", 13)}}};
   const std::string folder = (dir_ / "ckpt").string();
   const std::string path = save_checkpoint(folder, meta, t, a.contents(), 2, test_world());
   EXPECT_EQ(path, checkpoint_path(folder, 30));
@@ -208,6 +211,7 @@ TEST_F(CheckpointMpiTest, CollectiveSaveLoadsAtAnySplit) {
 
   EXPECT_EQ(got.step, 30);
   EXPECT_EQ(got.world_size, n);
+  EXPECT_EQ(got.tokenizer, meta.tokenizer);
   ASSERT_EQ(got.ranks.size(), size_t(n));
   for (size_t r = 0; r < got.ranks.size(); ++r) {
     EXPECT_EQ(got.ranks[r].data_cursor, 100 + r);

@@ -135,7 +135,6 @@ const std::vector<EnumKey> kEnumKeys = {
     {"training.comm", {"auto", "nccl", "mpi"}, "gloo"},
     {"training.recompute", {"none", "attention", "full"}, "selective"},
     {"training.precision", {"fp32", "bf16"}, "fp16"},
-    {"data.tokenizer", {"bytes"}, "gpt2"},
 };
 
 // "section.key = value" as the rendered INI writes it: "[section]\n...key = value\n".
@@ -154,7 +153,6 @@ TEST(Options, EveryEnumNameParsesToItsValue) {
   EXPECT_EQ(defaults.training.comm, CommRequest::automatic);
   EXPECT_EQ(defaults.training.recompute, Recompute::none);
   EXPECT_EQ(defaults.training.precision, MatmulPrecision::fp32);
-  EXPECT_EQ(defaults.data.tokenizer, TokenizerKind::bytes);
 
   const auto with = [](const char* key, const char* value) { return parse({std::string("--") + key + "=" + value}); };
   EXPECT_EQ(with("training.mode", "sync").config.training.mode, TrainingMode::sync);
@@ -170,7 +168,6 @@ TEST(Options, EveryEnumNameParsesToItsValue) {
   EXPECT_EQ(with("training.recompute", "full").config.training.recompute, Recompute::full);
   EXPECT_EQ(with("training.precision", "fp32").config.training.precision, MatmulPrecision::fp32);
   EXPECT_EQ(with("training.precision", "bf16").config.training.precision, MatmulPrecision::bf16);
-  EXPECT_EQ(with("data.tokenizer", "bytes").config.data.tokenizer, TokenizerKind::bytes);
 
   // Every name is accepted from an INI file too, and rendered back as it was written.
   for (const EnumKey& k : kEnumKeys) {
@@ -201,10 +198,20 @@ TEST(Options, RenderedIniRoundTripsEveryEnumName) {
                             {"training.device", "auto"},
                             {"training.comm", "mpi"},
                             {"training.recompute", "attention"},
-                            {"training.precision", "bf16"},
-                            {"data.tokenizer", "bytes"}})
+                            {"training.precision", "bf16"}})
     EXPECT_TRUE(renders(a.config_ini, key, value)) << key << " = " << value << "\n" << a.config_ini;
   EXPECT_EQ(parse({"--config", write_ini("enum_all", a.config_ini)}).config_ini, a.config_ini);
+}
+
+// data.tokenizer is a string: auto by default, and bytes or any path kept as given (old configs say bytes).
+TEST(Options, TokenizerIsAutoBytesOrAPath) {
+  EXPECT_EQ(RunConfig{}.data.tokenizer, "auto");
+  for (const char* value : {"auto", "bytes", "data/gpt2-tokenizer", "/abs/tok/tokenizer.json"}) {
+    const ParsedRun p = parse({std::string("--data.tokenizer=") + value});
+    EXPECT_EQ(p.config.data.tokenizer, value);
+    EXPECT_TRUE(renders(p.config_ini, "data.tokenizer", value)) << p.config_ini;
+  }
+  EXPECT_NE(error_of({"--data.tokenizer="}).find("data.tokenizer"), std::string::npos);
 }
 
 TEST(Options, BadEnumValueNamesTheKeyAndTheChoices) {

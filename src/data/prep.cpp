@@ -109,19 +109,22 @@ class SplitSink {
   PrepSplit count_;
 };
 
-void check_output(const PrepOptions& o) {
+void check_output_folder(const std::string& output) {
   std::error_code ec;
-  const fs::file_status st = fs::status(o.output, ec);
+  const fs::file_status st = fs::status(output, ec);
   if (fs::exists(st) && !fs::is_directory(st))
-    throw_error("prep output " + o.output + " exists and is not a directory",
+    throw_error("prep output " + output + " exists and is not a directory",
                 "pass a directory for --output (it is created if missing), or move the file away");
-  if (o.overwrite) return;
+}
+
+void check_no_shards(const std::string& output) {
+  std::error_code ec;
   std::vector<std::string> shards;
-  for (fs::directory_iterator it(o.output, ec), end; !ec && it != end; it.increment(ec))
+  for (fs::directory_iterator it(output, ec), end; !ec && it != end; it.increment(ec))
     if (is_shard_name(it->path().filename().string())) shards.push_back(it->path().filename().string());
   if (!shards.empty()) {
     std::sort(shards.begin(), shards.end());
-    throw_error("prep output " + o.output + " already holds " + std::to_string(shards.size()) +
+    throw_error("prep output " + output + " already holds " + std::to_string(shards.size()) +
                     " shards of an earlier prep (" + shards.front() + (shards.size() > 1 ? ", ...)" : ")"),
                 "pass --overwrite to replace them, or choose another --output folder");
   }
@@ -192,8 +195,9 @@ PrepResult prepare_corpus(const PrepOptions& options) {
                 "pass --threads N with N >= 1, or leave it out to use every hardware thread");
   if (options.jsonl_field.empty()) throw_error("prep: empty --jsonl-field", "name the JSONL field, e.g. text");
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(options.tokenizer);
-  check_output(options);
+  check_output_folder(options.output);
   const CorpusPlan plan = plan_corpus(options.input, options.format);
+  if (!options.overwrite) check_no_shards(options.output);
   if (plan.disk_bytes == 0)
     throw_error("prep input " + options.input + " holds no text (" + std::to_string(plan.files.size()) +
                     " files: all empty or binary)",

@@ -389,6 +389,27 @@ TEST(Shard, Uint32RoundTripAndDataLoader) {
                {dir / "train_000000.bin", "70040", "vocab"});
 }
 
+TEST(Shard, UnfinishedWriterLeavesNoShard) {
+  TempDir dir;
+  const std::string path = dir / "train_000000.bin";
+  {
+    ShardWriter w(path, 2);
+    const std::vector<uint16_t> tokens(3000000, 7);  // more than the write buffer, so some of it is on disk
+    w.append(tokens.data(), tokens.size());
+    EXPECT_FALSE(fs::exists(path));
+    // What an interrupted prep would leave: a temp file whose zero header no reader accepts.
+    expect_error([&] { read_shard_info(path + ".tmp"); }, {path + ".tmp", "bad magic 0"});
+  }
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  ShardWriter w(path, 2);
+  const uint16_t t[2] = {1, 2};
+  w.append(t, 2);
+  w.finish();
+  EXPECT_EQ(read_shard(path), (std::vector<uint16_t>{1, 2}));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
 // Bytes plus an end-of-text id 256; cuts only after a newline, like a pre-tokenizer that never merges across one.
 class EotBytes final : public Tokenizer {
  public:

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace ember {
@@ -98,14 +99,12 @@ CorpusFormat format_from_name(const std::string& path) {
 
 CorpusPlan plan_corpus(const std::string& input, const std::string& format) {
   std::optional<CorpusFormat> forced;
-  if (format == "text")
-    forced = CorpusFormat::text;
-  else if (format == "jsonl")
-    forced = CorpusFormat::jsonl;
-  else if (format == "enwik")
-    forced = CorpusFormat::enwik;
-  else if (format != "auto")
-    throw_error("prep: unknown --format '" + format + "'", "use auto, text, jsonl or enwik");
+  if (format != "auto") {
+    forced = find_by_name(kCorpusFormats, corpus_format_name, format);
+    if (!forced)
+      throw_error("prep: unknown --format '" + format + "'",
+                  "use auto or one of: " + join_names(kCorpusFormats, corpus_format_name));
+  }
 
   CorpusPlan plan;
   for (const std::string& path : collect_files(input)) {

@@ -12,6 +12,7 @@
 namespace ember {
 
 enum class CorpusFormat { text, jsonl, enwik };
+inline constexpr CorpusFormat kCorpusFormats[] = {CorpusFormat::text, CorpusFormat::jsonl, CorpusFormat::enwik};
 const char* corpus_format_name(CorpusFormat f);  // "text", "jsonl", "enwik"
 
 struct CorpusFile {

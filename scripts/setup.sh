@@ -13,6 +13,8 @@ PACKAGES=(
   libgtest-dev googletest
   python3 python3-numpy python3-h5py
   procps
+  # /usr/bin/time -v: peak memory of a prep in tests/e2e/prep_streaming.sh
+  time
   # scripts/check-format.sh: Debian 12's clang-format is version 14, the one the tree is formatted with.
   clang-format
   # Slurm for tests/e2e/slurm_requeue.sh, which starts its own single-node slurmctld + slurmd: the daemons, the

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <string>
 
@@ -19,6 +20,14 @@ inline std::string utc_timestamp() {
   gmtime_r(&now, &tm);
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// "hh:mm:ss" of a duration in seconds.
+inline std::string format_hms(double seconds) {
+  const int s = int(seconds);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%02d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
   return buf;
 }
 

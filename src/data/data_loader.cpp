@@ -27,7 +27,8 @@ struct MappedShard {
   std::string path;
   void* map = nullptr;  // nullptr: not mapped (MAP_FAILED is never stored)
   size_t map_bytes = 0;
-  const uint16_t* tokens = nullptr;  // (n_tokens,)
+  const void* tokens = nullptr;  // (n_tokens,) uint16 or uint32, as token_bytes says
+  int token_bytes = 2;
   uint64_t n_tokens = 0;
   uint64_t n_samples = 0;
 };
@@ -39,7 +40,8 @@ std::string prep_hint(const std::string& dir) {
 // Maps one shard after read_shard_header has validated it; the size is re-checked on the open descriptor so a file
 // replaced between the two opens cannot make us read past the mapping.
 void map_shard(const std::string& path, MappedShard& shard) {
-  const size_t n = read_shard_header(path);
+  const ShardInfo info = read_shard_info(path);
+  const size_t n = info.tokens;
   const std::string hint = "check the file's permissions; if it is damaged, re-create the shards with `ember prep`";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_error("shard " + path + ": cannot open: " + std::strerror(errno), hint);
@@ -49,7 +51,7 @@ void map_shard(const std::string& path, MappedShard& shard) {
     ::close(fd);
     throw_error("shard " + path + ": cannot stat: " + std::strerror(e), hint);
   }
-  const size_t bytes = SHARD_HEADER_BYTES + n * sizeof(uint16_t);
+  const size_t bytes = SHARD_HEADER_BYTES + n * size_t(info.token_bytes);
   if (size_t(st.st_size) != bytes) {
     ::close(fd);
     throw_error("shard " + path + ": changed size while being opened (" + std::to_string(st.st_size) +
@@ -70,7 +72,8 @@ void map_shard(const std::string& path, MappedShard& shard) {
   shard.path = path;
   shard.map = map;
   shard.map_bytes = bytes;
-  shard.tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + SHARD_HEADER_BYTES);
+  shard.tokens = static_cast<const char*>(map) + SHARD_HEADER_BYTES;
+  shard.token_bytes = info.token_bytes;
   shard.n_tokens = n;
 }
 
@@ -80,17 +83,33 @@ void unmap_shard(MappedShard& shard) {
 }
 
 // Every token must be a row of the model's embedding table: a larger id would read past it on the first batch.
-void check_vocab(const MappedShard& s, int vocab_size) {
-  uint16_t max_id = 0;
-  for (uint64_t i = 0; i < s.n_tokens; ++i) max_id = std::max(max_id, s.tokens[i]);  // vectorises; one pass
-  if (int(max_id) < vocab_size) return;
+template <typename T>
+void check_vocab_of(const MappedShard& s, const T* tokens, int vocab_size) {
+  T max_id = 0;
+  for (uint64_t i = 0; i < s.n_tokens; ++i) max_id = std::max(max_id, tokens[i]);  // vectorises; one pass
+  if (uint64_t(max_id) < uint64_t(vocab_size)) return;
   uint64_t pos = 0;
-  while (int(s.tokens[pos]) < vocab_size) ++pos;
-  throw_error("shard " + s.path + ": token " + std::to_string(s.tokens[pos]) + " at position " + std::to_string(pos) +
+  while (uint64_t(tokens[pos]) < uint64_t(vocab_size)) ++pos;
+  throw_error("shard " + s.path + ": token " + std::to_string(tokens[pos]) + " at position " + std::to_string(pos) +
                   " is >= the model's vocab_size " + std::to_string(vocab_size) + " (largest token " +
                   std::to_string(max_id) + "): data vocab larger than the model's",
-              "set model.vocab_size to at least " + std::to_string(int(max_id) + 1) +
+              "set model.vocab_size to at least " + std::to_string(uint64_t(max_id) + 1) +
                   ", or re-prep the data with the model's tokenizer (`ember prep --tokenizer ...`)");
+}
+
+void check_vocab(const MappedShard& s, int vocab_size) {
+  if (s.token_bytes == 2)
+    check_vocab_of(s, static_cast<const uint16_t*>(s.tokens), vocab_size);
+  else
+    check_vocab_of(s, static_cast<const uint32_t*>(s.tokens), vocab_size);
+}
+
+template <typename T>
+void copy_sample(const T* p, int seq_len, int32_t* inputs, int32_t* targets) {
+  for (int t = 0; t < seq_len; ++t) {
+    inputs[t] = int32_t(p[t]);
+    targets[t] = int32_t(p[t + 1]);
+  }
 }
 
 }  // namespace
@@ -171,11 +190,12 @@ void DataLoader::sample_tokens(uint64_t g, int32_t* inputs, int32_t* targets) co
   // skipped by upper_bound.
   const auto it = std::upper_bound(shard_first_sample_.begin(), shard_first_sample_.end(), sample);
   const size_t k = size_t(it - shard_first_sample_.begin()) - 1;
-  const uint16_t* p = shards_[k]->tokens + (sample - shard_first_sample_[k]) * uint64_t(T_);
-  for (int t = 0; t < T_; ++t) {
-    inputs[t] = p[t];
-    targets[t] = p[t + 1];
-  }
+  const Shard& s = *shards_[k];
+  const uint64_t first = (sample - shard_first_sample_[k]) * uint64_t(T_);
+  if (s.token_bytes == 2)
+    copy_sample(static_cast<const uint16_t*>(s.tokens) + first, T_, inputs, targets);
+  else
+    copy_sample(static_cast<const uint32_t*>(s.tokens) + first, T_, inputs, targets);
 }
 
 void DataLoader::batch_at(uint64_t g, int32_t* inputs, int32_t* targets, int B) const {

@@ -1,24 +1,25 @@
-// Corpus preparation (implementation): walk, read and tokenize the whole input first, then write shards into a
-// staging directory and move them in, so a failed or bad prep never leaves the output with a mix of old and new.
+// Corpus preparation (implementation): validate, stream the corpus through the pipeline into shards in a staging
+// folder, then publish: old prep.json out, shards in, stale shards out, tokenizer files, new prep.json last.
 #include "data/prep.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <climits>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <optional>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
+#include "data/corpus_input.h"
+#include "data/prep_pipeline.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -28,116 +29,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A file with a NUL byte in its first 8 KiB is treated as binary (git's heuristic): text never contains NUL, and
-// images, archives and earlier shards (their header holds zero bytes) all do.
-constexpr size_t BINARY_SNIFF_BYTES = 8192;
-// Tokenize in pieces of about this size so a 1 GB file never needs a 4 GB int32 id vector at once.
-constexpr size_t ENCODE_CHUNK_BYTES = size_t(16) << 20;
 // Shards are written here first, inside the output directory so the final renames never cross file systems.
 // The leading dot keeps list_shards and a later prep of a parent directory from seeing it.
 constexpr const char* STAGING_NAME = ".ember-prep.staging";
+constexpr double PROGRESS_SECONDS = 5.0;
+constexpr double DEFAULT_VAL_FRACTION = 0.05;
+const char* OUT_HINT = "check that the output directory is writable and has free space";
 
-const char* INPUT_HINT = "check the --input path (a text file or a directory of text files) and its permissions";
-
-std::string errno_text() { return std::strerror(errno); }
-
-bool is_hidden(const fs::path& p) {
-  const std::string name = p.filename().string();
-  return !name.empty() && name[0] == '.';
-}
-
-// Every regular file under `input` (or `input` itself), sorted so the token stream does not depend on readdir order.
-// Hidden entries (.git, .DS_Store, our staging directory) are skipped; symlinked directories are not followed.
-std::vector<std::string> collect_files(const std::string& input) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(input, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory)
-    throw_error("prep input " + input + ": " + ec.message(), INPUT_HINT);
-  if (!fs::exists(st)) throw_error("prep input " + input + " does not exist", INPUT_HINT);
-  if (fs::is_regular_file(st)) return {input};
-  if (!fs::is_directory(st)) throw_error("prep input " + input + " is neither a file nor a directory", INPUT_HINT);
-
-  std::vector<std::string> files;
-  fs::recursive_directory_iterator it(input, ec), end;
-  if (ec) throw_error("prep input " + input + ": cannot list: " + ec.message(), INPUT_HINT);
-  for (; it != end; it.increment(ec)) {
-    if (ec) break;
-    if (is_hidden(it->path())) {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
-      ec.clear();
-      continue;
-    }
-    std::error_code type_ec;
-    if (it->is_regular_file(type_ec)) files.push_back(it->path().string());
-  }
-  if (ec) throw_error("prep input " + input + ": cannot walk the directory: " + ec.message(), INPUT_HINT);
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-// Reads a whole file; returns nothing if it looks binary (then only its first 8 KiB were read).
-std::optional<std::string> read_text_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_error("prep input file " + path + ": cannot open: " + errno_text(), INPUT_HINT);
-  std::string text;
-  bool sniffed = false;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = errno_text();
-      ::close(fd);
-      throw_error("prep input file " + path + ": read failed: " + why, INPUT_HINT);
-    }
-    if (r > 0) text.append(buf, size_t(r));
-    if (!sniffed && (r == 0 || text.size() >= BINARY_SNIFF_BYTES)) {
-      sniffed = true;
-      if (std::memchr(text.data(), 0, std::min(text.size(), BINARY_SNIFF_BYTES)) != nullptr) {
-        ::close(fd);  // read-only descriptor: a close error cannot lose data
-        return std::nullopt;
-      }
-    }
-    if (r == 0) break;
-  }
-  ::close(fd);
-  return text;
-}
-
-// Appends the tokens of `text` to `stream`. Pieces end just after a newline that is followed by a non-space byte:
-// GPT-2-style pre-tokenizers never merge across such a point, so chunking does not change the tokens.
-void encode_into(const Tokenizer& tok, const std::string& text, const std::string& path,
-                 std::vector<uint16_t>& stream) {
-  size_t begin = 0;
-  while (begin < text.size()) {
-    size_t end = text.size();
-    if (end - begin > ENCODE_CHUNK_BYTES) {
-      size_t cut = text.find('\n', begin + ENCODE_CHUNK_BYTES);
-      while (cut != std::string::npos && cut + 1 < text.size() &&
-             std::isspace(static_cast<unsigned char>(text[cut + 1])))
-        cut = text.find('\n', cut + 1);
-      if (cut != std::string::npos) end = cut + 1;
-    }
-    for (int32_t id : tok.encode(std::string_view(text).substr(begin, end - begin))) {
-      if (id < 0 || id > 65535)
-        throw_error("prep input file " + path + ": tokenizer '" + tok.describe() + "' produced id " +
-                        std::to_string(id) + ", which does not fit a uint16 shard",
-                    "use a tokenizer with at most 65536 ids");
-      stream.push_back(uint16_t(id));
-    }
-    begin = end;
-  }
-}
-
-std::string shard_name(const char* split, size_t index) {
+std::string shard_name(Split split, size_t index) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s_%06zu.bin", split, index);
+  std::snprintf(buf, sizeof(buf), "%s_%06zu.bin", split_name(split), index);
   return buf;
 }
 
 // True for names this function writes ("train_000012.bin"), with the index; other files are the user's to keep.
-bool parse_shard_name(const std::string& name, const std::string& split, size_t& index) {
-  const std::string head = split + "_", tail = ".bin";
+bool parse_shard_name(const std::string& name, Split split, size_t& index) {
+  const std::string head = std::string(split_name(split)) + "_", tail = ".bin";
   if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
       name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
     return false;
@@ -148,150 +55,111 @@ bool parse_shard_name(const std::string& name, const std::string& split, size_t&
   return true;
 }
 
+bool is_shard_name(const std::string& name) {
+  size_t index = 0;
+  return std::any_of(std::begin(kSplits), std::end(kSplits), [&](Split s) { return parse_shard_name(name, s, index); });
+}
+
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    throw_error("prep output " + dir + ": cannot open to sync: " + errno_text(), "check the output permissions");
+  if (fd < 0) throw_error("prep output " + dir + ": cannot open to sync: " + std::strerror(errno), OUT_HINT);
   if (::fsync(fd) != 0) {
-    const std::string why = errno_text();
+    const std::string why = std::strerror(errno);
     ::close(fd);
     throw_error("prep output " + dir + ": fsync failed: " + why, "check the disk and the output file system");
   }
   ::close(fd);
 }
 
-// Writes stream[first, first + count) as shards of at most `per_shard` tokens into `dir`; returns their names.
-std::vector<std::string> write_split(const std::string& dir, const char* split, const std::vector<uint16_t>& stream,
-                                     size_t first, size_t count, size_t per_shard) {
-  std::vector<std::string> names;
-  for (size_t done = 0; done < count; done += per_shard) {
-    const size_t n = std::min(per_shard, count - done);
-    const auto begin = stream.begin() + std::ptrdiff_t(first + done);
-    names.push_back(shard_name(split, names.size()));
-    write_shard((fs::path(dir) / names.back()).string(), std::vector<uint16_t>(begin, begin + std::ptrdiff_t(n)));
+// The shards of one split, streamed into the staging folder: a new shard every shard_tokens tokens.
+class SplitSink {
+ public:
+  SplitSink(Split split, std::string dir, size_t shard_tokens, int token_bytes)
+      : split_(split), dir_(std::move(dir)), shard_tokens_(shard_tokens), token_bytes_(token_bytes) {}
+
+  void append(const char* tokens, size_t n) {
+    while (n > 0) {
+      if (!current_) {
+        names_.push_back(shard_name(split_, names_.size()));
+        current_ = std::make_unique<ShardWriter>((fs::path(dir_) / names_.back()).string(), token_bytes_);
+      }
+      const size_t take = std::min(n, shard_tokens_ - current_->tokens());
+      current_->append(tokens, take);
+      tokens += take * size_t(token_bytes_);
+      n -= take;
+      count_.tokens += take;
+      if (current_->tokens() == shard_tokens_) finish();
+    }
   }
-  return names;
+  void finish() {
+    if (current_) current_->finish();
+    current_.reset();
+  }
+  void add_documents(uint64_t n) { count_.documents += n; }
+  const std::vector<std::string>& names() const { return names_; }
+  PrepSplit counts() const { return {count_.tokens, count_.documents, int(names_.size())}; }
+
+ private:
+  Split split_;
+  std::string dir_;
+  size_t shard_tokens_;
+  int token_bytes_;
+  std::unique_ptr<ShardWriter> current_;
+  std::vector<std::string> names_;
+  PrepSplit count_;
+};
+
+void check_output_folder(const std::string& output) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(output, ec);
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw_error("prep output " + output + " exists and is not a directory",
+                "pass a directory for --output (it is created if missing), or move the file away");
 }
 
-}  // namespace
-
-PrepResult prepare_corpus(const PrepOptions& options) {
-  // --- 1. validate everything that can be checked without reading the corpus ---
-  if (options.input.empty()) throw_error("prep: no input given", "pass --input <text file or directory>");
-  if (options.output.empty()) throw_error("prep: no output directory given", "pass --output <directory>");
-  if (!(options.val_fraction >= 0.0 && options.val_fraction <= 0.5))  // also rejects NaN
-    throw_error("prep: val_fraction " + std::to_string(options.val_fraction) + " is outside [0, 0.5]",
-                "pass a val_fraction between 0 and 0.5 (0.05 is typical; 0 writes no val shards)");
-  if (options.shard_tokens == 0 || options.shard_tokens > size_t(INT32_MAX))
-    throw_error("prep: shard_tokens " + std::to_string(options.shard_tokens) + " is outside [1, " +
-                    std::to_string(INT32_MAX) + "]",
-                "the shard header stores the count as int32; 100000000 is the usual size");
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(options.tokenizer);
-  if (tok->vocab_size() > 65536)
-    throw_error("prep: tokenizer '" + tok->describe() + "' has " + std::to_string(tok->vocab_size()) +
-                    " ids, more than a uint16 shard can hold",
-                "use a tokenizer with at most 65536 ids");
-  {
-    std::error_code ec;
-    const fs::file_status st = fs::status(options.output, ec);
-    if (fs::exists(st) && !fs::is_directory(st))
-      throw_error("prep output " + options.output + " exists and is not a directory",
-                  "pass a directory for --output (it is created if missing), or move the file away");
-  }
-  const std::vector<std::string> files = collect_files(options.input);
-  if (!options.overwrite) {
-    std::vector<std::string> shards;
-    std::error_code ec;
-    for (fs::directory_iterator it(options.output, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      size_t index = 0;
-      if (parse_shard_name(name, "train", index) || parse_shard_name(name, "val", index)) shards.push_back(name);
-    }
-    if (!shards.empty()) {
-      std::sort(shards.begin(), shards.end());
-      throw_error("prep output " + options.output + " already holds " + std::to_string(shards.size()) +
-                      " shards of an earlier prep (" + shards.front() + (shards.size() > 1 ? ", ...)" : ")"),
-                  "pass --overwrite to replace them, or choose another --output folder");
-    }
-  }
-
-  // --- 2. read and tokenize all of it before touching the output ---
-  // Documents are concatenated in sorted path order with no separator (the byte tokenizer has no end-of-text id).
-  std::vector<uint16_t> stream;
-  PrepResult result;
-  size_t skipped = 0;
-  for (const std::string& path : files) {
-    std::optional<std::string> text = read_text_file(path);
-    if (!text) {
-      log_debug("prep: skipping binary file %s", path.c_str());
-      ++skipped;
-      continue;
-    }
-    ++result.files;
-    encode_into(*tok, *text, path, stream);
-  }
-  if (stream.empty())
-    throw_error("prep input " + options.input + " holds no text (" + std::to_string(result.files) +
-                    " text files, all empty; " + std::to_string(skipped) + " binary files skipped)",
-                "point --input at a text file or a directory that contains text files");
-
-  // --- 3. split: the tail of the stream is val ---
-  // val = the last ceil(val_fraction * n) tokens; the 1e-9 keeps 0.1 * 1000 from rounding up to 101 in floating
-  // point. Any val_fraction > 0 gives at least one val token, so a val shard exists whenever there is text; with
-  // val_fraction <= 0.5 train keeps at least half (rounded down), so it is empty only for a one-token corpus.
-  const size_t n = stream.size();
-  size_t n_val = 0;
-  if (options.val_fraction > 0.0) {
-    n_val = size_t(std::ceil(options.val_fraction * double(n) - 1e-9));
-    n_val = std::clamp<size_t>(n_val, 1, n);
-  }
-  const size_t n_train = n - n_val;
-
-  // --- 4. write into a staging directory, move the shards in, then drop stale shards with higher indices ---
-  // Readers see either the old set or the new one shard by shard (each rename is atomic); a failure before the
-  // moves leaves the old shards untouched, and the staging directory is removed on the way out.
-  const std::string out = options.output;
-  const std::string staging = (fs::path(out) / STAGING_NAME).string();
-  const std::string out_hint = "check that the output directory is writable and has free space";
+void check_no_shards(const std::string& output) {
   std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw_error("prep output " + out + ": cannot create: " + ec.message(), out_hint);
-  fs::remove_all(staging, ec);  // left over from a prep that was killed
-  if (ec) throw_error("prep output " + out + ": cannot remove old " + staging + ": " + ec.message(), out_hint);
-  fs::create_directory(staging, ec);
-  if (ec) throw_error("prep output " + out + ": cannot create " + staging + ": " + ec.message(), out_hint);
-
-  std::vector<std::string> train_names, val_names;
-  try {
-    train_names = write_split(staging, "train", stream, 0, n_train, options.shard_tokens);
-    val_names = write_split(staging, "val", stream, n_train, n_val, options.shard_tokens);
-    for (const auto* names : {&train_names, &val_names})
-      for (const std::string& name : *names) {
-        fs::rename(fs::path(staging) / name, fs::path(out) / name, ec);
-        if (ec)
-          throw_error("prep output " + out + ": cannot move " + name + " in from " + staging + ": " + ec.message(),
-                      out_hint);
-      }
-    fsync_dir(out);
-  } catch (...) {
-    std::error_code ignore;
-    fs::remove_all(staging, ignore);
-    throw;
+  std::vector<std::string> shards;
+  for (fs::directory_iterator it(output, ec), end; !ec && it != end; it.increment(ec))
+    if (is_shard_name(it->path().filename().string())) shards.push_back(it->path().filename().string());
+  if (!shards.empty()) {
+    std::sort(shards.begin(), shards.end());
+    throw_error("prep output " + output + " already holds " + std::to_string(shards.size()) +
+                    " shards of an earlier prep (" + shards.front() + (shards.size() > 1 ? ", ...)" : ")"),
+                "pass --overwrite to replace them, or choose another --output folder");
   }
-  fs::remove_all(staging, ec);
-  if (ec) log_warn("prep: could not remove %s: %s", staging.c_str(), ec.message().c_str());
+}
+
+// Moves the staged shards in. Readers see the old set or the new one shard by shard (each rename is atomic); the old
+// prep.json goes first, so it never describes new shards, and the new one is written last, by the caller.
+void publish(const std::string& out, const std::string& staging, const std::vector<const SplitSink*>& sinks,
+             bool had_manifest, const Tokenizer& tok) {
+  std::error_code ec;
+  const fs::path manifest = fs::path(out) / PREP_MANIFEST_NAME;
+  fs::remove(manifest, ec);
+  if (ec)
+    throw_error("prep output " + out + ": cannot remove the old " + manifest.string() + ": " + ec.message(), OUT_HINT);
+  fsync_dir(out);
+  for (const SplitSink* sink : sinks)
+    for (const std::string& name : sink->names()) {
+      fs::rename(fs::path(staging) / name, fs::path(out) / name, ec);
+      if (ec)
+        throw_error("prep output " + out + ": cannot move " + name + " in from " + staging + ": " + ec.message(),
+                    OUT_HINT);
+    }
+  fsync_dir(out);
 
   // Stale shards from an earlier, larger prep would otherwise be read as part of this corpus. Collected first:
   // removing entries while a directory is being read may make readdir skip or repeat names.
   std::vector<fs::path> stale;
   for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    size_t index = 0;
-    if ((parse_shard_name(name, "train", index) && index >= train_names.size()) ||
-        (parse_shard_name(name, "val", index) && index >= val_names.size()))
-      stale.push_back(it->path());
+    for (size_t s = 0; s < sinks.size(); ++s) {
+      size_t index = 0;
+      if (parse_shard_name(name, kSplits[s], index) && index >= sinks[s]->names().size()) stale.push_back(it->path());
+    }
   }
-  if (ec) throw_error("prep output " + out + ": cannot list it to remove stale shards: " + ec.message(), out_hint);
+  if (ec) throw_error("prep output " + out + ": cannot list it to remove stale shards: " + ec.message(), OUT_HINT);
   for (const fs::path& path : stale) {
     fs::remove(path, ec);
     if (ec)
@@ -299,15 +167,149 @@ PrepResult prepare_corpus(const PrepOptions& options) {
           "prep output " + out + ": cannot remove stale shard " + path.filename().string() + ": " + ec.message(),
           "remove it by hand: it would be read as part of the new corpus");
   }
+  const std::string tok_dir = (fs::path(out) / PREP_TOKENIZER_DIR).string();
+  if (!tok.files().empty()) {
+    write_tokenizer_files(tok, tok_dir);
+  } else if (had_manifest) {
+    fs::remove_all(tok_dir, ec);  // an earlier prep's tokenizer files would contradict the new prep.json
+    if (ec) log_warn("prep: could not remove %s: %s", tok_dir.c_str(), ec.message().c_str());
+  }
+}
 
-  result.train_tokens = n_train;
-  result.val_tokens = n_val;
-  result.train_shards = train_names.size();
-  result.val_shards = val_names.size();
+}  // namespace
+
+PrepResult prepare_corpus(const PrepOptions& options) {
+  // --- 1. validate everything that can be checked before reading the corpus through ---
+  if (options.input.empty()) throw_error("prep: no input given", "pass --input <text file or directory>");
+  if (options.output.empty()) throw_error("prep: no output directory given", "pass --output <directory>");
+  const double val_fraction = options.val_fraction.value_or(DEFAULT_VAL_FRACTION);
+  if (!(val_fraction >= 0.0 && val_fraction <= 0.5))  // also rejects NaN
+    throw_error("prep: val_fraction " + std::to_string(val_fraction) + " is outside [0, 0.5]",
+                "pass a val_fraction between 0 and 0.5 (0.05 is typical; 0 writes no val shards)");
+  if (options.shard_tokens == 0 || options.shard_tokens > size_t(INT32_MAX))
+    throw_error("prep: shard_tokens " + std::to_string(options.shard_tokens) + " is outside [1, " +
+                    std::to_string(INT32_MAX) + "]",
+                "the shard header stores the count as int32; 100000000 is the usual size");
+  if (options.threads < 0 || options.threads > 1024)
+    throw_error("prep: threads " + std::to_string(options.threads) + " is outside [0, 1024]",
+                "pass --threads N with N >= 1, or leave it out to use every hardware thread");
+  if (options.jsonl_field.empty()) throw_error("prep: empty --jsonl-field", "name the JSONL field, e.g. text");
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(options.tokenizer);
+  check_output_folder(options.output);
+  const CorpusPlan plan = plan_corpus(options.input, options.format);
+  if (!options.overwrite) check_no_shards(options.output);
+  if (plan.disk_bytes == 0)
+    throw_error("prep input " + options.input + " holds no text (" + std::to_string(plan.files.size()) +
+                    " files: all empty or binary)",
+                "point --input at a text or JSONL file, or a directory that contains some");
+  const bool enwik = plan.files.size() == 1 && plan.files[0].format == CorpusFormat::enwik;
+  if (enwik && options.val_fraction)
+    log_info("prep: --val-fraction does not apply to enwik input (fixed 90/5/5 train/val/test split)");
+
+  // --- 2. stream the corpus into shards in the staging folder ---
+  const std::string out = options.output, staging = (fs::path(out) / STAGING_NAME).string();
+  std::error_code ec;
+  const bool created = !fs::exists(out, ec);
+  const bool had_manifest = fs::exists(fs::path(out) / PREP_MANIFEST_NAME, ec);
+  fs::create_directories(out, ec);
+  if (ec) throw_error("prep output " + out + ": cannot create: " + ec.message(), OUT_HINT);
+  fs::remove_all(staging, ec);  // left over from a prep that was killed
+  if (ec) throw_error("prep output " + out + ": cannot remove old " + staging + ": " + ec.message(), OUT_HINT);
+  fs::create_directory(staging, ec);
+  if (ec) throw_error("prep output " + out + ": cannot create " + staging + ": " + ec.message(), OUT_HINT);
+
+  PrepResult result;
+  result.files = plan.files.size() - plan.binary_files;
+  result.binary_files = plan.binary_files;
+  result.token_bytes = shard_token_bytes(tok->vocab_size());
+  PipelineOptions popt;
+  popt.reader.val_fraction = enwik ? 0.0 : val_fraction;
+  popt.reader.jsonl_field = options.jsonl_field;
+  popt.threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  popt.token_bytes = result.token_bytes;
+  popt.skip_bad_lines = options.skip_bad_lines;
+  const size_t tb = size_t(result.token_bytes);
+  std::vector<SplitSink> sinks;
+  for (Split s : kSplits) sinks.emplace_back(s, staging, options.shard_tokens, result.token_bytes);
+  try {
+    // The last train token is held back until the end: if no val token came by then (the val bytes were all blank
+    // JSONL lines, say), it becomes the val split, so val_fraction > 0 always gives a val shard when there is text.
+    std::vector<char> held;
+    const double start = now_seconds();
+    double last_log = start;
+    uint64_t tokens = 0, warned = 0;
+    run_prep_pipeline(plan, *tok, popt, [&](EncodedPiece&& p) {
+      SplitSink& sink = sinks[size_t(p.split)];
+      sink.add_documents(p.documents);
+      result.bad_lines += p.bad_lines;
+      for (const std::string& m : p.bad_messages)
+        if (warned++ < 3) log_warn("prep: skipped %s", m.c_str());
+      tokens += p.n_tokens;
+      if (p.n_tokens > 0) {
+        if (p.split == Split::train && val_fraction > 0.0 && !enwik) {
+          if (!held.empty()) sink.append(held.data(), 1);
+          sink.append(p.tokens.data(), p.n_tokens - 1);
+          held.assign(p.tokens.end() - std::ptrdiff_t(tb), p.tokens.end());
+        } else {
+          sink.append(p.tokens.data(), p.n_tokens);
+        }
+      }
+      const double now = now_seconds();
+      if (now - last_log >= PROGRESS_SECONDS) {
+        last_log = now;
+        const double mb = double(p.disk_done) / 1e6, total = double(plan.disk_bytes) / 1e6, rate = mb / (now - start);
+        log_info("prep: %.0f / %.0f MB (%.1f%%), %llu tokens, %.1f MB/s, ETA %s", mb, total, 100.0 * mb / total,
+                 (unsigned long long)tokens, rate, format_hms(rate > 0 ? (total - mb) / rate : 0.0).c_str());
+      }
+    });
+    if (!held.empty()) sinks[size_t(sinks[1].counts().tokens == 0 ? Split::val : Split::train)].append(held.data(), 1);
+    if (sinks[0].counts().tokens + sinks[1].counts().tokens + sinks[2].counts().tokens == 0)
+      throw_error("prep input " + options.input + " holds no text (" + std::to_string(result.files) +
+                      " files read, no tokens" +
+                      (result.bad_lines ? ", " + std::to_string(result.bad_lines) + " bad lines skipped" : "") + ")",
+                  "point --input at text, or check --format and --jsonl-field");
+    for (SplitSink& s : sinks) s.finish();
+    fsync_dir(staging);
+    // --- 3. publish ---
+    publish(out, staging, {&sinks[0], &sinks[1], &sinks[2]}, had_manifest, *tok);
+  } catch (...) {
+    std::error_code ignore;
+    sinks.clear();  // closes and removes unfinished temp files
+    fs::remove_all(staging, ignore);
+    if (created) fs::remove(out, ignore);  // only when empty: a folder this prep made and nothing was published to
+    throw;
+  }
+  fs::remove_all(staging, ec);
+  if (ec) log_warn("prep: could not remove %s: %s", staging.c_str(), ec.message().c_str());
+
+  result.train = sinks[0].counts();
+  result.val = sinks[1].counts();
+  result.test = sinks[2].counts();
+  PrepManifest m;
+  m.tokenizer_kind = tokenizer_kind_name(tok->kind());
+  m.tokenizer_fingerprint = tok->fingerprint();
+  m.vocab_size = tok->vocab_size();
+  m.eot_id = tok->eot_id();
+  m.token_bytes = result.token_bytes;
+  m.input = options.input;
+  m.format = enwik ? "enwik" : corpus_format_name(plan.files[0].format);
+  for (const auto& f : plan.files)
+    if (!enwik && f.format != plan.files[0].format) m.format = "mixed";
+  for (Split s : kSplits)
+    if (s != Split::test || enwik) m.splits[split_name(s)] = sinks[size_t(s)].counts();
+  write_prep_manifest(out, m);
+
   log_info(
-      "prep: %zu files (%zu binary skipped) -> %zu train tokens in %zu shards, %zu val tokens in %zu shards "
-      "in %s",
-      result.files, skipped, result.train_tokens, result.train_shards, result.val_tokens, result.val_shards,
+      "prep: %zu files (%zu binary skipped%s) -> train %llu tokens / %llu docs / %d shards, val %llu / %llu / %d%s"
+      " in %s",
+      result.files, result.binary_files,
+      result.bad_lines ? (", " + std::to_string(result.bad_lines) + " bad JSONL lines skipped").c_str() : "",
+      (unsigned long long)result.train.tokens, (unsigned long long)result.train.documents, result.train.shards,
+      (unsigned long long)result.val.tokens, (unsigned long long)result.val.documents, result.val.shards,
+      enwik ? (", test " + std::to_string(result.test.tokens) + " / " + std::to_string(result.test.documents) + " / " +
+               std::to_string(result.test.shards))
+                  .c_str()
+            : "",
       out.c_str());
   return result;
 }

@@ -1,27 +1,39 @@
-// Corpus preparation: text files (one file or every regular file under a directory) tokenized into train/val shards.
+// Corpus preparation: text, JSONL or enwik8/enwik9 input (one file or a folder; plain, gzip, zstd or zip) tokenized
+// as a stream into train/val(/test) shards, with prep.json and the tokenizer's files beside them.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "data/prep_manifest.h"
 
 namespace ember {
 
 struct PrepOptions {
-  std::string input;   // a file or a directory (walked recursively, sorted, binary files skipped)
+  std::string input;   // a file or a directory (walked recursively, sorted, hidden entries and binary files skipped)
   std::string output;  // output directory, created if missing
   std::string tokenizer = "bytes";
-  double val_fraction = 0.05;       // fraction of tokens (the tail of each document stream) kept for validation
-  size_t shard_tokens = 100000000;  // tokens per shard at most
-  bool overwrite = false;           // replace the shards an earlier prep left in `output` (else refused)
+  std::string format = "auto";         // auto, text, jsonl or enwik (corpus_input.h)
+  std::string jsonl_field = "text";    // the JSONL field holding a document
+  bool skip_bad_lines = false;         // skip (and count) JSONL lines that hold no document instead of failing
+  std::optional<double> val_fraction;  // the tail of the input's bytes kept for validation; nothing: 0.05
+  size_t shard_tokens = 100000000;     // tokens per shard at most
+  int threads = 0;                     // encoder threads; 0: the hardware's
+  bool overwrite = false;              // replace the shards an earlier prep left in `output` (else refused)
 };
 
 struct PrepResult {
-  size_t files = 0, train_tokens = 0, val_tokens = 0, train_shards = 0, val_shards = 0;
+  size_t files = 0, binary_files = 0;
+  uint64_t bad_lines = 0;
+  PrepSplit train, val, test;  // test: enwik only
+  int token_bytes = 2;
 };
 
-// Validates everything (input readable, options in range, output not a file, no earlier shards in it unless
-// options.overwrite) before writing anything, so a bad input leaves earlier shards untouched. Errors throw ember::Error
-// naming the input with a hint.
+// Validates everything that can be checked up front (input readable, options in range, output not a file, no earlier
+// shards in it unless options.overwrite), then streams the input into shards in a staging folder inside the output
+// and moves them in only when all were written. A bad input found on the way (a corrupt file, a bad JSONL line) leaves
+// earlier outputs untouched. Errors throw ember::Error naming the input with a hint.
 PrepResult prepare_corpus(const PrepOptions& options);
 
 }  // namespace ember

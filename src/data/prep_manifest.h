@@ -27,7 +27,7 @@ struct PrepManifest {
   std::optional<int32_t> eot_id;  // the id between documents; nothing for bytes
   int token_bytes = 2;            // 2: uint16 shards (llm.c's GPT-2 format), 4: uint32 (llm.c's Llama 3 format)
   std::string input;              // as given to prep
-  std::string format;             // "text", "jsonl" or "enwik"
+  std::string format;             // "text", "jsonl", "enwik" or "mixed" (text and JSONL files)
   std::map<std::string, PrepSplit> splits;  // "train", "val", and "test" for enwik
 };
 

@@ -17,13 +17,6 @@ void StepClock::record(int64_t step, double dt) {
   }
 }
 
-std::string format_hms(double seconds) {
-  const int s = int(seconds);
-  char buf[32];
-  snprintf(buf, sizeof(buf), "%02d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
-  return buf;
-}
-
 void log_stopped_early(int64_t step) {
   const int sig = stop_signal_received();
   log_info("stopping early at step %lld (%s): checkpoint written; rerun with --resume auto to continue",

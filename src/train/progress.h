@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/timer.h"
+
 namespace ember {
 
 class StepClock {
@@ -26,9 +28,6 @@ class StepClock {
   double sum_ = 0.0, last_ = 0.0;
   int64_t timed_ = 0;
 };
-
-// "hh:mm:ss" of a duration in seconds.
-std::string format_hms(double seconds);
 
 // Logs that the run stopped at `step` before training.steps, after writing its checkpoint, naming the signal that
 // asked for it (stop_signal_received) when there was one.

@@ -22,6 +22,21 @@ bad_case truncated_shard 1 "train_000000.bin" -- "${train[@]}" --data.dir=trunca
 bad_case vocab_too_large 1 "vocab" -- "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data \
   --run.dir=run2 --model.vocab_size=64
 bad_case missing_prep_input 1 "no-such-dir" -- "$EMBER" prep --input no-such-dir --output data
+# Bad corpora found only while streaming: even with --overwrite the earlier shards stay as they were.
+"$PYTHON" - <<'PY'
+import gzip, zipfile
+data = gzip.compress(b"some text\n" * 20000)
+open("cut.txt.gz", "wb").write(data[: len(data) // 2])
+open("bad.jsonl", "w").write('{"text": "a"}\n{"text": "b"}\n{"txt": "c"}\n')
+with zipfile.ZipFile("two.zip", "w") as z:
+    z.writestr("a.txt", "a")
+    z.writestr("b.txt", "b")
+PY
+bad_case prep_truncated_gzip 1 "cut.txt.gz: truncated gzip stream" -- "$EMBER" prep --input cut.txt.gz --output data --overwrite
+bad_case prep_bad_jsonl_line 1 "bad.jsonl line 3: no \"text\" field" -- "$EMBER" prep --input bad.jsonl --output data --overwrite
+bad_case prep_zip_two_members 1 "two.zip: zip archive holds 2 files" -- "$EMBER" prep --input two.zip --output data --overwrite
+bad_case prep_unknown_format 1 "xml" -- "$EMBER" prep --input bad.jsonl --output data --format xml --overwrite
+bad_case prep_zero_threads 1 "threads" -- "$EMBER" prep --input bad.jsonl --output data --threads 0 --overwrite
 
 # Config problems.
 bad_case seq_too_long 1 "training.seq_len" -- "${train[@]}" --training.seq_len=64 --resume auto

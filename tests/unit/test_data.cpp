@@ -1,4 +1,4 @@
-// Tests for the data layer: byte tokenizer, shard format and its errors, DataLoader order/determinism/resume, prep.
+// Tests for the data layer: byte tokenizer, shard format and its errors, DataLoader order/determinism/resume.
 // Shards are built with tokens equal to their global position, so every batch says exactly where it came from.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,47 +16,14 @@
 
 #include "core/error.h"
 #include "data/data_loader.h"
-#include "data/prep.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "data_test_util.h"
 
 namespace ember {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory per test, removed afterwards; the pid and a counter keep parallel ctest runs apart.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::path(::testing::TempDir()) /
-            ("ember_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
 
 // A shard file with an arbitrary header and body, to exercise the reader's checks.
 void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count, size_t body_tokens) {
@@ -67,20 +34,6 @@ void write_raw_shard(const std::string& path, int32_t magic, int32_t version, in
   std::string bytes(reinterpret_cast<const char*>(header.data()), SHARD_HEADER_BYTES);
   bytes.append(body_tokens * 2, '\x01');
   write_bytes(path, bytes);
-}
-
-// Runs fn, expects an ember::Error whose one-line message contains every needle and which carries a hint.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an ember::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "message is not one line: " << msg;
-    for (const std::string& needle : needles)
-      EXPECT_NE(msg.find(needle), std::string::npos) << msg << "\n  lacks: " << needle;
-    EXPECT_FALSE(e.hint().empty()) << msg;
-  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -414,149 +367,6 @@ TEST(DataLoader, BadShardIsNamed) {
   write_shard(dir / "train_000000.bin", std::vector<uint16_t>(40, 1));
   write_raw_shard(dir / "train_000001.bin", 777, 1, 2, 2);
   expect_error([&] { DataLoader dl(dir.str(), "train", 4, 256, 1, true); }, {dir / "train_000001.bin", "magic"});
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// prepare_corpus
-
-// Reads the shards of one split back into a single stream.
-std::string read_split(const std::string& dir, const std::string& split) {
-  std::string text;
-  for (const std::string& path : list_shards(dir, split))
-    for (uint16_t t : read_shard(path)) text.push_back(char(t));
-  return text;
-}
-
-std::map<std::string, std::string> snapshot(const std::string& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) files[e.path().string()] = read_bytes(e.path().string());
-  return files;
-}
-
-TEST(Prep, DirectoryWithBinaryAndHiddenFiles) {
-  TempDir tmp;
-  const std::string in = tmp / "corpus", out = tmp / "shards";
-  const std::string a = "hello world\n", b = "second \xC3\xA9 file\n", d = std::string(37, 'z') + "\n";
-  write_bytes(in + "/a.txt", a);
-  write_bytes(in + "/sub/b.txt", b);
-  write_bytes(in + "/sub/d.md", d);
-  write_bytes(in + "/bin.dat", std::string("PK\0\3binary", 10));
-  write_bytes(in + "/.git/config", "[core]\n");
-  write_bytes(in + "/.hidden.txt", "hidden\n");
-  const std::string all = a + b + d;  // sorted path order: a.txt, (bin.dat skipped), sub/b.txt, sub/d.md
-
-  PrepOptions o;
-  o.input = in;
-  o.output = out;
-  o.val_fraction = 0.25;
-  o.shard_tokens = 8;
-  const PrepResult r = prepare_corpus(o);
-  const size_t n = all.size(), n_val = size_t(std::ceil(0.25 * double(n)));
-  EXPECT_EQ(r.files, 3u);
-  EXPECT_EQ(r.train_tokens + r.val_tokens, n);
-  EXPECT_EQ(r.val_tokens, n_val);
-  EXPECT_EQ(r.train_shards, (n - n_val + 7) / 8);
-  EXPECT_EQ(r.val_shards, (n_val + 7) / 8);
-  EXPECT_EQ(list_shards(out, "train").size(), r.train_shards);
-  EXPECT_EQ(list_shards(out, "val").size(), r.val_shards);
-  EXPECT_TRUE(fs::exists(out + "/train_000000.bin"));
-  EXPECT_TRUE(fs::exists(out + "/val_000000.bin"));
-  EXPECT_EQ(read_split(out, "train") + read_split(out, "val"), all);
-  EXPECT_EQ(read_split(out, "val"), all.substr(n - n_val));
-  for (const auto& e : fs::directory_iterator(out))  // no staging or temp files left behind
-    EXPECT_EQ(e.path().extension(), ".bin") << e.path();
-
-  // The loader reads what prep wrote.
-  DataLoader dl(out, "train", 4, 256, 1, true);
-  EXPECT_EQ(dl.num_tokens(), r.train_tokens);
-
-  // Re-prep with bigger shards: refused over the earlier shards, which stay as they were, unless overwrite is set;
-  // then fewer files, and the stale higher-index shards are gone.
-  o.shard_tokens = 1000;
-  const auto before = snapshot(out);
-  expect_error([&] { prepare_corpus(o); }, {out, "already holds"});
-  EXPECT_EQ(snapshot(out), before);
-  o.overwrite = true;
-  const PrepResult r2 = prepare_corpus(o);
-  EXPECT_EQ(r2.train_shards, 1u);
-  EXPECT_EQ(r2.val_shards, 1u);
-  EXPECT_EQ(list_shards(out, "train").size(), 1u);
-  EXPECT_EQ(list_shards(out, "val").size(), 1u);
-  EXPECT_EQ(read_split(out, "train") + read_split(out, "val"), all);
-}
-
-TEST(Prep, SingleFileAndZeroValFraction) {
-  TempDir tmp;
-  write_bytes(tmp / "input.txt", "abcdefghij");
-  PrepOptions o;
-  o.input = tmp / "input.txt";
-  o.output = tmp / "out";
-  o.val_fraction = 0.0;
-  const PrepResult r = prepare_corpus(o);
-  EXPECT_EQ(r.files, 1u);
-  EXPECT_EQ(r.train_tokens, 10u);
-  EXPECT_EQ(r.val_tokens, 0u);
-  EXPECT_EQ(r.val_shards, 0u);
-  EXPECT_EQ(read_split(tmp / "out", "train"), "abcdefghij");
-
-  // A tiny corpus with val_fraction > 0 still gets a val shard.
-  o.val_fraction = 0.01;
-  o.overwrite = true;
-  const PrepResult r2 = prepare_corpus(o);
-  EXPECT_EQ(r2.val_tokens, 1u);
-  EXPECT_EQ(r2.val_shards, 1u);
-  EXPECT_EQ(read_split(tmp / "out", "val"), "j");
-}
-
-TEST(Prep, MissingInputLeavesOutputUntouched) {
-  TempDir tmp;
-  write_bytes(tmp / "corpus/a.txt", std::string(100, 'q'));
-  PrepOptions o;
-  o.input = tmp / "corpus";
-  o.output = tmp / "shards";
-  o.shard_tokens = 30;
-  prepare_corpus(o);
-  const auto before = snapshot(tmp / "shards");
-  ASSERT_GE(before.size(), 4u);
-
-  o.input = tmp / "no_such_corpus";
-  o.overwrite = true;  // even where replacing the shards is allowed, a bad input writes nothing
-  expect_error([&] { prepare_corpus(o); }, {tmp / "no_such_corpus"});
-  EXPECT_EQ(snapshot(tmp / "shards"), before);
-
-  // A corpus with no text at all is refused the same way, before any write.
-  write_bytes(tmp / "binonly/x.bin", std::string("\0\1\2", 3));
-  o.input = tmp / "binonly";
-  expect_error([&] { prepare_corpus(o); }, {tmp / "binonly"});
-  EXPECT_EQ(snapshot(tmp / "shards"), before);
-}
-
-TEST(Prep, RejectsBadOptions) {
-  TempDir tmp;
-  write_bytes(tmp / "a.txt", "some text\n");
-  PrepOptions o;
-  o.input = tmp / "a.txt";
-  o.output = tmp / "out";
-  o.val_fraction = 0.9;
-  expect_error([&] { prepare_corpus(o); }, {"val_fraction"});
-  EXPECT_FALSE(fs::exists(tmp / "out")) << "nothing may be written before validation passes";
-
-  o.val_fraction = 0.1;
-  o.tokenizer = "nope";
-  expect_error([&] { prepare_corpus(o); }, {"nope"});
-
-  o.tokenizer = "bytes";
-  write_bytes(tmp / "afile", "x");
-  o.output = tmp / "afile";
-  expect_error([&] { prepare_corpus(o); }, {tmp / "afile"});
-  EXPECT_EQ(read_bytes(tmp / "afile"), "x");
-
-  write_bytes(tmp / "empty.txt", "");
-  o.input = tmp / "empty.txt";
-  o.output = tmp / "out";
-  expect_error([&] { prepare_corpus(o); }, {tmp / "empty.txt"});
-  EXPECT_FALSE(fs::exists(tmp / "out"));
 }
 
 }  // namespace

@@ -1,0 +1,151 @@
+// The prep input plan (implementation): walking the input, per-file format and compression, NUL sniffing, and the
+// JSONL line rule shared by the reader and the encoders.
+#include "data/corpus_input.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/enum_names.h"
+#include "core/error.h"
+
+namespace ember {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A file with a NUL byte in its first 8 KiB is treated as binary (git's heuristic): text never contains NUL, and
+// images, archives and earlier shards (their header holds zero bytes) all do.
+constexpr size_t BINARY_SNIFF_BYTES = 8192;
+
+const char* INPUT_HINT =
+    "check the --input path (a file or a folder of text, JSONL or enwik files) and its permissions";
+
+bool is_hidden(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return !name.empty() && name[0] == '.';
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::vector<std::string> collect_files(const std::string& input) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(input, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw_error("prep input " + input + ": " + ec.message(), INPUT_HINT);
+  if (!fs::exists(st)) throw_error("prep input " + input + " does not exist", INPUT_HINT);
+  if (fs::is_regular_file(st)) return {input};
+  if (!fs::is_directory(st)) throw_error("prep input " + input + " is neither a file nor a directory", INPUT_HINT);
+
+  std::vector<std::string> files;
+  fs::recursive_directory_iterator it(input, ec), end;
+  if (ec) throw_error("prep input " + input + ": cannot list: " + ec.message(), INPUT_HINT);
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    if (is_hidden(it->path())) {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      ec.clear();
+      continue;
+    }
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec)) files.push_back(it->path().string());
+  }
+  if (ec) throw_error("prep input " + input + ": cannot walk the directory: " + ec.message(), INPUT_HINT);
+  std::sort(files.begin(), files.end());  // the token stream must not depend on readdir order
+  return files;
+}
+
+bool looks_binary(const std::string& path) {
+  const std::unique_ptr<ByteStream> in = open_byte_stream(path);
+  char buf[BINARY_SNIFF_BYTES];
+  size_t got = 0;
+  while (got < sizeof(buf)) {
+    const size_t r = in->read(buf + got, sizeof(buf) - got);
+    if (r == 0) break;
+    got += r;
+  }
+  return std::memchr(buf, 0, got) != nullptr;
+}
+
+}  // namespace
+
+const char* corpus_format_name(CorpusFormat f) {
+  switch (f) {
+    case CorpusFormat::text:
+      return "text";
+    case CorpusFormat::jsonl:
+      return "jsonl";
+    case CorpusFormat::enwik:
+      return "enwik";
+  }
+  return "?";
+}
+
+CorpusFormat format_from_name(const std::string& path) {
+  std::string name = fs::path(path).filename().string();
+  for (const char* suffix : {".gz", ".zst", ".zstd", ".zip"})
+    if (ends_with(name, suffix)) {
+      name.resize(name.size() - std::strlen(suffix));
+      break;
+    }
+  if (ends_with(name, ".jsonl")) return CorpusFormat::jsonl;
+  if (name == "enwik8" || name == "enwik9") return CorpusFormat::enwik;
+  return CorpusFormat::text;
+}
+
+CorpusPlan plan_corpus(const std::string& input, const std::string& format) {
+  std::optional<CorpusFormat> forced;
+  if (format != "auto") {
+    forced = find_by_name(kCorpusFormats, corpus_format_name, format);
+    if (!forced)
+      throw_error("prep: unknown --format '" + format + "'",
+                  "use auto or one of: " + join_names(kCorpusFormats, corpus_format_name));
+  }
+
+  CorpusPlan plan;
+  for (const std::string& path : collect_files(input)) {
+    CorpusFile f;
+    f.path = path;
+    f.format = forced ? *forced : format_from_name(path);
+    f.compression = detect_compression(path);
+    std::error_code ec;
+    f.disk_bytes = uint64_t(fs::file_size(path, ec));
+    if (ec) throw_error("prep input file " + path + ": cannot stat: " + ec.message(), INPUT_HINT);
+    if (f.format == CorpusFormat::text && looks_binary(path)) {
+      f.binary = true;
+      ++plan.binary_files;
+    } else {
+      plan.disk_bytes += f.disk_bytes;
+    }
+    plan.files.push_back(std::move(f));
+  }
+  const bool any_enwik = std::any_of(plan.files.begin(), plan.files.end(),
+                                     [](const CorpusFile& f) { return f.format == CorpusFormat::enwik; });
+  if (any_enwik && plan.files.size() != 1)
+    throw_error(
+        "prep input " + input + " mixes an enwik file with " + std::to_string(plan.files.size() - 1) + " other files",
+        "pass the enwik8/enwik9 file itself as --input: its train/val/test split is defined on that file alone");
+  return plan;
+}
+
+std::optional<std::string> parse_jsonl_line(std::string_view line, const std::string& field, const std::string& file,
+                                            uint64_t line_number) {
+  if (std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }))
+    return std::nullopt;
+  const std::string where = "prep input " + file + " line " + std::to_string(line_number) + ": ";
+  const std::string hint = "fix or remove the line, or pass --skip-bad-lines to skip such lines";
+  nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw_error(where + "not valid JSON", hint);
+  if (!j.is_object()) throw_error(where + "not a JSON object", hint);
+  const auto it = j.find(field);
+  if (it == j.end())
+    throw_error(where + "no \"" + field + "\" field", "pass --jsonl-field NAME to read another field; or " + hint);
+  if (!it->is_string()) throw_error(where + "field \"" + field + "\" is not a string", hint);
+  return std::move(it->get_ref<std::string&>());
+}
+
+}  // namespace ember

@@ -1,0 +1,47 @@
+// What `ember prep` reads: the input files (one file, or every file under a folder), the format of each (text,
+// JSONL, enwik8/enwik9) and their sizes on disk, all found before anything is read or written.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/byte_stream.h"
+
+namespace ember {
+
+enum class CorpusFormat { text, jsonl, enwik };
+inline constexpr CorpusFormat kCorpusFormats[] = {CorpusFormat::text, CorpusFormat::jsonl, CorpusFormat::enwik};
+const char* corpus_format_name(CorpusFormat f);  // "text", "jsonl", "enwik"
+
+struct CorpusFile {
+  std::string path;
+  CorpusFormat format = CorpusFormat::text;
+  Compression compression = Compression::none;
+  uint64_t disk_bytes = 0;  // size on disk
+  bool binary = false;      // a text file with a NUL byte in its first 8 KiB (after decompression): skipped
+};
+
+struct CorpusPlan {
+  std::vector<CorpusFile> files;  // sorted by path; binary ones included (marked) so they can be reported
+  uint64_t disk_bytes = 0;        // of the files that will be read (binary ones left out)
+  size_t binary_files = 0;
+};
+
+// The files of `input`: a file, or every regular file under a folder (recursive, sorted by path, hidden entries
+// skipped, symlinked folders not followed). `format` is "auto", "text", "jsonl" or "enwik"; auto decides per file
+// by its name without a .gz/.zst/.zip suffix: *.jsonl is JSONL, enwik8 and enwik9 are enwik, anything else text.
+// Text files are sniffed for NUL bytes here. An enwik input must be the only file. Errors throw ember::Error naming
+// the input with a hint.
+CorpusPlan plan_corpus(const std::string& input, const std::string& format);
+
+// The format a file name implies (auto), e.g. "data/part1.jsonl.zst" -> jsonl, "enwik8.zip" -> enwik.
+CorpusFormat format_from_name(const std::string& path);
+
+// One JSONL line's document: nothing for a blank line; the string value of `field` for an object that has one;
+// otherwise throws ember::Error "prep input FILE line N: ..." with a hint (the caller may count it and go on).
+std::optional<std::string> parse_jsonl_line(std::string_view line, const std::string& field, const std::string& file,
+                                            uint64_t line_number);
+
+}  // namespace ember

@@ -268,5 +268,102 @@ TEST(BpeTokenizer, LongRunsEncodeQuickly) {
   }
 }
 
+// Loads a folder holding `files`; the error must name each of `needles` (and a lone tokenizer file) with a hint.
+void expect_load_error(const std::map<std::string, std::string>& files, const std::vector<std::string>& needles) {
+  TempDir dir;
+  for (const auto& [name, contents] : files) write_file(dir / name, contents);
+  std::vector<std::string> all = needles;
+  const std::string& first = files.begin()->first;
+  if (files.size() == 1 && (first == "tokenizer.json" || fs::path(first).extension() == ".tiktoken"))
+    all.push_back(first);
+  expect_error([&] { load_tokenizer(dir.str()); }, all);
+}
+
+TEST(BpeTokenizer, MalformedVocabAndMerges) {
+  const TinyVocab& v = agreeing();
+  json good = v.printable_vocab();
+  const std::string merges = "#version: 0.2\n" + v.merge_line(0) + "\n";
+  auto with = [&](const std::string& key, const json& value) {
+    json j = good;
+    j[key] = value;
+    return j.dump();
+  };
+  expect_load_error({{"vocab.json", with("\xe2\x82\xac", 300)}, {"merges.txt", merges}},
+                    {"vocab.json", "\xe2\x82\xac"});
+  expect_load_error({{"vocab.json", with("abc", "x")}, {"merges.txt", merges}}, {"vocab.json", "abc", "integer"});
+  expect_load_error({{"vocab.json", with("abc", -5)}, {"merges.txt", merges}}, {"vocab.json", "abc", "-5"});
+  expect_load_error({{"vocab.json", with("abc", 97)}, {"merges.txt", merges}}, {"vocab.json", "abc", "twice"});
+  expect_load_error({{"vocab.json", "{not json"}, {"merges.txt", merges}}, {"vocab.json", "JSON"});
+  expect_load_error({{"vocab.json", good.dump()}, {"merges.txt", merges + "zz q\n"}}, {"merges.txt", "line 3", "zz"});
+  expect_load_error({{"vocab.json", good.dump()}, {"merges.txt", merges + "q zz\n"}}, {"merges.txt", "line 3", "zz"});
+  expect_load_error({{"vocab.json", good.dump()}, {"merges.txt", merges + "a b\n"}}, {"merges.txt", "line 3", "'ab'"});
+  expect_load_error({{"vocab.json", good.dump()}, {"merges.txt", merges + "a\n"}}, {"merges.txt", "line 3"});
+  json missing_byte = good;
+  missing_byte.erase(bytes_to_unicode("A"));
+  expect_load_error({{"vocab.json", missing_byte.dump()}, {"merges.txt", merges}}, {"0x41"});
+}
+
+TEST(BpeTokenizer, MalformedTokenizerJson) {
+  const json good = agreeing().tokenizer_json(false, false);
+  auto with = [&](const json::json_pointer& at, const json& value) {
+    json j = good;
+    j[at] = value;
+    return std::map<std::string, std::string>{{"tokenizer.json", j.dump()}};
+  };
+  expect_load_error(with("/model/type"_json_pointer, "WordPiece"), {"WordPiece"});
+  expect_load_error(with("/normalizer"_json_pointer, {{"type", "NFC"}}), {"normalizer"});
+  expect_load_error(with("/pre_tokenizer/type"_json_pointer, "Whitespace"), {"Whitespace"});
+  expect_load_error(with("/pre_tokenizer/add_prefix_space"_json_pointer, true), {"add_prefix_space"});
+  expect_load_error(with("/pre_tokenizer/use_regex"_json_pointer, false), {"use_regex"});
+  expect_load_error(with("/model/merges/1"_json_pointer, "t zz"), {"model.merges[1]", "zz"});
+  expect_load_error(with("/model/merges/1"_json_pointer, 5), {"model.merges[1]"});
+  expect_load_error(with("/model/vocab/abc"_json_pointer, 1.5), {"abc", "integer"});
+  expect_load_error(with("/added_tokens/0/id"_json_pointer, 65), {"<|endoftext|>", "65"});
+  // A Sequence holding only ByteLevel is accepted; an added special token may bring an id of its own.
+  json seq = good;
+  seq["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({good["pre_tokenizer"]})}};
+  seq["added_tokens"].push_back({{"id", 300}, {"content", "<|pad|>"}, {"special", true}});
+  TempDir dir;
+  write_file(dir / "tokenizer.json", seq.dump());
+  const auto t = load_tokenizer(dir.str());
+  EXPECT_EQ(t->vocab_size(), 301);
+  Ids ids;
+  t->encode_with_special_into("the<|pad|>", ids);
+  EXPECT_EQ(ids, (Ids{257, 300}));
+  expect_error([&] { t->decode(Ids{290}); }, {"290", "unused"});
+}
+
+TEST(BpeTokenizer, MalformedTiktokenAndSpecs) {
+  const std::string good = agreeing().tiktoken();
+  expect_load_error({{"x.tiktoken", good + "!!! 400\n"}}, {"line 264"});
+  expect_load_error({{"x.tiktoken", good + "dGhl 400\n"}}, {"line 264", "twice"});
+  expect_load_error({{"x.tiktoken", good + "YWJj 3\n"}}, {"line 264", "id 3"});
+  expect_load_error({{"x.tiktoken", good + "YWJj -3\n"}}, {"line 264"});
+  expect_load_error({{"x.tiktoken", good.substr(good.find('\n') + 1)}}, {"byte 0"});
+  expect_load_error({{"a.tiktoken", good}, {"b.tiktoken", good}}, {"a.tiktoken", "b.tiktoken"});
+  expect_load_error({{"notes.txt", ""}}, {"no tokenizer.json"});
+  expect_error([] { load_tokenizer("/nonexistent/tok"); }, {"/nonexistent/tok", "does not exist"});
+  TempDir dir;
+  write_file(dir / "big.tiktoken", std::string((64 << 20) + 1, 'A'));
+  expect_error([&] { load_tokenizer(dir / "big.tiktoken"); }, {"big.tiktoken"});
+}
+
+TEST(BpeTokenizer, FilesRebuildTheSameTokenizer) {
+  TempDir dir;
+  const auto t = load_all(disagreeing(), dir);
+  for (const auto* tok : {t.hf.get(), t.json_arrays.get(), t.tiktoken.get()}) {
+    const auto again = tokenizer_from_files(tok->files(), "checkpoint x.h5");
+    EXPECT_EQ(again->fingerprint(), tok->fingerprint());
+    EXPECT_EQ(again->encode("tthe the"), tok->encode("tthe the"));
+    TempDir copy;
+    write_tokenizer_files(*tok, copy.str());
+    EXPECT_EQ(load_tokenizer(copy.str())->fingerprint(), tok->fingerprint());
+  }
+  expect_error([] { tokenizer_from_files({{"readme", "x"}}, "checkpoint x.h5"); }, {"checkpoint x.h5", "readme"});
+  auto files = t.hf->files();
+  files["merges.txt"] += "q zz\n";
+  expect_error([&] { tokenizer_from_files(files, "checkpoint x.h5"); }, {"checkpoint x.h5", "merges.txt", "zz"});
+}
+
 }  // namespace
 }  // namespace ember

@@ -195,6 +195,54 @@ TEST(BpeTokenizer, WholePieceShortcutMatchesMerging) {
   }
 }
 
+// Plain BPE, written for clarity: merge the leftmost adjacent pair of lowest priority until none merges.
+Ids reference_bpe(const std::string& piece, const TinyVocab& v, BpeMergeRule rule) {
+  std::map<std::string, int32_t> ids;
+  for (size_t id = 0; id < v.tokens.size(); ++id) ids[v.tokens[id]] = int32_t(id);
+  if (rule == BpeMergeRule::token_rank && ids.count(piece)) return {ids[piece]};
+  std::map<std::pair<std::string, std::string>, int64_t> rank;
+  for (size_t r = 0; r < v.merges.size(); ++r) rank.emplace(v.merges[r], int64_t(r));
+  std::vector<std::string> parts;
+  for (char c : piece) parts.push_back(std::string(1, c));
+  for (;;) {
+    int64_t best_priority = INT64_MAX;
+    size_t best = 0;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      const std::string joined = parts[i] + parts[i + 1];
+      int64_t priority = INT64_MAX;
+      if (rule == BpeMergeRule::pair_rank && rank.count({parts[i], parts[i + 1]}))
+        priority = rank[{parts[i], parts[i + 1]}];
+      if (rule == BpeMergeRule::token_rank && ids.count(joined)) priority = ids[joined];
+      if (priority < best_priority) best_priority = priority, best = i;
+    }
+    if (best_priority == INT64_MAX) break;
+    parts[best] += parts[best + 1];
+    parts.erase(parts.begin() + long(best) + 1);
+  }
+  Ids out;
+  for (const auto& p : parts) out.push_back(ids.at(p));
+  return out;
+}
+
+TEST(BpeTokenizer, MergesLeftmostLowestFirstAtAnyLength) {
+  const TinyVocab v(
+      {{"a", "a"}, {"a", "b"}, {"aa", "aa"}, {"ab", "a"}, {"b", "b"}, {"aa", "b"}, {"bb", "aa"}, {"aba", "aa"}});
+  TempDir dir;
+  const auto t = load_all(v, dir);
+  EXPECT_EQ(t.hf->encode("aaaaa"), (Ids{258, 'a'}));  // aa a a a -> aa aa a -> aaaa a: ties go to the left
+  Ids long_run;
+  for (int i = 0; i < 25; ++i) long_run.push_back(258);
+  long_run.push_back('a');
+  EXPECT_EQ(t.hf->encode(std::string(101, 'a')), long_run);  // past the short-piece limit: the heap
+  test::Rng rng(5, 4);
+  for (int round = 0; round < 400; ++round) {
+    std::string text(1 + rng.philox.below(round % 4 == 0 ? 300 : 40), 'a');
+    for (char& c : text) c = rng.philox.below(3) ? 'a' : 'b';
+    ASSERT_EQ(t.hf->encode(text), reference_bpe(text, v, BpeMergeRule::pair_rank)) << text;
+    ASSERT_EQ(t.tiktoken->encode(text), reference_bpe(text, v, BpeMergeRule::token_rank)) << text;
+  }
+}
+
 TEST(BpeTokenizer, RoundTripsRandomBytes) {
   TempDir dir;
   const auto t = load_all(agreeing(), dir);

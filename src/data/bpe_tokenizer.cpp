@@ -103,17 +103,19 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, TokenizerFiles files, const std::stri
   std::stable_sort(special_by_length_.begin(), special_by_length_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 
-  // The fingerprint: FNV-1a 64 over a canonical serialization of everything that decides the ids.
+  // The fingerprint: FNV-1a 64 over a canonical serialization of everything that decides the ids. Merge ranks that
+  // act exactly as token ranks are written as token ranks, so Hugging Face and tiktoken files of one vocabulary agree.
+  const BpeMergeRule rule = acts_as_token_rank() ? BpeMergeRule::token_rank : vocab_.rule;
   Fnv1a f;
   f.bytes("ember-bpe-1");
   f.u64(tokens.size());
   for (const auto& t : tokens) f.str(t);
-  f.u64(uint64_t(vocab_.rule));
-  if (vocab_.rule == BpeMergeRule::pair_rank) {
+  f.u64(uint64_t(rule));
+  if (rule == BpeMergeRule::pair_rank) {
     f.u64(vocab_.merges.size());
     for (const auto& [l, r] : vocab_.merges) f.u64(pair_key(l, r));
+    f.u64(vocab_.ignore_merges);
   }
-  f.u64(vocab_.ignore_merges);
   auto special = vocab_.special;
   std::sort(special.begin(), special.end());
   f.u64(special.size());
@@ -124,6 +126,33 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, TokenizerFiles files, const std::stri
   char hex[17];
   snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(f.h));
   fingerprint_ = hex;
+}
+
+bool BpeTokenizer::acts_as_token_rank() const {
+  if (vocab_.rule == BpeMergeRule::token_rank) return true;
+  // Enough: every token is taken whole where it is a piece (so the shortcuts agree), every multi-byte token splits
+  // into two tokens in exactly one way, that split is its merge, and merges come in the order of the ids they make
+  // (so both rules order every pair alike).
+  size_t multi_byte = 0;
+  for (const auto& [bytes, id] : ids_) {
+    if (!whole_[size_t(id)]) return false;
+    if (bytes.size() < 2) continue;
+    ++multi_byte;
+    int splits = 0;
+    for (size_t k = 1; k < bytes.size(); ++k) {
+      auto l = ids_.find(std::string_view(bytes).substr(0, k)), r = ids_.find(std::string_view(bytes).substr(k));
+      if (l == ids_.end() || r == ids_.end()) continue;
+      const Merge* m = find_merge(l->second, r->second);
+      if (++splits > 1 || !m || m->merged != id) return false;
+    }
+    if (splits != 1) return false;
+  }
+  if (vocab_.merges.size() != multi_byte) return false;
+  for (size_t r = 1; r < vocab_.merges.size(); ++r)
+    if (find_merge(vocab_.merges[r].first, vocab_.merges[r].second)->merged <=
+        find_merge(vocab_.merges[r - 1].first, vocab_.merges[r - 1].second)->merged)
+      return false;
+  return true;
 }
 
 std::string BpeTokenizer::describe() const {

@@ -48,6 +48,8 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   const Merge* find_merge(int32_t left, int32_t right) const;
+  // True when this vocabulary encodes every text as it would under token ranks (always, for token ranks).
+  bool acts_as_token_rank() const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void merge_short(std::string_view piece, std::vector<int32_t>& out) const;
   void merge_long(std::string_view piece, std::vector<int32_t>& out) const;

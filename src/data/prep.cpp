@@ -168,12 +168,17 @@ void publish(const std::string& out, const std::string& staging, const std::vect
           "remove it by hand: it would be read as part of the new corpus");
   }
   const std::string tok_dir = (fs::path(out) / PREP_TOKENIZER_DIR).string();
-  if (!tok.files().empty()) {
-    write_tokenizer_files(tok, tok_dir);
-  } else if (had_manifest) {
-    fs::remove_all(tok_dir, ec);  // an earlier prep's tokenizer files would contradict the new prep.json
-    if (ec) log_warn("prep: could not remove %s: %s", tok_dir.c_str(), ec.message().c_str());
+  // An earlier prep's tokenizer files would contradict the new prep.json (a tokenizer.json left beside a new
+  // vocab.json + merges.txt would even be read first). The tokenizer in use is already in memory, so this is safe
+  // when it was read from this very folder.
+  if (had_manifest) {
+    fs::remove_all(tok_dir, ec);
+    if (ec)
+      throw_error("prep output " + out + ": cannot remove the earlier tokenizer files in " + tok_dir + ": " +
+                      ec.message(),
+                  "remove the folder by hand, then run prep again");
   }
+  if (!tok.files().empty()) write_tokenizer_files(tok, tok_dir);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "core/atomic_file.h"
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "data/tokenizer_files.h"
 
 namespace ember {
 
@@ -49,13 +50,17 @@ std::optional<TokenizerKind> parse_tokenizer_kind(const std::string& name) {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == tokenizer_kind_name(TokenizerKind::bytes)) return std::make_unique<ByteTokenizer>();
-  throw_error("tokenizer '" + spec + "': BPE tokenizers are not available yet",
-              "use --tokenizer bytes");  // replaced by the BPE loader
+  std::error_code ec;
+  if (!std::filesystem::exists(spec, ec))
+    throw_error("tokenizer " + spec + " does not exist",
+                "give 'bytes', or a folder (or file) holding tokenizer.json, vocab.json + merges.txt, or one "
+                "*.tiktoken file");
+  return bpe_tokenizer_from_files(read_bpe_files(spec), spec);
 }
 
 std::unique_ptr<Tokenizer> tokenizer_from_files(const TokenizerFiles& files, const std::string& origin) {
   if (files.empty()) return std::make_unique<ByteTokenizer>();
-  throw_error(origin + ": BPE tokenizers are not available yet", "use the byte tokenizer");
+  return bpe_tokenizer_from_files(files, origin);
 }
 
 void write_tokenizer_files(const Tokenizer& t, const std::string& dir) {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdio>
-#include <queue>
 
 #include "core/error.h"
 
@@ -45,6 +45,7 @@ std::atomic<uint64_t> next_instance{1};
 
 BpeTokenizer::BpeTokenizer(BpeVocab vocab, TokenizerFiles files, const std::string& origin)
     : vocab_(std::move(vocab)), files_(std::move(files)), instance_(next_instance++) {
+  std::unordered_map<uint64_t, Merge> merges;  // gathered here, then laid out in merge_table_
   const auto& tokens = vocab_.tokens;
   const int32_t V = int32_t(tokens.size());
   std::vector<uint8_t> is_special(tokens.size(), 0);
@@ -74,7 +75,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, TokenizerFiles files, const std::stri
       if (it == ids_.end())
         throw_error(origin + ": merge " + std::to_string(r) + " makes a token that is not in the vocabulary",
                     "every merge's concatenation must be a token; the files may be truncated or mismatched");
-      merges_.emplace(pair_key(left, right), Merge{uint32_t(r), it->second});  // the first listing wins
+      merges.emplace(pair_key(left, right), Merge{uint32_t(r), it->second});  // the first listing wins
     }
   } else {
     // Every split of every token into two tokens is a pair that merges into it, at the token's rank.
@@ -83,10 +84,18 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, TokenizerFiles files, const std::stri
       if (is_special[size_t(id)] || t.size() < 2) continue;
       for (size_t k = 1; k < t.size(); ++k) {
         auto l = ids_.find(t.substr(0, k)), r = ids_.find(t.substr(k));
-        if (l != ids_.end() && r != ids_.end())
-          merges_.emplace(pair_key(l->second, r->second), Merge{uint32_t(id), id});
+        if (l != ids_.end() && r != ids_.end()) merges.emplace(pair_key(l->second, r->second), Merge{uint32_t(id), id});
       }
     }
+  }
+  size_t slots = 16;
+  while (slots < 2 * merges.size()) slots *= 2;
+  merge_table_.assign(slots, MergeSlot{});
+  merge_shift_ = 64 - std::countr_zero(slots);
+  for (const auto& [key, merge] : merges) {
+    size_t i = size_t((key * 0x9e3779b97f4a7c15ull) >> merge_shift_);
+    while (merge_table_[i].key != UINT64_MAX) i = (i + 1) & (slots - 1);
+    merge_table_[i] = {key, merge};
   }
   whole_.assign(tokens.size(), 0);
   std::vector<int32_t> merged;
@@ -103,17 +112,19 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, TokenizerFiles files, const std::stri
   std::stable_sort(special_by_length_.begin(), special_by_length_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 
-  // The fingerprint: FNV-1a 64 over a canonical serialization of everything that decides the ids.
+  // The fingerprint: FNV-1a 64 over a canonical serialization of everything that decides the ids. Merge ranks that
+  // act exactly as token ranks are written as token ranks, so Hugging Face and tiktoken files of one vocabulary agree.
+  const BpeMergeRule rule = acts_as_token_rank() ? BpeMergeRule::token_rank : vocab_.rule;
   Fnv1a f;
   f.bytes("ember-bpe-1");
   f.u64(tokens.size());
   for (const auto& t : tokens) f.str(t);
-  f.u64(uint64_t(vocab_.rule));
-  if (vocab_.rule == BpeMergeRule::pair_rank) {
+  f.u64(uint64_t(rule));
+  if (rule == BpeMergeRule::pair_rank) {
     f.u64(vocab_.merges.size());
     for (const auto& [l, r] : vocab_.merges) f.u64(pair_key(l, r));
+    f.u64(vocab_.ignore_merges);
   }
-  f.u64(vocab_.ignore_merges);
   auto special = vocab_.special;
   std::sort(special.begin(), special.end());
   f.u64(special.size());
@@ -126,13 +137,45 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, TokenizerFiles files, const std::stri
   fingerprint_ = hex;
 }
 
+bool BpeTokenizer::acts_as_token_rank() const {
+  if (vocab_.rule == BpeMergeRule::token_rank) return true;
+  // Enough: every token is taken whole where it is a piece (so the shortcuts agree), every multi-byte token splits
+  // into two tokens in exactly one way, that split is its merge, and merges come in the order of the ids they make
+  // (so both rules order every pair alike).
+  size_t multi_byte = 0;
+  for (const auto& [bytes, id] : ids_) {
+    if (!whole_[size_t(id)]) return false;
+    if (bytes.size() < 2) continue;
+    ++multi_byte;
+    int splits = 0;
+    for (size_t k = 1; k < bytes.size(); ++k) {
+      auto l = ids_.find(std::string_view(bytes).substr(0, k)), r = ids_.find(std::string_view(bytes).substr(k));
+      if (l == ids_.end() || r == ids_.end()) continue;
+      const Merge* m = find_merge(l->second, r->second);
+      if (++splits > 1 || !m || m->merged != id) return false;
+    }
+    if (splits != 1) return false;
+  }
+  if (vocab_.merges.size() != multi_byte) return false;
+  for (size_t r = 1; r < vocab_.merges.size(); ++r)
+    if (find_merge(vocab_.merges[r].first, vocab_.merges[r].second)->merged <=
+        find_merge(vocab_.merges[r - 1].first, vocab_.merges[r - 1].second)->merged)
+      return false;
+  return true;
+}
+
 std::string BpeTokenizer::describe() const {
   return "bpe (" + std::to_string(vocab_size()) + " ids, fingerprint " + fingerprint_ + ")";
 }
 
 const BpeTokenizer::Merge* BpeTokenizer::find_merge(int32_t left, int32_t right) const {
-  auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = merge_table_.size() - 1;
+  for (size_t i = size_t((key * 0x9e3779b97f4a7c15ull) >> merge_shift_);; i = (i + 1) & mask) {
+    const MergeSlot& slot = merge_table_[i];
+    if (slot.key == key) return &slot.merge;
+    if (slot.key == UINT64_MAX) return nullptr;
+  }
 }
 
 void BpeTokenizer::merge_piece(std::string_view piece, std::vector<int32_t>& out) const {
@@ -175,36 +218,43 @@ void BpeTokenizer::merge_short(std::string_view piece, std::vector<int32_t>& out
 
 void BpeTokenizer::merge_long(std::string_view piece, std::vector<int32_t>& out) const {
   const size_t n = piece.size();
+  EMBER_ASSERT(n < UINT32_MAX, "a pre-tokenization piece of 4 GiB or more");
+  // A doubly linked list of symbols (ids[i] = -1 once merged into its left neighbour) and a min-heap of candidate
+  // merges packed as priority << 32 | position: 8 bytes each, ordered by priority, then leftmost first. A candidate
+  // is current when the pair at its position still has its priority (a priority names one merged token).
   std::vector<int32_t> ids(n);
-  std::vector<size_t> next(n), prev(n);
+  std::vector<uint32_t> next(n), prev(n);
   for (size_t i = 0; i < n; ++i) {
     ids[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
-    next[i] = i + 1;
-    prev[i] = i - 1;  // wraps for i = 0: never read there
+    next[i] = uint32_t(i + 1);
+    prev[i] = uint32_t(i - 1);  // wraps for i = 0: never read there
   }
-  struct Candidate {
-    uint32_t priority;
-    size_t pos;  // the left symbol's first byte: order by position is order in the sequence
-    int32_t left, right;
-    bool operator>(const Candidate& o) const { return priority != o.priority ? priority > o.priority : pos > o.pos; }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  auto push = [&](size_t i) {
+  std::vector<uint64_t> heap;
+  heap.reserve(n / 2);
+  for (size_t i = 0; i + 1 < n; ++i)
+    if (const Merge* m = find_merge(ids[i], ids[i + 1])) heap.push_back(uint64_t(m->priority) << 32 | i);
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  auto push = [&](uint32_t i) {
     if (next[i] >= n) return;
-    if (const Merge* m = find_merge(ids[i], ids[next[i]])) heap.push({m->priority, i, ids[i], ids[next[i]]});
+    if (const Merge* m = find_merge(ids[i], ids[next[i]])) {
+      heap.push_back(uint64_t(m->priority) << 32 | i);
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
   };
-  for (size_t i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    const size_t j = next[c.pos];
-    if (ids[c.pos] != c.left || j >= n || ids[j] != c.right) continue;  // stale: a neighbour changed
-    ids[c.pos] = find_merge(c.left, c.right)->merged;
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const uint64_t top = heap.back();
+    heap.pop_back();
+    const auto pos = uint32_t(top), j = next[pos];
+    if (ids[pos] < 0 || j >= n) continue;
+    const Merge* m = find_merge(ids[pos], ids[j]);
+    if (!m || m->priority != uint32_t(top >> 32)) continue;  // stale: a neighbour changed
+    ids[pos] = m->merged;
     ids[j] = -1;
-    next[c.pos] = next[j];
-    if (next[j] < n) prev[next[j]] = c.pos;
-    push(c.pos);
-    if (c.pos > 0) push(prev[c.pos]);
+    next[pos] = next[j];
+    if (next[j] < n) prev[next[j]] = pos;
+    push(pos);
+    if (pos > 0) push(prev[pos]);
   }
   for (size_t i = 0; i < n; i = next[i]) out.push_back(ids[i]);
 }

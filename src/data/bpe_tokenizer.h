@@ -48,6 +48,8 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   const Merge* find_merge(int32_t left, int32_t right) const;
+  // True when this vocabulary encodes every text as it would under token ranks (always, for token ranks).
+  bool acts_as_token_rank() const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void merge_short(std::string_view piece, std::vector<int32_t>& out) const;
   void merge_long(std::string_view piece, std::vector<int32_t>& out) const;
@@ -56,7 +58,14 @@ class BpeTokenizer final : public Tokenizer {
   TokenizerFiles files_;
   Pretokenizer pretokenizer_;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids_;  // bytes -> id, specials excluded
-  std::unordered_map<uint64_t, Merge> merges_;                                 // (left << 32 | right) -> merge
+  // (left << 32 | right) -> merge, open addressing with linear probing at most half full: the merge loops' one
+  // lookup per pair stays within a cache line or two.
+  struct MergeSlot {
+    uint64_t key = UINT64_MAX;  // UINT64_MAX: empty (no pair of valid ids packs to it)
+    Merge merge{};
+  };
+  std::vector<MergeSlot> merge_table_;
+  int merge_shift_ = 64;        // slot = (key * golden) >> merge_shift_
   std::vector<uint8_t> whole_;  // (V) 1 where a piece equal to the token may be taken whole
   int32_t byte_ids_[256];
   std::vector<std::pair<std::string, int32_t>> special_by_length_;  // longest first

@@ -119,9 +119,10 @@ void check_byte_level(const json& pre, const std::string& name) {
       "true and add_prefix_space false, and no normalizer";
   const json* p = &pre;
   if (pre.is_object() && pre.value("type", "") == "Sequence") {
-    const json& steps = pre.value("pretokenizers", json::array());
-    if (steps.size() != 1) throw_error(name + ": pre_tokenizer is a Sequence of other steps than ByteLevel", hint);
-    p = &steps[0];
+    const auto steps = pre.find("pretokenizers");  // a reference into `pre`, which outlives *p
+    if (steps == pre.end() || !steps->is_array() || steps->size() != 1)
+      throw_error(name + ": pre_tokenizer is a Sequence of other steps than ByteLevel", hint);
+    p = &(*steps)[0];
   }
   if (!p->is_object() || p->value("type", "") != "ByteLevel")
     throw_error(
@@ -213,7 +214,8 @@ BpeVocab read_tiktoken(const std::string& contents, const std::string& name) {
     if (!bytes || bytes->empty() || rank.empty() || rank.size() > 9 ||
         rank.find_first_not_of("0123456789") != std::string::npos)
       throw_error(entry + ": " + in_quotes(line) + " is not '<base64 bytes> <rank>'", kFileHint);
-    if (!seen.insert(*bytes).second) throw_error(entry + ": token " + in_quotes(line) + " is listed twice", kFileHint);
+    if (!seen.insert(*bytes).second)
+      throw_error(entry + ": token " + in_quotes(line.substr(0, space)) + " is listed twice", kFileHint);
     place_token(v, std::stoll(rank), *bytes, entry);
   }
   for (int b = 0; b < 256; ++b)

@@ -11,7 +11,10 @@ import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 
 import tiktoken
-import transformers
+
+# Only transformers' tokenizers are used: no "PyTorch not found" advice on stderr.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+import transformers  # noqa: E402
 from tokenizers import Tokenizer
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

@@ -127,9 +127,11 @@ int cmd_tokenizer_train(int argc, char** argv) {
     write_file_atomically((fs::path(output) / name).string(), contents, "tokenizer file",
                           "check that the output folder is writable and has free space");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log_info("tokenizer train: %zu documents, %zu bytes, %zu merges, %zu ids -> %s (%.1f s, %zu binary files skipped)",
-           corpus.documents, corpus.bytes, vocab.merges.size(), vocab.tokens.size(), output.c_str(), seconds,
-           corpus.binary_skipped);
+  log_info(
+      "tokenizer train: %zu documents, %zu bytes, %zu distinct pieces, %zu merges, %zu ids -> %s (%.1f s, %zu "
+      "binary files skipped)",
+      corpus.documents, corpus.bytes, trainer.distinct_pieces(), vocab.merges.size(), vocab.tokens.size(),
+      output.c_str(), seconds, corpus.binary_skipped);
   return EXIT_CODE_OK;
 }
 

@@ -52,6 +52,7 @@ struct BpeTrainer::Impl {
     std::unordered_map<std::string, uint64_t> counts;
   };
   Shard shards[COUNT_SHARDS];
+  size_t distinct_pieces = 0;
 };
 
 BpeTrainer::BpeTrainer(BpeTrainOptions options) : impl_(std::make_unique<Impl>()) {
@@ -81,6 +82,8 @@ void BpeTrainer::add_document(std::string_view text) {
   }
 }
 
+size_t BpeTrainer::distinct_pieces() const { return impl_->distinct_pieces; }
+
 BpeVocab BpeTrainer::finish() {
   const BpeTrainOptions& opt = impl_->options;
   const std::array<unsigned char, 256>& order = gpt2_byte_order();
@@ -102,6 +105,7 @@ BpeVocab BpeTrainer::finish() {
     for (unsigned char c : piece) words.ids.push_back(base_id[c]);
   }
   const size_t n_words = pieces.size();
+  impl_->distinct_pieces = n_words;
   pieces = {};
   const auto start = std::chrono::steady_clock::now();
 
@@ -202,8 +206,8 @@ BpeVocab BpeTrainer::finish() {
     }
   }
 
-  log_info("tokenizer train: %zu distinct pieces, %zu merges (%.1f s)", n_words, vocab.merges.size(),
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  log_debug("tokenizer train: %zu merges over %zu distinct pieces in %.1f s", vocab.merges.size(), n_words,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   for (const std::string& s : opt.special) {
     const int32_t id = int32_t(vocab.tokens.size());
     vocab.tokens.push_back(s);

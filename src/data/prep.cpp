@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/shard.h"
+#include "data/text_files.h"
 #include "data/tokenizer.h"
 
 namespace ember {
@@ -28,81 +29,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A file with a NUL byte in its first 8 KiB is treated as binary (git's heuristic): text never contains NUL, and
-// images, archives and earlier shards (their header holds zero bytes) all do.
-constexpr size_t BINARY_SNIFF_BYTES = 8192;
 // Tokenize in pieces of about this size so a 1 GB file never needs a 4 GB int32 id vector at once.
 constexpr size_t ENCODE_CHUNK_BYTES = size_t(16) << 20;
 // Shards are written here first, inside the output directory so the final renames never cross file systems.
 // The leading dot keeps list_shards and a later prep of a parent directory from seeing it.
 constexpr const char* STAGING_NAME = ".ember-prep.staging";
 
-const char* INPUT_HINT = "check the --input path (a text file or a directory of text files) and its permissions";
-
 std::string errno_text() { return std::strerror(errno); }
-
-bool is_hidden(const fs::path& p) {
-  const std::string name = p.filename().string();
-  return !name.empty() && name[0] == '.';
-}
-
-// Every regular file under `input` (or `input` itself), sorted so the token stream does not depend on readdir order.
-// Hidden entries (.git, .DS_Store, our staging directory) are skipped; symlinked directories are not followed.
-std::vector<std::string> collect_files(const std::string& input) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(input, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory)
-    throw_error("prep input " + input + ": " + ec.message(), INPUT_HINT);
-  if (!fs::exists(st)) throw_error("prep input " + input + " does not exist", INPUT_HINT);
-  if (fs::is_regular_file(st)) return {input};
-  if (!fs::is_directory(st)) throw_error("prep input " + input + " is neither a file nor a directory", INPUT_HINT);
-
-  std::vector<std::string> files;
-  fs::recursive_directory_iterator it(input, ec), end;
-  if (ec) throw_error("prep input " + input + ": cannot list: " + ec.message(), INPUT_HINT);
-  for (; it != end; it.increment(ec)) {
-    if (ec) break;
-    if (is_hidden(it->path())) {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
-      ec.clear();
-      continue;
-    }
-    std::error_code type_ec;
-    if (it->is_regular_file(type_ec)) files.push_back(it->path().string());
-  }
-  if (ec) throw_error("prep input " + input + ": cannot walk the directory: " + ec.message(), INPUT_HINT);
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-// Reads a whole file; returns nothing if it looks binary (then only its first 8 KiB were read).
-std::optional<std::string> read_text_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_error("prep input file " + path + ": cannot open: " + errno_text(), INPUT_HINT);
-  std::string text;
-  bool sniffed = false;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = errno_text();
-      ::close(fd);
-      throw_error("prep input file " + path + ": read failed: " + why, INPUT_HINT);
-    }
-    if (r > 0) text.append(buf, size_t(r));
-    if (!sniffed && (r == 0 || text.size() >= BINARY_SNIFF_BYTES)) {
-      sniffed = true;
-      if (std::memchr(text.data(), 0, std::min(text.size(), BINARY_SNIFF_BYTES)) != nullptr) {
-        ::close(fd);  // read-only descriptor: a close error cannot lose data
-        return std::nullopt;
-      }
-    }
-    if (r == 0) break;
-  }
-  ::close(fd);
-  return text;
-}
 
 // Appends the tokens of `text` to `stream`. Pieces end just after a newline that is followed by a non-space byte:
 // GPT-2-style pre-tokenizers never merge across such a point, so chunking does not change the tokens.
@@ -198,7 +131,7 @@ PrepResult prepare_corpus(const PrepOptions& options) {
       throw_error("prep output " + options.output + " exists and is not a directory",
                   "pass a directory for --output (it is created if missing), or move the file away");
   }
-  const std::vector<std::string> files = collect_files(options.input);
+  const std::vector<std::string> files = list_text_files(options.input, "prep input");
   if (!options.overwrite) {
     std::vector<std::string> shards;
     std::error_code ec;
@@ -221,7 +154,7 @@ PrepResult prepare_corpus(const PrepOptions& options) {
   PrepResult result;
   size_t skipped = 0;
   for (const std::string& path : files) {
-    std::optional<std::string> text = read_text_file(path);
+    std::optional<std::string> text = read_text_file(path, "prep input");
     if (!text) {
       log_debug("prep: skipping binary file %s", path.c_str());
       ++skipped;

@@ -1,5 +1,5 @@
 // The text files of a corpus input: one file, or every regular file under a folder (sorted, hidden entries skipped),
-// and reading one whole while telling binary files apart. For commands that read a corpus (tokenizer train).
+// and reading one whole while telling binary files apart. For the commands that read a corpus: prep, tokenizer train.
 #pragma once
 
 #include <optional>

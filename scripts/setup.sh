@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Ember needs to build, test and run (compiler, CMake, Open MPI, parallel HDF5, Boost,
-# OpenBLAS, nlohmann-json, PCRE2, zlib, zstd, libzip, GoogleTest, Python with numpy/h5py, clang-format for the format check, Slurm for the
+# OpenBLAS, nlohmann-json, PCRE2, zlib, zstd, libzip, GoogleTest, Python with numpy/h5py, venv and pip, clang-format for the format check, Slurm for the
 # job-script tests). Idempotent: quiet and does nothing when all are present.
 set -euo pipefail
 
@@ -11,7 +11,7 @@ PACKAGES=(
   # tokenizers and corpus formats: PCRE2 (pre-tokenization), zlib (.gz), zstd (.zst), libzip (.zip)
   libpcre2-dev zlib1g-dev libzstd-dev libzip-dev
   libgtest-dev googletest
-  python3 python3-numpy python3-h5py
+  python3 python3-numpy python3-h5py python3-venv python3-pip
   procps
   # /usr/bin/time -v: peak memory of a prep in tests/e2e/prep_streaming.sh
   time

@@ -17,6 +17,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
 cmake --build build -j"$(nproc)"
 
+# The tokenizer exactness tests compare against Hugging Face tokenizers/transformers and tiktoken in .venv.
+bash scripts/python_env.sh
+
 status=0
 # Each test program's MPI_Init starts a singleton that makes, and removes again when empty, the session folder
 # $TMPDIR/ompi.<host>.<uid>; Open MPI 4.1 can fail with "mkdir ... File exists" when two tests race on it under

@@ -29,6 +29,9 @@ int cmd_tokenizer(int argc, char** argv) {
     print_tokenizer_usage(stdout);
     return EXIT_CODE_OK;
   }
+  // The subcommand sees itself as "tokenizer <sub>", so its usage and errors say "ember tokenizer <sub>".
+  std::string name = "tokenizer " + sub;
+  argv[1] = name.data();
   if (sub == "train") return cmd_tokenizer_train(argc - 1, argv + 1);
   if (sub == "encode") return cmd_tokenizer_encode(argc - 1, argv + 1);
   if (sub == "decode") return cmd_tokenizer_decode(argc - 1, argv + 1);

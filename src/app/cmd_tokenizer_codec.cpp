@@ -32,14 +32,6 @@ void write_stdout(const std::string& data) {
     throw_error("cannot write stdout", "check that the output pipe or file is writable and has space");
 }
 
-// argv with argv[0] ("encode") widened to "tokenizer encode", so messages say `ember tokenizer encode`.
-std::vector<char*> named_args(int argc, char** argv, std::string& name) {
-  name = std::string("tokenizer ") + argv[0];
-  std::vector<char*> args(argv, argv + argc);
-  args[0] = name.data();
-  return args;
-}
-
 }  // namespace
 
 int cmd_tokenizer_encode(int argc, char** argv) {
@@ -53,9 +45,7 @@ int cmd_tokenizer_encode(int argc, char** argv) {
       "special", po::bool_switch(&special), "special tokens written in the text (<|endoftext|>) become their ids");
   numbers.add(desc, "threads", &threads, {1, 1024}, "threads encoding pieces of the text in parallel");
   po::variables_map vm;
-  std::string name;
-  auto args = named_args(argc, argv, name);
-  if (!parse_command(argc, args.data(), desc,
+  if (!parse_command(argc, argv, desc,
                      "usage: ember tokenizer encode --tokenizer SPEC [--special] [--threads N] < text", vm, &numbers))
     return EXIT_CODE_OK;
   require_option(vm, "tokenizer", "give a tokenizer, e.g. --tokenizer bytes or --tokenizer data/gpt2");
@@ -84,9 +74,7 @@ int cmd_tokenizer_decode(int argc, char** argv) {
   desc.add_options()("help,h", "print this help")("tokenizer", po::value(&spec),
                                                   "bytes, or a BPE tokenizer's folder or file");
   po::variables_map vm;
-  std::string name;
-  auto args = named_args(argc, argv, name);
-  if (!parse_command(argc, args.data(), desc, "usage: ember tokenizer decode --tokenizer SPEC < ids.json", vm))
+  if (!parse_command(argc, argv, desc, "usage: ember tokenizer decode --tokenizer SPEC < ids.json", vm))
     return EXIT_CODE_OK;
   require_option(vm, "tokenizer", "give a tokenizer, e.g. --tokenizer bytes or --tokenizer data/gpt2");
   const auto tokenizer = load_tokenizer(spec);

@@ -7,7 +7,8 @@
 
 namespace ember {
 
-// vocab.json, merges.txt and tokenizer.json for `vocab` (rule pair_rank).
+// vocab.json, merges.txt and tokenizer.json for `vocab` (rule pair_rank), and the tokenizer_config.json that lets
+// transformers' AutoTokenizer load the folder (GPT2Tokenizer, the first special token as bos/eos/unk).
 TokenizerFiles bpe_vocab_to_files(const BpeVocab& vocab);
 
 }  // namespace ember

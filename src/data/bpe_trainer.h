@@ -28,6 +28,8 @@ class BpeTrainer {
   // in the order made, then the special tokens. Ties between equally frequent pairs go to the smaller pair of ids,
   // so training is deterministic. Stops early (smaller vocabulary, logged) when no pair reaches min_frequency.
   BpeVocab finish();
+  // How many distinct pieces finish() merged over (0 before it runs): for the summary line.
+  size_t distinct_pieces() const;
 
  private:
   struct Impl;

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Creates the Python virtual environment .venv at the repository root with the pinned tokenizer libraries the
+# exactness tests and the tokenizer benchmark compare Ember against. Idempotent and safe to run twice at once.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# transformers 4.40 still runs on Debian's torch and needs tokenizers < 0.20.
+PINNED=(tokenizers==0.19.1 tiktoken==0.8.0 transformers==4.40.2)
+VENV=.venv
+MARKER=$VENV/ember-pinned.txt
+PYTHON=${EMBER_SYSTEM_PYTHON:-/usr/bin/python3}
+WANT="${PINNED[*]}"
+
+done_already() { [[ -x $VENV/bin/python && -f $MARKER && "$(cat "$MARKER")" == "$WANT" ]]; }
+
+done_already && exit 0
+
+fail() {
+  echo "error: python_env: $1" >&2
+  echo "hint: $2" >&2
+  exit 1
+}
+
+command -v "$PYTHON" >/dev/null 2>&1 || fail "no $PYTHON" "run scripts/setup.sh (python3, python3-venv, python3-pip)"
+mkdir -p "$VENV"
+# Two test runs may start this at once: the second waits for the first and then finds the marker.
+exec 9>"$VENV/.lock"
+flock 9
+done_already && exit 0
+
+echo "python_env: creating $VENV with ${PINNED[*]}"
+log=$VENV/install.log
+if ! "$PYTHON" -m venv --system-site-packages "$VENV" >"$log" 2>&1; then
+  fail "cannot create the virtual environment $VENV (see $log)" \
+    "install python3-venv (scripts/setup.sh), then run scripts/python_env.sh again"
+fi
+if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PINNED[@]}" >>"$log" 2>&1; then
+  fail "pip could not install ${PINNED[*]} into $VENV (see $log; no network?)" \
+    "on a machine with network run 'pip download -d wheels ${PINNED[*]}', copy wheels/ here and run '$VENV/bin/python -m pip install --no-index --find-links wheels ${PINNED[*]}', then 'echo \"$WANT\" > $MARKER'"
+fi
+echo "$WANT" >"$MARKER"
+echo "python_env: ready ($VENV/bin/python)"

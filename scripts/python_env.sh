@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # transformers 4.40 still runs on Debian's torch and needs tokenizers < 0.20.
-PINNED=(tokenizers==0.19.1 tiktoken==0.8.0 transformers==4.40.2)
+PINNED=(tokenizers==0.19.1 tiktoken==0.8.0 transformers==4.40.2 datasets==2.19.2)
 VENV=.venv
 MARKER=$VENV/ember-pinned.txt
 PYTHON=${EMBER_SYSTEM_PYTHON:-/usr/bin/python3}

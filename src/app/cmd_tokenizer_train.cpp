@@ -42,7 +42,7 @@ CorpusStats add_corpus(BpeTrainer& trainer, const std::vector<std::string>& file
   auto work = [&] {
     try {
       for (size_t i; (i = next.fetch_add(1)) < files.size();) {
-        const std::optional<std::string> text = read_text_file(files[i], WHAT);
+        const std::optional<std::string> text = read_text_file(files[i]);
         if (!text) {
           log_debug("tokenizer train: skipping binary file %s", files[i].c_str());
           ++skipped;
@@ -107,7 +107,10 @@ int cmd_tokenizer_train(int argc, char** argv) {
       if (fs::exists(fs::path(output) / name, ec))
         throw_error("tokenizer train output " + output + " already holds " + name,
                     "pass --overwrite to replace the tokenizer there, or choose another --output folder");
-  const std::vector<std::string> files = list_text_files(input, WHAT);
+  const std::vector<std::string> files =
+      list_input_files(input, WHAT,
+                       "check the --input path (a text file or a folder of text files, optionally "
+                       "gzip/zstd-compressed) and its permissions");
 
   const auto start = std::chrono::steady_clock::now();
   BpeTrainer trainer(train);

@@ -9,6 +9,7 @@
 
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "data/text_files.h"
 
 namespace ember {
 
@@ -16,50 +17,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A file with a NUL byte in its first 8 KiB is treated as binary (git's heuristic): text never contains NUL, and
-// images, archives and earlier shards (their header holds zero bytes) all do.
-constexpr size_t BINARY_SNIFF_BYTES = 8192;
-
 const char* INPUT_HINT =
     "check the --input path (a file or a folder of text, JSONL or enwik files) and its permissions";
-
-bool is_hidden(const fs::path& p) {
-  const std::string name = p.filename().string();
-  return !name.empty() && name[0] == '.';
-}
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-std::vector<std::string> collect_files(const std::string& input) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(input, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory)
-    throw_error("prep input " + input + ": " + ec.message(), INPUT_HINT);
-  if (!fs::exists(st)) throw_error("prep input " + input + " does not exist", INPUT_HINT);
-  if (fs::is_regular_file(st)) return {input};
-  if (!fs::is_directory(st)) throw_error("prep input " + input + " is neither a file nor a directory", INPUT_HINT);
-
-  std::vector<std::string> files;
-  fs::recursive_directory_iterator it(input, ec), end;
-  if (ec) throw_error("prep input " + input + ": cannot list: " + ec.message(), INPUT_HINT);
-  for (; it != end; it.increment(ec)) {
-    if (ec) break;
-    if (is_hidden(it->path())) {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
-      ec.clear();
-      continue;
-    }
-    std::error_code type_ec;
-    if (it->is_regular_file(type_ec)) files.push_back(it->path().string());
-  }
-  if (ec) throw_error("prep input " + input + ": cannot walk the directory: " + ec.message(), INPUT_HINT);
-  std::sort(files.begin(), files.end());  // the token stream must not depend on readdir order
-  return files;
-}
-
-bool looks_binary(const std::string& path) {
+bool file_looks_binary(const std::string& path) {
   const std::unique_ptr<ByteStream> in = open_byte_stream(path);
   char buf[BINARY_SNIFF_BYTES];
   size_t got = 0;
@@ -68,7 +33,7 @@ bool looks_binary(const std::string& path) {
     if (r == 0) break;
     got += r;
   }
-  return std::memchr(buf, 0, got) != nullptr;
+  return looks_binary(std::string_view(buf, got));
 }
 
 }  // namespace
@@ -107,7 +72,7 @@ CorpusPlan plan_corpus(const std::string& input, const std::string& format) {
   }
 
   CorpusPlan plan;
-  for (const std::string& path : collect_files(input)) {
+  for (const std::string& path : list_input_files(input, "prep input", INPUT_HINT)) {
     CorpusFile f;
     f.path = path;
     f.format = forced ? *forced : format_from_name(path);
@@ -115,7 +80,7 @@ CorpusPlan plan_corpus(const std::string& input, const std::string& format) {
     std::error_code ec;
     f.disk_bytes = uint64_t(fs::file_size(path, ec));
     if (ec) throw_error("prep input file " + path + ": cannot stat: " + ec.message(), INPUT_HINT);
-    if (f.format == CorpusFormat::text && looks_binary(path)) {
+    if (f.format == CorpusFormat::text && file_looks_binary(path)) {
       f.binary = true;
       ++plan.binary_files;
     } else {

@@ -174,9 +174,9 @@ void publish(const std::string& out, const std::string& staging, const std::vect
   if (had_manifest) {
     fs::remove_all(tok_dir, ec);
     if (ec)
-      throw_error("prep output " + out + ": cannot remove the earlier tokenizer files in " + tok_dir + ": " +
-                      ec.message(),
-                  "remove the folder by hand, then run prep again");
+      throw_error(
+          "prep output " + out + ": cannot remove the earlier tokenizer files in " + tok_dir + ": " + ec.message(),
+          "remove the folder by hand, then run prep again");
   }
   if (!tok.files().empty()) write_tokenizer_files(tok, tok_dir);
 }

@@ -1,26 +1,18 @@
-// The text files of a corpus input (implementation): a sorted recursive walk and whole-file reads that stop early
-// at a NUL byte in the first 8 KiB.
+// Corpus input files (implementation): the sorted walk and whole-file reads through the decompressing byte stream.
 #include "data/text_files.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/byte_stream.h"
 
 namespace ember {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// Text never contains NUL; images, archives and token shards (their header holds zero bytes) all do early on.
-constexpr size_t BINARY_SNIFF_BYTES = 8192;
-const char* INPUT_HINT = "check the --input path (a text file or a folder of text files) and its permissions";
 
 bool is_hidden(const fs::path& p) {
   const std::string name = p.filename().string();
@@ -29,18 +21,22 @@ bool is_hidden(const fs::path& p) {
 
 }  // namespace
 
-std::vector<std::string> list_text_files(const std::string& input, const std::string& what) {
+bool looks_binary(std::string_view first_bytes) {
+  const size_t n = std::min(first_bytes.size(), BINARY_SNIFF_BYTES);
+  return std::memchr(first_bytes.data(), 0, n) != nullptr;
+}
+
+std::vector<std::string> list_input_files(const std::string& input, const std::string& what, const std::string& hint) {
   std::error_code ec;
   const fs::file_status st = fs::status(input, ec);
-  if (ec && ec != std::errc::no_such_file_or_directory)
-    throw_error(what + " " + input + ": " + ec.message(), INPUT_HINT);
-  if (!fs::exists(st)) throw_error(what + " " + input + " does not exist", INPUT_HINT);
+  if (ec && ec != std::errc::no_such_file_or_directory) throw_error(what + " " + input + ": " + ec.message(), hint);
+  if (!fs::exists(st)) throw_error(what + " " + input + " does not exist", hint);
   if (fs::is_regular_file(st)) return {input};
-  if (!fs::is_directory(st)) throw_error(what + " " + input + " is neither a file nor a folder", INPUT_HINT);
+  if (!fs::is_directory(st)) throw_error(what + " " + input + " is neither a file nor a folder", hint);
 
   std::vector<std::string> files;
   fs::recursive_directory_iterator it(input, ec), end;
-  if (ec) throw_error(what + " " + input + ": cannot list: " + ec.message(), INPUT_HINT);
+  if (ec) throw_error(what + " " + input + ": cannot list: " + ec.message(), hint);
   for (; it != end; it.increment(ec)) {
     if (ec) break;
     if (is_hidden(it->path())) {
@@ -51,36 +47,25 @@ std::vector<std::string> list_text_files(const std::string& input, const std::st
     std::error_code type_ec;
     if (it->is_regular_file(type_ec)) files.push_back(it->path().string());
   }
-  if (ec) throw_error(what + " " + input + ": cannot walk the folder: " + ec.message(), INPUT_HINT);
+  if (ec) throw_error(what + " " + input + ": cannot walk the folder: " + ec.message(), hint);
   std::sort(files.begin(), files.end());
   return files;
 }
 
-std::optional<std::string> read_text_file(const std::string& path, const std::string& what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_error(what + " file " + path + ": cannot open: " + std::strerror(errno), INPUT_HINT);
+std::optional<std::string> read_text_file(const std::string& path) {
+  const std::unique_ptr<ByteStream> in = open_byte_stream(path);
   std::string text;
-  bool sniffed = false;
   char buf[1 << 16];
+  bool sniffed = false;
   for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      throw_error(what + " file " + path + ": read failed: " + why, INPUT_HINT);
-    }
-    if (r > 0) text.append(buf, size_t(r));
+    const size_t r = in->read(buf, sizeof(buf));
+    text.append(buf, r);
     if (!sniffed && (r == 0 || text.size() >= BINARY_SNIFF_BYTES)) {
       sniffed = true;
-      if (std::memchr(text.data(), 0, std::min(text.size(), BINARY_SNIFF_BYTES)) != nullptr) {
-        ::close(fd);  // read-only descriptor: a close error cannot lose data
-        return std::nullopt;
-      }
+      if (looks_binary(text)) return std::nullopt;
     }
     if (r == 0) break;
   }
-  ::close(fd);
   return text;
 }
 

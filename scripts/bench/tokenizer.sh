@@ -70,3 +70,15 @@ EMBER=$ROOT/$BUILD_DIR/ember
   --rounds "$ROUNDS" --ids-out "$WORK/ids.bin" | tee "$WORK/ember.txt"
 RAYON_NUM_THREADS=$THREADS "$PYTHON" tests/bench/tokenizer_reference.py --tokenizer "$WORK/tok" --text "$TEXT" \
   --ember-ids "$WORK/ids.bin" --ember-results "$WORK/ember.txt" --threads "$THREADS" --rounds "$ROUNDS"
+
+# Prep throughput: the same text and vocabulary through `ember prep` (reader, THREADS encoders, shard writer), end to
+# end with the process start; peak memory from GNU time.
+"$EMBER" prep --input "$TEXT" --tokenizer "$WORK/tok" --output "$WORK/prep" --threads "$THREADS" >/dev/null 2>&1
+t0=$(date +%s.%N)
+/usr/bin/time -v "$EMBER" prep --input "$TEXT" --tokenizer "$WORK/tok" --output "$WORK/prep" --threads "$THREADS" \
+  --overwrite >"$WORK/prep.log" 2>"$WORK/prep_time.log" || { cat "$WORK/prep.log" "$WORK/prep_time.log" >&2; die "prep failed" \
+  "run the prep command above by hand"; }
+t1=$(date +%s.%N)
+rss_kb=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$WORK/prep_time.log")
+"$PYTHON" -c "import os; b = os.path.getsize('$TEXT'); s = $t1 - $t0
+print(f'ember prep ({b / 1e6:.1f} MB, {$THREADS} threads): {s:.2f} s, {b / 1e6 / s:.1f} MB/s, peak RSS {$rss_kb / 1024:.0f} MB')"

@@ -16,6 +16,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/byte_level.h"
 #include "data/tokenizer.h"
+#include "data_test_util.h"
 #include "test_rng.h"
 
 namespace ember {
@@ -25,40 +26,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Ids = std::vector<int32_t>;
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::path(::testing::TempDir()) /
-            ("ember_test_bpe_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
 void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
-
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an ember::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "message is not one line: " << msg;
-    for (const std::string& needle : needles)
-      EXPECT_NE(msg.find(needle), std::string::npos) << msg << "\n  lacks: " << needle;
-    EXPECT_FALSE(e.hint().empty()) << msg;
-  }
-}
 
 // A vocabulary: ids 0..255 are the bytes themselves, then one token per merge, then <|endoftext|>.
 struct TinyVocab {

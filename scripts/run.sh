@@ -45,11 +45,13 @@ elif [[ ! -e "$INPUT" ]]; then
 fi
 
 echo "== prep: $INPUT -> $DATA_DIR"
-# prep replaces the shards of an earlier demo itself, and only once the new ones are complete.
-"$EMBER" prep --input "$INPUT" --output "$DATA_DIR" --tokenizer bytes --val-fraction 0.05
+# Every run is a fresh demo: prep replaces an earlier demo's shards (only once the new ones are complete), and train
+# moves an earlier demo's metrics and checkpoints into $RUN_DIR/previous-<UTC time>/ (nothing is deleted).
+"$EMBER" prep --input "$INPUT" --output "$DATA_DIR" --tokenizer bytes --val-fraction 0.05 --overwrite
 
 echo "== train: configs/demo.ini -> $RUN_DIR (OMP_NUM_THREADS=$OMP_NUM_THREADS)"
-"$EMBER" train --config configs/demo.ini --run.dir="$RUN_DIR" --data.dir="$DATA_DIR" ${EXTRA_ARGS[@]+"${EXTRA_ARGS[@]}"}
+"$EMBER" train --config configs/demo.ini --run.dir="$RUN_DIR" --data.dir="$DATA_DIR" --overwrite \
+  ${EXTRA_ARGS[@]+"${EXTRA_ARGS[@]}"}
 
 LATEST_FILE="$RUN_DIR/checkpoints/latest"
 if [[ ! -s "$LATEST_FILE" ]]; then
@@ -66,3 +68,11 @@ fi
 echo "== sample from $LATEST"
 "$EMBER" generate --checkpoint "$LATEST" --prompt "The " --max-new-tokens 200 --temperature 0.8 --top-k 40 --seed 1
 echo
+
+# The loss curves (train and validation against tokens, tokens/s, learning rate, gradient norm) as a picture.
+PLOT="$RUN_DIR/loss.png"
+if /usr/bin/python3 scripts/plot_metrics.py "$RUN_DIR" -o "$PLOT" --title "configs/demo.ini" 2>/dev/null; then
+  echo "== plot of the run's metrics: $PLOT"
+else
+  echo "warning: could not draw $PLOT (scripts/plot_metrics.py; python3-matplotlib from scripts/setup.sh)" >&2
+fi

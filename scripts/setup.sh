@@ -12,6 +12,8 @@ PACKAGES=(
   libpcre2-dev zlib1g-dev libzstd-dev libzip-dev
   libgtest-dev googletest
   python3 python3-numpy python3-h5py python3-venv python3-pip
+  # scripts/plot_metrics.py (the demo's loss plot) and the plot of scripts/bench/async.sh
+  python3-matplotlib
   procps
   # /usr/bin/time -v: peak memory of a prep in tests/e2e/prep_streaming.sh
   time

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# scripts/plot_metrics.py on real runs: two runs overlaid (one stopped and resumed), the picture is a PNG of the
+# promised size with every step and evaluation read, a step recorded twice is drawn once; bad inputs give one error
+# line and a hint and leave an earlier picture as it was.
+source "$(dirname "$0")/common.bash"
+PLOT_PY=(/usr/bin/python3 "$SRC/scripts/plot_metrics.py")
+
+"$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >prep.log 2>&1 || { cat prep.log >&2; fail "prep"; }
+train() { "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --training.steps=30 --eval.every=10 \
+  --checkpoint.interval=10 "$@" >>train.log 2>&1 || { cat train.log >&2; fail "train $*"; }; }
+train --run.dir=run_a
+train --run.dir=run_b --stop-after 20
+train --run.dir=run_b --resume auto
+
+"${PLOT_PY[@]}" run_a run_b/metrics.jsonl -o loss.png --title "tiny" 2>plot.err || { cat plot.err >&2; fail "plot"; }
+cat plot.err
+grep -q "run_a/metrics.jsonl: 30 steps, 3 evaluations" plot.err || fail "run_a: not every step and evaluation read"
+grep -q "run_b/metrics.jsonl: 30 steps, 3 evaluations" plot.err || fail "run_b: the resumed run is not read whole"
+# Steps 11..20 and 30 recorded again (a file joined by hand), step 30 with another loss: 30 steps drawn, each with
+# its last record.
+cat run_b/metrics.jsonl > joined.jsonl
+sed -n '11,20p' run_b/metrics.jsonl >> joined.jsonl
+tail -1 run_b/metrics.jsonl | sed 's/"loss":[0-9.e+-]*/"loss":9.5/' >> joined.jsonl
+grep -q '"loss":9.5' joined.jsonl || fail "could not write the joined metrics"
+"${PLOT_PY[@]}" joined.jsonl -o joined.png 2>joined.err || { cat joined.err >&2; fail "plot of joined metrics"; }
+grep -q "joined.jsonl: 30 steps, 3 evaluations, last loss 9.5000" joined.err ||
+  { cat joined.err >&2; fail "steps recorded twice are not drawn once with their last record"; }
+/usr/bin/python3 - <<'PY' || fail "loss.png is not a 1200x800 picture with something drawn"
+import matplotlib.image as mpimg
+img = mpimg.imread("loss.png")
+assert img.shape[:2] == (800, 1200), img.shape
+assert img[..., :3].std() > 0.05, img[..., :3].std()  # not a blank canvas
+PY
+
+# Bad inputs: one error line with a hint, exit 1, the earlier picture untouched.
+cp loss.png before.png
+expect_error missing_run "run nowhere has no metrics.jsonl" "${PLOT_PY[@]}" nowhere -o loss.png
+printf '{"step": 1, "loss": 5.0}\nnot json\n' > broken.jsonl
+expect_error malformed_line "broken.jsonl line 2" "${PLOT_PY[@]}" broken.jsonl -o loss.png
+: > empty.jsonl
+expect_error empty_metrics "holds no steps" "${PLOT_PY[@]}" empty.jsonl -o loss.png
+expect_error bad_extension "is not a .png, .svg or .pdf" "${PLOT_PY[@]}" run_a -o loss.txt
+expect_error missing_folder "does not exist" "${PLOT_PY[@]}" run_a -o no/such/loss.png
+cmp -s loss.png before.png || fail "a failed plot changed the earlier picture"
+[ -z "$(ls -A | grep '\.tmp')" ] || fail "a temporary picture was left behind"
+echo "ok: two runs plotted, bad inputs refused"

@@ -4,12 +4,15 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# transformers 4.40 still runs on Debian's torch and needs tokenizers < 0.20.
-PINNED=(tokenizers==0.19.1 tiktoken==0.8.0 transformers==4.40.2 datasets==2.19.2)
+# transformers 4.40 still runs on Debian's torch and needs tokenizers < 0.20. The venv sees Debian's packages, whose
+# compiled modules (scipy, h5py, matplotlib; datasets imports scipy) are built for NumPy 1.x: numpy < 2 keeps
+# Debian's numpy, and pandas < 2.3 and pyarrow < 17 are the last releases that accept it.
+PINNED=(tokenizers==0.19.1 tiktoken==0.8.0 transformers==4.40.2 datasets==2.19.2 "numpy<2" "pandas<2.3" "pyarrow<17")
 VENV=.venv
 MARKER=$VENV/ember-pinned.txt
 PYTHON=${EMBER_SYSTEM_PYTHON:-/usr/bin/python3}
 WANT="${PINNED[*]}"
+QUOTED=$(printf "'%s' " "${PINNED[@]}")  # for the hint, as a shell would need them
 
 done_already() { [[ -x $VENV/bin/python && -f $MARKER && "$(cat "$MARKER")" == "$WANT" ]]; }
 
@@ -36,7 +39,7 @@ if ! "$PYTHON" -m venv --system-site-packages "$VENV" >"$log" 2>&1; then
 fi
 if ! "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PINNED[@]}" >>"$log" 2>&1; then
   fail "pip could not install ${PINNED[*]} into $VENV (see $log; no network?)" \
-    "on a machine with network run 'pip download -d wheels ${PINNED[*]}', copy wheels/ here and run '$VENV/bin/python -m pip install --no-index --find-links wheels ${PINNED[*]}', then 'echo \"$WANT\" > $MARKER'"
+    "on a machine with network run: pip download -d wheels ${QUOTED}; copy wheels/ here and run: $VENV/bin/python -m pip install --no-index --find-links wheels ${QUOTED}; then: echo \"$WANT\" > $MARKER"
 fi
 echo "$WANT" >"$MARKER"
 echo "python_env: ready ($VENV/bin/python)"

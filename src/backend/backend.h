@@ -136,6 +136,36 @@ class Backend {
                                   const float* lse,   // (B, NH, T)
                                   int B, int T, int C, int NH) = 0;
 
+  // --- KV-cache inference (src/infer), in fp32. The N rows of a step are tokens of several sequences side by side:
+  // row i is the token at position pos[i] of the sequence held in cache slot slot[i] (pos and slot are backend
+  // memory). A layer's key and value caches are (S, max_T, C) each: row (s, t) holds the keys (values) of slot s's
+  // token t, heads side by side as in qkv. ---
+  // out[i,:] = wte[inp[i],:] + wpe[pos[i],:]
+  virtual void encoder_forward_positions(float* out,          // (N, C)
+                                         const int32_t* inp,  // (N)
+                                         const int32_t* pos,  // (N), each in [0, maxT)
+                                         const float* wte,    // (V, C)
+                                         const float* wpe,    // (maxT, C)
+                                         int N, int C) = 0;
+  // Copies each row's keys and values (the second and third C columns of its qkv row) to the caches at
+  // (slot[i], pos[i]). The rows of one call name distinct (slot, pos) pairs.
+  virtual void kv_cache_write(float* k_cache,       // (S, max_T, C)
+                              float* v_cache,       // (S, max_T, C)
+                              const float* qkv,     // (N, 3C)
+                              const int32_t* slot,  // (N)
+                              const int32_t* pos,   // (N), each in [0, max_T)
+                              int N, int C, int max_T) = 0;
+  // Causal attention of each row's query (the first C columns of its qkv row) over its slot's cached keys and
+  // values at positions 0..pos[i], which kv_cache_write has filled (for this step's rows too, before this call).
+  // Scores are scaled by 1/sqrt(HS) as attention_forward's; the softmax and both products are fp32.
+  virtual void attention_kv_forward(float* out,            // (N, C)
+                                    const float* qkv,      // (N, 3C)
+                                    const float* k_cache,  // (S, max_T, C)
+                                    const float* v_cache,  // (S, max_T, C)
+                                    const int32_t* slot,   // (N)
+                                    const int32_t* pos,    // (N)
+                                    int N, int C, int NH, int max_T) = 0;
+
   // --- tanh-approximate GELU ---
   virtual void gelu_forward(TensorOut out, TensorIn inp, size_t n) = 0;                    // (n)
   virtual void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) = 0;  // dinp += (n)

@@ -9,7 +9,7 @@
 namespace ember {
 
 // Ops are defined across one file per family: cpu_backend.cpp (memory, elementwise), cpu_encoder.cpp,
-// cpu_layernorm.cpp, cpu_matmul.cpp, cpu_attention.cpp, cpu_gelu.cpp, cpu_loss.cpp, cpu_optim.cpp.
+// cpu_layernorm.cpp, cpu_matmul.cpp, cpu_attention.cpp, cpu_kv_cache.cpp, cpu_gelu.cpp, cpu_loss.cpp, cpu_optim.cpp.
 // Bitwise determinism holds for a fixed OpenMP thread count (a few reductions keep one partial sum per thread).
 class CpuBackend final : public Backend {
  public:
@@ -43,6 +43,13 @@ class CpuBackend final : public Backend {
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
   void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH) override;
+
+  void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,
+                                 int N, int C) override;
+  void kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos, int N,
+                      int C, int max_T) override;
+  void attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                            const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T) override;
 
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
   void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;

@@ -88,8 +88,8 @@ class Engine {
 
  private:
   struct Sequence;
-  void admit();                                          // queued requests into free slots
-  void finish(Sequence& seq, FinishReason reason);       // the final event; frees the slot
+  void admit();                                           // queued requests into free slots
+  void finish(Sequence& seq, FinishReason reason);        // the final event; frees the slot
   bool deliver(Sequence& seq, const GenerationEvent& e);  // on_event, cancelling on false
 
   KvModel& model_;
@@ -98,9 +98,9 @@ class Engine {
   Sampler sampler_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<GenerationRequest> queue_;  // guarded by mutex_
-  bool stopping_ = false, drain_ = true;  // guarded by mutex_
-  Stats stats_;                           // guarded by mutex_
+  std::deque<GenerationRequest> queue_;           // guarded by mutex_
+  bool stopping_ = false, drain_ = true;          // guarded by mutex_
+  Stats stats_;                                   // guarded by mutex_
   std::vector<std::unique_ptr<Sequence>> slots_;  // engine thread only; null where free
   uint64_t admitted_ = 0;
   // One step's rows and logits, kept between steps.

@@ -18,10 +18,10 @@
 namespace ember {
 
 struct KvModelShape {
-  int max_slots = 1;        // sequences cached at once
-  int max_rows = 1;         // tokens run in one step, over all sequences
-  int max_logit_rows = 1;   // rows of one step whose logits are computed
-  int max_T = 0;            // cached positions per sequence (0: the model's block_size)
+  int max_slots = 1;       // sequences cached at once
+  int max_rows = 1;        // tokens run in one step, over all sequences
+  int max_logit_rows = 1;  // rows of one step whose logits are computed
+  int max_T = 0;           // cached positions per sequence (0: the model's block_size)
 };
 
 class KvModel {
@@ -58,12 +58,12 @@ class KvModel {
   ParamTable table_;
   std::vector<void*> allocations_;
   float* params_ = nullptr;
-  std::vector<float*> k_cache_, v_cache_;                         // per layer, (max_slots, max_T, C)
-  int32_t *tokens_ = nullptr, *slots_ = nullptr, *pos_ = nullptr;  // (max_rows)
+  std::vector<float*> k_cache_, v_cache_;                                   // per layer, (max_slots, max_T, C)
+  int32_t *tokens_ = nullptr, *slots_ = nullptr, *pos_ = nullptr;           // (max_rows)
   float *x_ = nullptr, *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr;  // (rows, C), (rows, C), (rows), (rows)
-  float *qkv_ = nullptr, *att_ = nullptr, *proj_ = nullptr;                  // (rows, 3C), (rows, C), (rows, C)
-  float *fc_ = nullptr, *fc_gelu_ = nullptr;                                 // (rows, 4C)
-  float *picked_ = nullptr, *logits_ = nullptr;  // (max_logit_rows, C), (max_logit_rows, V)
+  float *qkv_ = nullptr, *att_ = nullptr, *proj_ = nullptr;                 // (rows, 3C), (rows, C), (rows, C)
+  float *fc_ = nullptr, *fc_gelu_ = nullptr;                                // (rows, 4C)
+  float *picked_ = nullptr, *logits_ = nullptr;                             // (max_logit_rows, C), (max_logit_rows, V)
 };
 
 // A KvModel of `shape` holding the weights of the checkpoint at `path` (metadata `meta`, as read_checkpoint_meta

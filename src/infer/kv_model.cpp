@@ -1,0 +1,150 @@
+// The KV-cache forward pass (implementation): GPT::forward's sequence of ops over a step's rows, with the attention
+// reading each row's earlier keys and values from its slot's cache instead of recomputing them.
+#include "infer/kv_model.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "train/memory_estimate.h"
+
+namespace ember {
+
+namespace {
+
+// Every buffer the constructor allocates, in floats (int32 ids count as one each), from the shape alone.
+struct KvSizes {
+  size_t params, cache_per_layer, ids, rows_c, rows_1, rows_3c, rows_4c, picked, logits;
+};
+
+KvSizes kv_sizes(const ModelConfig& config, const KvModelShape& s) {
+  const size_t R = size_t(s.max_rows), M = size_t(s.max_logit_rows), C = size_t(config.n_embd);
+  return KvSizes{ParamTable(config).total_numel(),
+                 size_t(s.max_slots) * size_t(s.max_T) * C,
+                 R,
+                 R * C,
+                 R,
+                 R * 3 * C,
+                 R * 4 * C,
+                 M * C,
+                 M * size_t(config.vocab_size)};
+}
+
+KvModelShape resolved(const ModelConfig& config, KvModelShape shape) {
+  if (shape.max_T == 0) shape.max_T = config.block_size;
+  EMBER_ASSERT(shape.max_T >= 1 && shape.max_T <= config.block_size, "max_T must be in [1, block_size]");
+  EMBER_ASSERT(shape.max_slots >= 1 && shape.max_rows >= 1 && shape.max_logit_rows >= 1,
+               "a KvModel needs at least one slot, row and logit row");
+  return shape;
+}
+
+}  // namespace
+
+size_t KvModel::footprint_bytes(const ModelConfig& config, KvModelShape shape) {
+  const KvSizes z = kv_sizes(config, resolved(config, shape));
+  // ids: tokens, slots, positions; rows of C: x, ln, att, proj; rows of 1: mean, rstd; rows of 4C: fc, fc_gelu.
+  const size_t floats = z.params + 2 * size_t(config.n_layer) * z.cache_per_layer + 3 * z.ids + 4 * z.rows_c +
+                        2 * z.rows_1 + z.rows_3c + 2 * z.rows_4c + z.picked + z.logits;
+  return floats * sizeof(float);
+}
+
+float* KvModel::alloc_floats(size_t n) {
+  void* ptr = backend_.alloc(n * sizeof(float));
+  allocations_.push_back(ptr);
+  return static_cast<float*>(ptr);
+}
+
+KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape)
+    : config_(config), backend_(backend), shape_(resolved(config, shape)), table_(config) {
+  EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
+  const KvSizes z = kv_sizes(config_, shape_);
+  params_ = alloc_floats(z.params);
+  for (int l = 0; l < config_.n_layer; ++l) {
+    k_cache_.push_back(alloc_floats(z.cache_per_layer));
+    v_cache_.push_back(alloc_floats(z.cache_per_layer));
+  }
+  static_assert(sizeof(int32_t) == sizeof(float));
+  tokens_ = reinterpret_cast<int32_t*>(alloc_floats(z.ids));
+  slots_ = reinterpret_cast<int32_t*>(alloc_floats(z.ids));
+  pos_ = reinterpret_cast<int32_t*>(alloc_floats(z.ids));
+  x_ = alloc_floats(z.rows_c);
+  ln_ = alloc_floats(z.rows_c);
+  att_ = alloc_floats(z.rows_c);
+  proj_ = alloc_floats(z.rows_c);
+  mean_ = alloc_floats(z.rows_1);
+  rstd_ = alloc_floats(z.rows_1);
+  qkv_ = alloc_floats(z.rows_3c);
+  fc_ = alloc_floats(z.rows_4c);
+  fc_gelu_ = alloc_floats(z.rows_4c);
+  picked_ = alloc_floats(z.picked);
+  logits_ = alloc_floats(z.logits);
+}
+
+KvModel::~KvModel() {
+  for (void* ptr : allocations_) backend_.free(ptr);
+}
+
+void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t* pos, int n, const int* logit_rows,
+                      int m, float* logits) {
+  EMBER_ASSERT(n >= 1 && n <= shape_.max_rows, "a step's rows must be in [1, max_rows]");
+  EMBER_ASSERT(m >= 0 && m <= shape_.max_logit_rows, "a step's logit rows must be in [0, max_logit_rows]");
+  for (int i = 0; i < n; ++i)
+    EMBER_ASSERT(slots[i] >= 0 && slots[i] < shape_.max_slots && pos[i] >= 0 && pos[i] < shape_.max_T &&
+                     tokens[i] >= 0 && tokens[i] < config_.vocab_size,
+                 "a row's slot, position or token is out of range");
+  const int C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, L = config_.n_layer, T = shape_.max_T;
+  Backend& be = backend_;
+  be.copy_to_device(tokens_, tokens, size_t(n) * sizeof(int32_t));
+  be.copy_to_device(slots_, slots, size_t(n) * sizeof(int32_t));
+  be.copy_to_device(pos_, pos, size_t(n) * sizeof(int32_t));
+  auto P = [&](const ParamInfo& info) { return params_ + info.offset; };
+  auto B = [&](int l, BlockParam bp) { return P(table_.block(l, bp)); };
+
+  // The same ops as GPT::forward, row by row: each layer's closing residual add is fused with the layernorm after it.
+  be.encoder_forward_positions(x_, tokens_, pos_, P(table_.wte()), P(table_.wpe()), n, C);
+  if (L == 0)
+    be.layernorm_forward(ln_, mean_, rstd_, x_, P(table_.ln_f_weight()), P(table_.ln_f_bias()), n, C);
+  else
+    be.layernorm_forward(ln_, mean_, rstd_, x_, B(0, BLOCK_PARAM_LN1_W), B(0, BLOCK_PARAM_LN1_B), n, C);
+  for (int l = 0; l < L; ++l) {
+    be.matmul_forward(qkv_, ln_, B(l, BLOCK_PARAM_QKV_W), B(l, BLOCK_PARAM_QKV_B), n, C, 3 * C);
+    be.kv_cache_write(k_cache_[l], v_cache_[l], qkv_, slots_, pos_, n, C, T);
+    be.attention_kv_forward(att_, qkv_, k_cache_[l], v_cache_[l], slots_, pos_, n, C, NH, T);
+    be.matmul_forward(proj_, att_, B(l, BLOCK_PARAM_PROJ_W), B(l, BLOCK_PARAM_PROJ_B), n, C, C);
+    be.residual_layernorm_forward(x_, ln_, mean_, rstd_, x_, proj_, B(l, BLOCK_PARAM_LN2_W), B(l, BLOCK_PARAM_LN2_B), n,
+                                  C);
+    be.matmul_forward(fc_, ln_, B(l, BLOCK_PARAM_FC_W), B(l, BLOCK_PARAM_FC_B), n, C, 4 * C);
+    be.gelu_forward(fc_gelu_, fc_, size_t(n) * 4 * C);
+    be.matmul_forward(proj_, fc_gelu_, B(l, BLOCK_PARAM_FCPROJ_W), B(l, BLOCK_PARAM_FCPROJ_B), n, 4 * C, C);
+    const bool last = l + 1 == L;
+    be.residual_layernorm_forward(x_, ln_, mean_, rstd_, x_, proj_,
+                                  last ? P(table_.ln_f_weight()) : B(l + 1, BLOCK_PARAM_LN1_W),
+                                  last ? P(table_.ln_f_bias()) : B(l + 1, BLOCK_PARAM_LN1_B), n, C);
+  }
+  if (m == 0) return;
+  // The lm_head only over the rows whose next token is wanted: at V = 50257 it is the largest GEMM of a step.
+  for (int j = 0; j < m; ++j) {
+    EMBER_ASSERT(logit_rows[j] >= 0 && logit_rows[j] < n, "a logit row must be one of the step's rows");
+    be.copy(picked_ + size_t(j) * C, ln_ + size_t(logit_rows[j]) * C, size_t(C) * sizeof(float));
+  }
+  be.matmul_forward_transposed(logits_, picked_, P(table_.wte()), m, C, V);
+  be.copy_to_host(logits, logits_, size_t(m) * V * sizeof(float));
+}
+
+std::unique_ptr<KvModel> load_kv_model(const std::string& path, const CheckpointMeta& meta, Backend& backend,
+                                       KvModelShape shape, size_t extra_bytes) {
+  const ModelConfig& mc = meta.model;
+  MemoryEstimate need;
+  need.weights = ParamTable(mc).total_numel() * sizeof(float);
+  need.activations = KvModel::footprint_bytes(mc, shape) - need.weights;
+  need.extra = extra_bytes + need.weights;  // the host copy of the weights read from the file
+  require_memory("the model and its KV cache", need, backend, 1,
+                 "lower --max-batch (cache slots) or the tokens per step, or use a machine with more memory");
+  auto model = std::make_unique<KvModel>(mc, backend, shape);
+  std::vector<float> params(model->table().total_numel());
+  CheckpointMeta read = meta;
+  load_checkpoint(path, model->table(), {TensorSet{SET_MODEL, params.data()}}, read);
+  backend.copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
+  return model;
+}
+
+}  // namespace ember

@@ -40,6 +40,14 @@ DeviceRequest parse_device_option(const std::string& value) {
   return *device;
 }
 
+MatmulPrecision parse_precision_option(const std::string& value) {
+  const std::optional<MatmulPrecision> p = parse_matmul_precision(value);
+  if (!p)
+    throw_error("--precision " + value + " is not a precision",
+                "use one of: " + join_names(kMatmulPrecisions, matmul_precision_name));
+  return *p;
+}
+
 std::unique_ptr<Backend> backend_for_device(DeviceRequest device) {
   log_info_to_stderr(true);  // stdout is the command's product; the device line and any notice go to stderr
   const World world = make_world();

@@ -34,6 +34,9 @@ struct LoadedModel {
 // The --device value of eval and generate (cpu, cuda or auto); any other text is an ember::Error naming it.
 DeviceRequest parse_device_option(const std::string& value);
 
+// The --precision value of generate and serve (fp32 or bf16); any other text is an ember::Error naming it.
+MatmulPrecision parse_precision_option(const std::string& value);
+
 // The backend for a --device request, chosen as training.device is (dist/device_select.h) and named "--device" in
 // its log line and errors. From here on info lines go to stderr: stdout is the command's product.
 std::unique_ptr<Backend> backend_for_device(DeviceRequest device);

@@ -23,7 +23,7 @@ constexpr size_t kMaxPromptBytes = 1 << 20;
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-  std::string checkpoint, prompt, device;
+  std::string checkpoint, prompt, device, precision;
   int max_new_tokens = 200, top_k = 0;
   float temperature = 1.0f, top_p = 1.0f;
   uint64_t seed = 1337;
@@ -39,7 +39,9 @@ int cmd_generate(int argc, char** argv) {
               "then among the fewest most likely tokens whose probability reaches p (1: all)");
   numbers.add(desc, "seed", &seed, {0, UINT64_MAX}, "sampling seed");
   desc.add_options()("device", po::value(&device)->default_value("cpu"),
-                     "cpu, cuda or auto (cuda when a GPU is visible)");
+                     "cpu, cuda or auto (cuda when a GPU is visible)")(
+      "precision", po::value(&precision)->default_value("fp32"),
+      "fp32, or bf16: weights and GEMM inputs in bf16 (half the bytes per token; logits within bf16 rounding)");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc,
                      "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]\n"
@@ -55,10 +57,12 @@ int cmd_generate(int argc, char** argv) {
                 "give a shorter prompt: at most block_size tokens of it reach the model");
 
   const DeviceRequest request = parse_device_option(device);
+  const MatmulPrecision matmul_precision = parse_precision_option(precision);
   const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
   const std::unique_ptr<Tokenizer> tokenizer = checkpoint_tokenizer(checkpoint, meta);
   const std::optional<int32_t> eot = tokenizer->eot_id();
   auto backend = backend_for_device(request);
+  backend->set_matmul_precision(matmul_precision);
   // One sequence; its prompt is prefilled in one step of up to block_size rows.
   KvModelShape shape;
   shape.max_slots = 1;

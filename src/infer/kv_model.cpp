@@ -39,25 +39,45 @@ KvModelShape resolved(const ModelConfig& config, KvModelShape shape) {
 
 }  // namespace
 
-size_t KvModel::footprint_bytes(const ModelConfig& config, KvModelShape shape) {
+size_t KvModel::footprint_bytes(const ModelConfig& config, KvModelShape shape, bool bf16_storage) {
   const KvSizes z = kv_sizes(config, resolved(config, shape));
-  // ids: tokens, slots, positions; rows of C: x, ln, att, proj; rows of 1: mean, rstd; rows of 4C: fc, fc_gelu.
-  const size_t floats = z.params + 2 * size_t(config.n_layer) * z.cache_per_layer + 3 * z.ids + 4 * z.rows_c +
-                        2 * z.rows_1 + z.rows_3c + 2 * z.rows_4c + z.picked + z.logits;
-  return floats * sizeof(float);
+  const size_t f = sizeof(float), g = bf16_storage ? sizeof(BFloat16) : sizeof(float);
+  // ids: tokens, slots, positions; fp32 rows: x, att, proj (C), mean, rstd (1), qkv (3C), fc (4C); GEMM inputs: ln,
+  // att_in (C), fc_gelu (4C), picked.
+  size_t bytes = z.params * (f + (bf16_storage ? sizeof(BFloat16) : 0)) +
+                 2 * size_t(config.n_layer) * z.cache_per_layer * f + 3 * z.ids * sizeof(int32_t) +
+                 (3 * z.rows_c + 2 * z.rows_1 + z.rows_3c + z.rows_4c + z.logits) * f;
+  bytes += (z.rows_c + z.rows_4c + z.picked) * g + (bf16_storage ? z.rows_c * g : 0);
+  return bytes;
 }
 
 float* KvModel::alloc_floats(size_t n) {
   void* ptr = backend_.alloc(n * sizeof(float));
   allocations_.push_back(ptr);
+  allocated_bytes_ += n * sizeof(float);
   return static_cast<float*>(ptr);
 }
 
+TensorOut KvModel::alloc_gemm_input(size_t n) {
+  if (!bf16_) return alloc_floats(n);
+  void* ptr = backend_.alloc(n * sizeof(BFloat16));
+  allocations_.push_back(ptr);
+  allocated_bytes_ += n * sizeof(BFloat16);
+  return static_cast<BFloat16*>(ptr);
+}
+
 KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape)
-    : config_(config), backend_(backend), shape_(resolved(config, shape)), table_(config) {
+    : config_(config),
+      backend_(backend),
+      shape_(resolved(config, shape)),
+      table_(config),
+      bf16_(backend.matmul_precision() == MatmulPrecision::bf16) {
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
   const KvSizes z = kv_sizes(config_, shape_);
   params_ = alloc_floats(z.params);
+  if (bf16_) {
+    params_bf16_ = alloc_gemm_input(z.params).b16();
+  }
   for (int l = 0; l < config_.n_layer; ++l) {
     k_cache_.push_back(alloc_floats(z.cache_per_layer));
     v_cache_.push_back(alloc_floats(z.cache_per_layer));
@@ -67,16 +87,19 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
   slots_ = reinterpret_cast<int32_t*>(alloc_floats(z.ids));
   pos_ = reinterpret_cast<int32_t*>(alloc_floats(z.ids));
   x_ = alloc_floats(z.rows_c);
-  ln_ = alloc_floats(z.rows_c);
   att_ = alloc_floats(z.rows_c);
   proj_ = alloc_floats(z.rows_c);
   mean_ = alloc_floats(z.rows_1);
   rstd_ = alloc_floats(z.rows_1);
   qkv_ = alloc_floats(z.rows_3c);
   fc_ = alloc_floats(z.rows_4c);
-  fc_gelu_ = alloc_floats(z.rows_4c);
-  picked_ = alloc_floats(z.picked);
   logits_ = alloc_floats(z.logits);
+  ln_ = alloc_gemm_input(z.rows_c);
+  att_in_ = bf16_ ? alloc_gemm_input(z.rows_c) : TensorOut(att_);
+  fc_gelu_ = alloc_gemm_input(z.rows_4c);
+  picked_ = alloc_gemm_input(z.picked);
+  EMBER_ASSERT(allocated_bytes_ == footprint_bytes(config_, shape_, bf16_),
+               "KvModel::footprint_bytes() disagrees with what the constructor allocated");
 }
 
 KvModel::~KvModel() {
@@ -96,8 +119,11 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
   be.copy_to_device(tokens_, tokens, size_t(n) * sizeof(int32_t));
   be.copy_to_device(slots_, slots, size_t(n) * sizeof(int32_t));
   be.copy_to_device(pos_, pos, size_t(n) * sizeof(int32_t));
+  if (bf16_ && weights_changed_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+  weights_changed_ = false;
   auto P = [&](const ParamInfo& info) { return params_ + info.offset; };
   auto B = [&](int l, BlockParam bp) { return P(table_.block(l, bp)); };
+  auto W = [&](int l, BlockParam bp) { return w(table_.block(l, bp)); };
 
   // The same ops as GPT::forward, row by row: each layer's closing residual add is fused with the layernorm after it.
   be.encoder_forward_positions(x_, tokens_, pos_, P(table_.wte()), P(table_.wpe()), n, C);
@@ -106,15 +132,16 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
   else
     be.layernorm_forward(ln_, mean_, rstd_, x_, B(0, BLOCK_PARAM_LN1_W), B(0, BLOCK_PARAM_LN1_B), n, C);
   for (int l = 0; l < L; ++l) {
-    be.matmul_forward(qkv_, ln_, B(l, BLOCK_PARAM_QKV_W), B(l, BLOCK_PARAM_QKV_B), n, C, 3 * C);
+    be.matmul_forward(qkv_, ln_, W(l, BLOCK_PARAM_QKV_W), B(l, BLOCK_PARAM_QKV_B), n, C, 3 * C);
     be.kv_cache_write(k_cache_[l], v_cache_[l], qkv_, slots_, pos_, n, C, T);
     be.attention_kv_forward(att_, qkv_, k_cache_[l], v_cache_[l], slots_, pos_, n, C, NH, T);
-    be.matmul_forward(proj_, att_, B(l, BLOCK_PARAM_PROJ_W), B(l, BLOCK_PARAM_PROJ_B), n, C, C);
+    if (bf16_) be.cast_to_bf16(att_in_.b16(), att_, size_t(n) * C);
+    be.matmul_forward(proj_, att_in_, W(l, BLOCK_PARAM_PROJ_W), B(l, BLOCK_PARAM_PROJ_B), n, C, C);
     be.residual_layernorm_forward(x_, ln_, mean_, rstd_, x_, proj_, B(l, BLOCK_PARAM_LN2_W), B(l, BLOCK_PARAM_LN2_B), n,
                                   C);
-    be.matmul_forward(fc_, ln_, B(l, BLOCK_PARAM_FC_W), B(l, BLOCK_PARAM_FC_B), n, C, 4 * C);
+    be.matmul_forward(fc_, ln_, W(l, BLOCK_PARAM_FC_W), B(l, BLOCK_PARAM_FC_B), n, C, 4 * C);
     be.gelu_forward(fc_gelu_, fc_, size_t(n) * 4 * C);
-    be.matmul_forward(proj_, fc_gelu_, B(l, BLOCK_PARAM_FCPROJ_W), B(l, BLOCK_PARAM_FCPROJ_B), n, 4 * C, C);
+    be.matmul_forward(proj_, fc_gelu_, W(l, BLOCK_PARAM_FCPROJ_W), B(l, BLOCK_PARAM_FCPROJ_B), n, 4 * C, C);
     const bool last = l + 1 == L;
     be.residual_layernorm_forward(x_, ln_, mean_, rstd_, x_, proj_,
                                   last ? P(table_.ln_f_weight()) : B(l + 1, BLOCK_PARAM_LN1_W),
@@ -124,9 +151,11 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
   // The lm_head only over the rows whose next token is wanted: at V = 50257 it is the largest GEMM of a step.
   for (int j = 0; j < m; ++j) {
     EMBER_ASSERT(logit_rows[j] >= 0 && logit_rows[j] < n, "a logit row must be one of the step's rows");
-    be.copy(picked_ + size_t(j) * C, ln_ + size_t(logit_rows[j]) * C, size_t(C) * sizeof(float));
+    const size_t row = bf16_ ? size_t(C) * sizeof(BFloat16) : size_t(C) * sizeof(float);
+    be.copy(static_cast<char*>(picked_.ptr) + size_t(j) * row, static_cast<const char*>(ln_.ptr) + logit_rows[j] * row,
+            row);
   }
-  be.matmul_forward_transposed(logits_, picked_, P(table_.wte()), m, C, V);
+  be.matmul_forward_transposed(logits_, picked_, w(table_.wte()), m, C, V);
   be.copy_to_host(logits, logits_, size_t(m) * V * sizeof(float));
 }
 
@@ -135,7 +164,8 @@ std::unique_ptr<KvModel> load_kv_model(const std::string& path, const Checkpoint
   const ModelConfig& mc = meta.model;
   MemoryEstimate need;
   need.weights = ParamTable(mc).total_numel() * sizeof(float);
-  need.activations = KvModel::footprint_bytes(mc, shape) - need.weights;
+  need.activations =
+      KvModel::footprint_bytes(mc, shape, backend.matmul_precision() == MatmulPrecision::bf16) - need.weights;
   need.extra = extra_bytes + need.weights;  // the host copy of the weights read from the file
   require_memory("the model and its KV cache", need, backend, 1,
                  "lower --max-batch (cache slots) or the tokens per step, or use a machine with more memory");

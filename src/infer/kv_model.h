@@ -1,7 +1,9 @@
 // The GPT forward pass for inference with a KV cache: each layer's keys and values of every token already seen are
 // kept in backend memory, so a step runs the model only over its new tokens. A step's rows may belong to several
 // sequences (continuous batching) and a sequence's rows to a prompt being prefilled or to one decoded token: each
-// row names its cache slot and its position. fp32 throughout, on any backend.
+// row names its cache slot and its position. fp32, or under the backend's matmul precision bf16 (set before
+// construction) with the weights and the GEMMs' inputs stored in bf16, as GPT stores them: half the bytes a decoding
+// step reads. The caches, the attention and the residual stream stay fp32 either way.
 #pragma once
 
 #include <cstddef>
@@ -32,15 +34,21 @@ class KvModel {
   KvModel(const KvModel&) = delete;
   KvModel& operator=(const KvModel&) = delete;
 
-  // The backend memory a KvModel of this shape allocates, from its arguments alone.
-  static size_t footprint_bytes(const ModelConfig& config, KvModelShape shape);
+  // The backend memory a KvModel of this shape allocates, from its arguments alone; bf16_storage: the backend's
+  // matmul precision is bf16.
+  static size_t footprint_bytes(const ModelConfig& config, KvModelShape shape, bool bf16_storage);
 
   const ModelConfig& config() const { return config_; }
   const KvModelShape& shape() const { return shape_; }
   const ParamTable& table() const { return table_; }
   Backend& backend() { return backend_; }
-  // (table().total_numel()) backend memory in the arena layout of the table, as GPT's params().
-  float* params() { return params_; }
+  // (table().total_numel()) backend memory in the arena layout of the table, as GPT's params(). Taking it marks the
+  // weights changed: under bf16 the next forward() casts them again.
+  float* params() {
+    weights_changed_ = true;
+    return params_;
+  }
+  bool bf16_storage() const { return bf16_; }
 
   // One step over n rows (host arrays): row i is token tokens[i] at position pos[i] of the sequence in slot slots[i].
   // A slot's rows in one step have consecutive positions, and every earlier position of the slot was cached by an
@@ -51,19 +59,29 @@ class KvModel {
 
  private:
   float* alloc_floats(size_t n);
+  TensorOut alloc_gemm_input(size_t n);  // bf16 under bf16 storage, else fp32
+  TensorIn w(const ParamInfo& info) const {
+    return bf16_ ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
+  }
 
   ModelConfig config_;
   Backend& backend_;
   KvModelShape shape_;
   ParamTable table_;
   std::vector<void*> allocations_;
+  size_t allocated_bytes_ = 0;  // as footprint_bytes() counts them
+  bool bf16_ = false;
   float* params_ = nullptr;
-  std::vector<float*> k_cache_, v_cache_;                                   // per layer, (max_slots, max_T, C)
-  int32_t *tokens_ = nullptr, *slots_ = nullptr, *pos_ = nullptr;           // (max_rows)
-  float *x_ = nullptr, *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr;  // (rows, C), (rows, C), (rows), (rows)
-  float *qkv_ = nullptr, *att_ = nullptr, *proj_ = nullptr;                 // (rows, 3C), (rows, C), (rows, C)
-  float *fc_ = nullptr, *fc_gelu_ = nullptr;                                // (rows, 4C)
-  float *picked_ = nullptr, *logits_ = nullptr;                             // (max_logit_rows, C), (max_logit_rows, V)
+  BFloat16* params_bf16_ = nullptr;                                // (total_numel) the working copy under bf16 storage
+  bool weights_changed_ = true;                                    // since the working copy was cast
+  std::vector<float*> k_cache_, v_cache_;                          // per layer, (max_slots, max_T, C)
+  int32_t *tokens_ = nullptr, *slots_ = nullptr, *pos_ = nullptr;  // (max_rows)
+  float *x_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr;         // (rows, C), (rows), (rows)
+  float *qkv_ = nullptr, *att_ = nullptr, *proj_ = nullptr;        // (rows, 3C), (rows, C), (rows, C)
+  float* fc_ = nullptr;                                            // (rows, 4C)
+  TensorOut ln_, att_in_, fc_gelu_;  // GEMM inputs: (rows, C), (rows, C) (att_ itself in fp32), (rows, 4C)
+  TensorOut picked_;                 // (max_logit_rows, C): the ln_f rows whose logits are wanted
+  float* logits_ = nullptr;          // (max_logit_rows, V)
 };
 
 // A KvModel of `shape` holding the weights of the checkpoint at `path` (metadata `meta`, as read_checkpoint_meta

@@ -167,6 +167,45 @@ TEST(KvModel, SequencesInOneStepEqualEachAlone) {
   }
 }
 
+TEST(KvModel, Bf16DecodeEqualsBf16PrefillAndStaysNearFp32) {
+  // Under matmul precision bf16, decoding one row per step (the CPU backend's streaming bf16 kernels) and prefilling
+  // all 40 rows in one step (its general GEMM path) round the same GEMM inputs to bf16 and differ only in summation
+  // order: kRelTol again. Against fp32 they differ by bf16 rounding, 2^-9 relative per GEMM input: at GPT-2's weight
+  // scale that moves logits by about 0.2% of the largest, so 2% allows for 10x that, while a weight left uncast or a
+  // wrong row moves them by their own size.
+  Fixture f;
+  f.gpt.init_weights(5);  // GPT-2's own scale: the 8x weights amplify any rounding (0.37 for GPT's own bf16 forward)
+  const int V = f.config.vocab_size, T = f.config.block_size;
+  const std::vector<int32_t> tokens = random_tokens(size_t(T), V, 9);
+  std::vector<int32_t> slots(static_cast<size_t>(T), 0), pos(static_cast<size_t>(T));
+  std::vector<int> rows(static_cast<size_t>(T));
+  for (int i = 0; i < T; ++i) pos[size_t(i)] = rows[size_t(i)] = i;
+  auto fp32 = f.kv(KvModelShape{1, T, T, T});
+  std::vector<float> ref(size_t(T) * V), prefill(size_t(T) * V), decode(size_t(T) * V);
+  fp32->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, ref.data());
+  f.backend->set_matmul_precision(MatmulPrecision::bf16);
+  auto bf16 = f.kv(KvModelShape{1, T, T, T});
+  ASSERT_TRUE(bf16->bf16_storage());
+  bf16->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, prefill.data());
+  for (int t = 0; t < T; ++t) {
+    const int row = 0;
+    bf16->forward(&tokens[size_t(t)], &slots[0], &pos[size_t(t)], 1, &row, 1, decode.data() + size_t(t) * V);
+  }
+  f.backend->set_matmul_precision(MatmulPrecision::fp32);
+  const float scale = max_abs(ref);
+  float to_prefill = 0.0f, to_fp32 = 0.0f;
+  for (int t = 0; t < T; ++t) {
+    to_prefill =
+        std::max(to_prefill, max_abs_diff(decode.data() + size_t(t) * V, prefill.data() + size_t(t) * V, size_t(V)));
+    to_fp32 = std::max(to_fp32, max_abs_diff(decode.data() + size_t(t) * V, ref.data() + size_t(t) * V, size_t(V)));
+  }
+  EXPECT_LE(to_prefill, kRelTol * scale);
+  EXPECT_LE(to_fp32, 0.02f * scale);
+  EXPECT_GT(to_fp32, 0.0f);  // bf16 did round something
+  printf("bf16 KV decode vs bf16 prefill: %.3g, vs fp32: %.3g of the largest logit\n", to_prefill / scale,
+         to_fp32 / scale);
+}
+
 TEST(Sampler, GreedyTopKAndTopPChooseTheMostLikely) {
   Sampler s;
   const std::vector<float> logits = {0.5f, 2.0f, 2.0f, -1.0f, 1.0f};

@@ -176,5 +176,41 @@ TEST_F(CpuOpsMisc, MatmulBf16RoundsEveryGemmInput) {
   }
 }
 
+// bf16-stored weights over a few rows, as KV-cache decoding runs the dense layers and the lm_head: up to
+// kSkinnyRows rows the CPU backend streams the bf16 weights (cpu_skinny_bf16.cpp), beyond it takes the general path.
+// Both must give float64 products of the bf16 values (plus the fp32 bias) within the fp32 tolerance.
+TEST_F(CpuOpsMisc, MatmulBf16StoredWeightsOnFewRows) {
+  const int IC = 70, OC = 300;  // OC beyond one 256-column block of the skinny kernel
+  Rng rng(202);
+  const auto w = rng.normal(size_t(IC) * OC), bias = rng.normal(size_t(OC));
+  std::vector<BFloat16> w16(w.size());
+  std::vector<float> wr(w.size());
+  for (size_t i = 0; i < w.size(); ++i) wr[i] = from_bf16(w16[i] = to_bf16(w[i]));
+  for (int N : {1, 3, 16, 17}) {
+    const auto x = rng.normal(size_t(N) * IC);
+    std::vector<BFloat16> x16(x.size());
+    std::vector<float> xr(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xr[i] = from_bf16(x16[i] = to_bf16(x[i]));
+    test::BackendArray<BFloat16> d_x(*be, x16), d_w(*be, w16);
+    Floats d_bias(*be, bias), d_out(*be, size_t(N) * OC), d_logits(*be, size_t(N) * OC);
+    be->set_matmul_precision(MatmulPrecision::bf16);
+    be->matmul_forward(d_out.get(), d_x.get(), d_w.get(), d_bias.get(), N, IC, OC);
+    // The same weights read as an lm_head's (V = IC rows of C = OC... transposed): out = x2 @ wte^T with wte (IC, OC).
+    const auto x2 = rng.normal(size_t(N) * OC);
+    std::vector<BFloat16> x216(x2.size());
+    std::vector<float> x2r(x2.size());
+    for (size_t i = 0; i < x2.size(); ++i) x2r[i] = from_bf16(x216[i] = to_bf16(x2[i]));
+    test::BackendArray<BFloat16> d_x2(*be, x216);
+    Floats d_head(*be, size_t(N) * IC);
+    be->matmul_forward_transposed(d_head.get(), d_x2.get(), d_w.get(), N, OC, IC);
+    be->set_matmul_precision(MatmulPrecision::fp32);
+    const Vec b = to_double(bias);
+    const Vec out = ref_matmul(to_double(xr), to_double(wr), &b, N, IC, OC);
+    const Vec head = ref_matmul(to_double(x2r), to_double(wr), nullptr, N, OC, IC, /*w_transposed=*/true);
+    expect_close("bf16 weights, " + std::to_string(N) + " rows: out", d_out.host(), out, fp32_tol(IC, out));
+    expect_close("bf16 wte, " + std::to_string(N) + " rows: logits", d_head.host(), head, fp32_tol(OC, head));
+  }
+}
+
 }  // namespace
 }  // namespace ember

@@ -3,6 +3,7 @@
 // matmul precision bf16 the GEMM inputs are first rounded to bf16 (into scratch copies), which emulates a bf16 GEMM
 // with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs (the lm_head's dout included) are
 // widened into the same scratch, and a bf16-stored output is the fp32 result rounded, computed in blocks of rows.
+// Forward products of a few rows with bf16-stored weights stream the weights instead (cpu_skinny_bf16.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_skinny_bf16.h"
 
 namespace ember {
 
@@ -72,6 +74,10 @@ void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* x = gemm_input(inp, size_t(N) * IC, p, si);
+  if (weight.bf16 && !out.bf16 && !bias.bf16 && N <= cpu::kSkinnyRows) {  // a decoding step: bound by the weights
+    cpu::skinny_matmul_bf16(out.f32(), x, weight.b16(), bias.f32(), N, IC, OC);
+    return;
+  }
   const float* w = gemm_input(weight, size_t(IC) * OC, p, sw);
   gemm_rows_into(out, N, OC, so, [&](int r0, int R, float* o) {
     // Seed the rows with the bias and let the GEMM accumulate onto it (beta = 1): OpenBLAS would otherwise spend the
@@ -130,6 +136,10 @@ void CpuBackend::matmul_forward_transposed(TensorOut out,  // (N, V)
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* x = gemm_input(inp, size_t(N) * C, p, si);
+  if (wte.bf16 && !out.bf16 && N <= cpu::kSkinnyRows) {  // the lm_head of a decoding step
+    cpu::skinny_matmul_transposed_bf16(out.f32(), x, wte.b16(), N, C, V);
+    return;
+  }
   const float* w = gemm_input(wte, size_t(V) * C, p, sw);
   gemm_rows_into(out, N, V, so, [&](int r0, int R, float* o) {
     gemm_parallel(false, true, R, V, C, 1.0f, x + size_t(r0) * C, C, w, C, 0.0f, o, V);

@@ -6,6 +6,7 @@ namespace ember {
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 int cmd_prep(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_tokenizer(int argc, char** argv);  // dispatches to the three below

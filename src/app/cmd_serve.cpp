@@ -1,0 +1,155 @@
+// `ember serve`: an OpenAI-compatible completions server over one checkpoint. Loads the model into a KV-cache engine
+// with --max-batch cache slots, serves HTTP on --host:--port (localhost by default) until SIGTERM or SIGINT, then
+// finishes the requests in flight and exits 0.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "infer/engine.h"
+#include "infer/kv_model.h"
+#include "infer/server.h"
+
+namespace po = boost::program_options;
+
+namespace ember {
+namespace {
+
+// SIGTERM and SIGINT write a byte to this pipe; a thread reading it starts the graceful shutdown. A second signal
+// ends the process at once.
+int g_signal_pipe[2] = {-1, -1};
+std::atomic<int> g_signals{0};
+
+void on_stop_signal(int sig) {
+  if (g_signals.fetch_add(1) > 0) _exit(128 + sig);
+  const char byte = char(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+}
+
+void install_signal_pipe() {
+  if (pipe(g_signal_pipe) != 0) throw_error("ember serve: cannot create a pipe for signals", "check ulimit -n");
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not the end of the server
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  std::string checkpoint, host, device, precision, model_name;
+  int port = 8000, max_batch = 16, max_queue = 256, max_tokens_limit = 4096, max_step_tokens = 512, threads = 64;
+  int max_body_kib = 1024;
+  double timeout = 600;
+  po::options_description desc("ember serve options");
+  NumericOptions numbers;
+  desc.add_options()("help,h", "print this help")("checkpoint", po::value(&checkpoint), "checkpoint file (.h5)")(
+      "host", po::value(&host)->default_value("127.0.0.1"),
+      "address to listen on (0.0.0.0: every interface; the server has no authentication)")(
+      "model-name", po::value(&model_name), "the model's id in the API (default: the checkpoint's file name stem)");
+  numbers.add(desc, "port", &port, {0, 65535}, "TCP port (0: any free port, printed at start)");
+  numbers.add(desc, "max-batch", &max_batch, {1, 1024}, "sequences decoded together (KV-cache slots)");
+  numbers.add(desc, "max-queue", &max_queue, {0, 1 << 16},
+              "requests waiting for a slot; beyond it requests get 429 (one per prompt and choice)");
+  numbers.add(desc, "max-tokens-limit", &max_tokens_limit, {0, 1 << 20}, "the largest max_tokens a request may ask");
+  numbers.add(desc, "max-step-tokens", &max_step_tokens, {1, 1 << 16},
+              "rows of one forward pass: decoded tokens plus prompt chunks (at least --max-batch)");
+  numbers.add(desc, "timeout", &timeout, {0.0, 86400.0, true},
+              "seconds a request may take from its arrival; then it ends with finish_reason timeout");
+  numbers.add(desc, "threads-http", &threads, {1, 4096},
+              "HTTP worker threads: connections served at once (each waiting or streaming request holds one)");
+  numbers.add(desc, "max-body-kib", &max_body_kib, {1, 1 << 20}, "largest request body in KiB (larger: 413)");
+  desc.add_options()("device", po::value(&device)->default_value("cpu"),
+                     "cpu, cuda or auto (cuda when a GPU is visible)")(
+      "precision", po::value(&precision)->default_value("fp32"), "fp32, or bf16: weights and GEMM inputs in bf16");
+  po::variables_map vm;
+  if (!parse_command(argc, argv, desc,
+                     "usage: ember serve --checkpoint F [--host 127.0.0.1] [--port 8000] [--max-batch 16]\n"
+                     "Serves the OpenAI completions API (POST /v1/completions, GET /v1/models, GET /health) for the "
+                     "checkpoint, batching concurrent requests on one engine. SIGTERM or SIGINT finishes the requests "
+                     "in flight, then exits 0. See docs/serve.md.",
+                     vm, &numbers))
+    return EXIT_CODE_OK;
+  require_option(vm, "checkpoint", "give a checkpoint, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
+  if (max_step_tokens < max_batch)
+    throw_error("ember serve: --max-step-tokens " + std::to_string(max_step_tokens) + " is less than --max-batch " +
+                    std::to_string(max_batch),
+                "a step runs one row for every slot: give --max-step-tokens of at least --max-batch");
+  if (model_name.empty()) model_name = std::filesystem::path(checkpoint).stem().string();
+  if (model_name.empty()) throw_error("ember serve: --model-name is empty", "give a name, e.g. --model-name ember");
+
+  install_signal_pipe();
+  const DeviceRequest request = parse_device_option(device);
+  const MatmulPrecision matmul_precision = parse_precision_option(precision);
+  const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
+  const std::unique_ptr<Tokenizer> tokenizer = checkpoint_tokenizer(checkpoint, meta);
+  const std::optional<int32_t> eot = tokenizer->eot_id();
+  auto backend = backend_for_device(request);
+  backend->set_matmul_precision(matmul_precision);
+  KvModelShape shape;
+  shape.max_slots = max_batch;
+  shape.max_rows = max_step_tokens;
+  shape.max_logit_rows = max_batch;
+  // Host buffers of a step: its rows' tokens, slots and positions, and the logits of one row per slot.
+  const size_t buffers = size_t(max_step_tokens) * 3 * sizeof(int32_t) +
+                         size_t(max_batch) * size_t(meta.model.vocab_size) * (sizeof(float) + 2 * sizeof(double));
+  std::unique_ptr<KvModel> model = load_kv_model(checkpoint, meta, *backend, shape, buffers);
+  EngineOptions engine_options;
+  engine_options.max_queue = max_queue;
+  engine_options.max_step_tokens = max_step_tokens;
+  Engine engine(*model, *tokenizer, engine_options);
+
+  ServerOptions options;
+  options.host = host;
+  options.port = port;
+  options.limits.model_name = model_name;
+  options.limits.max_T = engine.max_T();
+  options.limits.max_tokens_limit = max_tokens_limit;
+  options.limits.max_choices = std::max(1, std::min(64, max_queue + max_batch));
+  options.max_body_bytes = size_t(max_body_kib) * 1024;
+  options.timeout_s = timeout;
+  options.http_threads = threads;
+  // An empty prompt starts a new document: after <|endoftext|> where the tokenizer has one, else from a newline.
+  std::vector<int32_t> empty_prompt = eot ? std::vector<int32_t>{*eot} : tokenizer->encode("\n");
+  Server server(engine, *tokenizer, std::move(empty_prompt), options);
+  const int bound = server.bind();
+  fprintf(stderr, "serve: model %s (block_size %d, %d slots) listening on http://%s:%d\n", model_name.c_str(),
+          engine.max_T(), engine.max_slots(), host.c_str(), bound);
+  fflush(stderr);
+
+  std::thread watcher([&] {
+    char byte = 0;
+    while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    if (byte != 0) fprintf(stderr, "serve: signal %d: finishing the requests in flight, then exiting\n", int(byte));
+    server.shutdown();
+  });
+  try {
+    server.serve();
+  } catch (...) {
+    const char byte = 0;
+    [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+    watcher.join();
+    throw;
+  }
+  const char byte = 0;
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);  // wakes the watcher when no signal came
+  watcher.join();
+  fprintf(stderr, "serve: stopped\n");
+  return EXIT_CODE_OK;
+}
+
+}  // namespace ember

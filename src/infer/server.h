@@ -1,0 +1,50 @@
+// The HTTP side of `ember serve`: cpp-httplib routes for the OpenAI completions API over one Engine, which a thread
+// of its own runs while HTTP worker threads submit requests and wait for their events; server-sent events for
+// streams, an access log line per request on stderr, and a graceful shutdown that finishes what is in flight.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "infer/engine.h"
+#include "infer/openai_api.h"
+
+namespace ember {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (bind() says which)
+  CompletionLimits limits;
+  size_t max_body_bytes = 1 << 20;  // a larger request body is refused with 413
+  double timeout_s = 600;           // each request's deadline, from its arrival
+  int http_threads = 64;            // connections served at once (each waiting request holds one)
+  int keep_alive_s = 5;             // idle keep-alive connections close after this
+};
+
+class Server {
+ public:
+  // `tokenizer` encodes prompts; `empty_prompt` stands for an empty one (the start of a document).
+  Server(Engine& engine, const Tokenizer& tokenizer, std::vector<int32_t> empty_prompt, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket; returns the port. Throws ember::Error when the address cannot be bound.
+  int bind();
+  // Runs the engine's thread and serves until shutdown() (after bind()). Then every request already accepted has been
+  // answered to its end. Throws when the engine failed.
+  void serve();
+  // Thread-safe and idempotent: new completions are refused with 503 from now on; serve() returns once the engine has
+  // drained the requests in flight and their responses are written.
+  void shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `ember serve` against real clients (serve_client.py, standard library only, and curl): the OpenAI completions API,
+# streaming, 32 concurrent clients batched by the engine, every kind of bad request, a queue full, a client leaving
+# mid-stream, a request past --timeout, and SIGTERM while a stream is in flight (it finishes; exit 0).
+source "$(dirname "$0")/common.bash"
+CLIENT="$SRC/tests/e2e/serve_client.py"
+
+server_pid=""
+stop_server() { if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -KILL "$server_pid"; fi; }
+trap stop_server EXIT
+
+# start_server NAME ARGS...: starts `ember serve` on a free port in the background; sets server_pid and port.
+start_server() {
+  local name=$1
+  shift
+  "$EMBER" serve --port 0 "$@" > "$name.out" 2> "$name.err" &
+  server_pid=$!
+  port=""
+  for _ in $(seq 200); do
+    port=$(sed -n 's|^serve: .* listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$name.err")
+    [ -n "$port" ] && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$name.err" >&2; fail "$name: the server exited at start"; }
+    sleep 0.05
+  done
+  [ -n "$port" ] || { cat "$name.err" >&2; fail "$name: no listening line"; }
+}
+
+# stop_and_wait NAME: SIGTERM, then the exit status must be 0 within 20 s.
+wait_exit() {
+  local name=$1 rc=0
+  for _ in $(seq 400); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$server_pid" 2>/dev/null && { cat "$name.err" >&2; fail "$name: still running 20 s after SIGTERM"; }
+  wait "$server_pid" || rc=$?
+  [ "$rc" -eq 0 ] || { tail "$name.err" >&2; fail "$name: exit status $rc after SIGTERM"; }
+  grep -q '^serve: stopped$' "$name.err" || fail "$name: no 'serve: stopped' line"
+}
+
+"$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 > prep.log
+# tiny: block_size 32. long: a context of 1024 and enough width that a 1000-token stream lasts about a second.
+"$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run --training.steps=30 --eval.every=0 \
+  > train.log
+"$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run_long --training.steps=2 --eval.every=0 \
+  --model.n_layer=4 --model.n_head=6 --model.n_embd=384 --model.block_size=1024 > train_long.log
+ckpt=run/checkpoints/step_00000030.h5
+long=run_long/checkpoints/step_00000002.h5
+
+"$EMBER" generate --checkpoint "$ckpt" --prompt "int main" --temperature 0 --max-new-tokens 20 > generate.txt
+
+# A bad command line is refused before anything loads.
+expect_error bad_port "--port = 70000 must be" "$EMBER" serve --checkpoint "$ckpt" --port 70000
+expect_error bad_step "--max-step-tokens 4 is less than --max-batch 8" \
+  "$EMBER" serve --checkpoint "$ckpt" --max-batch 8 --max-step-tokens 4
+
+start_server tiny --checkpoint "$ckpt" --max-tokens-limit 256
+grep -q "listening on http://127.0.0.1:" tiny.err || fail "not bound to 127.0.0.1 by default"
+"$PYTHON" "$CLIENT" tiny "$port" generate.txt
+
+# curl: one completion, one stream.
+curl -sS --fail-with-body "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "step_00000030", "prompt": "int main", "max_tokens": 20, "temperature": 0}' > curl.json
+"$PYTHON" - "$WORK/curl.json" "$WORK/generate.txt" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+gen = open(sys.argv[2], errors="replace").read()
+assert j["object"] == "text_completion" and gen == "int main" + j["choices"][0]["text"] + "\n", (j, gen)
+PY
+curl -sS -N --fail-with-body "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "int main", "max_tokens": 12, "stream": true}' > curl_stream.txt
+[ "$(grep -c '^data: {' curl_stream.txt)" -ge 2 ] || { cat curl_stream.txt >&2; fail "curl stream: too few chunks"; }
+[ "$(grep -v '^$' curl_stream.txt | tail -1)" = "data: [DONE]" ] || fail "curl stream: no final [DONE]"
+echo "ok: curl completion and stream"
+
+# The access log: one line per request with method, path, status, latency and tokens.
+grep -q '^serve: 127.0.0.1 POST /v1/completions 200 [0-9.]* ms prompt_tokens=8 completion_tokens=20$' tiny.err ||
+  fail "no access log line for a completion"
+grep -q '^serve: 127.0.0.1 POST /v1/completions 413 ' tiny.err || fail "no access log line for the 413"
+kill -TERM "$server_pid"
+wait_exit tiny
+
+# Queue full, a client leaving mid-stream; then SIGTERM while a stream is in flight.
+start_server long --checkpoint "$long" --max-batch 2 --max-queue 1
+"$PYTHON" "$CLIENT" long "$port"
+"$PYTHON" "$CLIENT" sigterm "$port" "$server_pid"
+wait_exit long
+grep -q '^serve: signal 15: finishing the requests in flight' long.err || fail "no shutdown line"
+
+start_server timeout --checkpoint "$long" --timeout 0.3
+"$PYTHON" "$CLIENT" timeout "$port"
+kill -INT "$server_pid"
+wait_exit timeout
+echo PASS

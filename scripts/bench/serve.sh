@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# CPU decoding speed of `ember serve` against Hugging Face transformers' generate (KV cache, use_cache=True) on the
+# same model: time to first token and tokens/s of one stream, aggregate tokens/s of 1, 8 and 32 concurrent streams.
+# The model is trained for one step (speed does not depend on the weights), exported with `ember export`, checked
+# greedy token for token on both sides, then timed. Prints one table with the ratio; it is not a test.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$(pwd)
+
+# Knobs (environment): model shape, new tokens per stream, repeats of the single-stream runs, threads, build folder,
+# the Python with transformers and torch.
+N_LAYER=${BENCH_N_LAYER:-6}
+N_HEAD=${BENCH_N_HEAD:-6}
+N_EMBD=${BENCH_N_EMBD:-384}
+BLOCK_SIZE=${BENCH_BLOCK_SIZE:-512}
+TOKENS=${BENCH_TOKENS:-128}
+REPEATS=${BENCH_REPEATS:-3}
+THREADS=${BENCH_THREADS:-$(nproc)}
+BUILD_DIR=${EMBER_BUILD_DIR:-build}
+VENV_PYTHON=${EMBER_VENV_PYTHON:-$ROOT/.venv/bin/python}
+WORK=${BENCH_WORK:-$(mktemp -d /tmp/ember_serve_bench.XXXXXX)}
+
+die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
+
+for v in N_LAYER N_HEAD N_EMBD BLOCK_SIZE TOKENS REPEATS THREADS; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "BENCH_$v=${!v} is not a positive integer" "e.g. BENCH_TOKENS=128"
+done
+(( TOKENS + 64 <= BLOCK_SIZE )) || die "64 prompt tokens + BENCH_TOKENS=$TOKENS exceed BENCH_BLOCK_SIZE=$BLOCK_SIZE" \
+  "lower BENCH_TOKENS or raise BENCH_BLOCK_SIZE"
+"$VENV_PYTHON" -c "import torch, transformers" 2>/dev/null ||
+  die "$VENV_PYTHON cannot import torch and transformers" "run scripts/python_env.sh, or set EMBER_VENV_PYTHON"
+
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+[[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
+  "use another directory: EMBER_BUILD_DIR=build-release $0"
+cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember >/dev/null
+EMBER=$(cd "$BUILD_DIR" && pwd)/ember
+DRIVER="$ROOT/scripts/bench/serve_bench.py"
+export OMP_NUM_THREADS=$THREADS
+
+mkdir -p "$WORK"
+cd "$WORK"
+echo "bench: work folder $WORK; model n_layer=$N_LAYER n_head=$N_HEAD n_embd=$N_EMBD block_size=$BLOCK_SIZE" \
+  "vocab 256 (bytes); $TOKENS new tokens per stream; $THREADS threads"
+"$EMBER" prep --input "$ROOT/src" --output data --val-fraction 0.1 >prep.log
+"$EMBER" train --config "$ROOT/configs/tiny.ini" --data.dir=data --run.dir=run --training.steps=1 --eval.every=0 \
+  --model.n_layer="$N_LAYER" --model.n_head="$N_HEAD" --model.n_embd="$N_EMBD" --model.block_size="$BLOCK_SIZE" \
+  --training.seq_len=64 >train.log 2>&1 || { tail train.log >&2; die "training the bench model failed" "see above"; }
+ckpt=run/checkpoints/step_00000001.h5
+"$EMBER" export --checkpoint "$ckpt" --output hf >export.log 2>&1 ||
+  { cat export.log >&2; die "ember export failed" "the bench compares the same weights on both sides"; }
+
+"$EMBER" serve --checkpoint "$ckpt" --port 0 --max-batch 32 --max-tokens-limit "$TOKENS" 2>serve.err &
+server_pid=$!
+trap 'kill "$server_pid" 2>/dev/null || true' EXIT
+port=""
+for _ in $(seq 200); do
+  port=$(sed -n 's|^serve: .* listening on http://127.0.0.1:\([0-9]*\)$|\1|p' serve.err)
+  [[ -n "$port" ]] && break
+  sleep 0.05
+done
+[[ -n "$port" ]] || { cat serve.err >&2; die "ember serve did not start" "see above"; }
+url=http://127.0.0.1:$port
+
+"$VENV_PYTHON" "$DRIVER" greedy "$url" hf --tokens "$TOKENS"
+"$VENV_PYTHON" "$DRIVER" ember "$url" ember.json --tokens "$TOKENS" --repeats "$REPEATS"
+kill -TERM "$server_pid"
+wait "$server_pid" || die "ember serve exited with an error after SIGTERM" "see $WORK/serve.err"
+trap - EXIT
+"$VENV_PYTHON" "$DRIVER" hf hf hf.json --tokens "$TOKENS" --repeats "$REPEATS"
+echo
+"$VENV_PYTHON" "$DRIVER" table ember.json hf.json
+# Timings on a shared machine mean little: say how busy it was.
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"

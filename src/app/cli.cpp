@@ -54,6 +54,23 @@ std::unique_ptr<Backend> backend_for_device(DeviceRequest device) {
   return make_backend(select_device(world, device, "--device"));
 }
 
+DecodingSetup open_for_decoding(const std::string& checkpoint, const std::string& device,
+                                const std::string& precision) {
+  const DeviceRequest request = parse_device_option(device);
+  const MatmulPrecision matmul_precision = parse_precision_option(precision);
+  DecodingSetup out;
+  out.meta = read_checkpoint_meta(checkpoint);
+  out.tokenizer = checkpoint_tokenizer(checkpoint, out.meta);
+  out.backend = backend_for_device(request);
+  out.backend->set_matmul_precision(matmul_precision);
+  return out;
+}
+
+std::vector<int32_t> document_start_tokens(const Tokenizer& tokenizer) {
+  const std::optional<int32_t> eot = tokenizer.eot_id();
+  return eot ? std::vector<int32_t>{*eot} : tokenizer.encode("\n");
+}
+
 int model_seq_len(const CheckpointMeta& meta, int requested) {
   const int T = requested > 0 ? requested : meta.model.block_size;
   if (T > meta.model.block_size)

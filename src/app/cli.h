@@ -4,8 +4,10 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "app/options.h"
 #include "backend/backend.h"
@@ -50,6 +52,19 @@ int model_seq_len(const CheckpointMeta& meta, int requested);
 // its activations and `extra_bytes` of the caller's buffers fit in the memory available (ember::Error if not).
 LoadedModel load_model(const std::string& checkpoint, const CheckpointMeta& meta, Backend& backend, int max_B,
                        int max_T, size_t extra_bytes = 0);
+
+// What generate and serve decode with: a checkpoint's metadata, its tokenizer, and the backend for --device with its
+// matmul precision set to --precision (bad values are errors naming the option). The KvModel's shape is the caller's.
+struct DecodingSetup {
+  CheckpointMeta meta;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Backend> backend;
+};
+DecodingSetup open_for_decoding(const std::string& checkpoint, const std::string& device, const std::string& precision);
+
+// The tokens an empty prompt stands for, the start of a document: the tokenizer's end-of-text token where it has one
+// (<|endoftext|>), else a newline.
+std::vector<int32_t> document_start_tokens(const Tokenizer& tokenizer);
 
 // The value of "section.key" in a stored INI config, or `fallback` when absent.
 std::string ini_value(const std::string& ini_text, const std::string& key, const std::string& fallback);

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <thread>
 #include <vector>
 
@@ -92,13 +91,9 @@ int cmd_serve(int argc, char** argv) {
   if (model_name.empty()) throw_error("ember serve: --model-name is empty", "give a name, e.g. --model-name ember");
 
   install_signal_pipe();
-  const DeviceRequest request = parse_device_option(device);
-  const MatmulPrecision matmul_precision = parse_precision_option(precision);
-  const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
-  const std::unique_ptr<Tokenizer> tokenizer = checkpoint_tokenizer(checkpoint, meta);
-  const std::optional<int32_t> eot = tokenizer->eot_id();
-  auto backend = backend_for_device(request);
-  backend->set_matmul_precision(matmul_precision);
+  DecodingSetup setup = open_for_decoding(checkpoint, device, precision);
+  const CheckpointMeta& meta = setup.meta;
+  const Tokenizer& tokenizer = *setup.tokenizer;
   KvModelShape shape;
   shape.max_slots = max_batch;
   shape.max_rows = max_step_tokens;
@@ -106,11 +101,11 @@ int cmd_serve(int argc, char** argv) {
   // Host buffers of a step: its rows' tokens, slots and positions, and the logits of one row per slot.
   const size_t buffers = size_t(max_step_tokens) * 3 * sizeof(int32_t) +
                          size_t(max_batch) * size_t(meta.model.vocab_size) * (sizeof(float) + 2 * sizeof(double));
-  std::unique_ptr<KvModel> model = load_kv_model(checkpoint, meta, *backend, shape, buffers);
+  std::unique_ptr<KvModel> model = load_kv_model(checkpoint, meta, *setup.backend, shape, buffers);
   EngineOptions engine_options;
   engine_options.max_queue = max_queue;
   engine_options.max_step_tokens = max_step_tokens;
-  Engine engine(*model, *tokenizer, engine_options);
+  Engine engine(*model, tokenizer, engine_options);
 
   ServerOptions options;
   options.host = host;
@@ -122,9 +117,7 @@ int cmd_serve(int argc, char** argv) {
   options.max_body_bytes = size_t(max_body_kib) * 1024;
   options.timeout_s = timeout;
   options.http_threads = threads;
-  // An empty prompt starts a new document: after <|endoftext|> where the tokenizer has one, else from a newline.
-  std::vector<int32_t> empty_prompt = eot ? std::vector<int32_t>{*eot} : tokenizer->encode("\n");
-  Server server(engine, *tokenizer, std::move(empty_prompt), options);
+  Server server(engine, tokenizer, document_start_tokens(tokenizer), options);
   const int bound = server.bind();
   fprintf(stderr, "serve: model %s (block_size %d, %d slots) listening on http://%s:%d\n", model_name.c_str(),
           engine.max_T(), engine.max_slots(), host.c_str(), bound);

@@ -92,7 +92,7 @@ void CpuBackend::attention_kv_forward(float* out,            // (N, C)
   for (int i = 0; i < N; ++i) work += size_t(pos[i] + 1) * C;
 #pragma omp parallel if (2 * work >= kMinParallelWork)
   {
-    std::vector<float> scores(size_t(max_T));
+    std::vector<float> scores(static_cast<size_t>(max_T));
 #pragma omp for schedule(static)
     for (int item = 0; item < N * NH; ++item) {
       const int i = item / NH, h = item % NH;

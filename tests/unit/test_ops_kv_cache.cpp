@@ -50,10 +50,9 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 // slot 0 (positions 0..2); (2) decode rows of slots 0 and 2 (slot 2 at max_T - 1, the cache's last row) around the
 // whole prefill of slot 1 (from position 0); (3) decode rows of slots 1 and 0, out of slot order. The caches start as
 // NaN, so a read of a row that was never written (past a row's position, or another slot's) shows in the output.
-// Each step checks the embedding (one fp32 add: within 2^-24 of the exact sum, relatively; allowed twice, for the
-// reference's own rounding), the attention (each output
-// sums up to max_T probability-weighted values after HS-term score dot products: K = max_T + HS) and, at the end,
-// the caches (copies: bitwise).
+// Each step checks the embedding (one fp32 add, so at most half an ulp, 2^-24 |ref|, from the exact sum; rtol eps
+// allows twice that), the attention (each output sums up to max_T probability-weighted values after HS-term score dot
+// products: fp32_tol with K = max_T + HS) and, at the end, the caches (copies: bitwise).
 TEST_P(CpuKvCache, StepsMatchTheReference) {
   const auto [C, NH, max_T] = GetParam();
   const int HS = C / NH;

@@ -1,7 +1,7 @@
 // The CUDA backend: every op of backend.h on one device (fp32 storage, bf16 where the caller stores GEMM inputs so;
 // bf16 GEMM and attention inputs with matmul precision bf16), one stream, and the cuBLAS and cuBLASLt handles.
-// Kernels and launchers live in one .cu per op family (encoder, layernorm, matmul, attention, gelu, loss, optim,
-// elementwise); the op methods that call them in cuda_backend_ops.cu.
+// Kernels and launchers live in one .cu per op family (encoder, layernorm, matmul, attention, KV cache, gelu, loss,
+// optim, elementwise); the op methods that call them in cuda_backend_ops.cu.
 #pragma once
 
 #include <cublas_v2.h>
@@ -63,6 +63,13 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
   void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH) override;
+
+  void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,
+                                 int N, int C) override;
+  void kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos, int N,
+                      int C, int max_T) override;
+  void attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                            const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T) override;
 
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
   void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;

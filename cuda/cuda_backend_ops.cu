@@ -64,6 +64,35 @@ void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=
   cuda::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
 }
 
+// --- KV-cache inference ---
+void CudaBackend::encoder_forward_positions(float* out,          // (N, C)
+                                            const int32_t* inp,  // (N)
+                                            const int32_t* pos,  // (N)
+                                            const float* wte,    // (V, C)
+                                            const float* wpe,    // (maxT, C)
+                                            int N, int C) {
+  cuda::launch_encoder_forward_positions(out, inp, pos, wte, wpe, N, C, stream_);
+}
+
+void CudaBackend::kv_cache_write(float* k_cache,       // (S, max_T, C)
+                                 float* v_cache,       // (S, max_T, C)
+                                 const float* qkv,     // (N, 3C)
+                                 const int32_t* slot,  // (N)
+                                 const int32_t* pos,   // (N)
+                                 int N, int C, int max_T) {
+  cuda::launch_kv_cache_write(k_cache, v_cache, qkv, slot, pos, N, C, max_T, stream_);
+}
+
+void CudaBackend::attention_kv_forward(float* out,            // (N, C)
+                                       const float* qkv,      // (N, 3C)
+                                       const float* k_cache,  // (S, max_T, C)
+                                       const float* v_cache,  // (S, max_T, C)
+                                       const int32_t* slot,   // (N)
+                                       const int32_t* pos,    // (N)
+                                       int N, int C, int NH, int max_T) {
+  cuda::launch_attention_kv_forward(out, qkv, k_cache, v_cache, slot, pos, N, C, NH, max_T, stream_);
+}
+
 // --- gelu ---
 void CudaBackend::gelu_forward(TensorOut out, TensorIn inp, size_t n) {  // (n)
   cuda::launch_gelu_forward(out, inp, n, stream_);

@@ -103,6 +103,18 @@ void launch_attention_forward_tc(TensorOut out, float* lse, TensorIn qkv, int B,
 void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 
+// KV-cache inference (cuda_kv_cache.cu), fp32: rows are tokens of several sequences, row i at position pos[i] of the
+// sequence in cache slot slot[i]; pos and slot are device memory, each pos in [0, max_T) and each slot below the
+// caches' S. The attention takes any head size and any max_T: one block per (row, head) walks the slot's keys
+// 0..pos[i] in tiles with an online softmax.
+void launch_encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte,
+                                      const float* wpe, int N, int C, cudaStream_t stream);
+void launch_kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos,
+                           int N, int C, int max_T, cudaStream_t stream);
+void launch_attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                                 const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T,
+                                 cudaStream_t stream);
+
 // gelu; the input and the forward output may each be stored in fp32 or bf16
 void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t stream);
 void launch_gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n, cudaStream_t stream);

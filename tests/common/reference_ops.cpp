@@ -140,6 +140,47 @@ Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C,
   return dqkv;
 }
 
+Vec ref_encoder_positions(const std::vector<int32_t>& inp, const std::vector<int32_t>& pos, const Vec& wte,
+                          const Vec& wpe, int N, int C) {
+  Vec out(size_t(N) * C);
+  for (int i = 0; i < N; ++i)
+    for (int c = 0; c < C; ++c) out[size_t(i) * C + c] = wte[size_t(inp[i]) * C + c] + wpe[size_t(pos[i]) * C + c];
+  return out;
+}
+
+void ref_kv_cache_write(Vec& k_cache, Vec& v_cache, const Vec& qkv, const std::vector<int32_t>& slot,
+                        const std::vector<int32_t>& pos, int N, int C, int max_T) {
+  for (int i = 0; i < N; ++i) {
+    const size_t row = (size_t(slot[i]) * max_T + pos[i]) * C;
+    for (int c = 0; c < C; ++c) {
+      k_cache[row + c] = qkv[size_t(i) * 3 * C + C + c];
+      v_cache[row + c] = qkv[size_t(i) * 3 * C + 2 * C + c];
+    }
+  }
+}
+
+Vec ref_attention_kv(const Vec& qkv, const Vec& k_cache, const Vec& v_cache, const std::vector<int32_t>& slot,
+                     const std::vector<int32_t>& pos, int N, int C, int NH, int max_T) {
+  const int HS = C / NH;
+  const double scale = 1.0 / std::sqrt(double(HS));
+  Vec out(size_t(N) * C, 0.0), p(static_cast<size_t>(max_T));
+  for (int i = 0; i < N; ++i)
+    for (int h = 0; h < NH; ++h) {
+      const double* q = &qkv[size_t(i) * 3 * C + h * HS];
+      const size_t base = size_t(slot[i]) * max_T * C + h * HS;
+      double m = -INFINITY, sum = 0.0;
+      for (int j = 0; j <= pos[i]; ++j) {
+        double s = 0.0;
+        for (int d = 0; d < HS; ++d) s += q[d] * k_cache[base + size_t(j) * C + d];
+        p[j] = s * scale, m = std::max(m, p[j]);
+      }
+      for (int j = 0; j <= pos[i]; ++j) p[j] = std::exp(p[j] - m), sum += p[j];
+      for (int j = 0; j <= pos[i]; ++j)
+        for (int d = 0; d < HS; ++d) out[size_t(i) * C + h * HS + d] += p[j] / sum * v_cache[base + size_t(j) * C + d];
+    }
+  return out;
+}
+
 namespace {
 constexpr double kGeluK = 0.7978845608028654, kGeluC = 0.044715;  // sqrt(2/pi) and the cubic coefficient
 }  // namespace

@@ -25,6 +25,17 @@ Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH, Vec* lse = nullpt
 // dqkv (B, T, 3C) for dout (B, T, C).
 Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH);
 
+// KV-cache inference (backend.h): row i is the token at position pos[i] of the sequence in cache slot slot[i]; the
+// caches are (S, max_T, C). out (N, C) = wte[inp[i]] + wpe[pos[i]].
+Vec ref_encoder_positions(const std::vector<int32_t>& inp, const std::vector<int32_t>& pos, const Vec& wte,
+                          const Vec& wpe, int N, int C);
+// Copies the keys and values of qkv (N, 3C) to the caches at (slot[i], pos[i]).
+void ref_kv_cache_write(Vec& k_cache, Vec& v_cache, const Vec& qkv, const std::vector<int32_t>& slot,
+                        const std::vector<int32_t>& pos, int N, int C, int max_T);
+// Attention of each row's query (qkv (N, 3C)) over its slot's cached keys and values at 0..pos[i]: out (N, C).
+Vec ref_attention_kv(const Vec& qkv, const Vec& k_cache, const Vec& v_cache, const std::vector<int32_t>& slot,
+                     const std::vector<int32_t>& pos, int N, int C, int NH, int max_T);
+
 // GELU, tanh approximation, and its derivative.
 double ref_gelu(double x);
 double ref_gelu_grad(double x);

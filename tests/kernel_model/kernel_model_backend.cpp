@@ -96,6 +96,7 @@ inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOper
 #include "cuda_elementwise.cu"
 #include "cuda_encoder.cu"
 #include "cuda_gelu.cu"
+#include "cuda_kv_cache.cu"
 #include "cuda_layernorm.cu"
 #include "cuda_loss.cu"
 #include "cuda_optim.cu"
@@ -175,6 +176,19 @@ class KernelModelBackend final : public Backend, private k::OpResources {
                           int C, int NH) override {
     check_attention_storage(qkv, out, C, NH, "attention_backward");
     k::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
+  }
+
+  void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,
+                                 int N, int C) override {
+    k::launch_encoder_forward_positions(out, inp, pos, wte, wpe, N, C, kNoStream);
+  }
+  void kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos, int N,
+                      int C, int max_T) override {
+    k::launch_kv_cache_write(k_cache, v_cache, qkv, slot, pos, N, C, max_T, kNoStream);
+  }
+  void attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                            const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T) override {
+    k::launch_attention_kv_forward(out, qkv, k_cache, v_cache, slot, pos, N, C, NH, max_T, kNoStream);
   }
 
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override { k::launch_gelu_forward(out, inp, n, kNoStream); }

@@ -92,13 +92,16 @@ void CpuBackend::attention_kv_forward(float* out,            // (N, C)
   for (int i = 0; i < N; ++i) work += size_t(pos[i] + 1) * C;
 #pragma omp parallel if (2 * work >= kMinParallelWork)
   {
-    std::vector<float> scores(static_cast<size_t>(max_T));
+    // Kept between calls and padded by a cache line each side: fresh buffers of the two threads can share a line.
+    thread_local std::vector<float> buffer;
+    if (buffer.size() < size_t(max_T) + 32) buffer.resize(size_t(max_T) + 32);
+    float* scores = buffer.data() + 16;
 #pragma omp for schedule(static)
     for (int item = 0; item < N * NH; ++item) {
       const int i = item / NH, h = item % NH;
       const size_t base = size_t(slot[i]) * max_T * C + size_t(h) * HS;
       attend_row(out + size_t(i) * C + size_t(h) * HS, qkv + size_t(i) * 3 * C + size_t(h) * HS, k_cache + base,
-                 v_cache + base, pos[i] + 1, C, HS, scale, scores.data());
+                 v_cache + base, pos[i] + 1, C, HS, scale, scores);
     }
   }
 }

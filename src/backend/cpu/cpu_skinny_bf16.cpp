@@ -61,6 +61,15 @@ EMBER_CPU_CLONES void skinny_rows(float* out, const float* x, const BFloat16* wt
   }
 }
 
+// A thread's scratch of n floats, kept between calls and padded by a cache line on each side: buffers allocated afresh
+// by both threads at every call ended up sharing cache lines, and the writes to them (every k for wrow) made the
+// two-thread kernel 5-20x slower than one thread.
+float* thread_scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n + 32) buf.resize(n + 32);
+  return buf.data() + 16;
+}
+
 }  // namespace
 
 void skinny_matmul_bf16(float* out, const float* x, const BFloat16* w, const float* bias, int N, int K, int OC) {
@@ -75,9 +84,9 @@ void skinny_matmul_bf16(float* out, const float* x, const BFloat16* w, const flo
 void skinny_matmul_transposed_bf16(float* out, const float* x, const BFloat16* wte, int N, int C, int V) {
 #pragma omp parallel if (size_t(C) * V >= kMinParallelWork)
   {
-    std::vector<float> wrow(static_cast<size_t>(C));
+    float* wrow = thread_scratch(size_t(C));
     const Span s = thread_span(size_t(V), omp_get_thread_num(), omp_get_num_threads(), 16);
-    if (s.begin < s.end) skinny_rows(out, x, wte, N, C, V, int(s.begin), int(s.end), wrow.data());
+    if (s.begin < s.end) skinny_rows(out, x, wte, N, C, V, int(s.begin), int(s.end), wrow);
   }
 }
 

@@ -1,0 +1,146 @@
+// CUDA backend: the ops of KV-cache inference. Rows are tokens of several sequences: each row's embedding takes its
+// own position, its keys and values go to its slot's cache row, and its query attends to that cache up to its position.
+#include <cmath>
+
+#include "core/error.h"
+#include "cuda_check.h"
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+namespace ember {
+namespace cuda {
+namespace {
+
+// out[i, c] = wte[inp[i], c] + wpe[pos[i], c]: one add, so bitwise the CPU's.
+__global__ void encoder_forward_positions_kernel(float* out,          // (N, C)
+                                                 const int32_t* inp,  // (N)
+                                                 const int32_t* pos,  // (N)
+                                                 const float* wte,    // (V, C)
+                                                 const float* wpe,    // (maxT, C)
+                                                 int C, size_t total) {
+  for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += size_t(gridDim.x) * blockDim.x) {
+    const size_t i = idx / C, c = idx % C;
+    out[idx] = wte[size_t(inp[i]) * C + c] + wpe[size_t(pos[i]) * C + c];
+  }
+}
+
+// k_cache[slot[i], pos[i], c] = qkv[i, C + c] and v_cache[...] = qkv[i, 2C + c]: consecutive threads take consecutive
+// columns of one row, so both the reads and the writes are coalesced.
+__global__ void kv_cache_write_kernel(float* k_cache,       // (S, max_T, C)
+                                      float* v_cache,       // (S, max_T, C)
+                                      const float* qkv,     // (N, 3C)
+                                      const int32_t* slot,  // (N)
+                                      const int32_t* pos,   // (N)
+                                      int C, int max_T, size_t total) {
+  for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += size_t(gridDim.x) * blockDim.x) {
+    const size_t i = idx / C, c = idx % C;
+    const size_t row = (size_t(slot[i]) * max_T + size_t(pos[i])) * C;
+    const float* src = qkv + i * 3 * C;
+    k_cache[row + c] = src[C + c];
+    v_cache[row + c] = src[2 * C + c];
+  }
+}
+
+// Block 128 (4 warps) per (row, head), walking the keys in tiles of 128 (one score per thread for the softmax's
+// reductions). At GPT-2 sizes a decode step of 16 rows is 16 x 12 = 192 blocks, about 1.5 per SM on an H100, and each
+// tile's scores read 128 key rows of HS = 64 floats (32 KB) once.
+constexpr int kKvThreads = 128;
+constexpr int kKvWarps = kKvThreads / kWarpSize;
+constexpr int kKvTile = kKvThreads;
+
+// out[i, head h] = softmax(q k^T * scale) v over the keys 0..pos[i] of slot slot[i], with an online softmax over the
+// tiles so that any max_T fits in shared memory of one tile. Any head size: lanes (for the scores) and threads (for
+// the output) step through the head dims; the running output lives in `out` itself, each element owned by one thread
+// (rescaled by e^(m_old - m_new) per tile, divided by the sum at the end), so no register array bounds HS.
+__global__ void __launch_bounds__(kKvThreads) attention_kv_forward_kernel(float* out,            // (N, C)
+                                                                          const float* qkv,      // (N, 3C)
+                                                                          const float* k_cache,  // (S, max_T, C)
+                                                                          const float* v_cache,  // (S, max_T, C)
+                                                                          const int32_t* slot,   // (N)
+                                                                          const int32_t* pos,    // (N)
+                                                                          int C, int NH, int max_T, float scale) {
+  __shared__ float p_s[kKvTile];         // the tile's scores, then its unnormalised probabilities
+  __shared__ float reduce_s[kWarpSize];  // block_reduce's scratch
+  const int HS = C / NH;
+  const int i = blockIdx.x / NH, h = blockIdx.x % NH;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int n = pos[i] + 1;  // keys 0..pos[i]
+  const float* q = qkv + size_t(i) * 3 * C + size_t(h) * HS;
+  const size_t base = size_t(slot[i]) * max_T * C + size_t(h) * HS;  // key (value) j of this head at base + j*C
+  const float* k = k_cache + base;
+  const float* v = v_cache + base;
+  float* o = out + size_t(i) * C + size_t(h) * HS;
+
+  float m = -INFINITY, l = 0.0f;
+  for (int j0 = 0; j0 < n; j0 += kKvTile) {
+    const int tile = min(kKvTile, n - j0);
+    // Scores: warp w takes keys w, w + 4, ...; its lanes split the head dims, so each key row is read coalesced.
+    for (int jj = warp; jj < tile; jj += kKvWarps) {
+      const float* kj = k + size_t(j0 + jj) * C;
+      float part = 0.0f;
+      for (int d = lane; d < HS; d += kWarpSize) part += q[d] * kj[d];
+      const float dot = warp_sum(part);
+      if (lane == 0) p_s[jj] = dot * scale;
+    }
+    __syncthreads();
+    const bool key = int(threadIdx.x) < tile;
+    const float s = key ? p_s[threadIdx.x] : -INFINITY;
+    // Key j0 is always visible, so m_new is finite; corr = e^(-inf) = 0 on the first tile.
+    const float m_new = fmaxf(m, block_reduce<float, true>(s, reduce_s));
+    const float p = key ? expf(s - m_new) : 0.0f;
+    const float corr = expf(m - m_new);
+    l = l * corr + block_reduce<float, false>(p, reduce_s);
+    p_s[threadIdx.x] = p;  // each thread read only its own score, and block_reduce ends with a barrier
+    __syncthreads();
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+      float acc = j0 == 0 ? 0.0f : o[d] * corr;
+      for (int jj = 0; jj < tile; ++jj) acc += p_s[jj] * v[size_t(j0 + jj) * C + d];
+      o[d] = acc;
+    }
+    m = m_new;
+    __syncthreads();  // every thread has read p_s before the next tile's scores overwrite it
+  }
+  const float inv_l = 1.0f / l;
+  for (int d = threadIdx.x; d < HS; d += blockDim.x) o[d] *= inv_l;
+}
+
+}  // namespace
+
+void launch_encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte,
+                                      const float* wpe, int N, int C, cudaStream_t stream) {
+  EMBER_ASSERT(N >= 0 && C > 0, "encoder_forward_positions: N must be non-negative and C positive");
+  if (N == 0) return;
+  const size_t total = size_t(N) * C;
+  EMBER_KERNEL_LAUNCH(encoder_forward_positions_kernel, elementwise_blocks(total), kElementwiseThreads, stream, out,
+                      inp, pos, wte, wpe, C, total);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos,
+                           int N, int C, int max_T, cudaStream_t stream) {
+  EMBER_ASSERT(N >= 0 && C > 0 && max_T > 0, "kv_cache_write: N must be non-negative, C and max_T positive");
+  if (N == 0) return;
+  const size_t total = size_t(N) * C;
+  EMBER_KERNEL_LAUNCH(kv_cache_write_kernel, elementwise_blocks(total), kElementwiseThreads, stream, k_cache, v_cache,
+                      qkv, slot, pos, C, max_T, total);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+void launch_attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                                 const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T,
+                                 cudaStream_t stream) {
+  EMBER_ASSERT(N >= 0 && C > 0 && NH > 0 && max_T > 0,
+               "attention_kv_forward: N must be non-negative, C, NH and max_T positive");
+  EMBER_ASSERT(C % NH == 0, "attention_kv_forward: C must be a multiple of the number of heads NH");
+  EMBER_ASSERT(size_t(N) * NH <= 0x7fffffffu, "attention_kv_forward: grid too large for this N * NH");
+  if (N == 0) return;
+  const float scale = 1.0f / sqrtf(float(C / NH));   // as the CPU backend's
+  const unsigned blocks = unsigned(size_t(N) * NH);  // one per (row, head)
+  EMBER_KERNEL_LAUNCH(attention_kv_forward_kernel, blocks, kKvThreads, stream, out, qkv, k_cache, v_cache, slot, pos, C,
+                      NH, max_T, scale);
+  EMBER_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace cuda
+
+}  // namespace ember

@@ -26,24 +26,27 @@ CONCURRENCY = (1, 8, 32)
 
 
 def stream_times(url, body):
-    """Times (s, from the request) of each streamed chunk with text, and the completion tokens."""
+    """Times (s, from the request) of each streamed chunk with text, and the completion tokens (usage)."""
     u = urllib.parse.urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
     t0 = time.perf_counter()
-    conn.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)),
+    conn.request("POST", "/v1/completions",
+                 body=json.dumps(dict(body, stream=True, stream_options={"include_usage": True})),
                  headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     if resp.status != 200:
         sys.exit(f"error: the server answered {resp.status}: {resp.read()[:300]!r}")
-    times = []
+    times, tokens = [], 0
     for raw in resp:
         line = raw.decode().strip()
         if line.startswith("data: {"):
-            c = json.loads(line[6:])["choices"]
-            if c and c[0]["text"]:
+            chunk = json.loads(line[6:])
+            if chunk["choices"] and chunk["choices"][0]["text"]:
                 times.append(time.perf_counter() - t0)
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
     conn.close()
-    return times
+    return times, tokens
 
 
 def bench_ember(url, tokens, repeats):
@@ -51,15 +54,15 @@ def bench_ember(url, tokens, repeats):
     stream_times(url, dict(body, max_tokens=4))  # warm-up
     ttft, decode = [], []
     for _ in range(repeats):
-        t = stream_times(url, body)
+        t, tokens = stream_times(url, body)
         ttft.append(t[0])
-        decode.append((len(t) - 1) / (t[-1] - t[0]))
+        decode.append((tokens - 1) / (t[-1] - t[0]))
     out = {"ttft_ms": 1e3 * statistics.median(ttft), "decode_tps": statistics.median(decode), "aggregate": {}}
     for c in CONCURRENCY:
         counts = [0] * c
 
         def client(k):
-            counts[k] = len(stream_times(url, dict(body, temperature=1.0, seed=k)))
+            counts[k] = stream_times(url, dict(body, temperature=1.0, seed=k))[1]
 
         threads = [threading.Thread(target=client, args=(k,)) for k in range(c)]
         t0 = time.perf_counter()

@@ -127,29 +127,29 @@ void Server::Impl::routes() {
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_log = AccessLog{Clock::now(), true, 0, 0};
-    if (req.method != "POST") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.path == "/v1/models" || req.path == "/health") {  // answered before any body is read
-      res.set_header("Allow", "GET");
-      res.set_header("Connection", "close");
-      send_error(res,
-                 ApiError(405, "invalid_request_error", "method POST is not allowed on " + req.path + "; use GET"));
+    auto refuse = [&](const ApiError& e) {
+      res.set_header("Connection", "close");  // the body, if any, is left unread
+      send_error(res, e);
       return httplib::Server::HandlerResponse::Handled;
-    }
-    if (req.path != "/v1/completions") return httplib::Server::HandlerResponse::Unhandled;
-    // Bodies are read whole before a handler runs: only a declared, bounded length is read at all.
-    if (req.has_header("Transfer-Encoding") || !req.has_header("Content-Length")) {
-      res.set_header("Connection", "close");
-      send_error(res, ApiError(411, "invalid_request_error",
-                               "a request body needs a Content-Length header (chunked bodies are not accepted)"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    const std::string length = req.get_header_value("Content-Length");
-    if (length.size() > 18 || std::stoull("0" + length) > options.max_body_bytes) {
-      res.set_header("Connection", "close");
-      send_error(res, ApiError(413, "invalid_request_error",
+    };
+    // httplib reads a body whole before any handler runs: only a declared length within the limit is read at all.
+    if (req.has_header("Transfer-Encoding"))
+      return refuse(ApiError(411, "invalid_request_error",
+                             "a request body needs a Content-Length header (chunked bodies are not accepted)"));
+    if (req.has_header("Content-Length")) {
+      const std::string length = req.get_header_value("Content-Length");
+      if (length.size() > 18 || std::stoull("0" + length) > options.max_body_bytes)
+        return refuse(ApiError(413, "invalid_request_error",
                                "the request body of " + length + " bytes is larger than the limit of " +
                                    std::to_string(options.max_body_bytes) + " bytes"));
-      return httplib::Server::HandlerResponse::Handled;
+    } else if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
+      // These methods have a body, which httplib would otherwise read until the connection closes.
+      return refuse(
+          ApiError(411, "invalid_request_error", "a " + req.method + " request needs a Content-Length header"));
+    }
+    if (req.method == "POST" && (req.path == "/v1/models" || req.path == "/health")) {
+      res.set_header("Allow", "GET");
+      return refuse(ApiError(405, "invalid_request_error", "method POST is not allowed on " + req.path + "; use GET"));
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });

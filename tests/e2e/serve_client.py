@@ -277,10 +277,32 @@ def bad_requests():
     expect_error("POST models", 405, None, method="POST", path="/v1/models", body={})
     expect_error("DELETE health", 405, None, method="DELETE", path="/health")
     expect_error("body over 1 MiB", 413, None, raw=json.dumps({"prompt": "x" * (1 << 21)}).encode())
+    # Bodies without a bounded Content-Length are refused before a byte of them is read (the server must not wait).
+    chunked = b"Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n5\r\nhello\r\n"
+    check(raw_status(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + chunked) == 411, "chunked body: not 411")
+    check(raw_status(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n\r\n") == 411, "no Content-Length: not 411")
+    check(raw_status(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999\r\n\r\n") == 413,
+          "a huge Content-Length with no body sent: not 413")
+    check(raw_status(b"POST /v1/other HTTP/1.1\r\nHost: t\r\n\r\n") == 411, "POST /v1/other, no length: not 411")
+    check(raw_status(b"POST /v1/other HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}") == 404,
+          "POST to an unknown route: not 404")
+    print("ok: chunked (411), no length (411), huge declared length (413), unknown POST route (404)")
     # Deep nesting stays an ordinary 400.
     expect_error("deeply nested body", 400, None, raw=b'{"prompt": ' + b"[" * 50000 + b"]" * 50000 + b"}")
     # The server still answers after all of that.
     complete(ok)
+
+
+def raw_status(data):
+    """The status of a response to raw request bytes (the request may be incomplete: the server must answer)."""
+    with socket.create_connection(("127.0.0.1", PORT), timeout=10) as s:
+        s.sendall(data)
+        head = b""
+        while b"\r\n" not in head:
+            part = s.recv(4096)
+            check(part, f"connection closed without a response to {data[:40]!r}")
+            head += part
+    return int(head.split(b" ")[1])
 
 
 def read_first_chunk(body):

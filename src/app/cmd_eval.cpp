@@ -9,6 +9,8 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "core/atomic_file.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/prep_manifest.h"
@@ -29,10 +31,48 @@ void check_data_tokenizer(const std::string& data, const std::string& checkpoint
                 "evaluate on data prepared with the checkpoint's tokenizer (`ember inspect` shows it)");
 }
 
+// A NumPy .npy file (format 1.0) of a C-ordered array: `descr` "<f4" or "<i4", the header padded to 64 bytes.
+void write_npy(const std::string& path, const char* descr, const std::vector<int64_t>& shape, const void* data,
+               size_t bytes) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ", ";
+  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  header.append(63 - (10 + header.size()) % 64, ' ');
+  header += '\n';
+  std::string file = "\x93NUMPY";
+  file += char(1);
+  file += char(0);
+  file += char(header.size() & 0xff);
+  file += char(header.size() >> 8);
+  file += header;
+  file.append(static_cast<const char*>(data), bytes);
+  write_file_atomically(path, file, "--logits-out " + path, "check that its folder exists and is writable");
+}
+
+// The logits and inputs of the first batch, for comparing with another implementation on the same tokens:
+// `path` (B, T, V) float32 and, beside it, <path without .npy>.inputs.npy and .targets.npy (B, T) int32.
+void write_first_batch(const std::string& path, GPT& model, const std::vector<int32_t>& inputs,
+                       const std::vector<int32_t>& targets, int B, int T) {
+  const int V = model.config().vocab_size;
+  std::vector<float> logits(size_t(B) * T * V);
+  const TensorIn stored = model.logits();
+  if (stored.bf16) {
+    std::vector<BFloat16> b16(logits.size());
+    model.backend().copy_to_host(b16.data(), stored.b16(), b16.size() * sizeof(BFloat16));
+    widen_bf16(logits.data(), b16.data(), b16.size());
+  } else {
+    model.backend().copy_to_host(logits.data(), stored.f32(), logits.size() * sizeof(float));
+  }
+  write_npy(path, "<f4", {B, T, V}, logits.data(), logits.size() * sizeof(float));
+  const std::string stem = path.size() > 4 && path.ends_with(".npy") ? path.substr(0, path.size() - 4) : path;
+  write_npy(stem + ".inputs.npy", "<i4", {B, T}, inputs.data(), inputs.size() * sizeof(int32_t));
+  write_npy(stem + ".targets.npy", "<i4", {B, T}, targets.data(), targets.size() * sizeof(int32_t));
+}
+
 }  // namespace
 
 int cmd_eval(int argc, char** argv) {
-  std::string checkpoint, data, split, device;
+  std::string checkpoint, data, split, device, logits_out;
   int batch_size = 8, seq_len = 0, max_batches = 0;
   po::options_description desc("ember eval options");
   NumericOptions numbers;
@@ -43,7 +83,10 @@ int cmd_eval(int argc, char** argv) {
   numbers.add(desc, "seq-len", &seq_len, {0, 1 << 20}, "sequence length (0: the model's block_size)");
   numbers.add(desc, "max-batches", &max_batches, {0, 1000000000}, "evaluate at most N batches (0: all full batches)");
   desc.add_options()("json", "print one JSON object instead of text")(
-      "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)");
+      "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)")(
+      "logits-out", po::value(&logits_out),
+      "write the first batch's logits to this .npy file (B, T, V float32) and its inputs and targets beside "
+      "it (<name>.inputs.npy, <name>.targets.npy: B x T int32), e.g. to compare with transformers");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc, "usage: ember eval --checkpoint F --data DIR [--json]", vm, &numbers))
     return EXIT_CODE_OK;
@@ -79,6 +122,7 @@ int cmd_eval(int argc, char** argv) {
   for (uint64_t k = 0; k < batches; ++k) {
     loader.batch_at(k * batch_size, inputs.data(), targets.data(), batch_size);
     loss_sum += loaded.model->forward(inputs.data(), targets.data(), batch_size, T);
+    if (k == 0 && !logits_out.empty()) write_first_batch(logits_out, *loaded.model, inputs, targets, batch_size, T);
     bytes += tokenizer->decode(targets).size();
   }
   const double loss = loss_sum / double(batches);

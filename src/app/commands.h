@@ -6,6 +6,8 @@ namespace ember {
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_export(int argc, char** argv);
+int cmd_import(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_prep(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);

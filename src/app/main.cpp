@@ -21,6 +21,8 @@ void print_usage(FILE* out) {
           "  eval      loss and bits per byte of a checkpoint on a data split\n"
           "  generate  sample text from a checkpoint\n"
           "  serve     an OpenAI-compatible completions server over a checkpoint\n"
+          "  export    a checkpoint as a Hugging Face GPT-2 folder (safetensors)\n"
+          "  import    a Hugging Face GPT-2 folder as a checkpoint\n"
           "  prep      tokenize text, JSONL or enwik files into train/val shards\n"
           "  tokenizer train a BPE tokenizer, or encode/decode with one\n"
           "  inspect   print a checkpoint's metadata and verify its datasets\n\n"
@@ -45,6 +47,8 @@ int dispatch(int argc, char** argv) {
   if (cmd == "eval") return ember::cmd_eval(argc - 1, argv + 1);
   if (cmd == "generate") return ember::cmd_generate(argc - 1, argv + 1);
   if (cmd == "serve") return ember::cmd_serve(argc - 1, argv + 1);
+  if (cmd == "export") return ember::cmd_export(argc - 1, argv + 1);
+  if (cmd == "import") return ember::cmd_import(argc - 1, argv + 1);
   if (cmd == "prep") return ember::cmd_prep(argc - 1, argv + 1);
   if (cmd == "inspect") return ember::cmd_inspect(argc - 1, argv + 1);
   if (cmd == "tokenizer") return ember::cmd_tokenizer(argc - 1, argv + 1);

@@ -56,13 +56,9 @@ int cmd_generate(int argc, char** argv) {
                     std::to_string(kMaxPromptBytes),
                 "give a shorter prompt: at most block_size tokens of it reach the model");
 
-  const DeviceRequest request = parse_device_option(device);
-  const MatmulPrecision matmul_precision = parse_precision_option(precision);
-  const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
-  const std::unique_ptr<Tokenizer> tokenizer = checkpoint_tokenizer(checkpoint, meta);
-  const std::optional<int32_t> eot = tokenizer->eot_id();
-  auto backend = backend_for_device(request);
-  backend->set_matmul_precision(matmul_precision);
+  DecodingSetup setup = open_for_decoding(checkpoint, device, precision);
+  const CheckpointMeta& meta = setup.meta;
+  const Tokenizer& tokenizer = *setup.tokenizer;
   // One sequence; its prompt is prefilled in one step of up to block_size rows.
   KvModelShape shape;
   shape.max_slots = 1;
@@ -70,16 +66,15 @@ int cmd_generate(int argc, char** argv) {
   shape.max_logit_rows = 1;
   // Host buffers: the prompt's tokens and the logits of one row.
   const size_t buffers = prompt.size() * sizeof(int32_t) + size_t(meta.model.vocab_size) * 2 * sizeof(double);
-  std::unique_ptr<KvModel> model = load_kv_model(checkpoint, meta, *backend, shape, buffers);
+  std::unique_ptr<KvModel> model = load_kv_model(checkpoint, meta, *setup.backend, shape, buffers);
   EngineOptions options;
   options.max_queue = 1;
   options.max_step_tokens = shape.max_rows;
-  Engine engine(*model, *tokenizer, options);
+  Engine engine(*model, tokenizer, options);
 
   GenerationRequest r;
-  r.prompt = tokenizer->encode(prompt);
-  // An empty prompt starts a new document: after <|endoftext|> where the tokenizer has one, else from a newline.
-  if (r.prompt.empty()) r.prompt = eot ? std::vector<int32_t>{*eot} : tokenizer->encode("\n");
+  r.prompt = tokenizer.encode(prompt);
+  if (r.prompt.empty()) r.prompt = document_start_tokens(tokenizer);
   r.max_tokens = max_new_tokens;
   r.sampling = SamplingParams{temperature, top_k, top_p, seed};
   r.context_shift = true;

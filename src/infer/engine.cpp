@@ -54,7 +54,7 @@ Engine::Engine(KvModel& model, const Tokenizer& tokenizer, EngineOptions options
 
 Engine::~Engine() = default;
 
-Engine::Submit Engine::submit(GenerationRequest request) {
+void Engine::check(const GenerationRequest& request) const {
   const int T = max_T(), V = tokenizer_.vocab_size();
   if (request.prompt.empty())
     throw_error("generation request: the prompt has no tokens", "an empty text starts a document: pass end-of-text");
@@ -70,11 +70,21 @@ Engine::Submit Engine::submit(GenerationRequest request) {
     throw_error("generation request: max_tokens " + std::to_string(request.max_tokens) + " is negative",
                 "ask for 0 or more tokens");
   EMBER_ASSERT(bool(request.on_event), "a generation request needs an on_event callback");
+}
+
+Engine::Submit Engine::submit(GenerationRequest request) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one));
+}
+
+Engine::Submit Engine::submit_all(std::vector<GenerationRequest> requests) {
+  for (const GenerationRequest& r : requests) check(r);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return Submit::stopping;
-    if (int(queue_.size()) >= options_.max_queue) return Submit::queue_full;
-    queue_.push_back(std::move(request));
+    if (queue_.size() + requests.size() > size_t(options_.max_queue)) return Submit::queue_full;
+    for (GenerationRequest& r : requests) queue_.push_back(std::move(r));
     stats_.queued = int(queue_.size());
   }
   wake_.notify_one();
@@ -145,6 +155,12 @@ void Engine::admit() {
       stats_.queued = int(queue_.size());
       stats_.running++;
     }
+    if (request.cancelled && request.cancelled->load()) {  // gone before it started: no slot, no event
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.running--;
+      stats_.requests_finished++;
+      continue;
+    }
     slots_[size_t(slot)] = std::make_unique<Sequence>(std::move(request), tokenizer_, slot, admitted_++);
     Sequence& s = *slots_[size_t(slot)];
     {
@@ -175,10 +191,15 @@ void Engine::admit() {
 }
 
 bool Engine::step() {
-  admit();
+  // Sequences that end without running free their slots first, for the queue to take this step.
   const auto now = std::chrono::steady_clock::now();
-  for (auto& s : slots_)
-    if (s && now > s->request.deadline) finish(*s, FinishReason::timeout);
+  for (auto& s : slots_) {
+    if (s && s->request.cancelled && s->request.cancelled->load())
+      finish(*s, FinishReason::cancelled);
+    else if (s && now > s->request.deadline)
+      finish(*s, FinishReason::timeout);
+  }
+  admit();
 
   // This step's rows: decoding sequences first, then prefill chunks in arrival order.
   std::vector<Sequence*> order;

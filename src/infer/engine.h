@@ -4,6 +4,7 @@
 // free and leaves as soon as it finishes, without waiting for the others.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -46,6 +47,9 @@ struct GenerationRequest {
   // tokens, prefills them again from position 0 and goes on, as generate does for long outputs.
   bool context_shift = false;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // When set, the consumer may set it true at any time (from any thread) to end the request at the engine's next step,
+  // queued or running, without more events: a client that went away before any token of its request.
+  std::shared_ptr<const std::atomic<bool>> cancelled;
   // Called on the engine's thread after each token and once with done; must not block. Returning false cancels the
   // request (its consumer has gone): no more events, its slot is freed.
   std::function<bool(const GenerationEvent&)> on_event;
@@ -68,6 +72,8 @@ class Engine {
   enum class Submit { accepted, queue_full, stopping };
   // Thread-safe. Queues a request (its prompt checked as GenerationRequest says: an ember::Error otherwise).
   Submit submit(GenerationRequest request);
+  // Thread-safe. Queues all of them or, when they do not all fit in the queue, none (the choices of one API request).
+  Submit submit_all(std::vector<GenerationRequest> requests);
 
   // Runs one forward pass over the queued and running sequences and delivers their events; false when there was
   // nothing to do. Called from one thread at a time (run() or a caller that drives the engine itself).
@@ -90,6 +96,7 @@ class Engine {
   struct Sequence;
   void admit();                                           // queued requests into free slots
   void finish(Sequence& seq, FinishReason reason);        // the final event; frees the slot
+  void check(const GenerationRequest& request) const;     // GenerationRequest's rules, as an ember::Error
   bool deliver(Sequence& seq, const GenerationEvent& e);  // on_event, cancelling on false
 
   KvModel& model_;

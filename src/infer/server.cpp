@@ -249,6 +249,7 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   const uint64_t seed = r.seed ? *r.seed : std::random_device{}() * 0x100000001ull;
   const auto deadline =
       arrival + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
+  std::vector<GenerationRequest> requests;
   for (int c = 0; c < choices; ++c) {
     GenerationRequest g;
     g.prompt = r.prompts[size_t(c / r.n)];
@@ -256,6 +257,7 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     g.sampling = SamplingParams{r.temperature, r.top_k, r.top_p, seed + uint64_t(c % r.n)};
     g.stop = r.stop;
     g.deadline = deadline;
+    g.cancelled = std::shared_ptr<const std::atomic<bool>>(pending, &pending->cancelled);
     g.on_event = [pending, c](const GenerationEvent& e) {
       {
         std::lock_guard<std::mutex> lock(pending->mutex);
@@ -264,21 +266,19 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
       pending->ready.notify_one();
       return !pending->cancelled.load();
     };
-    Engine::Submit result;
-    try {
-      result = engine.submit(std::move(g));
-    } catch (const Error& e) {
-      pending->cancelled = true;
-      return send_error(res, invalid_request("prompt", e.what()));
-    }
-    if (result != Engine::Submit::accepted) {
-      pending->cancelled = true;  // choices already queued end at their first event
-      if (result == Engine::Submit::queue_full)
-        return send_error(
-            res, ApiError(429, "rate_limit_error", "the server's queue is full; retry later", "", "queue_full"));
-      return send_error(res, ApiError(503, "service_unavailable_error", "the server is shutting down"));
-    }
+    requests.push_back(std::move(g));
   }
+  Engine::Submit result;
+  try {
+    result = engine.submit_all(std::move(requests));  // every choice or none
+  } catch (const Error& e) {
+    return send_error(res, invalid_request("prompt", e.what()));
+  }
+  if (result == Engine::Submit::queue_full)
+    return send_error(res,
+                      ApiError(429, "rate_limit_error", "the server's queue is full; retry later", "", "queue_full"));
+  if (result == Engine::Submit::stopping)
+    return send_error(res, ApiError(503, "service_unavailable_error", "the server is shutting down"));
 
   const std::string id = random_id();
   const int64_t created = int64_t(time(nullptr));
@@ -340,7 +340,7 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
           }
         }
         if (!ok) {
-          pending->cancelled = true;  // the client has gone: the engine frees its slots at their next token
+          pending->cancelled = true;  // the client has gone: the engine frees its slots at its next step
           return false;
         }
         if (state->done == choices) {

@@ -481,6 +481,51 @@ TEST(Engine, QueueLimitCancelTimeoutAndShutdown) {
   EXPECT_EQ(running.completion_tokens, 1);
 }
 
+TEST(Engine, CancelFlagAndAllOrNothingSubmit) {
+  EngineFixture f(1, 40, /*max_queue=*/3);
+  // A request whose flag is set while it runs ends at the next step without another event; one whose flag is set
+  // while it waits never takes a slot; the request behind them runs.
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  Outcome running, waiting, after;
+  int running_events = 0, waiting_events = 0;
+  GenerationRequest a = request_for(running, {1, 2}, 30);
+  a.cancelled = flag;
+  a.on_event = [&](const GenerationEvent&) {
+    ++running_events;
+    return true;
+  };
+  GenerationRequest b = request_for(waiting, {3}, 30);
+  b.cancelled = flag;
+  b.on_event = [&](const GenerationEvent&) {
+    ++waiting_events;
+    return true;
+  };
+  ASSERT_EQ(f.engine->submit(std::move(a)), Engine::Submit::accepted);
+  ASSERT_EQ(f.engine->submit(std::move(b)), Engine::Submit::accepted);
+  ASSERT_EQ(f.engine->submit(request_for(after, {4, 5}, 3)), Engine::Submit::accepted);
+  f.engine->step();
+  f.engine->step();
+  EXPECT_EQ(running_events, 2);
+  flag->store(true);
+  run_until_idle(*f.engine);
+  EXPECT_EQ(running_events, 2);
+  EXPECT_EQ(waiting_events, 0);
+  EXPECT_TRUE(after.done);
+  EXPECT_EQ(after.completion_tokens, 3);
+  EXPECT_EQ(f.engine->stats().requests_finished, 3u);
+  // Three choices do not fit beside two queued requests in a queue of three: none is queued.
+  Outcome q1, q2, c1, c2, c3;
+  f.engine->submit(request_for(q1, {1}, 1));
+  f.engine->submit(request_for(q2, {1}, 1));
+  std::vector<GenerationRequest> choices;
+  for (Outcome* o : {&c1, &c2, &c3}) choices.push_back(request_for(*o, {2}, 1));
+  EXPECT_EQ(f.engine->submit_all(std::move(choices)), Engine::Submit::queue_full);
+  EXPECT_EQ(f.engine->stats().queued, 2);
+  run_until_idle(*f.engine);
+  EXPECT_TRUE(q1.done && q2.done);
+  EXPECT_FALSE(c1.done || c2.done || c3.done);
+}
+
 TEST(Engine, DrainingStopFinishesEverything) {
   EngineFixture f(2, 8);
   std::vector<Outcome> outs(5);

@@ -13,6 +13,8 @@ N_LAYER=${BENCH_N_LAYER:-6}
 N_HEAD=${BENCH_N_HEAD:-6}
 N_EMBD=${BENCH_N_EMBD:-384}
 BLOCK_SIZE=${BENCH_BLOCK_SIZE:-512}
+VOCAB=${BENCH_VOCAB:-256}  # rows of wte: above 256 (GPT-2's 50257) the byte tokenizer's model gets padding rows
+PRECISION=${BENCH_PRECISION:-fp32}
 TOKENS=${BENCH_TOKENS:-128}
 REPEATS=${BENCH_REPEATS:-3}
 THREADS=${BENCH_THREADS:-$(nproc)}
@@ -22,7 +24,7 @@ WORK=${BENCH_WORK:-$(mktemp -d /tmp/ember_serve_bench.XXXXXX)}
 
 die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
 
-for v in N_LAYER N_HEAD N_EMBD BLOCK_SIZE TOKENS REPEATS THREADS; do
+for v in N_LAYER N_HEAD N_EMBD BLOCK_SIZE VOCAB TOKENS REPEATS THREADS; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "BENCH_$v=${!v} is not a positive integer" "e.g. BENCH_TOKENS=128"
 done
 (( TOKENS + 64 <= BLOCK_SIZE )) || die "64 prompt tokens + BENCH_TOKENS=$TOKENS exceed BENCH_BLOCK_SIZE=$BLOCK_SIZE" \
@@ -44,16 +46,18 @@ export OMP_NUM_THREADS=$THREADS
 mkdir -p "$WORK"
 cd "$WORK"
 echo "bench: work folder $WORK; model n_layer=$N_LAYER n_head=$N_HEAD n_embd=$N_EMBD block_size=$BLOCK_SIZE" \
-  "vocab 256 (bytes); $TOKENS new tokens per stream; $THREADS threads"
+  "vocab $VOCAB (bytes, padded); $TOKENS new tokens per stream; $THREADS threads; ember --precision $PRECISION"
 "$EMBER" prep --input "$ROOT/src" --output data --val-fraction 0.1 >prep.log
 "$EMBER" train --config "$ROOT/configs/tiny.ini" --data.dir=data --run.dir=run --training.steps=1 --eval.every=0 \
   --model.n_layer="$N_LAYER" --model.n_head="$N_HEAD" --model.n_embd="$N_EMBD" --model.block_size="$BLOCK_SIZE" \
+  --model.vocab_size="$VOCAB" \
   --training.seq_len=64 >train.log 2>&1 || { tail train.log >&2; die "training the bench model failed" "see above"; }
 ckpt=run/checkpoints/step_00000001.h5
 "$EMBER" export --checkpoint "$ckpt" --output hf >export.log 2>&1 ||
   { cat export.log >&2; die "ember export failed" "the bench compares the same weights on both sides"; }
 
-"$EMBER" serve --checkpoint "$ckpt" --port 0 --max-batch 32 --max-tokens-limit "$TOKENS" 2>serve.err &
+"$EMBER" serve --checkpoint "$ckpt" --port 0 --max-batch 32 --max-tokens-limit "$TOKENS" --precision "$PRECISION" \
+  2>serve.err &
 server_pid=$!
 trap 'kill "$server_pid" 2>/dev/null || true' EXIT
 port=""
@@ -65,12 +69,17 @@ done
 [[ -n "$port" ]] || { cat serve.err >&2; die "ember serve did not start" "see above"; }
 url=http://127.0.0.1:$port
 
-"$VENV_PYTHON" "$DRIVER" greedy "$url" hf --tokens "$TOKENS"
+# The same model on both sides: greedy tokens agree in fp32 (bf16 rounds ember's weights, so it may not).
+if [[ "$PRECISION" == fp32 ]]; then
+  "$VENV_PYTHON" "$DRIVER" greedy "$url" hf --tokens "$TOKENS"
+fi
 "$VENV_PYTHON" "$DRIVER" ember "$url" ember.json --tokens "$TOKENS" --repeats "$REPEATS"
 kill -TERM "$server_pid"
 wait "$server_pid" || die "ember serve exited with an error after SIGTERM" "see $WORK/serve.err"
 trap - EXIT
-"$VENV_PYTHON" "$DRIVER" hf hf hf.json --tokens "$TOKENS" --repeats "$REPEATS"
+# transformers at 1 thread and at $THREADS, the better of the two for each number.
+"$VENV_PYTHON" "$DRIVER" hf hf hf.json --tokens "$TOKENS" --repeats "$REPEATS" --threads "$(
+  [[ $THREADS -gt 1 ]] && echo "1,$THREADS" || echo 1)"
 echo
 "$VENV_PYTHON" "$DRIVER" table ember.json hf.json
 # Timings on a shared machine mean little: say how busy it was.

@@ -29,6 +29,11 @@ void check_async_job(const World& world, const RunConfig& c) {
   if (c.training.zero != 0)
     throw_error("config: training.zero = " + std::to_string(c.training.zero) + " applies to sync mode only",
                 "set training.zero = 0 with training.mode = async (each worker keeps its own AdamW state)");
+  // The center initialises the weights the workers fetch; it has no way yet to take them from a file.
+  if (!c.checkpoint.init_from.empty())
+    throw_error("config: checkpoint.init_from = " + c.checkpoint.init_from + " is supported in sync mode only",
+                "start with training.mode = sync from the checkpoint, then resume that run's checkpoint with "
+                "training.mode = async (an async run resumes a sync checkpoint)");
   if (c.async.test_slow_worker >= world.size)
     throw_error("config: async.test_slow_worker = " + std::to_string(c.async.test_slow_worker) +
                     " is not a worker rank of this job (1.." + std::to_string(world.size - 1) + ")",

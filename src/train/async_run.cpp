@@ -29,11 +29,6 @@ void check_async_job(const World& world, const RunConfig& c) {
   if (c.training.zero != 0)
     throw_error("config: training.zero = " + std::to_string(c.training.zero) + " applies to sync mode only",
                 "set training.zero = 0 with training.mode = async (each worker keeps its own AdamW state)");
-  // The center initialises the weights the workers fetch; it has no way yet to take them from a file.
-  if (!c.checkpoint.init_from.empty())
-    throw_error("config: checkpoint.init_from = " + c.checkpoint.init_from + " is supported in sync mode only",
-                "start with training.mode = sync from the checkpoint, then resume that run's checkpoint with "
-                "training.mode = async (an async run resumes a sync checkpoint)");
   if (c.async.test_slow_worker >= world.size)
     throw_error("config: async.test_slow_worker = " + std::to_string(c.async.test_slow_worker) +
                     " is not a worker rank of this job (1.." + std::to_string(world.size - 1) + ")",
@@ -135,6 +130,14 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
 
   // Rank 0 picks the checkpoint (falling back past damaged ones); every rank reads its metadata.
   job.resume = choose_resume(world, c);
+  // The center initialises the weights the workers fetch and has no way yet to take them from a file; a resume wins
+  // over init_from as in sync mode (choose_init_from logs that).
+  if (job.resume.empty() && !c.checkpoint.init_from.empty())
+    throw_error("config: checkpoint.init_from = " + c.checkpoint.init_from +
+                    " is supported in sync mode only (an async run can resume from a checkpoint, not start from one)",
+                "start with training.mode = sync from the checkpoint, then resume that run's checkpoint with "
+                "training.mode = async (an async run resumes a sync checkpoint)");
+  (void)choose_init_from(world, c, job.resume, job.tokenizer);
   if (!job.resume.empty()) {
     job.meta = read_checkpoint_meta(job.resume);
     check_resumable(job.resume, job.meta, c);

@@ -99,6 +99,15 @@ grep -q "checkpoint.init_from = $F ignored: the run resumes from split/checkpoin
 grep -q "starting from the weights" split2.log && fail "the resumed run loaded F again"
 diff <(losses straight/metrics.jsonl) <(losses split/metrics.jsonl) || fail "resumed run from F differs"
 echo "ok: a resume wins over init_from, and continues bitwise"
+# Async mode cannot start from F, but resumes a run that did, ignoring init_from alike.
+cp -r straight async_resume
+mpirun -np 3 --oversubscribe "${train[@]}" --run.dir=async_resume --training.mode=async --training.steps=6 \
+  --async.local_steps=1 --init-from "$F" --resume auto >async_resume.log 2>&1 ||
+  { cat async_resume.log >&2; fail "async resume of the run from F"; }
+grep -q "checkpoint.init_from = $F ignored: the run resumes from async_resume/checkpoints/step_00000004.h5" \
+  async_resume.log || { cat async_resume.log >&2; fail "async: no log line saying the resume wins over init_from"; }
+[ -f async_resume/checkpoints/step_00000006.h5 ] || fail "async resume did not reach step 6"
+echo "ok: async mode resumes a run from F, ignoring init_from"
 
 # 3. Two ranks (ZeRO-1 too): every rank starts from F.
 mpirun -np 2 --oversubscribe "${train[@]}" --run.dir=np2 --training.steps=30 --stop-after 1 --training.zero=1 \

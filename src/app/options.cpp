@@ -275,6 +275,10 @@ std::vector<Binding> bindings(RunConfig& c) {
                           ints(0, 1000000)));
   b.push_back(
       bind_key("checkpoint.resume", &c.checkpoint.resume, "\"\", \"auto\" or a checkpoint path", path_value(false)));
+  b.push_back(bind_key("checkpoint.init_from", &c.checkpoint.init_from,
+                       "a fresh run starts from this checkpoint's /model weights (fine-tuning; step 0, fresh "
+                       "optimizer and data order; ignored when the run resumes)",
+                       path_value(false)));
   b.push_back(bind_key("run.dir", &c.run.dir, "run directory: metrics.jsonl and checkpoints", path_value(true)));
   b.push_back(bind_number("run.log_every", &c.run.log_every, "progress line every N steps", ints(1, kMaxCount)));
   return b;
@@ -331,11 +335,13 @@ ParsedRun parse_train_args(int argc, char** argv) {
   std::vector<Binding> table = bindings(c);
   po::options_description keys("config keys");
   for (const Binding& b : table) b.declare(keys);
-  std::string config_file, resume, stop_after, max_runtime;
+  std::string config_file, resume, init_from, stop_after, max_runtime;
   po::options_description cli("ember train options");
   cli.add_options()("help,h", "print this help")("config", po::value<std::string>(&config_file),
                                                  "INI file with [section] key = value lines (at most once)")(
       "resume", po::value<std::string>(&resume), "auto (newest valid checkpoint, if any) or a checkpoint path")(
+      "init-from", po::value<std::string>(&init_from),
+      "start a fresh run from this checkpoint's weights (checkpoint.init_from; a resume wins)")(
       "stop-after", po::value<std::string>(&stop_after),
       "stop after N >= 1 optimizer steps in this invocation, writing a checkpoint (exit code 0)")(
       "max-runtime", po::value<std::string>(&max_runtime),
@@ -390,6 +396,7 @@ ParsedRun parse_train_args(int argc, char** argv) {
       throw_error("--max-runtime " + max_runtime + " " + problem, "give seconds, e.g. --max-runtime 3600");
   }
   if (vm.count("resume")) c.checkpoint.resume = resume;
+  if (vm.count("init-from")) c.checkpoint.init_from = init_from;
   const auto from = [&](const Binding& b) {
     return vm.count(b.key) && !vm[b.key].defaulted() ? std::string() : std::string(" (default)");
   };

@@ -130,6 +130,14 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
 
   // Rank 0 picks the checkpoint (falling back past damaged ones); every rank reads its metadata.
   job.resume = choose_resume(world, c);
+  // The center initialises the weights the workers fetch and has no way yet to take them from a file; a resume wins
+  // over init_from as in sync mode (choose_init_from logs that).
+  if (job.resume.empty() && !c.checkpoint.init_from.empty())
+    throw_error("config: checkpoint.init_from = " + c.checkpoint.init_from +
+                    " is supported in sync mode only (an async run can resume from a checkpoint, not start from one)",
+                "start with training.mode = sync from the checkpoint, then resume that run's checkpoint with "
+                "training.mode = async (an async run resumes a sync checkpoint)");
+  (void)choose_init_from(world, c, job.resume, job.tokenizer);
   if (!job.resume.empty()) {
     job.meta = read_checkpoint_meta(job.resume);
     check_resumable(job.resume, job.meta, c);

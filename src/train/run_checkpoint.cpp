@@ -1,10 +1,14 @@
 // Checkpoints as every kind of training run uses them (implementation).
 #include "train/run_checkpoint.h"
 
+#include <filesystem>
+#include <vector>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "dist/host_collectives.h"
+#include "train/run_tokenizer.h"
 
 namespace ember {
 
@@ -45,6 +49,46 @@ void check_counters(const std::string& path, const CheckpointMeta& meta) {
                  std::to_string(meta.async_version) + ", the /async_version (the center's version count)");
 }
 
+// The model keys of `file` that differ from the run's, "model.n_layer = 12 (the run has 2)", comma-separated.
+std::string model_differences(const ModelConfig& file, const ModelConfig& run) {
+  const struct {
+    const char* key;
+    int file, run;
+  } keys[] = {{"n_layer", file.n_layer, run.n_layer},
+              {"n_head", file.n_head, run.n_head},
+              {"n_embd", file.n_embd, run.n_embd},
+              {"block_size", file.block_size, run.block_size},
+              {"vocab_size", file.vocab_size, run.vocab_size}};
+  std::string out;
+  for (const auto& k : keys)
+    if (k.file != k.run)
+      out += (out.empty() ? "" : ", ") + std::string("model.") + k.key + " = " + std::to_string(k.file) +
+             " (the run has " + std::to_string(k.run) + ")";
+  return out;
+}
+
+// The checks rank 0 makes on an init_from file before any rank reads its weights.
+void check_init_from(const std::string& path, const RunConfig& config, const CheckpointTokenizer& run_tokenizer) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw_error("init_from checkpoint " + path + " does not exist",
+                "pass an existing checkpoint (.h5) to --init-from (checkpoint.init_from), e.g. a step_XXXXXXXX.h5 of "
+                "another run, or leave it unset to start from random weights");
+  if (!fs::is_regular_file(path, ec))
+    throw_error("init_from checkpoint " + path + " is not a file",
+                "pass a checkpoint file (.h5) to --init-from (checkpoint.init_from)");
+  verify_checkpoint(path);
+  const CheckpointMeta meta = read_checkpoint_meta(path);
+  if (!(meta.model == config.model))
+    throw_error("init_from checkpoint " + path +
+                    ": its model differs from the run's [model]: " + model_differences(meta.model, config.model),
+                "set model.* to the checkpoint's values (see `ember inspect " + path + "`)");
+  check_checkpoint_tokenizer(path, meta, run_tokenizer,
+                             "train on data made with the checkpoint's tokenizer (`ember inspect " + path +
+                                 "` shows it; `ember prep --tokenizer ...`), and set data.tokenizer to it");
+}
+
 }  // namespace
 
 std::string choose_resume(const World& world, const RunConfig& config) {
@@ -71,6 +115,30 @@ void check_resumable(const std::string& path, const CheckpointMeta& meta, const 
     throw_error("checkpoint " + path + ": already at step " + std::to_string(meta.step) +
                     " of training.steps = " + std::to_string(config.training.steps),
                 "raise training.steps to train further");
+}
+
+std::string choose_init_from(const World& world, const RunConfig& config, const std::string& resume,
+                             const CheckpointTokenizer& run_tokenizer) {
+  const std::string& path = config.checkpoint.init_from;
+  if (path.empty()) return "";
+  if (!resume.empty()) {
+    log_info("checkpoint.init_from = %s ignored: the run resumes from %s", path.c_str(), resume.c_str());
+    return "";
+  }
+  run_agreed(
+      world, /*root_only=*/true, [&] { check_init_from(path, config, run_tokenizer); },
+      "check checkpoint.init_from (--init-from)");
+  return path;
+}
+
+void load_init_weights(const World& world, const std::string& path, const ParamTable& table, float* params) {
+  run_agreed(
+      world, /*root_only=*/false,
+      [&] {
+        CheckpointMeta meta;
+        load_checkpoint(path, table, {{SET_MODEL, params}}, meta);
+      },
+      "every rank must be able to read checkpoint.init_from (a path on a file system all nodes share)");
 }
 
 CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& config_ini,

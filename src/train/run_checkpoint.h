@@ -1,6 +1,6 @@
 // What every kind of training run reads from and writes to its checkpoints: the choice of the resume checkpoint (made
-// once, on rank 0, for every rank), the checks that it can continue this run, the metadata every run fills alike, and
-// a save with its log line.
+// once, on rank 0, for every rank), the checks that it can continue this run, the checkpoint a fresh run takes its
+// weights from (checkpoint.init_from), the metadata every run fills alike, and a save with its log line.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,18 @@ std::string choose_resume(const World& world, const RunConfig& config);
 // count equal to the step in sync mode and to async_version in async mode), the same [model] and a step before
 // training.steps.
 void check_resumable(const std::string& path, const CheckpointMeta& meta, const RunConfig& config);
+
+// The checkpoint whose /model weights a fresh run starts from (checkpoint.init_from), or "" for random
+// initialisation. "" as well when the run resumes (`resume` is not empty): a resume wins, with a log line saying so
+// when init_from is set. Otherwise rank 0 verifies the file in full (verify_checkpoint) and checks that its model
+// attributes equal the run's [model] (the error names every differing key with both values) and that it was trained
+// with the run's tokenizer `run_tokenizer`. Collective: a failure is thrown on every rank.
+std::string choose_init_from(const World& world, const RunConfig& config, const std::string& resume,
+                             const CheckpointTokenizer& run_tokenizer);
+
+// Reads the /model weights of `path` (from choose_init_from) into `params`, a host arena of `table`, on every rank,
+// with the outcome agreed: a failure on any rank is thrown on every rank. Collective.
+void load_init_weights(const World& world, const std::string& path, const ParamTable& table, float* params);
 
 // The metadata every kind of run fills alike: the configuration (text and [model]), the tokenizer and the AdamW
 // hyper-parameters. The caller adds the counters (step, tokens, optimizer step, lr), world size, mode and per-rank

@@ -79,6 +79,7 @@ struct CheckpointConfig {
   int interval = 0;       // save every this many steps (0: only at the end)
   int keep_latest_k = 3;  // keep the newest K checkpoints
   std::string resume;     // "", "auto" (the checkpoint `latest` names, if any) or a checkpoint path
+  std::string init_from;  // a fresh run takes this checkpoint's /model weights ("": random initialisation)
 };
 
 struct RunSection {

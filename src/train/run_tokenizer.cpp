@@ -76,14 +76,20 @@ CheckpointTokenizer checkpoint_tokenizer(const Tokenizer& t) {
   return CheckpointTokenizer{tokenizer_kind_name(t.kind()), t.fingerprint(), t.vocab_size(), t.files()};
 }
 
-void check_resume_tokenizer(const std::string& path, const CheckpointMeta& meta, const CheckpointTokenizer& run) {
+void check_checkpoint_tokenizer(const std::string& path, const CheckpointMeta& meta, const CheckpointTokenizer& run,
+                                const std::string& hint) {
   const CheckpointTokenizer stored = meta.tokenizer.value_or(CheckpointTokenizer{});
   if (stored.fingerprint == run.fingerprint) return;
   throw_error("checkpoint " + path + " was trained with tokenizer " +
                   describe_recorded(stored.kind, stored.fingerprint, stored.vocab_size) + " but this run's is " +
                   describe_recorded(run.kind, run.fingerprint, run.vocab_size),
-              "resume with the data and data.tokenizer the checkpoint was trained with (`ember inspect` shows its "
-              "tokenizer), or start fresh");
+              hint);
+}
+
+void check_resume_tokenizer(const std::string& path, const CheckpointMeta& meta, const CheckpointTokenizer& run) {
+  check_checkpoint_tokenizer(path, meta, run,
+                             "resume with the data and data.tokenizer the checkpoint was trained with (`ember "
+                             "inspect` shows its tokenizer), or start fresh");
 }
 
 }  // namespace ember

@@ -25,9 +25,13 @@ std::shared_ptr<const Tokenizer> agree_run_tokenizer(const World& world, const R
 // What a checkpoint records of `t` (CheckpointMeta::tokenizer).
 CheckpointTokenizer checkpoint_tokenizer(const Tokenizer& t);
 
-// Throws ember::Error naming both unless the checkpoint at `path` (metadata `meta`) was trained with the run's
-// tokenizer `run` (same fingerprint). A file written before checkpoints recorded their tokenizer was trained with the
-// byte tokenizer, the only one there was.
+// Throws ember::Error naming both, with `hint`, unless the checkpoint at `path` (metadata `meta`) was trained with the
+// run's tokenizer `run` (same fingerprint). A file written before checkpoints recorded their tokenizer was trained
+// with the byte tokenizer, the only one there was.
+void check_checkpoint_tokenizer(const std::string& path, const CheckpointMeta& meta, const CheckpointTokenizer& run,
+                                const std::string& hint);
+
+// check_checkpoint_tokenizer for a checkpoint to resume, with the hint for that.
 void check_resume_tokenizer(const std::string& path, const CheckpointMeta& meta, const CheckpointTokenizer& run);
 
 }  // namespace ember

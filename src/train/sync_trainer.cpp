@@ -89,6 +89,7 @@ struct SyncTrainer::State {
     return {{SET_MODEL, params}, {SET_EXP_AVG, m, begin, end}, {SET_EXP_AVG_SQ, v, begin, end}};
   }
   void resume_from(const std::string& path);
+  void init_from(const std::string& path);
   std::string save();
   double evaluate();
 };
@@ -136,12 +137,24 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
            world.size);
 
   const std::string resume = choose_resume(world, c);
-  if (resume.empty()) {
+  const std::string init = choose_init_from(world, c, resume, s.tokenizer);
+  if (!resume.empty()) {
+    s.resume_from(resume);
+  } else if (!init.empty()) {
+    s.init_from(init);
+  } else {
     s.model->init_weights(c.training.seed);
     log_info("starting from scratch (seed %llu)", (unsigned long long)c.training.seed);
-    return;
   }
-  s.resume_from(resume);
+}
+
+// Only the weights: step, tokens, data cursor, AdamW moments and its step count stay as a fresh start has them.
+void SyncTrainer::State::init_from(const std::string& path) {
+  std::vector<float> params(model->arena_numel(), 0.0f);
+  load_init_weights(world, path, model->table(), params.data());
+  backend().copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
+  log_info("starting from the weights of %s (checkpoint.init_from) at step 0, with a fresh optimizer and data order",
+           path.c_str());
 }
 
 void SyncTrainer::State::resume_from(const std::string& path) {

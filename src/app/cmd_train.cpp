@@ -16,7 +16,7 @@ int cmd_train(int argc, char** argv) {
   ParsedRun parsed = parse_train_args(argc, argv);
   if (parsed.help) {
     std::cout << "usage: ember train --config FILE [--section.key=value ...] [--resume auto|PATH] [--stop-after N]\n"
-                 "                   [--max-runtime SECONDS] [--overwrite] [--log-all-ranks]\n\n"
+                 "                   [--init-from F.h5] [--max-runtime SECONDS] [--overwrite] [--log-all-ranks]\n\n"
               << config_help() << "\n";
     return EXIT_CODE_OK;
   }

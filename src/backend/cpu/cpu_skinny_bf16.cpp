@@ -44,6 +44,57 @@ EMBER_CPU_CLONES void skinny_columns(float* out, const float* x, const BFloat16*
   }
 }
 
+// The same over a block of 16 columns at cb and R rows, the accumulators in registers (R x 2 AVX2 vectors): per k,
+// one widened row piece of w, R broadcasts and 2R FMAs, against 2 loads and a store per FMA for accumulators in
+// memory. At 768 x 3072 this ran 1.5x faster at 1 row (13.6 GB/s, the memory's rate) and 1.2x at 8.
+constexpr int kBlockColumns = 16;
+template <int R>
+EMBER_CPU_CLONES void skinny_block(float* out, const float* x, const BFloat16* w, const float* bias, int K, int OC,
+                                   int cb) {
+  float acc[R][kBlockColumns];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < kBlockColumns; ++c) acc[r][c] = bias ? bias[cb + c] : 0.0f;
+  for (int k = 0; k < K; ++k) {
+    const BFloat16* src = w + size_t(k) * OC + cb;
+    float wv[kBlockColumns];
+#pragma omp simd
+    for (int c = 0; c < kBlockColumns; ++c) wv[c] = from_bf16(src[c]);
+    for (int r = 0; r < R; ++r) {
+      const float xv = x[size_t(r) * K + k];
+#pragma omp simd
+      for (int c = 0; c < kBlockColumns; ++c) acc[r][c] += xv * wv[c];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < kBlockColumns; ++c) out[size_t(r) * OC + cb + c] = acc[r][c];
+}
+
+// Columns [c0, c1) of all N rows: whole 16-column blocks in groups of up to 4 rows, the rest by skinny_columns.
+void skinny_span(float* out, const float* x, const BFloat16* w, const float* bias, int N, int K, int OC, int c0, int c1,
+                 float* acc, float* wrow) {
+  const int full = c0 + (c1 - c0) / kBlockColumns * kBlockColumns;
+  for (int cb = c0; cb < full; cb += kBlockColumns)
+    for (int r0 = 0; r0 < N; r0 += 4) {
+      const float* xr = x + size_t(r0) * K;
+      float* o = out + size_t(r0) * OC;
+      switch (std::min(4, N - r0)) {
+        case 4:
+          skinny_block<4>(o, xr, w, bias, K, OC, cb);
+          break;
+        case 3:
+          skinny_block<3>(o, xr, w, bias, K, OC, cb);
+          break;
+        case 2:
+          skinny_block<2>(o, xr, w, bias, K, OC, cb);
+          break;
+        default:
+          skinny_block<1>(o, xr, w, bias, K, OC, cb);
+          break;
+      }
+    }
+  if (full < c1) skinny_columns(out, x, w, bias, N, K, OC, full, c1, acc, wrow);
+}
+
 // out[r, v] = x[r, :] . wte[v, :] for v in [v0, v1).
 EMBER_CPU_CLONES void skinny_rows(float* out, const float* x, const BFloat16* wte, int N, int C, int V, int v0, int v1,
                                   float* wrow) {
@@ -75,9 +126,10 @@ float* thread_scratch(size_t n) {
 void skinny_matmul_bf16(float* out, const float* x, const BFloat16* w, const float* bias, int N, int K, int OC) {
 #pragma omp parallel if (size_t(K) * OC >= kMinParallelWork)
   {
-    std::vector<float> acc(size_t(N) * kColumns), wrow(kColumns);
+    float* acc = thread_scratch(size_t(N + 1) * kColumns);  // N rows of accumulators, then wrow (for a tail)
     const Span s = thread_span(size_t(OC), omp_get_thread_num(), omp_get_num_threads(), 16);
-    if (s.begin < s.end) skinny_columns(out, x, w, bias, N, K, OC, int(s.begin), int(s.end), acc.data(), wrow.data());
+    if (s.begin < s.end)
+      skinny_span(out, x, w, bias, N, K, OC, int(s.begin), int(s.end), acc, acc + size_t(N) * kColumns);
   }
 }
 

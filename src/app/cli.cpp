@@ -91,8 +91,7 @@ LoadedModel load_model(const std::string& checkpoint, const CheckpointMeta& meta
                  estimate_inference_memory(meta.model, max_B, T, backend.matmul_precision(), extra_bytes + host_params),
                  backend, 1, "lower --batch-size or --seq-len, or use a machine with more memory");
   out.model = std::make_unique<GPT>(out.meta.model, backend, max_B, T, /*with_grads=*/false);
-  std::vector<float> params(out.model->table().total_numel());
-  load_checkpoint(checkpoint, out.model->table(), {TensorSet{SET_MODEL, params.data()}}, out.meta);
+  const std::vector<float> params = load_model_weights(checkpoint, meta.model);
   backend.copy_to_device(out.model->params(), params.data(), params.size() * sizeof(float));
   return out;
 }

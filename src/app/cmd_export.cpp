@@ -37,10 +37,7 @@ int cmd_export(int argc, char** argv) {
   HostModel m;
   m.model = meta.model;
   m.tokenizer = checkpoint_tokenizer(checkpoint, meta);
-  const ParamTable table(m.model);
-  m.weights.resize(table.total_numel());
-  CheckpointMeta read = meta;
-  load_checkpoint(checkpoint, table, {TensorSet{SET_MODEL, m.weights.data()}}, read);
+  m.weights = load_model_weights(checkpoint, meta.model);
   write_hf_folder(output, m, *dtype, vm.count("overwrite") > 0);
   printf("exported %s (step %lld, %s weights, tokenizer %s) to %s\n", checkpoint.c_str(), (long long)meta.step,
          hf_dtype_name(*dtype), m.tokenizer->describe().c_str(), output.c_str());

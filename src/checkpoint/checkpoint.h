@@ -133,6 +133,10 @@ std::optional<CheckpointTokenizer> read_checkpoint_tokenizer(const std::string& 
 void load_checkpoint(const std::string& path, const ParamTable& table, const std::vector<TensorSet>& sets,
                      CheckpointMeta& meta);
 
+// The /model weights of the checkpoint at `path`, in the arena layout of ParamTable(model), read as load_checkpoint
+// reads them (every dataset checked); what eval, generate, serve and export start from.
+std::vector<float> load_model_weights(const std::string& path, const ModelConfig& model);
+
 // Reads /ranks/<rank>/<name> into each array's data (len floats). Returns false when the file has no /ranks/<rank>
 // group or that group lacks any of the names (a restart with more workers than the writer had); a dataset of the
 // wrong length or a corrupted one throws ember::Error naming file and dataset, with a hint. Every dataset is checked

@@ -123,4 +123,12 @@ void verify_checkpoint(const std::string& path) {
   }
 }
 
+std::vector<float> load_model_weights(const std::string& path, const ModelConfig& model) {
+  const ParamTable table(model);
+  std::vector<float> weights(table.total_numel());
+  CheckpointMeta meta;
+  load_checkpoint(path, table, {TensorSet{SET_MODEL, weights.data()}}, meta);
+  return weights;
+}
+
 }  // namespace ember

@@ -170,9 +170,7 @@ std::unique_ptr<KvModel> load_kv_model(const std::string& path, const Checkpoint
   require_memory("the model and its KV cache", need, backend, 1,
                  "lower --max-batch (cache slots) or the tokens per step, or use a machine with more memory");
   auto model = std::make_unique<KvModel>(mc, backend, shape);
-  std::vector<float> params(model->table().total_numel());
-  CheckpointMeta read = meta;
-  load_checkpoint(path, model->table(), {TensorSet{SET_MODEL, params.data()}}, read);
+  const std::vector<float> params = load_model_weights(path, mc);
   backend.copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
   return model;
 }

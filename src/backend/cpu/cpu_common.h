@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 // Hot row kernels are compiled three times (AVX-512, AVX2+FMA, baseline SSE2) and glibc's ifunc picks one when the
 // library loads: the default -march=x86-64 allows only SSE2, while the exp-heavy softmax and GELU loops run 2-4x
@@ -32,6 +33,15 @@ inline Span thread_span(size_t n, int tid, int nthreads, size_t align = 1) {
   const size_t per = blocks / size_t(nthreads), extra = blocks % size_t(nthreads), t = size_t(tid);
   const size_t b0 = t * per + std::min(t, extra), b1 = b0 + per + (t < extra ? 1 : 0);
   return {std::min(n, b0 * align), std::min(n, b1 * align)};
+}
+
+// A thread's scratch of at least n floats, kept between calls and padded by a cache line on each side. Buffers that
+// both threads allocated afresh inside each parallel region ended up sharing cache lines, and writes to them made the
+// two-thread decode kernels slower than one thread. The pointer stays valid until the thread's next call.
+inline float* thread_scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n + 32) buf.resize(n + 32);
+  return buf.data() + 16;
 }
 
 // Max by value. std::max returns a reference, which GCC 12 at -O2 fails to if-convert, and that blocks the

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
@@ -92,10 +91,7 @@ void CpuBackend::attention_kv_forward(float* out,            // (N, C)
   for (int i = 0; i < N; ++i) work += size_t(pos[i] + 1) * C;
 #pragma omp parallel if (2 * work >= kMinParallelWork)
   {
-    // Kept between calls and padded by a cache line each side: fresh buffers of the two threads can share a line.
-    thread_local std::vector<float> buffer;
-    if (buffer.size() < size_t(max_T) + 32) buffer.resize(size_t(max_T) + 32);
-    float* scores = buffer.data() + 16;
+    float* scores = cpu::thread_scratch(size_t(max_T));
 #pragma omp for schedule(static)
     for (int item = 0; item < N * NH; ++item) {
       const int i = item / NH, h = item % NH;

@@ -8,7 +8,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "backend/cpu/cpu_common.h"
 
@@ -110,15 +109,6 @@ EMBER_CPU_CLONES void skinny_rows(float* out, const float* x, const BFloat16* wt
       out[size_t(r) * V + v] = dot;
     }
   }
-}
-
-// A thread's scratch of n floats, kept between calls and padded by a cache line on each side: buffers allocated afresh
-// by both threads at every call ended up sharing cache lines, and the writes to them (every k for wrow) made the
-// two-thread kernel 5-20x slower than one thread.
-float* thread_scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n + 32) buf.resize(n + 32);
-  return buf.data() + 16;
 }
 
 }  // namespace

@@ -60,6 +60,12 @@ struct EnumOption<Recompute> {
   static std::optional<Recompute> parse(const std::string& s) { return parse_recompute(s); }
 };
 template <>
+struct EnumOption<DeltaCompression> {
+  static constexpr const auto& values = kDeltaCompressions;
+  static std::string name(DeltaCompression v) { return delta_compression_name(v); }
+  static std::optional<DeltaCompression> parse(const std::string& s) { return parse_delta_compression(s); }
+};
+template <>
 struct EnumOption<MatmulPrecision> {
   static constexpr const auto& values = kMatmulPrecisions;
   static std::string name(MatmulPrecision v) { return matmul_precision_name(v); }
@@ -228,6 +234,9 @@ std::vector<Binding> bindings(RunConfig& c) {
                           ints(1, 1000000)));
   b.push_back(bind_number("async.block_size", &c.async.block_size, "async: values per fp32 scale of a 1-bit message",
                           ints(8, 1 << 24)));
+  b.push_back(bind_key("async.compression", &c.async.compression,
+                       "async: how deltas and updates travel: onebit (signs and a scale per block, with error "
+                       "feedback) or none (fp32)"));
   b.push_back(bind_number("async.outer_lr", &c.async.outer_lr, "async: the center's learning rate on deltas",
                           floats(0, 10, /*lo_open=*/true)));
   b.push_back(bind_number("async.outer_momentum", &c.async.outer_momentum, "async: the center's Nesterov momentum",

@@ -50,7 +50,7 @@ void check_comm(MPI_Comm comm, const AsyncShape& shape, int expected_rank) {
 }  // namespace
 
 AsyncLayout::AsyncLayout(const AsyncShape& shape) {
-  packed = onebit_packed_bytes(shape.n, shape.block_size);
+  packed = DeltaCodec(shape.compression, shape.n, shape.block_size).packed_bytes();
   ring_size = 4 * size_t(shape.workers) + 4;
   slots = align_up(sizeof(Header));
   slot_stride = align_up(sizeof(Slot) + packed);
@@ -68,7 +68,8 @@ AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* in
     : shape_(shape),
       layout_(shape),
       comm_(comm),
-      feedback_(shape.n, shape.block_size),
+      codec_(shape.compression, shape.n, shape.block_size),
+      feedback_(codec_),
       staging_(layout_.packed),
       version_(version),
       tokens_applied_(tokens_applied),
@@ -146,7 +147,7 @@ std::vector<AsyncMessage> AsyncCenter::take() {
 }
 
 void AsyncCenter::decode(const AsyncMessage& message, float* out) const {
-  onebit_unpack(message.bytes.data(), shape_.n, shape_.block_size, out);
+  codec_.unpack(message.bytes.data(), out);
 }
 
 uint64_t AsyncCenter::publish(const float* update, uint64_t tokens, const std::vector<AsyncMessage>& included) {
@@ -157,7 +158,7 @@ uint64_t AsyncCenter::publish(const float* update, uint64_t tokens, const std::v
   uint8_t* entry = base_ + layout_.ring_entry(next);
   std::memcpy(entry, &next, sizeof(next));
   std::memcpy(entry + sizeof(uint64_t), staging_.data(), layout_.packed);
-  onebit_unpack_add(staging_.data(), shape_.n, shape_.block_size, reinterpret_cast<float*>(base_ + layout_.params));
+  codec_.unpack_add(staging_.data(), reinterpret_cast<float*>(base_ + layout_.params));
   AsyncLayout::Header* h = header();
   h->version = next;
   h->tokens_applied += tokens;
@@ -203,7 +204,8 @@ AsyncWorker::AsyncWorker(MPI_Comm comm, const AsyncShape& shape, int worker_rank
       layout_(shape),
       worker_(worker_rank - 1),
       timeout_(timeout_seconds),
-      feedback_(shape.n, shape.block_size),
+      codec_(shape.compression, shape.n, shape.block_size),
+      feedback_(codec_),
       message_(layout_.packed) {
   check_comm(comm, shape, -1);
   EMBER_MPI_CHECK(MPI_Comm_dup(comm, &probe_comm_));  // collective with the center's
@@ -322,7 +324,7 @@ AsyncWorker::Published AsyncWorker::fetch(float* base) {
     std::memcpy(&stamp, entry, sizeof(stamp));
     EMBER_ASSERT(stamp == first + k, "async exchange: a ring entry holds version " + std::to_string(stamp) +
                                          " where version " + std::to_string(first + k) + " was expected");
-    onebit_unpack_add(entry + sizeof(uint64_t), shape_.n, shape_.block_size, base);
+    codec_.unpack_add(entry + sizeof(uint64_t), base);
   }
   version_ = h.version;
   have_version_ = true;
@@ -338,16 +340,7 @@ AsyncWorker::Published AsyncWorker::fetch(float* base) {
 }
 
 void AsyncWorker::add_last_message(float scale, float* out) const {
-  if (seq_ == 0) return;
-  const size_t nblocks = onebit_block_count(shape_.n, shape_.block_size);
-  std::vector<uint8_t> scaled(message_);
-  for (size_t b = 0; b < nblocks; ++b) {
-    float s;
-    std::memcpy(&s, scaled.data() + b * sizeof(float), sizeof(float));
-    s *= scale;
-    std::memcpy(scaled.data() + b * sizeof(float), &s, sizeof(float));
-  }
-  onebit_unpack_add(scaled.data(), shape_.n, shape_.block_size, out);
+  if (seq_ > 0) codec_.unpack_add(message_.data(), out, scale);
 }
 
 void AsyncWorker::ack_barrier(uint64_t seq) {

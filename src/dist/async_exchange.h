@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/onebit_codec.h"
+#include "dist/delta_codec.h"
 
 namespace ember {
 
@@ -26,6 +26,7 @@ namespace ember {
 struct AsyncShape {
   size_t n = 0;                // values per message: the model's parameters
   size_t block_size = 2048;    // values per fp32 scale
+  DeltaCompression compression = DeltaCompression::onebit;
   int workers = 1;             // ranks 1..workers of the communicator
   bool error_feedback = true;  // false: residuals are dropped after every message (a test switch)
 };
@@ -133,6 +134,7 @@ class AsyncCenter {
   MPI_Comm probe_comm_ = MPI_COMM_NULL;  // never carries a message: probed only to run MPI's progress loop
   MPI_Win win_ = MPI_WIN_NULL;
   uint8_t* base_ = nullptr;
+  DeltaCodec codec_;
   ErrorFeedback feedback_;
   std::vector<uint8_t> staging_;
   uint64_t version_ = 0;
@@ -199,6 +201,7 @@ class AsyncWorker {
   double timeout_;
   MPI_Comm probe_comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
+  DeltaCodec codec_;
   ErrorFeedback feedback_;
   std::vector<uint8_t> message_;
   uint64_t seq_ = 0;

@@ -1,4 +1,4 @@
-// 1-bit sign + per-block scale codec and its error-feedback state; see onebit_codec.h for the message layout.
+// 1-bit sign + per-block scale codec; see onebit_codec.h for the message layout.
 // OpenMP loops with static schedules; each block is summed by one thread in a fixed order, so bytes are deterministic.
 #include "dist/onebit_codec.h"
 
@@ -71,29 +71,8 @@ void onebit_unpack(const uint8_t* in, size_t n, size_t block_size, float* out) {
   for_each_decoded(in, n, block_size, [out](size_t i, float v) { out[i] = v; });
 }
 
-void onebit_unpack_add(const uint8_t* in, size_t n, size_t block_size, float* out) {
-  for_each_decoded(in, n, block_size, [out](size_t i, float v) { out[i] += v; });
+void onebit_unpack_add(const uint8_t* in, size_t n, size_t block_size, float* out, float factor) {
+  for_each_decoded(in, n, block_size, [out, factor](size_t i, float v) { out[i] += factor * v; });
 }
-
-ErrorFeedback::ErrorFeedback(size_t n, size_t block_size) : n_(n), block_size_(block_size), residual_(n, 0.0f) {
-  EMBER_ASSERT(block_size >= 1, "ErrorFeedback: block_size must be >= 1");
-}
-
-void ErrorFeedback::compress(const float* delta, uint8_t* out) {
-  float* r = residual_.data();
-  // c = delta + residual, built in place of the residual: it is the value sent, and the next residual is c - sent.
-#pragma omp parallel for schedule(static) if (n_ >= kMinParallelWork)
-  for (size_t i = 0; i < n_; ++i) r[i] += delta[i];
-  onebit_pack(r, n_, block_size_, out);
-  // Subtract exactly what the receiver will decode (the same fp32 scale and sign), so the identity in the header
-  // holds up to one rounding of this subtraction per step.
-  for_each_decoded(out, n_, block_size_, [r](size_t i, float v) { r[i] -= v; });
-}
-
-void ErrorFeedback::set_residual(const float* residual) {
-  if (n_ > 0) std::memcpy(residual_.data(), residual, n_ * sizeof(float));
-}
-
-void ErrorFeedback::reset() { residual_.assign(n_, 0.0f); }
 
 }  // namespace ember

@@ -1,11 +1,9 @@
-// 1-bit codec with error feedback for async mode (docs/architecture.md, "Asynchronous mode"): each value is sent as
-// its sign, plus one fp32 scale per block, and what the compression lost is kept as a residual and added to the next
-// message.
+// 1-bit codec for async mode (docs/architecture.md, "Asynchronous mode"): each value is sent as its sign, plus one
+// fp32 scale per block; delta_codec.h adds the error feedback that keeps what the compression lost.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace ember {
 
@@ -29,35 +27,8 @@ void onebit_pack(const float* x, size_t n, size_t block_size, uint8_t* out);
 // in (onebit_packed_bytes(n, block_size)) -> out (n): out[i] = sign_i * scale_of_block(i).
 void onebit_unpack(const uint8_t* in, size_t n, size_t block_size, float* out);
 
-// Like onebit_unpack but out[i] += sign_i * scale_of_block(i): the center folds messages into an accumulator.
-void onebit_unpack_add(const uint8_t* in, size_t n, size_t block_size, float* out);
-
-// The error-feedback state of one sender (a worker for its deltas, or the center for what it publishes).
-// Each compress sends c = delta + residual and keeps residual = c - unpack(message), so over any run of steps
-//   sum(unpacked messages) = sum(deltas) + first residual - last residual   (up to fp32 rounding per step):
-// nothing is lost, only delayed.
-class ErrorFeedback {
- public:
-  // The residual starts at 0.
-  ErrorFeedback(size_t n, size_t block_size);
-
-  // delta (n) -> out (packed_bytes()); updates the residual. delta must not point into residual().
-  void compress(const float* delta, uint8_t* out);
-
-  size_t size() const { return n_; }
-  size_t block_size() const { return block_size_; }
-  size_t packed_bytes() const { return onebit_packed_bytes(n_, block_size_); }
-
-  const std::vector<float>& residual() const { return residual_; }  // (n)
-  // Restores a residual (n), e.g. from a checkpoint: dropping it would lose what it still owes the receiver.
-  void set_residual(const float* residual);
-  // Back to a zero residual, e.g. after the receiver's state was reset.
-  void reset();
-
- private:
-  size_t n_;
-  size_t block_size_;
-  std::vector<float> residual_;  // (n) what was meant but not yet sent
-};
+// Like onebit_unpack but out[i] += factor * sign_i * scale_of_block(i): the center folds messages into an
+// accumulator, and a sender subtracts what it sent from its residual (factor -1).
+void onebit_unpack_add(const uint8_t* in, size_t n, size_t block_size, float* out, float factor = 1.0f);
 
 }  // namespace ember

@@ -9,6 +9,7 @@
 #include "core/training_mode.h"
 #include "data/tokenizer.h"
 #include "dist/comm_select.h"
+#include "dist/delta_codec.h"
 #include "dist/device_select.h"
 #include "model/gpt.h"
 #include "model/model_config.h"
@@ -40,6 +41,7 @@ struct TrainingConfig {
 struct AsyncConfig {
   int local_steps = 8;    // H: optimizer steps a worker takes between two syncs
   int block_size = 2048;  // values per fp32 scale of a 1-bit message
+  DeltaCompression compression = DeltaCompression::onebit;  // of the deltas and updates: onebit, or none (fp32)
   float outer_lr = 1.3f;  // the center's (outer) learning rate on the weighted deltas
   // The center's Nesterov momentum. Negative by default: applying deltas taken against older parameters acts like
   // extra momentum already (README, "Several hosts of unequal speed"); -0.4 with outer_lr 1.3 keeps the long-run

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "dist/delta_codec.h"
 #include "dist/onebit_codec.h"
 
 namespace ember {
@@ -88,7 +89,7 @@ TEST(OnebitCodec, PackedBytesFormula) {
 
 TEST(OnebitCodec, BlockSizeZeroIsRejected) {
   EXPECT_THROW(onebit_packed_bytes(10, 0), Error);
-  EXPECT_THROW(ErrorFeedback(10, 0), Error);
+  EXPECT_THROW(DeltaCodec(DeltaCompression::onebit, 10, 0), Error);
 }
 
 // Every decoded value is +-(its block's scale) with the sign of the input; unused sign bits are zero; unpack_add adds
@@ -169,12 +170,12 @@ TEST(OnebitCodec, ThreadCountDoesNotChangeBytes) {
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   const std::vector<uint8_t> serial = pack(x, K);
-  ErrorFeedback ef_serial(n, K);
+  ErrorFeedback ef_serial(DeltaCodec(DeltaCompression::onebit, n, K));
   std::vector<uint8_t> m1(ef_serial.packed_bytes());
   ef_serial.compress(x.data(), m1.data());
   omp_set_num_threads(std::max(2, threads));
   EXPECT_EQ(pack(x, K), serial);
-  ErrorFeedback ef_parallel(n, K);
+  ErrorFeedback ef_parallel(DeltaCodec(DeltaCompression::onebit, n, K));
   std::vector<uint8_t> m2(ef_parallel.packed_bytes());
   ef_parallel.compress(x.data(), m2.data());
   omp_set_num_threads(threads);
@@ -227,7 +228,7 @@ TEST(ErrorFeedback, IdentityHoldsForWorker) {
   uint32_t stream = 400;
   for (Shape s : {Shape{1001, 64}, Shape{1001, 1000}, Shape{1001, 1}, Shape{13, 5}, Shape{0, 8}}) {
     Rng rng(stream++);
-    ErrorFeedback ef(s.n, s.K);
+    ErrorFeedback ef(DeltaCodec(DeltaCompression::onebit, s.n, s.K));
     const std::vector<float> r0 = rng.normal(s.n, 0.3f);
     ef.set_residual(r0.data());
     ASSERT_EQ(ef.residual(), r0);
@@ -253,7 +254,7 @@ TEST(ErrorFeedback, IdentityHoldsForCenter) {
   uint32_t stream = 500;
   for (Shape s : {Shape{1001, 64}, Shape{1001, 1000}, Shape{1001, 1}}) {
     Rng rng(stream++);
-    ErrorFeedback worker(s.n, s.K), center(s.n, s.K);
+    ErrorFeedback worker(DeltaCodec(DeltaCompression::onebit, s.n, s.K)), center(DeltaCodec(DeltaCompression::onebit, s.n, s.K));
     Sums center_sums(s.n), chain_sums(s.n);
     std::vector<uint8_t> worker_msg(worker.packed_bytes()), center_msg(center.packed_bytes());
     std::vector<float> center_sent(s.n);
@@ -310,7 +311,7 @@ TEST(ErrorFeedback, ResidualStaysSmallForRandomDeltas) {
   uint32_t stream = 600;
   for (size_t K : {64, 1000, 8, 1}) {
     Rng rng(stream++);
-    ErrorFeedback ef(n, K);
+    ErrorFeedback ef(DeltaCodec(DeltaCompression::onebit, n, K));
     std::vector<uint8_t> msg(ef.packed_bytes());
     double worst_ratio = 0.0, worst_rms = 0.0;
     for (int k = 0; k < steps; ++k) {
@@ -346,7 +347,7 @@ TEST(ErrorFeedback, ResidualObeysContractionBound) {
   for (size_t K : {64, 1000, 7})
     for (bool constant : {true, false}) {
       Rng rng(stream++);
-      ErrorFeedback ef(n, K);
+      ErrorFeedback ef(DeltaCodec(DeltaCompression::onebit, n, K));
       std::vector<uint8_t> msg(ef.packed_bytes());
       const size_t nblocks = onebit_block_count(n, K);
       Vec max_delta_norm(nblocks, 0.0);
@@ -380,7 +381,7 @@ TEST(ErrorFeedback, ResidualObeysContractionBound) {
 TEST(ErrorFeedback, ResetClearsResidual) {
   const size_t n = 1001, K = 64;
   Rng rng(700);
-  ErrorFeedback ef(n, K);
+  ErrorFeedback ef(DeltaCodec(DeltaCompression::onebit, n, K));
   EXPECT_EQ(ef.residual(), std::vector<float>(n, 0.0f));
   const std::vector<float> delta = rng.normal(n);
   std::vector<uint8_t> first(ef.packed_bytes()), again(ef.packed_bytes());

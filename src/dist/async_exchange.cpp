@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <string>
 
@@ -51,26 +52,32 @@ void check_comm(MPI_Comm comm, const AsyncShape& shape, int expected_rank) {
 
 AsyncLayout::AsyncLayout(const AsyncShape& shape) {
   packed = DeltaCodec(shape.compression, shape.n, shape.block_size).packed_bytes();
-  ring_size = 4 * size_t(shape.workers) + 4;
   slots = align_up(sizeof(Header));
   slot_stride = align_up(sizeof(Slot) + packed);
-  ring = slots + size_t(shape.workers) * slot_stride;
-  ring_stride = align_up(sizeof(uint64_t) + packed);
-  params = ring + ring_size * ring_stride;
+  downloads = slots + size_t(shape.workers) * slot_stride;
+  download_stride = align_up(download_bytes());
+  params = downloads + size_t(shape.workers) * download_stride;
   total = params + align_up(shape.n * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
 // Center
 
-AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* initial, uint64_t version,
+AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* global, uint64_t version,
                          uint64_t tokens_applied, uint64_t samples_reserved)
     : shape_(shape),
       layout_(shape),
       comm_(comm),
       codec_(shape.compression, shape.n, shape.block_size),
-      feedback_(codec_),
-      staging_(layout_.packed),
+      global_(global),
+      mirrors_(size_t(shape.workers), std::vector<float>(global, global + shape.n)),
+      mirror_version_(size_t(shape.workers), version),
+      download_seq_(size_t(shape.workers), 0),
+      download_taken_(size_t(shape.workers), 0),
+      folded_seq_(size_t(shape.workers), 0),
+      written_(size_t(shape.workers)),
+      applied_seq_(size_t(shape.workers), 0),
+      diff_(shape.n),
       version_(version),
       tokens_applied_(tokens_applied),
       barrier_acks_(size_t(shape.workers), 0),
@@ -81,10 +88,10 @@ AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* in
   // Nobody reaches the window before the barrier below; the epoch makes the stores public in any memory model.
   lock();
   std::memset(base_, 0, layout_.params);
-  if (shape.n > 0) std::memcpy(base_ + layout_.params, initial, shape.n * sizeof(float));
+  if (shape.n > 0) std::memcpy(base_ + layout_.params, global, shape.n * sizeof(float));
   AsyncLayout::Header* h = header();
   h->version = version;
-  h->ring_start = version;
+  h->params_version = version;
   h->tokens_applied = tokens_applied;
   h->samples_reserved = samples_reserved;
   unlock();
@@ -123,6 +130,7 @@ std::vector<AsyncMessage> AsyncCenter::take() {
   for (int w = 0; w < shape_.workers; ++w) {
     AsyncLayout::Slot* s = slot(w);
     barrier_acks_[size_t(w)] = s->barrier_ack;
+    download_taken_[size_t(w)] = s->download_taken;
     stop_requested_ = stop_requested_ || s->stop_request != 0;
     if (s->seq == s->taken) continue;
     AsyncMessage m;
@@ -142,32 +150,64 @@ std::vector<AsyncMessage> AsyncCenter::take() {
     ++messages_taken_;
     taken.push_back(std::move(m));
   }
+  serve();
   unlock();
   return taken;
 }
 
-void AsyncCenter::decode(const AsyncMessage& message, float* out) const {
-  codec_.unpack(message.bytes.data(), out);
+void AsyncCenter::serve() {
+  const size_t n = shape_.n;
+  for (int w = 0; w < shape_.workers; ++w) {
+    const size_t k = size_t(w);
+    float* mirror = mirrors_[k].data();
+    std::deque<Written>& written = written_[k];
+    // The worker took download `taken`: the mirror adds exactly what the worker decoded, so the two stay equal bit
+    // for bit. Downloads written after it were relative to the mirror before it, and the worker will refuse them.
+    const uint64_t taken = download_taken_[k];
+    if (taken > folded_seq_[k]) {
+      auto it = std::find_if(written.begin(), written.end(), [taken](const Written& x) { return x.seq == taken; });
+      EMBER_ASSERT(it != written.end(), "async exchange: worker rank " + std::to_string(w + 1) + " reports download " +
+                                            std::to_string(taken) + ", which was never written");
+      codec_.unpack_add(it->bytes.data(), mirror);
+      folded_seq_[k] = taken;
+      mirror_version_[k] = it->version;
+      written.clear();
+    }
+    // Write a download when the newest version is news to the worker: a fresh one once the last was taken, or a
+    // newer one in place of a download the worker has not taken yet, so a fetch always brings the newest version.
+    const uint64_t carries = written.empty() ? mirror_version_[k] : written.back().version;
+    if (carries == version_) continue;
+    float* diff = diff_.data();
+    const float* global = global_;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) diff[i] = global[i] - mirror[i];
+    Written x{++download_seq_[k], version_, std::vector<uint8_t>(layout_.packed)};
+    codec_.pack(diff, x.bytes.data());
+    AsyncLayout::Download d{x.seq, version_, applied_seq_[k], folded_seq_[k]};
+    uint8_t* area = base_ + layout_.download(w);
+    std::memcpy(area, &d, sizeof(d));
+    std::memcpy(area + sizeof(d), x.bytes.data(), layout_.packed);
+    std::memcpy(area + sizeof(d) + layout_.packed, &x.seq, sizeof(x.seq));
+    written.push_back(std::move(x));
+    ++downloads_written_;
+  }
 }
 
-uint64_t AsyncCenter::publish(const float* update, uint64_t tokens, const std::vector<AsyncMessage>& included) {
-  feedback_.compress(update, staging_.data());
-  if (!shape_.error_feedback) feedback_.reset();
+void AsyncCenter::decode(const AsyncMessage& message, float* out) const { codec_.unpack(message.bytes.data(), out); }
+
+uint64_t AsyncCenter::publish(uint64_t tokens, const std::vector<AsyncMessage>& included) {
   const uint64_t next = version_ + 1;
   lock();
-  uint8_t* entry = base_ + layout_.ring_entry(next);
-  std::memcpy(entry, &next, sizeof(next));
-  std::memcpy(entry + sizeof(uint64_t), staging_.data(), layout_.packed);
-  codec_.unpack_add(staging_.data(), reinterpret_cast<float*>(base_ + layout_.params));
   AsyncLayout::Header* h = header();
   h->version = next;
   h->tokens_applied += tokens;
   for (const AsyncMessage& m : included) {
-    slot(m.worker)->applied = m.seq;
+    applied_seq_[size_t(m.worker)] = m.seq;
     applied_in_[size_t(m.worker)] = next;
   }
   version_ = next;
   tokens_applied_ = h->tokens_applied;
+  serve();
   unlock();
   return next;
 }
@@ -206,7 +246,8 @@ AsyncWorker::AsyncWorker(MPI_Comm comm, const AsyncShape& shape, int worker_rank
       timeout_(timeout_seconds),
       codec_(shape.compression, shape.n, shape.block_size),
       feedback_(codec_),
-      message_(layout_.packed) {
+      message_(layout_.packed),
+      download_(layout_.download_bytes()) {
   check_comm(comm, shape, -1);
   EMBER_MPI_CHECK(MPI_Comm_dup(comm, &probe_comm_));  // collective with the center's
   uint8_t* unused = nullptr;
@@ -262,7 +303,7 @@ uint64_t AsyncWorker::reserve(uint64_t count) {
   return first;
 }
 
-void AsyncWorker::send(const float* delta, uint64_t base_version, uint64_t tokens, double loss) {
+void AsyncWorker::send(const float* delta, uint64_t base_version, uint64_t tokens, double loss, float weight) {
   feedback_.compress(delta, message_.data());
   if (!shape_.error_feedback) feedback_.reset();
   const double t0 = now_seconds();
@@ -290,6 +331,7 @@ void AsyncWorker::send(const float* delta, uint64_t base_version, uint64_t token
   put(&next, slot + offsetof(AsyncLayout::Slot, seq), sizeof(next));
   unlock();
   seq_ = next;
+  sent_.push_back({next, weight, message_});
   blocked_ += now_seconds() - t0;
 }
 
@@ -297,50 +339,57 @@ AsyncWorker::Published AsyncWorker::fetch(float* base) {
   const double t0 = now_seconds();
   AsyncLayout::Header h{};
   AsyncLayout::Slot mine{};
+  AsyncLayout::Download d{};
   Published p;
-  std::vector<uint8_t> ring_entries;
-  uint64_t first = 0, count = 0;
   lock();
   get(&h, 0, sizeof(h));
   get(&mine, layout_.slot(worker_), sizeof(mine));
+  get(&d, layout_.download(worker_), sizeof(d));
   flush();
-  const bool in_ring =
-      have_version_ && version_ >= h.ring_start && version_ <= h.version && h.version - version_ <= layout_.ring_size;
-  if (in_ring) {
-    first = version_ + 1;
-    count = h.version - version_;
-    ring_entries.resize(size_t(count) * layout_.ring_stride);
-    for (uint64_t k = 0; k < count; ++k)
-      get(ring_entries.data() + k * layout_.ring_stride, layout_.ring_entry(first + k),
-          sizeof(uint64_t) + layout_.packed);
-  } else {
-    get(base, layout_.params, shape_.n * sizeof(float));
+  p.full = !have_params_;
+  if (p.full) get(base, layout_.params, shape_.n * sizeof(float));
+  // A download is for this worker only when it was computed against the parameters this worker holds (base_seq is
+  // the download it took last); one the center wrote before it learnt of that take is refused.
+  bool fresh = d.seq != download_taken_ && d.base_seq == download_taken_;
+  if (fresh) {
+    // Record, message and trailing seq in one get: one-sided components may serve the gets of one epoch on
+    // either side of the center's writes, and a record whose seqs disagree is refused as torn.
+    get(download_.data(), layout_.download(worker_), layout_.download_bytes());
+    flush();
+    AsyncLayout::Download again{};
+    uint64_t trailer = 0;
+    std::memcpy(&again, download_.data(), sizeof(again));
+    std::memcpy(&trailer, download_.data() + sizeof(again) + layout_.packed, sizeof(trailer));
+    fresh = again.seq == d.seq && trailer == d.seq;
+    if (fresh) put(&d.seq, layout_.slot(worker_) + offsetof(AsyncLayout::Slot, download_taken), sizeof(d.seq));
   }
-  unlock();  // completes the gets
+  unlock();  // completes the gets and the put
   blocked_ += now_seconds() - t0;
-  for (uint64_t k = 0; k < count; ++k) {
-    const uint8_t* entry = ring_entries.data() + k * layout_.ring_stride;
-    uint64_t stamp = 0;
-    std::memcpy(&stamp, entry, sizeof(stamp));
-    EMBER_ASSERT(stamp == first + k, "async exchange: a ring entry holds version " + std::to_string(stamp) +
-                                         " where version " + std::to_string(first + k) + " was expected");
-    codec_.unpack_add(entry + sizeof(uint64_t), base);
+  if (p.full) {
+    have_params_ = true;
+    version_ = h.params_version;
   }
-  version_ = h.version;
-  have_version_ = true;
-  p.version = h.version;
+  p.downloaded = fresh;
+  if (fresh) {
+    codec_.unpack_add(download_.data() + sizeof(AsyncLayout::Download), base);
+    download_taken_ = d.seq;
+    version_ = d.version;
+    applied_ = d.applied;
+  }
+  while (!sent_.empty() && sent_.front().seq <= applied_) sent_.pop_front();
+  p.version = version_;
+  p.applied = applied_;
+  p.newest = h.version;
   p.tokens_applied = h.tokens_applied;
   p.samples_reserved = h.samples_reserved;
   p.barrier_seq = h.barrier_seq;
   p.barrier_kind = AsyncBarrier(h.barrier_kind);
   p.staleness = mine.staleness;
-  p.applied = mine.applied;
-  p.full = !in_ring;
   return p;
 }
 
-void AsyncWorker::add_last_message(float scale, float* out) const {
-  if (seq_ > 0) codec_.unpack_add(message_.data(), out, scale);
+void AsyncWorker::add_pending(float* out) const {
+  for (const Sent& m : sent_) codec_.unpack_add(m.bytes.data(), out, m.weight);
 }
 
 void AsyncWorker::ack_barrier(uint64_t seq) {

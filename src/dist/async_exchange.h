@@ -1,21 +1,25 @@
 // The async-mode exchange (docs/architecture.md, "Asynchronous mode"): one MPI_Win_allocate window on the center
-// (rank 0) holding a mailbox slot per worker, a ring of recently published updates and the published parameters.
-// Workers reach it only with passive target operations (MPI_Put, MPI_Get, MPI_Fetch_and_op under a shared lock of
-// rank 0); the center touches its own window memory only under an exclusive lock of itself, so neither side ever sees
-// the other's half-written data. No bulk MPI_Accumulate (over UCX it moves the data twice) and no MPI_MODE_NOCHECK
-// with lock_all (osc/pt2pt hangs).
+// (rank 0) holding, per worker, a mailbox slot for its deltas and a download for the parameters it lacks, plus the
+// parameters the job started from. Workers reach it only with passive target operations (MPI_Put, MPI_Get,
+// MPI_Fetch_and_op under a shared lock of rank 0); the center touches its own window memory only under an exclusive
+// lock of itself, so neither side ever sees the other's half-written data. No bulk MPI_Accumulate (over UCX it moves
+// the data twice) and no MPI_MODE_NOCHECK with lock_all (osc/pt2pt hangs).
 //
-// A worker's cycle: reserve() a range of global sample indices, train on it, send() the 1-bit error-feedback
-// delta of its parameters since its last sync, fetch() the newest published parameters and rebase onto them.
-// The center's cycle: take() every new message, fold the deltas into the global parameters with its outer
-// optimizer, and publish() the resulting update, itself 1-bit compressed with the center's own error feedback, so
-// the published parameters trail the global ones by exactly the center's residual.
+// A worker's cycle: reserve() a range of global sample indices, train on it, send() the error-feedback compressed
+// delta of its parameters since its last sync, fetch() its download and rebase onto it. The center's cycle: take()
+// every new message, fold the deltas into the global parameters with its outer optimizer, and publish() the new
+// version. For each worker the center keeps a mirror of the parameters that worker holds; whenever the worker has
+// consumed its previous download and the mirror is behind, the center compresses (global - mirror) into the
+// worker's download and adds what it sent to the mirror. A download is therefore one message whatever the number of
+// versions the worker missed, and what it could not carry stays in (global - mirror) for the next one: error
+// feedback on the way down, per worker.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "dist/delta_codec.h"
@@ -24,8 +28,8 @@ namespace ember {
 
 // What every rank of an async job agrees on.
 struct AsyncShape {
-  size_t n = 0;                // values per message: the model's parameters
-  size_t block_size = 2048;    // values per fp32 scale
+  size_t n = 0;              // values per message: the model's parameters
+  size_t block_size = 2048;  // values per fp32 scale
   DeltaCompression compression = DeltaCompression::onebit;
   int workers = 1;             // ranks 1..workers of the communicator
   bool error_feedback = true;  // false: residuals are dropped after every message (a test switch)
@@ -35,14 +39,14 @@ struct AsyncShape {
 enum class AsyncBarrier : uint64_t { none = 0, checkpoint = 1, stop = 2, finish = 3 };
 
 // Byte offsets in the center's window, each 64-byte aligned:
-//   header              Header
-//   slot w (w < workers) Slot, then the packed message of worker rank w + 1
-//   ring entry k        uint64 version, then a packed published update; version v lives at entry v % ring_size
-//   params              n floats: the published parameters
+//   header                Header
+//   slot w (w < workers)  Slot, then the packed message of worker rank w + 1 (written by the worker)
+//   download w            Download, a packed message for worker rank w + 1, and the seq again (by the center)
+//   params                n floats: the parameters at the window's creation, every worker's first fetch
 struct AsyncLayout {
   struct Header {
     uint64_t version;           // updates published so far
-    uint64_t ring_start;        // the version the window started at: versions <= ring_start are not in the ring
+    uint64_t params_version;    // the version of the params region (the window's first)
     uint64_t tokens_applied;    // tokens behind every delta folded in
     uint64_t samples_reserved;  // the next global sample index to hand out (MPI_Fetch_and_op)
     uint64_t barrier_seq;       // barriers requested so far
@@ -50,26 +54,32 @@ struct AsyncLayout {
     uint64_t pad[2];
   };
   struct Slot {
-    uint64_t seq;           // messages the worker has written; written last, after a flush of the message
-    uint64_t base_version;  // the published version the delta was taken against
-    uint64_t tokens;        // tokens trained into the delta
-    uint64_t loss_bits;     // the worker's mean training loss over those tokens (a double's bits), for the log
-    uint64_t taken;         // the newest seq the center has taken: the slot is free again when taken == seq
-    uint64_t staleness;     // versions published between the base and the take of the newest message taken
-    uint64_t barrier_ack;   // the newest barrier_seq the worker has reached
-    uint64_t stop_request;  // non-zero: the worker asks the job to stop (it received SIGUSR1/SIGTERM)
-    uint64_t applied;       // the newest seq whose delta a published version includes
+    uint64_t seq;             // messages the worker has written; written last, after a flush of the message
+    uint64_t base_version;    // the version of the parameters the delta was taken against
+    uint64_t tokens;          // tokens trained into the delta
+    uint64_t loss_bits;       // the worker's mean training loss over those tokens (a double's bits), for the log
+    uint64_t taken;           // the newest seq the center has taken: the slot is free again when taken == seq
+    uint64_t staleness;       // versions published between the base and the take of the newest message taken
+    uint64_t barrier_ack;     // the newest barrier_seq the worker has reached
+    uint64_t stop_request;    // non-zero: the worker asks the job to stop (it received SIGUSR1/SIGTERM)
+    uint64_t download_taken;  // the newest download seq the worker has applied: the center may write the next
+  };
+  // A download record: this, the packed message, then seq again (a reader whose two seqs differ saw a torn record).
+  struct Download {
+    uint64_t seq;       // downloads written so far
+    uint64_t version;   // the version the worker holds once it has added the message
+    uint64_t applied;   // the newest seq of this worker whose delta that version includes
+    uint64_t base_seq;  // the download taken last that the message is relative to (0: the first parameters)
   };
 
   explicit AsyncLayout(const AsyncShape& shape);
   size_t slot(int worker) const { return slots + size_t(worker) * slot_stride; }  // worker: 0-based
   size_t slot_message(int worker) const { return slot(worker) + sizeof(Slot); }
-  size_t ring_entry(uint64_t version) const { return ring + size_t(version % ring_size) * ring_stride; }
+  size_t download(int worker) const { return downloads + size_t(worker) * download_stride; }
+  size_t download_bytes() const { return sizeof(Download) + packed + sizeof(uint64_t); }
 
-  size_t packed = 0;     // bytes of one packed message
-  size_t ring_size = 0;  // published updates kept: 4 per worker + 4, so a worker four rounds behind the others
-                         // still catches up from the ring instead of fetching the full parameters
-  size_t slots = 0, slot_stride = 0, ring = 0, ring_stride = 0, params = 0, total = 0;
+  size_t packed = 0;  // bytes of one packed message
+  size_t slots = 0, slot_stride = 0, downloads = 0, download_stride = 0, params = 0, total = 0;
 };
 
 // A message as the center took it out of a slot.
@@ -87,9 +97,10 @@ struct AsyncMessage {
 class AsyncCenter {
  public:
   // Collective over comm with the workers' AsyncWorker constructors; this process must be rank 0 of comm, whose
-  // size must be shape.workers + 1. The published parameters start as `initial` (n floats) at `version`, with the
-  // given tokens applied and sample counter; the ring starts empty, so every worker's first fetch is a full one.
-  AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* initial, uint64_t version, uint64_t tokens_applied,
+  // size must be shape.workers + 1. `global` (n floats) is the center's copy of the parameters: it must stay valid
+  // for the life of this object, and change only just before publish(). It is `version` now, with the given tokens
+  // applied and sample counter, and is what every worker's first fetch brings.
+  AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* global, uint64_t version, uint64_t tokens_applied,
               uint64_t samples_reserved);
   ~AsyncCenter();  // frees the window: collective, like the constructor
   AsyncCenter(const AsyncCenter&) = delete;
@@ -97,14 +108,14 @@ class AsyncCenter {
 
   // Takes the newest message of every slot that has one the center has not taken yet, frees the slot and reads the
   // barrier acknowledgements and stop requests. One short exclusive epoch on the center's own window; progresses
-  // one-sided traffic (osc/pt2pt needs the target in MPI), so an idle center calls it in a loop.
+  // one-sided traffic (osc/pt2pt needs the target in MPI), so an idle center calls it in a loop. Also writes the
+  // download of every worker that has consumed its previous one and is behind.
   std::vector<AsyncMessage> take();
   // out (n) = the delta the message carries.
   void decode(const AsyncMessage& message, float* out) const;
-  // Publishes `update` (n floats, the change of the global parameters) as the next version: compressed with the
-  // center's error feedback, stored in the ring and added to the published parameters; marks the `included`
-  // messages as applied in their slots. Returns the new version.
-  uint64_t publish(const float* update, uint64_t tokens, const std::vector<AsyncMessage>& included = {});
+  // The global parameters have changed: they are the next version, which folds in `tokens` more tokens and the
+  // `included` messages. Writes the downloads that can be written now. Returns the new version.
+  uint64_t publish(uint64_t tokens, const std::vector<AsyncMessage>& included = {});
 
   // Asks every worker to join a barrier of `kind`; reached() once every worker has acknowledged it.
   void request_barrier(AsyncBarrier kind);
@@ -117,12 +128,16 @@ class AsyncCenter {
   uint64_t version() const { return version_; }
   uint64_t tokens_applied() const { return tokens_applied_; }
   uint64_t samples_reserved();  // reads the counter the workers advance (exclusive epoch)
-  const ErrorFeedback& feedback() const { return feedback_; }
+  // What worker w (0-based) holds as of its last download the center knows it took: the first parameters plus every
+  // download it took.
+  const std::vector<float>& mirror(int worker) const { return mirrors_[size_t(worker)]; }
   uint64_t bytes_taken() const { return bytes_taken_; }  // message bytes taken out of slots so far
   uint64_t messages_taken() const { return messages_taken_; }
+  uint64_t downloads_written() const { return downloads_written_; }
 
  private:
   void progress();
+  void serve();  // under the lock: writes the downloads that can be written
   void lock();
   void unlock();
   AsyncLayout::Header* header();
@@ -135,8 +150,18 @@ class AsyncCenter {
   MPI_Win win_ = MPI_WIN_NULL;
   uint8_t* base_ = nullptr;
   DeltaCodec codec_;
-  ErrorFeedback feedback_;
-  std::vector<uint8_t> staging_;
+  const float* global_;
+  std::vector<std::vector<float>> mirrors_;  // per worker (n)
+  std::vector<uint64_t> mirror_version_;     // per worker: the version its mirror is
+  // Per worker: downloads written, taken by the worker (as last read), and folded into the mirror.
+  std::vector<uint64_t> download_seq_, download_taken_, folded_seq_;
+  struct Written {
+    uint64_t seq, version;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<std::deque<Written>> written_;  // per worker: downloads written since the last one folded
+  std::vector<uint64_t> applied_seq_;         // per worker: the newest seq the global parameters include
+  std::vector<float> diff_;                   // (n) scratch
   uint64_t version_ = 0;
   uint64_t tokens_applied_ = 0;
   uint64_t barrier_seq_ = 0;
@@ -144,7 +169,7 @@ class AsyncCenter {
   std::vector<uint64_t> barrier_acks_;
   std::vector<uint64_t> applied_in_;  // per worker: the version that applied its last message (0: none yet)
   bool stop_requested_ = false;
-  uint64_t bytes_taken_ = 0, messages_taken_ = 0;
+  uint64_t bytes_taken_ = 0, messages_taken_ = 0, downloads_written_ = 0;
 };
 
 class AsyncWorker {
@@ -160,18 +185,21 @@ class AsyncWorker {
   uint64_t reserve(uint64_t count);
   // Compresses delta (n floats) with this worker's error feedback and sends it: waits until the center has taken
   // the previous message, puts the message with its base version and token count, flushes, then writes the seq.
-  void send(const float* delta, uint64_t base_version, uint64_t tokens, double loss = 0.0);
+  // `weight` is what the center is expected to apply of it, for add_pending().
+  void send(const float* delta, uint64_t base_version, uint64_t tokens, double loss = 0.0, float weight = 1.0f);
 
   // What a fetch saw in the center's header.
   struct Published {
     uint64_t version = 0, tokens_applied = 0, samples_reserved = 0, barrier_seq = 0;
     AsyncBarrier barrier_kind = AsyncBarrier::none;
-    uint64_t staleness = 0;  // of this worker's newest message the center has taken
-    uint64_t applied = 0;    // the newest seq of this worker that the fetched parameters include
-    bool full = false;       // the full parameters were fetched (first fetch, or too far behind for the ring)
+    uint64_t staleness = 0;   // of this worker's newest message the center has taken
+    uint64_t applied = 0;     // the newest seq of this worker that the parameters in `base` include
+    uint64_t newest = 0;      // the newest version published (version may trail it)
+    bool full = false;        // the full parameters were fetched (the first fetch)
+    bool downloaded = false;  // a download was added
   };
-  // Brings `base` (n floats, the published parameters as of this worker's previous fetch) to the newest version:
-  // from the ring of published updates when every missed one is still there, else by fetching the parameters.
+  // Brings `base` (n floats, this worker's parameters as of its previous fetch) forward: the first fetch reads the
+  // parameters the window started with, and every fetch adds the download the center has written since, if any.
   Published fetch(float* base);
   // Tells the center this worker has reached barrier `seq`.
   void ack_barrier(uint64_t seq);
@@ -180,8 +208,10 @@ class AsyncWorker {
 
   ErrorFeedback& feedback() { return feedback_; }
   uint64_t seq() const { return seq_; }
-  // out (n) += scale * the delta the newest sent message carries, as the center will decode it.
-  void add_last_message(float scale, float* out) const;
+  // out (n) += weight x the delta of every sent message the last fetched parameters do not include yet, as the
+  // center decodes it: a worker rebases onto its parameters plus its own rounds still on the way.
+  void add_pending(float* out) const;
+  size_t pending() const { return sent_.size(); }
   // Traffic and time spent in MPI calls on the window, summed since construction.
   uint64_t bytes_put() const { return bytes_put_; }
   uint64_t bytes_got() const { return bytes_got_; }
@@ -203,10 +233,18 @@ class AsyncWorker {
   MPI_Win win_ = MPI_WIN_NULL;
   DeltaCodec codec_;
   ErrorFeedback feedback_;
-  std::vector<uint8_t> message_;
+  std::vector<uint8_t> message_, download_;
+  struct Sent {
+    uint64_t seq;
+    float weight;
+    std::vector<uint8_t> bytes;
+  };
+  std::deque<Sent> sent_;  // sent messages the fetched parameters do not include yet
   uint64_t seq_ = 0;
-  uint64_t version_ = 0;
-  bool have_version_ = false;
+  uint64_t download_taken_ = 0;
+  uint64_t version_ = 0;  // of the parameters the fetches built
+  uint64_t applied_ = 0;  // the newest seq of this worker they include
+  bool have_params_ = false;
   uint64_t bytes_put_ = 0, bytes_got_ = 0;
   double blocked_ = 0.0;
 };

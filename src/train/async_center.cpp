@@ -138,7 +138,7 @@ TrainResult run_center(AsyncJob& job) {
         deltas.push_back({{"worker", m.worker + 1}, {"staleness", m.staleness}, {"weight", wgt}, {"loss", m.loss}});
       }
       outer.apply(global.data(), update.data());
-      version = center.publish(update.data(), msg_tokens, msgs);
+      version = center.publish(msg_tokens, msgs);
       const double minutes = (now_seconds() - start) / 60.0;
       const int64_t step = job.step_of(center.tokens_applied() / uint64_t(job.T));
       metrics.write({{"step", step},

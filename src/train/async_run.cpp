@@ -126,8 +126,9 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
       "world: %d rank(s) | async: center on rank 0 (%s), %d worker(s) | %d local steps per sync | "
       "%.1fx fewer bytes per delta than fp32 | global batch equivalent %d x %d tokens x %d accumulation x %d",
       world.size, world.host.c_str(), job.workers, job.H,
-      4.0 * double(job.shape.n) / double(DeltaCodec(job.shape.compression, job.shape.n, job.shape.block_size).packed_bytes()), job.B, job.T, job.A,
-      job.workers);
+      4.0 * double(job.shape.n) /
+          double(DeltaCodec(job.shape.compression, job.shape.n, job.shape.block_size).packed_bytes()),
+      job.B, job.T, job.A, job.workers);
 
   // Rank 0 picks the checkpoint (falling back past damaged ones); every rank reads its metadata.
   job.resume = choose_resume(world, c);

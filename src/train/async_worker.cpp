@@ -122,11 +122,11 @@ TrainResult run_worker(AsyncJob& job) {
     for (size_t i = 0; i < n; ++i) delta[i] = x[i] - origin[i];
     const uint64_t tokens = uint64_t(steps) * job.A * job.B * job.T;
     const uint64_t put_before = ex.bytes_put(), got_before = ex.bytes_got();
-    ex.send(delta.data(), p.version, tokens, loss_sum / steps);
+    ex.send(delta.data(), p.version, tokens, loss_sum / steps, own_weight * float(steps) / float(job.H));
     const uint64_t put_bytes = ex.bytes_put() - put_before;
     p = ex.fetch(base.data());
     origin = base;
-    if (p.applied < ex.seq()) ex.add_last_message(own_weight * float(steps) / float(job.H), origin.data());
+    ex.add_pending(origin.data());
     be.copy_to_device(model.params(), origin.data(), n * sizeof(float));
     const double round_seconds = now_seconds() - t_round, blocked = ex.blocked_seconds() - blocked_before;
     train_seconds += round_seconds;
@@ -149,6 +149,9 @@ TrainResult run_worker(AsyncJob& job) {
                    {"blocked_fraction", blocked_seconds / std::max(train_seconds, 1e-9)},
                    {"staleness", p.staleness},
                    {"version", p.version},
+                   {"behind", p.newest - p.version},
+                   {"downloaded", p.downloaded},
+                   {"pending", ex.pending()},
                    {"full_fetch", p.full}});
   }
   return result;

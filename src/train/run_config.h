@@ -39,10 +39,10 @@ struct TrainingConfig {
 // mode = async (README, "Several hosts of unequal speed"): workers train local_steps steps, then send 1-bit
 // deltas to the center over MPI one-sided windows and rebase onto its newest published parameters.
 struct AsyncConfig {
-  int local_steps = 8;    // H: optimizer steps a worker takes between two syncs
-  int block_size = 2048;  // values per fp32 scale of a 1-bit message
+  int local_steps = 8;                                      // H: optimizer steps a worker takes between two syncs
+  int block_size = 2048;                                    // values per fp32 scale of a 1-bit message
   DeltaCompression compression = DeltaCompression::onebit;  // of the deltas and updates: onebit, or none (fp32)
-  float outer_lr = 1.3f;  // the center's (outer) learning rate on the weighted deltas
+  float outer_lr = 1.3f;                                    // the center's (outer) learning rate on the weighted deltas
   // The center's Nesterov momentum. Negative by default: applying deltas taken against older parameters acts like
   // extra momentum already (README, "Several hosts of unequal speed"); -0.4 with outer_lr 1.3 keeps the long-run
   // gain lr / (1 - momentum) near 1 while damping that.

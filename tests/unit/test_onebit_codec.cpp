@@ -254,7 +254,8 @@ TEST(ErrorFeedback, IdentityHoldsForCenter) {
   uint32_t stream = 500;
   for (Shape s : {Shape{1001, 64}, Shape{1001, 1000}, Shape{1001, 1}}) {
     Rng rng(stream++);
-    ErrorFeedback worker(DeltaCodec(DeltaCompression::onebit, s.n, s.K)), center(DeltaCodec(DeltaCompression::onebit, s.n, s.K));
+    ErrorFeedback worker(DeltaCodec(DeltaCompression::onebit, s.n, s.K)),
+        center(DeltaCodec(DeltaCompression::onebit, s.n, s.K));
     Sums center_sums(s.n), chain_sums(s.n);
     std::vector<uint8_t> worker_msg(worker.packed_bytes()), center_msg(center.packed_bytes());
     std::vector<float> center_sent(s.n);

@@ -37,18 +37,20 @@ struct TrainingConfig {
 };
 
 // mode = async (README, "Several hosts of unequal speed"): workers train local_steps steps, then send 1-bit
-// deltas to the center over MPI one-sided windows and rebase onto its newest published parameters.
+// deltas to the center over MPI one-sided windows and rebase onto the download the center prepared for them.
 struct AsyncConfig {
-  int local_steps = 8;                                      // H: optimizer steps a worker takes between two syncs
+  // H: optimizer steps a worker takes between two syncs. 10 keeps a 1-bit upload under 0.125 bits per parameter
+  // per step (docs/architecture.md, "Asynchronous mode").
+  int local_steps = 10;
   int block_size = 2048;                                    // values per fp32 scale of a 1-bit message
-  DeltaCompression compression = DeltaCompression::onebit;  // of the deltas and updates: onebit, or none (fp32)
+  DeltaCompression compression = DeltaCompression::onebit;  // of the deltas and downloads: onebit, or none (fp32)
   float outer_lr = 1.3f;                                    // the center's (outer) learning rate on the weighted deltas
   // The center's Nesterov momentum. Negative by default: applying deltas taken against older parameters acts like
   // extra momentum already (README, "Several hosts of unequal speed"); -0.4 with outer_lr 1.3 keeps the long-run
   // gain lr / (1 - momentum) near 1 while damping that.
   float outer_momentum = -0.4f;
   float center_timeout = 120.0f;  // seconds a worker waits for the center before failing the job
-  bool error_feedback = true;     // test-only switch: false drops what the 1-bit compression lost
+  bool error_feedback = true;     // test-only switch: false drops what a worker's 1-bit compression lost
   int test_slow_worker = 0;       // test-only: this worker rank (>= 1) trains test_slowdown times slower
   float test_slowdown = 1.0f;
   int test_center_stall = 0;  // test-only: the center stops serving after this many versions (0: never)

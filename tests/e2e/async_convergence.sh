@@ -3,9 +3,11 @@
 # the async 1-bit run (center + 2 workers, the [async] defaults) is compared with the sync all-reduce run over
 # 2 ranks in final validation loss (the whole val split). Async runs are not bitwise reproducible (message order
 # depends on timing) and one seed's loss moves by several percent between repeats, so only a mean over many seeds is
-# a measurement: the gap of the means over seeds 1..48 must be at most +3%. Repeats of the 48-seed mean gave +1.8%
-# to +2.2% with a standard error of about 0.3% (the corpus is this checkout's src/, so the numbers move a little as
-# the sources change); the same comparison with the old defaults (local_steps 16, no outer momentum) gave +3.7%.
+# a measurement: the gap of the means over seeds 1..48 must be at most +3%. With the per-worker mirror downloads and
+# local_steps 10 the mean over seeds 1..12 was +0.7% (2026-11-23); fetching every published version instead gave
+# +1.8% to +2.2% over 48 seeds, with a standard error of about 0.3% (the corpus is this checkout's src/, so the
+# numbers move a little as the sources change), and the defaults before that (local_steps 16, no outer momentum)
+# +3.7%.
 # Error feedback: with one scale for all parameters (async.block_size = 65536 > the model's size) the uncorrected
 # codec is badly biased; there the loss without feedback must be at least 2% above the loss with it (measured
 # +6.5%) and worse on most of seeds 1..24.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Async-mode benchmark (training.mode = async): bytes on the wire per sync against fp32 deltas, worker utilisation
-# with and without a slowed worker, and validation loss against tokens for async (center + 2 workers) and sync
-# all-reduce (2 ranks) on the same data and tokens. Prints a report and writes the loss curves as a PNG.
+# with and without a slowed worker, validation loss against tokens for sync all-reduce (2 ranks), async (center + 2
+# workers) and async with a slowed worker on the same data and tokens, the final-loss gap over several seeds, and a
+# Pareto sweep of local steps H and compression (gap against upload bits per parameter per step). Prints a report
+# and writes the loss curves and the Pareto plot as PNGs.
 set -euo pipefail
 CALLER_DIR=$(pwd)
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -17,18 +19,30 @@ BUILD_DIR=${EMBER_BUILD_DIR:-build}
 CONFIG=$([[ -n "${BENCH_CONFIG:-}" ]] && from_caller "$BENCH_CONFIG" || echo "$ROOT/configs/demo.ini")
 STEPS=${BENCH_STEPS:-300}
 UTIL_STEPS=${BENCH_UTIL_STEPS:-192}
-LOCAL_STEPS=${BENCH_LOCAL_STEPS:-8}
+LOCAL_STEPS=${BENCH_LOCAL_STEPS:-10}
+SEEDS=${BENCH_SEEDS:-3}
+PARETO=${BENCH_PARETO:-1}
+PARETO_H=${BENCH_PARETO_H:-4 8 16 32}
 EVAL_EVERY=${BENCH_EVAL_EVERY:-25}
 SLOWDOWN=${BENCH_SLOWDOWN:-4}
 PLOT=$([[ -n "${BENCH_PLOT:-}" ]] && from_caller "$BENCH_PLOT" || echo "$ROOT/docs/async_loss_vs_tokens.png")
+PARETO_PLOT=$([[ -n "${BENCH_PARETO_PLOT:-}" ]] && from_caller "$BENCH_PARETO_PLOT" || echo "$ROOT/docs/async_pareto.png")
 # Debian's python3-matplotlib is installed for the system interpreter, not for one that happens to come first on PATH.
 PYTHON=${PYTHON:-$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || echo python3)}
 
 for knob in BENCH_STEPS="$STEPS" BENCH_UTIL_STEPS="$UTIL_STEPS" BENCH_LOCAL_STEPS="$LOCAL_STEPS" \
-            BENCH_EVAL_EVERY="$EVAL_EVERY"; do
+            BENCH_EVAL_EVERY="$EVAL_EVERY" BENCH_SEEDS="$SEEDS"; do
   [[ "${knob#*=}" =~ ^[1-9][0-9]*$ ]] || die "${knob%%=*}='${knob#*=}' is not a positive integer" \
     "e.g. BENCH_STEPS=300 BENCH_UTIL_STEPS=192 BENCH_LOCAL_STEPS=8 BENCH_EVAL_EVERY=25"
 done
+[[ "$PARETO" == 0 || "$PARETO" == 1 ]] || die "BENCH_PARETO='$PARETO' is neither 0 nor 1" "BENCH_PARETO=0 skips the sweep"
+for h in $PARETO_H; do
+  [[ "$h" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PARETO_H holds '$h', not a positive integer" "e.g. BENCH_PARETO_H=\"4 8 16 32\""
+  # 2 workers share STEPS x 2 batches in rounds of H batches: at least 2 rounds each.
+  (( STEPS >= 2 * h )) || die "BENCH_STEPS=$STEPS gives the workers fewer than 2 rounds each at H = $h" \
+    "raise BENCH_STEPS to at least $(( 2 * h )) or drop $h from BENCH_PARETO_H"
+done
+[[ -n "${PARETO_H// /}" || "$PARETO" == 0 ]] || die "BENCH_PARETO_H is empty" "e.g. BENCH_PARETO_H=\"4 8 16 32\""
 [[ "$SLOWDOWN" =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v s="$SLOWDOWN" 'BEGIN { exit !(s > 1) }' ||
   die "BENCH_SLOWDOWN='$SLOWDOWN' is not a number above 1" "e.g. BENCH_SLOWDOWN=4 (worker 1 then trains 4x slower)"
 (( STEPS > EVAL_EVERY )) ||
@@ -90,7 +104,7 @@ CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n
 echo "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "machine: ${CPU_MODEL:-unknown}, nproc $(nproc), $(mpirun --version 2>/dev/null | head -n 1)"
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) (1/5/15-minute averages before the runs)"
-echo "config:  $(relative "$CONFIG"), async.local_steps $LOCAL_STEPS, one thread per rank"
+echo "config:  $(relative "$CONFIG"), async.local_steps $LOCAL_STEPS, one thread per rank, seeds 1..$SEEDS"
 echo "work:    WORK=$WORK (data, logs and metrics; removed after a successful run)"
 echo
 
@@ -141,28 +155,21 @@ def groups(args, size):  # LABEL DIR ... given as consecutive arguments, `size` 
     return [args[i:i + size] for i in range(0, len(args), size)]
 
 def cmd_bytes(args):
-    print("| run | syncs | bytes put / sync | fp32 delta | put: x fewer | bytes got / sync | updates fetched / sync "
-          "| full fetches | put + got / sync | fp32 exchange (2 x delta) | total: x fewer | center's ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| run | syncs | bytes put / sync | fp32 delta | put: x fewer | bytes got / sync | downloads / sync "
+          "| put + got / sync | fp32 exchange (2 x delta) | total: x fewer | center's ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, run_dir, count in groups(args, 3):
         ws = workers(run_dir, int(count))
         recs = [r for rs in ws.values() for r in rs]
-        fetched = []
-        for rs in ws.values():
-            prev = 0  # a fresh start fetches version 0 in full before the first round
-            for r in rs:
-                fetched.append(r["version"] - prev)
-                prev = r["version"]
         n = len(recs)
         put = sum(r["bytes_put"] for r in recs) / n
         got = sum(r["bytes_got"] for r in recs) / n
         fp32 = recs[0]["fp32_delta_bytes"]
         check(all(r["fp32_delta_bytes"] == fp32 for r in recs), f"{run_dir}: workers disagree on fp32_delta_bytes")
-        full = sum(1 for r in recs if r["full_fetch"])
+        downloads = sum(1 for r in recs if r["downloaded"]) / n
         publishes, _, _ = center(run_dir)
-        print(f"| {label} | {n} | {num(put)} | {num(fp32)} | {fp32 / put:.2f} | {num(got)} | "
-              f"{sum(fetched) / n:.2f} | {full} | {num(put + got)} | {num(2 * fp32)} | {2 * fp32 / (put + got):.2f} | "
-              f"{publishes[-1]['bytes_ratio']:.2f} |")
+        print(f"| {label} | {n} | {num(put)} | {num(fp32)} | {fp32 / put:.2f} | {num(got)} | {downloads:.2f} | "
+              f"{num(put + got)} | {num(2 * fp32)} | {2 * fp32 / (put + got):.2f} | {publishes[-1]['bytes_ratio']:.2f} |")
 
 def cmd_util(args):
     runs = []
@@ -193,21 +200,85 @@ def cmd_util(args):
         print(f"| {label} | {num(tokens)} | {seconds:.1f} | {num(tokens / seconds)} | {wall:.1f} "
               f"| {num(tokens / wall)} | {versions} | {staleness} |")
 
+def final_val(run_dir):
+    evals = [r for r in records(f"{run_dir}/metrics.jsonl") if "val_loss" in r]
+    check(evals, f"{run_dir}: no validation loss in the metrics")
+    return evals[-1]["val_loss"]
+
+def upload(run_dir, count):  # (bits per parameter per local step, up + down x fewer than fp32)
+    recs = [r for rs in workers(run_dir, count).values() for r in rs]
+    fp32 = recs[0]["fp32_delta_bytes"]
+    put, got = sum(r["bytes_put"] for r in recs), sum(r["bytes_got"] for r in recs)
+    return 8 * put / (fp32 / 4) / sum(r["local_steps"] for r in recs), 2 * fp32 * len(recs) / (put + got)
+
+def cmd_seeds(args):  # SYNC_PREFIX ASYNC_PREFIX SEEDS: the final losses of runs PREFIX1..PREFIXn
+    import statistics as st
+    sync_prefix, async_prefix, seeds = args[0], args[1], int(args[2])
+    sync = [final_val(f"{sync_prefix}{s}") for s in range(1, seeds + 1)]
+    asyn = [final_val(f"{async_prefix}{s}") for s in range(1, seeds + 1)]
+    print("| seed | sync val loss | async val loss | async / sync |")
+    print("|---|---|---|---|")
+    for s, (a, b) in enumerate(zip(sync, asyn), 1):
+        print(f"| {s} | {a:.4f} | {b:.4f} | {b / a:.4f} |")
+    sd = lambda v: f"{st.stdev(v):.4f}" if len(v) > 1 else "n/a"
+    print(f"| mean (sd) | {st.mean(sync):.4f} ({sd(sync)}) | {st.mean(asyn):.4f} ({sd(asyn)}) "
+          f"| gap {100 * (st.mean(asyn) / st.mean(sync) - 1):+.2f} % |")
+
+def cmd_pareto(args):  # SYNC_PREFIX SEEDS PLOT then H COMPRESSION PREFIX triples
+    import statistics as st
+    sync_prefix, seeds, plot = args[0], int(args[1]), args[2]
+    sync = st.mean(final_val(f"{sync_prefix}{s}") for s in range(1, seeds + 1))
+    rows = []
+    print("| H | compression | upload bits / parameter / step | up + down: x fewer than fp32 | mean val loss "
+          "| sd | gap vs sync |")
+    print("|---|---|---|---|---|---|---|")
+    for h, comp, prefix in groups(args[3:], 3):
+        vals = [final_val(f"{prefix}{s}") for s in range(1, seeds + 1)]
+        bits, ratio = upload(f"{prefix}1", 2)
+        gap = 100 * (st.mean(vals) / sync - 1)
+        sd = f"{st.stdev(vals):.4f}" if len(vals) > 1 else "n/a"
+        print(f"| {h} | {comp} | {bits:.4f} | {ratio:.1f} | {st.mean(vals):.4f} | {sd} | {gap:+.2f} % |")
+        rows.append((int(h), comp, bits, gap))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for comp, marker in (("onebit", "o"), ("none", "s")):
+        pts = [(b, g, h) for h, c, b, g in rows if c == comp]
+        if not pts:
+            continue
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, label=f"compression {comp}")
+        for b, g, h in pts:
+            ax.annotate(f"H={h}", (b, g), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("upload bits per parameter per worker step")
+    ax.set_ylabel("final val loss gap vs sync (%)")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(plot, dpi=100)
+    print(f"plot: {plot}")
+
 def cmd_loss(args):
-    sync_dir, async_dir, sync_wall, async_wall, plot, title = args
+    sync_dir, async_dir, slow_dir, sync_wall, async_wall, plot, title = args
     sync = [r for r in records(f"{sync_dir}/metrics.jsonl") if "val_loss" in r]
+    slow = [r for r in records(f"{slow_dir}/metrics.jsonl") if "val_loss" in r]
     _, evals, async_seconds = center(async_dir)
     check(sync and evals, "no validation losses in the metrics (eval.every?)")
     check(sync[-1]["tokens_seen"] == evals[-1]["tokens_seen"],
           f"sync ended at {sync[-1]['tokens_seen']} tokens, async at {evals[-1]['tokens_seen']}")
     total = sync[-1]["tokens_seen"]
-    print("| share of tokens | sync tokens | sync val loss | async tokens | async val loss | async / sync |")
-    print("|---|---|---|---|---|---|")
+    print("| share of tokens | sync tokens | sync val loss | async tokens | async val loss | async / sync "
+          "| slowed: tokens | slowed: val loss | slowed / sync |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for share in (0.25, 0.5, 0.75, 1.0):
         s = min(sync, key=lambda r: abs(r["tokens_seen"] - share * total))
         a = min(evals, key=lambda r: abs(r["tokens_seen"] - share * total))
+        w = min(slow, key=lambda r: abs(r["tokens_seen"] - share * total))
         print(f"| {100 * share:.0f} % | {num(s['tokens_seen'])} | {s['val_loss']:.4f} | {num(a['tokens_seen'])} "
-              f"| {a['val_loss']:.4f} | {a['val_loss'] / s['val_loss']:.4f} |")
+              f"| {a['val_loss']:.4f} | {a['val_loss'] / s['val_loss']:.4f} | {num(w['tokens_seen'])} "
+              f"| {w['val_loss']:.4f} | {w['val_loss'] / s['val_loss']:.4f} |")
     print()
     print(f"final validation loss after {num(total)} tokens: sync {sync[-1]['val_loss']:.4f}, "
           f"async {evals[-1]['val_loss']:.4f}, async / sync = {evals[-1]['val_loss'] / sync[-1]['val_loss']:.4f}")
@@ -223,6 +294,8 @@ def cmd_loss(args):
             label="sync all-reduce, 2 ranks")
     ax.plot([r["tokens_seen"] / 1e6 for r in evals], [r["val_loss"] for r in evals], "s-", ms=3,
             label="async 1-bit, center + 2 workers")
+    ax.plot([r["tokens_seen"] / 1e6 for r in slow], [r["val_loss"] for r in slow], "^-", ms=3,
+            label="async 1-bit, center + 2 workers, worker 1 slowed")
     ax.set_xlabel("tokens (millions)")
     ax.set_ylabel("validation loss (nats/token)")
     ax.set_title(title, fontsize=10)
@@ -232,7 +305,8 @@ def cmd_loss(args):
     fig.savefig(plot, dpi=100)
     print(f"plot: {plot}")
 
-{"bytes": cmd_bytes, "util": cmd_util, "loss": cmd_loss}[sys.argv[1]](sys.argv[2:])
+{"bytes": cmd_bytes, "util": cmd_util, "loss": cmd_loss, "seeds": cmd_seeds,
+ "pareto": cmd_pareto}[sys.argv[1]](sys.argv[2:])
 PY
 
 # run NAME NP STEPS ARGS...: one `ember train` of STEPS steps under mpirun into $WORK/NAME, timed from launch to exit
@@ -267,21 +341,42 @@ SLOW_WALL=$WALL
 echo "  $(center_line slow)"
 echo
 
-# --- loss against tokens: sync all-reduce on 2 ranks vs async center + 2 workers ---
-echo "## Loss against tokens: sync all-reduce (np 2) and async center + 2 workers (np 3), $STEPS steps," \
-     "eval every $EVAL_EVERY"
-run sync 2 "$STEPS" --training.mode=sync --eval.every="$EVAL_EVERY"
-SYNC_WALL=$WALL
-run async 3 "$STEPS" "${ASYNC[@]}" --eval.every="$EVAL_EVERY"
-ASYNC_WALL=$WALL
-echo "  $(center_line async)"
+# --- loss against tokens: sync all-reduce on 2 ranks vs async center + 2 workers, seeds 1..SEEDS (the curves and
+# the bytes table use seed 1), and async with worker 1 slowed (seed 1) ---
+echo "## Loss against tokens: sync all-reduce (np 2), async center + 2 workers (np 3) and async with worker 1" \
+     "${SLOWDOWN}x slower, $STEPS steps, eval every $EVAL_EVERY, seeds 1..$SEEDS"
+for seed in $(seq 1 "$SEEDS"); do
+  run "sync$seed" 2 "$STEPS" --training.mode=sync --eval.every="$EVAL_EVERY" --training.seed="$seed"
+  if (( seed == 1 )); then SYNC_WALL=$WALL; fi
+  run "async$seed" 3 "$STEPS" "${ASYNC[@]}" --eval.every="$EVAL_EVERY" --training.seed="$seed"
+  if (( seed == 1 )); then ASYNC_WALL=$WALL; fi
+  echo "  $(center_line "async$seed")"
+done
+run slowloss 3 "$STEPS" "${ASYNC[@]}" --eval.every="$EVAL_EVERY" --training.seed=1 --async.test_slow_worker=1 \
+  --async.test_slowdown="$SLOWDOWN"
 echo
+
+# --- Pareto: local steps H x compression, seeds 1..SEEDS each, against the sync runs above ---
+PARETO_ARGS=()
+if (( PARETO == 1 )); then
+  echo "## Pareto sweep: H in {$PARETO_H} x compression {onebit, none}, async center + 2 workers, seeds 1..$SEEDS"
+  for h in $PARETO_H; do
+    for comp in onebit none; do
+      for seed in $(seq 1 "$SEEDS"); do
+        run "p_${h}_${comp}_$seed" 3 "$STEPS" --training.mode=async --async.local_steps="$h" \
+          --async.compression="$comp" --eval.every=0 --training.seed="$seed"
+      done
+      PARETO_ARGS+=("$h" "$comp" "$WORK/p_${h}_${comp}_")
+    done
+  done
+  echo
+fi
 
 echo "### 1. Bytes on the wire per sync (workers' metrics, every round of every worker)"
 "$PYTHON" "$WORK/report.py" bytes "np 4, 3 workers" "$WORK/util" 3 "np 4, worker 1 slowed" "$WORK/slow" 3 \
-  "np 3, 2 workers" "$WORK/async" 2 || die "could not summarize the workers' metrics" "see the error above"
-echo "(put: the 1-bit delta with its fp32 block scales and slot header; got: the published 1-bit updates since the"
-echo " worker's last sync plus the window header; fp32 exchange: an fp32 delta up and fp32 parameters down)"
+  "np 3, 2 workers" "$WORK/async1" 2 || die "could not summarize the workers' metrics" "see the error above"
+echo "(put: the 1-bit delta with its fp32 block scales and slot header; got: at most one 1-bit download per round"
+echo " plus the window header and download record; fp32 exchange: an fp32 delta up and fp32 parameters down)"
 echo
 
 echo "### 2. Worker utilisation (utilisation = 1 - blocked_fraction, blocked = inside MPI calls on the window)"
@@ -292,7 +387,21 @@ echo
 
 echo "### 3. Validation loss against tokens"
 mkdir -p "$(dirname "$PLOT")"
-"$PYTHON" "$WORK/report.py" loss "$WORK/sync" "$WORK/async" "$SYNC_WALL" "$ASYNC_WALL" "$PLOT" \
+"$PYTHON" "$WORK/report.py" loss "$WORK/sync1" "$WORK/async1" "$WORK/slowloss" "$SYNC_WALL" "$ASYNC_WALL" "$PLOT" \
   "$(basename "$CONFIG"), $STEPS steps, async.local_steps $LOCAL_STEPS" ||
   die "could not summarize the loss runs or write $PLOT" "see the error above"
+echo
+
+echo "### 4. Final validation loss over seeds 1..$SEEDS"
+"$PYTHON" "$WORK/report.py" seeds "$WORK/sync" "$WORK/async" "$SEEDS" ||
+  die "could not summarize the seeds" "see the error above"
+echo
+
+if (( PARETO == 1 )); then
+  echo "### 5. Pareto: gap against upload bits per parameter per worker step"
+  mkdir -p "$(dirname "$PARETO_PLOT")"
+  "$PYTHON" "$WORK/report.py" pareto "$WORK/sync" "$SEEDS" "$PARETO_PLOT" "${PARETO_ARGS[@]}" ||
+    die "could not summarize the Pareto sweep or write $PARETO_PLOT" "see the error above"
+  echo
+fi
 echo "(load after: $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo unknown))"

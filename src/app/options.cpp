@@ -246,7 +246,7 @@ std::vector<Binding> bindings(RunConfig& c) {
                           floats(0, 86400, /*lo_open=*/true)));  // a day: past it a job is dead, not waiting
   b.push_back(
       bind_key("async.error_feedback", &c.async.error_feedback,
-               "async (test-only switch): a worker keeps what the 1-bit compression lost for its next message"));
+               "async (test-only switch): keep what the 1-bit compression lost for the next message, up and down"));
   b.push_back(bind_number("async.test_slow_worker", &c.async.test_slow_worker,
                           "async (test-only): this worker rank trains test_slowdown times slower (0: none)",
                           ints(0, 1 << 20)));

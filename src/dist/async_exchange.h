@@ -32,7 +32,8 @@ struct AsyncShape {
   size_t block_size = 2048;  // values per fp32 scale
   DeltaCompression compression = DeltaCompression::onebit;
   int workers = 1;             // ranks 1..workers of the communicator
-  bool error_feedback = true;  // false: residuals are dropped after every message (a test switch)
+  bool error_feedback = true;  // false: what a message could not carry is dropped, on the way up and down (a test
+                               // switch)
 };
 
 // Barriers the center asks the workers to join; all ranks then run a collective step (a checkpoint) together.
@@ -158,6 +159,7 @@ class AsyncCenter {
   struct Written {
     uint64_t seq, version;
     std::vector<uint8_t> bytes;
+    std::vector<float> target;  // without error feedback only: the global parameters the message was cut from
   };
   std::vector<std::deque<Written>> written_;  // per worker: downloads written since the last one folded
   std::vector<uint64_t> applied_seq_;         // per worker: the newest seq the global parameters include

@@ -50,7 +50,7 @@ struct AsyncConfig {
   // gain lr / (1 - momentum) near 1 while damping that.
   float outer_momentum = -0.4f;
   float center_timeout = 120.0f;  // seconds a worker waits for the center before failing the job
-  bool error_feedback = true;     // test-only switch: false drops what a worker's 1-bit compression lost
+  bool error_feedback = true;     // test-only switch: false drops what the 1-bit compression lost, both ways
   int test_slow_worker = 0;       // test-only: this worker rank (>= 1) trains test_slowdown times slower
   float test_slowdown = 1.0f;
   int test_center_stall = 0;  // test-only: the center stops serving after this many versions (0: never)

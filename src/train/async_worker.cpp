@@ -61,7 +61,7 @@ TrainResult run_worker(AsyncJob& job) {
   be.copy_to_device(model.params(), base.data(), n * sizeof(float));
   origin = base;
   // What the center applies at once of this worker's full round (before momentum and any staleness discount).
-  const float own_weight = c.async.outer_lr / float(job.workers);
+  const float own_weight = c.async.outer_lr / std::sqrt(float(job.workers));
   uint64_t acked = p.barrier_seq;
   MetricsWriter metrics(async_metrics_path(c, rank), job.step_of(p.tokens_applied / uint64_t(job.T)));
   TokenBatch batch(job.B, job.T);

@@ -2,13 +2,14 @@
 #include "train/outer_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ember {
 
 float outer_weight(uint64_t tokens, uint64_t staleness, int workers, double round_tokens) {
   const uint64_t expected = uint64_t(workers - 1);
   const double extra = staleness > expected ? double(staleness - expected) : 0.0;
-  return float(double(tokens) / round_tokens / double(workers) / (1.0 + extra));
+  return float(double(tokens) / round_tokens / std::sqrt(double(workers)) / (1.0 + extra));
 }
 
 OuterOptimizer::OuterOptimizer(size_t n, const AsyncConfig& config)

@@ -12,9 +12,11 @@
 namespace ember {
 
 // The weight of one delta of `tokens` tokens among `workers` deltas per round, a full round being `round_tokens`
-// tokens (async.local_steps x grad_accum_steps x batch_size x seq_len): tokens / round_tokens / workers, divided by
-// 1 + k where k is how many versions the delta's base is staler than a round-robin of the workers implies anyway
-// (workers - 1).
+// tokens (async.local_steps x grad_accum_steps x batch_size x seq_len): tokens / round_tokens / sqrt(workers),
+// divided by 1 + k where k is how many versions the delta's base is staler than a round-robin of the workers implies
+// anyway (workers - 1). The share is 1 / sqrt(workers), not 1 / workers: each worker's AdamW normalises gradients
+// sqrt(workers) times noisier than sync's, so the mean of the deltas moves sqrt(workers) times too little along the
+// direction they share (docs/architecture.md, "How the async defaults were chosen").
 float outer_weight(uint64_t tokens, uint64_t staleness, int workers, double round_tokens);
 
 class OuterOptimizer {

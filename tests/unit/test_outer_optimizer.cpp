@@ -87,12 +87,13 @@ TEST(OuterOptimizer, NoDeltasLeaveParametersWhereMomentumTakesThem) {
 
 TEST(OuterOptimizer, WeightIsTheTokenShareDividedByExtraStaleness) {
   const double round = 8.0 * 2 * 4 * 64;  // H x A x B x T
-  // A full round among 4 workers counts a quarter, at any staleness up to workers - 1 = 3.
-  for (uint64_t staleness : {0, 1, 3}) EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), staleness, 4, round), 0.25f);
-  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), 4, 4, round), 0.125f);  // one extra version: halved
-  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), 6, 4, round), 0.0625f);
-  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round / 2), 0, 4, round), 0.125f);  // a half round (the run's tail)
-  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), 0, 1, round), 1.0f);        // one worker: its delta whole
+  // A full round among 4 workers counts 1 / sqrt(4), at any staleness up to workers - 1 = 3.
+  for (uint64_t staleness : {0, 1, 3}) EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), staleness, 4, round), 0.5f);
+  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), 4, 4, round), 0.25f);  // one extra version: halved
+  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), 6, 4, round), 0.125f);
+  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round / 2), 0, 4, round), 0.25f);  // a half round (the run's tail)
+  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), 0, 1, round), 1.0f);       // one worker: its delta whole
+  EXPECT_FLOAT_EQ(outer_weight(uint64_t(round), 0, 2, round), float(1.0 / std::sqrt(2.0)));
 }
 
 }  // namespace

@@ -119,7 +119,7 @@ if [[ -d /usr/share/common-licenses ]]; then
 fi
 prep=("$EMBER" prep --input "$WORK/corpus" --output "$WORK/data" --tokenizer bytes --val-fraction 0.05)
 "${prep[@]}" >"$WORK/prep.log" 2>&1 || { cat "$WORK/prep.log" >&2; die "ember prep failed (log above)"; }
-echo "corpus:  $(grep -o '[0-9]* train tokens.*val tokens' "$WORK/prep.log" || echo '?') (repository text + licences)"
+echo "corpus:  $(grep -o 'train [0-9]* tokens.*val [0-9]*' "$WORK/prep.log" || echo '?') (repository text + licences)"
 echo
 
 # Analysis of the metrics files: `report.py bytes|util|loss ...` prints one markdown table per measurement.

@@ -14,6 +14,7 @@
 #include "train/async_job.h"
 #include "train/local_step.h"
 #include "train/metrics.h"
+#include "train/outer_optimizer.h"
 #include "train/run_setup.h"
 #include "train/signals.h"
 
@@ -60,8 +61,6 @@ TrainResult run_worker(AsyncJob& job) {
   AsyncWorker::Published p = ex.fetch(base.data());
   be.copy_to_device(model.params(), base.data(), n * sizeof(float));
   origin = base;
-  // What the center applies at once of this worker's full round (before momentum and any staleness discount).
-  const float own_weight = c.async.outer_lr / std::sqrt(float(job.workers));
   uint64_t acked = p.barrier_seq;
   MetricsWriter metrics(async_metrics_path(c, rank), job.step_of(p.tokens_applied / uint64_t(job.T)));
   TokenBatch batch(job.B, job.T);
@@ -123,7 +122,9 @@ TrainResult run_worker(AsyncJob& job) {
     for (size_t i = 0; i < n; ++i) delta[i] = x[i] - origin[i];
     const uint64_t tokens = uint64_t(steps) * job.A * job.B * job.T;
     const uint64_t put_before = ex.bytes_put(), got_before = ex.bytes_got();
-    ex.send(delta.data(), p.version, tokens, loss_sum / steps, own_weight * float(steps) / float(job.H));
+    // What the center applies at once of this delta (before momentum and any staleness discount).
+    const float own_weight = c.async.outer_lr * outer_weight(tokens, 0, job.workers, job.round_tokens());
+    ex.send(delta.data(), p.version, tokens, loss_sum / steps, own_weight);
     const uint64_t put_bytes = ex.bytes_put() - put_before;
     p = ex.fetch(base.data());
     origin = base;

@@ -1,8 +1,8 @@
 // The async exchange over a real MPI window (docs/architecture.md, "Asynchronous mode"): every message arrives once
 // and in order, reservations are disjoint, each worker's parameters equal the center's mirror of them bit for bit,
-// a download is one message however many versions a worker missed, the upload error-feedback identity holds across
-// the wire, staleness leaves out a worker's own message, and a center that does not serve makes a worker fail
-// instead of hang. Registered at np 3 and 5, each with the default one-sided component
+// a download is one message however many versions a worker missed, the upload and download error-feedback identities
+// hold across the wire, staleness leaves out a worker's own message, and a center that does not serve makes a worker
+// fail instead of hang. Registered at np 3 and 5, each with the default one-sided component
 // (osc/sm on one host), --mca osc pt2pt and --mca osc ucx (UCX_TLS=tcp).
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "dist/async_exchange.h"
+#include "dist/delta_codec.h"
 #include "test_support.h"
 
 namespace ember {
@@ -134,11 +135,21 @@ TEST(AsyncExchange, EveryMessageOnceInOrderAndEachWorkerHoldsItsMirror) {
       for (size_t i = 0; i < kN; ++i) differ += have[i] != center.mirror(w)[i] ? 1 : 0;
       EXPECT_EQ(differ, 0u) << "worker rank " << w + 1 << ": values that differ from the center's mirror " << have[0]
                             << " " << center.mirror(w)[0] << " " << global[0] << " " << init[0];
-      // And they trail the global parameters by what the downloads could not carry yet: the mirror's error is
-      // fed back, so it stays below the size of one version's update (each ~1e-2 / W per value).
-      double gap = 0.0;
-      for (size_t i = 0; i < kN; ++i) gap = std::max(gap, std::fabs(double(have[i]) - run.global[i]));
-      EXPECT_LT(gap, 0.05) << "worker rank " << w + 1;
+      // And the last download carried the compressed difference between the newest parameters and the worker's
+      // own, so whatever earlier downloads could not carry came down with it (download error feedback). The worker
+      // sends what it held before that download; the same arithmetic here gives its parameters bit for bit.
+      std::vector<float> before(kN), diff(kN), expect(kN);
+      MPI_Recv(before.data(), int(kN), MPI_FLOAT, w + 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      const DeltaCodec codec(s.compression, kN, kBlock);
+      std::vector<uint8_t> packed(codec.packed_bytes());
+      for (size_t i = 0; i < kN; ++i) diff[i] = global[i] - before[i];
+      codec.pack(diff.data(), packed.data());
+      expect = before;
+      codec.unpack_add(packed.data(), expect.data());
+      size_t off = 0;
+      for (size_t i = 0; i < kN; ++i) off += have[i] != expect[i] ? 1 : 0;
+      EXPECT_EQ(off, 0u) << "worker rank " << w + 1 << ": values the last download did not bring as the "
+                         << "compressed difference from the newest parameters";
     }
     // Worker identity: sum(decoded) = sum(deltas) - last residual; each worker sends its right-hand side.
     for (int w = 0; w < W; ++w) {
@@ -165,27 +176,33 @@ TEST(AsyncExchange, EveryMessageOnceInOrderAndEachWorkerHoldsItsMirror) {
     std::vector<double> sum_deltas(kN, 0.0);
     std::vector<uint64_t> firsts;
     int downloads = 0;
+    std::vector<float> held(kN), before_last(kN);  // the parameters before a fetch, and before the last download
     for (int k = 0; k < kMessages; ++k) {
       firsts.push_back(worker.reserve(kReserve));
       const std::vector<float> d = make_delta(rank(), k);
       for (size_t i = 0; i < kN; ++i) sum_deltas[i] += d[i];
       worker.send(d.data(), p.version, 100 + uint64_t(k) + 1);
+      held = base;
       p = worker.fetch(base.data());
       EXPECT_FALSE(p.full) << "only the first fetch brings the full parameters";
       downloads += p.downloaded ? 1 : 0;
+      if (p.downloaded) before_last = held;
     }
     EXPECT_EQ(worker.seq(), uint64_t(kMessages));
     // Wait for the finish barrier, fetching as a worker would, until the newest version has come down.
     while (p.barrier_kind != AsyncBarrier::finish || p.version != p.newest) {
       usleep(200);
+      held = base;
       p = worker.fetch(base.data());
       downloads += p.downloaded ? 1 : 0;
+      if (p.downloaded) before_last = held;
     }
     EXPECT_GT(downloads, 0) << "no fetch brought a download";
     EXPECT_EQ(p.applied, worker.seq()) << "the newest version includes every message of this worker";
     EXPECT_EQ(worker.pending(), 0u) << "messages the fetched parameters include are still pending";
     worker.ack_barrier(p.barrier_seq);
     MPI_Send(base.data(), int(kN), MPI_FLOAT, 0, 6, MPI_COMM_WORLD);
+    MPI_Send(before_last.data(), int(kN), MPI_FLOAT, 0, 9, MPI_COMM_WORLD);
     std::vector<double> rhs(kN);
     const std::vector<float>& res = worker.feedback().residual();
     for (size_t i = 0; i < kN; ++i) rhs[i] = sum_deltas[i] - res[i];

@@ -66,10 +66,10 @@ struct EnumOption<DeltaCompression> {
   static std::optional<DeltaCompression> parse(const std::string& s) { return parse_delta_compression(s); }
 };
 template <>
-struct EnumOption<MatmulPrecision> {
-  static constexpr const auto& values = kMatmulPrecisions;
-  static std::string name(MatmulPrecision v) { return matmul_precision_name(v); }
-  static std::optional<MatmulPrecision> parse(const std::string& s) { return parse_matmul_precision(s); }
+struct EnumOption<PrecisionRequest> {
+  static constexpr const auto& values = kPrecisionRequests;
+  static std::string name(PrecisionRequest v) { return precision_request_name(v); }
+  static std::optional<PrecisionRequest> parse(const std::string& s) { return parse_precision_request(s); }
 };
 
 template <class E>
@@ -225,8 +225,8 @@ std::vector<Binding> bindings(RunConfig& c) {
                        "activation recomputation in backward: none, attention (each layer's attention half) or full "
                        "(whole layers; only layer outputs are kept)"));
   b.push_back(bind_key("training.precision", &c.training.precision,
-                       "GEMM inputs: fp32, or bf16 (rounded to bf16, accumulated in fp32; weights, gradients and "
-                       "AdamW stay fp32)"));
+                       "GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32, or bf16 (rounded to bf16, accumulated "
+                       "in fp32; weights, gradients and AdamW stay fp32)"));
   b.push_back(bind_key("training.deterministic", &c.training.deterministic,
                        "bitwise-repeatable GPU results (false lets cuBLAS reduce with atomics; the CPU backend is "
                        "deterministic either way)"));

@@ -88,6 +88,17 @@ inline constexpr MatmulPrecision kMatmulPrecisions[] = {MatmulPrecision::fp32, M
 std::string matmul_precision_name(MatmulPrecision p);  // "fp32" or "bf16": the one place these names are spelled
 std::optional<MatmulPrecision> parse_matmul_precision(const std::string& name);  // nothing for any other text
 
+// A requested precision (training.precision): auto (written "auto"), fp32 or bf16. auto is bf16 on a GPU, where
+// tensor cores make it the fast path and mixed-precision training is the norm, and fp32 on the CPU, which has no
+// bf16 arithmetic and only emulates its rounding.
+enum class PrecisionRequest { automatic, fp32, bf16 };
+inline constexpr PrecisionRequest kPrecisionRequests[] = {PrecisionRequest::automatic, PrecisionRequest::fp32,
+                                                          PrecisionRequest::bf16};
+const char* precision_request_name(PrecisionRequest p);                            // "auto", "fp32" or "bf16"
+std::optional<PrecisionRequest> parse_precision_request(const std::string& name);  // nothing for any other text
+// The precision a request means on a GPU (on_gpu) or on the CPU.
+MatmulPrecision resolve_precision(PrecisionRequest p, bool on_gpu);
+
 // Under matmul precision bf16, attention's products (q k^T, P v and the backward's four) take bf16 inputs too, with
 // fp32 softmax statistics and accumulation, for the head sizes the CUDA backend has tensor-core kernels for (16, 32
 // and 64; GPT-2's is 64 at every size). Other head sizes keep fp32 attention, on every backend alike.

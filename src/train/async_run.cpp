@@ -114,7 +114,8 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     }
   }
   if (world.rank != 0)  // a worker trains as a sync rank without ZeRO-1 does; the center holds far less
-    require_memory("training", estimate_training_memory(c, 1), *job.backend, world.local_size, training_memory_hint());
+    require_memory("training", estimate_training_memory(c, 1, job.backend->matmul_precision()), *job.backend,
+                   world.local_size, training_memory_hint());
   job.model =
       std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0, c.training.recompute);
   job.shape.n = job.model->table().total_numel();

@@ -19,9 +19,10 @@ struct MemoryEstimate {
   size_t total() const;    // saturating at SIZE_MAX
 };
 
-// What one training rank of a world of `world_size` ranks allocates at start-up: the figure log_model_memory()
-// prints once the model and optimizer exist (op scratch, communication buckets and library workspaces aside).
-MemoryEstimate estimate_training_memory(const RunConfig& config, int world_size);
+// What one training rank of a world of `world_size` ranks allocates at start-up at matmul precision `precision` (the
+// backend's, which training.precision = auto leaves to the device): the figure log_model_memory() prints once the
+// model and optimizer exist (op scratch, communication buckets and library workspaces aside).
+MemoryEstimate estimate_training_memory(const RunConfig& config, int world_size, MatmulPrecision precision);
 
 // What a gradient-free model of (B, T) allocates for eval and generate, plus `extra` bytes of host buffers.
 MemoryEstimate estimate_inference_memory(const ModelConfig& model, int B, int T, MatmulPrecision precision,

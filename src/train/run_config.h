@@ -32,7 +32,8 @@ struct TrainingConfig {
   DeviceRequest device = DeviceRequest::cpu;
   CommRequest comm = CommRequest::automatic;  // auto (nccl on cuda, mpi on cpu), nccl, or mpi (host-staged on cuda)
   Recompute recompute = Recompute::none;      // activation recomputation: none, attention or full (model/gpt.h)
-  MatmulPrecision precision = MatmulPrecision::fp32;  // GEMM inputs: fp32 or bf16 (fp32 accumulation and masters)
+  // GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16 (fp32 accumulation and masters either way)
+  PrecisionRequest precision = PrecisionRequest::automatic;
   bool deterministic = true;  // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
 };
 

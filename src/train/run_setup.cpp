@@ -21,7 +21,12 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
   TrainingBackend tb;
   tb.device = select_device(world, training.device);
   tb.backend = make_backend(tb.device);
-  tb.backend->set_matmul_precision(training.precision);
+  const bool on_gpu = tb.device.kind == DEVICE_KIND_CUDA;
+  const MatmulPrecision precision = resolve_precision(training.precision, on_gpu);
+  tb.backend->set_matmul_precision(precision);
+  if (training.precision == PrecisionRequest::automatic)
+    log_info("matmul precision: %s (training.precision = auto: bf16 on cuda, fp32 on cpu)",
+             matmul_precision_name(precision).c_str());
   tb.backend->set_deterministic(training.deterministic);
   return tb;
 }

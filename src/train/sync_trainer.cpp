@@ -116,7 +116,8 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
                                               c.training.seed, /*shuffle=*/true);
   s.evaluator = std::make_unique<Evaluator>(c);
   // The data is checked above; the model and optimizer, the large allocations, only once they are known to fit.
-  require_memory("training", estimate_training_memory(c, world.size), be, world.local_size, training_memory_hint());
+  require_memory("training", estimate_training_memory(c, world.size, be.matmul_precision()), be, world.local_size,
+                 training_memory_hint());
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
                                   c.training.recompute);
   const ParamTable& table = s.model->table();

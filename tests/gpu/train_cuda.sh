@@ -2,14 +2,16 @@
 # Training on the GPU (label gpu): the CUDA backend follows the CPU backend's loss trajectory; two ranks (NCCL where
 # there are two GPUs, else MPI staged through host memory on one shared GPU) match one rank with gradient
 # accumulation, with and without ZeRO-1; deterministic mode repeats bitwise; a stop and resume is bitwise, and
-# checkpoints move between GPU and CPU both ways; matmul precision bf16 follows the CPU's emulation of it. Exits 77 (skipped) where no GPU is visible.
+# checkpoints move between GPU and CPU both ways; matmul precision bf16 follows the CPU's emulation of it and is what
+# training.precision = auto picks on a GPU. Exits 77 (skipped) where no GPU is visible.
 # Called as: train_cuda.sh EMBER_BINARY SOURCE_DIR WORK_DIR
 source "$2/tests/e2e/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >prep.log 2>&1 || { cat prep.log >&2; fail "prep"; }
+# fp32 unless a run says otherwise: training.precision = auto would train at bf16 on the GPU.
 common=(--config "$SRC/configs/tiny.ini" --data.dir=data --training.steps=12 --eval.every=6 --checkpoint.interval=0
-        --run.log_every=4)
+        --run.log_every=4 --training.precision=fp32)
 
 # Without a GPU, device = cuda stops at once with one of these two errors (tests/e2e/device_select.sh checks them).
 rc=0
@@ -141,6 +143,12 @@ train cpu_bf16 1 --training.device=cpu --training.precision=bf16
 train gpu_bf16 1 --training.device=cuda --training.precision=bf16
 train gpu_bf16_again 1 --training.device=cuda --training.precision=bf16
 grep -q "matmul precision bf16" gpu_bf16.log || { cat gpu_bf16.log >&2; fail "gpu_bf16 did not log matmul precision bf16"; }
+# training.precision = auto (the default) is bf16 on the GPU: the same losses as the bf16 run, bitwise.
+train gpu_auto 1 --training.device=cuda --training.precision=auto
+grep -q "^matmul precision: bf16 (training.precision = auto" gpu_auto.log ||
+  { cat gpu_auto.log >&2; fail "gpu_auto did not log the auto choice of bf16"; }
+losses gpu_auto/metrics.jsonl >gpu_auto.txt
+diff gpu_bf16.txt gpu_auto.txt || fail "training.precision = auto on the GPU did not train as bf16"
 losses gpu_bf16/metrics.jsonl >gpu_bf16.txt
 losses gpu_bf16_again/metrics.jsonl >gpu_bf16_again.txt
 diff gpu_bf16.txt gpu_bf16_again.txt || fail "two deterministic bf16 GPU runs gave different losses"

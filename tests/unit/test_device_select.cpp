@@ -1,6 +1,6 @@
-// Device and communicator selection rules on any machine: the visible GPU count is given, not discovered, and the
-// World is a one-rank stand-in (MPI_COMM_SELF) placed at any local rank of any node size. Which rules apply depends on
-// the build: a CPU-only build refuses `cuda` and picks cpu for `auto` whatever the count.
+// Device, communicator and precision selection rules on any machine: the visible GPU count is given, not discovered,
+// and the World is a one-rank stand-in (MPI_COMM_SELF) placed at any local rank of any node size. Which rules apply
+// depends on the build: a CPU-only build refuses `cuda` and picks cpu for `auto` whatever the count.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,6 +12,7 @@
 #include "dist/comm_select.h"
 #include "dist/device_select.h"
 #include "dist/world.h"
+#include "train/run_setup.h"
 
 namespace ember {
 namespace {
@@ -168,6 +169,26 @@ TEST(CommSelect, NcclNeedsGpusOfItsOwn) {
                                  "per rank"
                                : "training.comm = nccl: this ember was built without NCCL");
   EXPECT_TRUE(contains(e.hint(), "training.comm = mpi")) << e.hint();
+}
+
+// training.precision = auto is bf16 on a GPU and fp32 on the CPU; fp32 and bf16 are taken as written on either.
+TEST(PrecisionSelect, AutoIsBf16OnAGpuAndFp32OnTheCpu) {
+  EXPECT_EQ(resolve_precision(PrecisionRequest::automatic, /*on_gpu=*/true), MatmulPrecision::bf16);
+  EXPECT_EQ(resolve_precision(PrecisionRequest::automatic, /*on_gpu=*/false), MatmulPrecision::fp32);
+  for (bool gpu : {false, true}) {
+    EXPECT_EQ(resolve_precision(PrecisionRequest::fp32, gpu), MatmulPrecision::fp32);
+    EXPECT_EQ(resolve_precision(PrecisionRequest::bf16, gpu), MatmulPrecision::bf16);
+  }
+}
+
+// The training backend carries the resolved precision: on the CPU, auto trains at fp32 and bf16 when asked.
+TEST(PrecisionSelect, TheTrainingBackendTakesTheResolvedPrecision) {
+  TrainingConfig t;
+  t.device = DeviceRequest::cpu;
+  EXPECT_EQ(t.precision, PrecisionRequest::automatic);
+  EXPECT_EQ(make_training_backend(node_world(0, 1), t).backend->matmul_precision(), MatmulPrecision::fp32);
+  t.precision = PrecisionRequest::bf16;
+  EXPECT_EQ(make_training_backend(node_world(0, 1), t).backend->matmul_precision(), MatmulPrecision::bf16);
 }
 
 }  // namespace

@@ -31,11 +31,10 @@ TEST(MemoryEstimate, TrainingEqualsWhatGptAndAdamWAllocate) {
         for (int zero : {0, 1}) {
           RunConfig c = odd_config();
           c.training.recompute = recompute;
-          c.training.precision = precision;
           c.training.zero = zero;
           std::unique_ptr<Backend> be = make_cpu_backend();
           be->set_matmul_precision(precision);
-          const MemoryEstimate est = estimate_training_memory(c, world_size);
+          const MemoryEstimate est = estimate_training_memory(c, world_size, precision);
           GPT model(c.model, *be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true, recompute);
           // The shard as the sync trainer takes it.
           const size_t share = zero ? model.arena_numel() / size_t(world_size) : model.arena_numel();
@@ -73,7 +72,7 @@ TEST(MemoryEstimate, SaturatesInsteadOfOverflowing) {
   c.model = {1024, 64, 65536, 1 << 20, 65536};
   c.training.batch_size = 65536;
   c.training.seq_len = 1 << 20;
-  EXPECT_EQ(estimate_training_memory(c, 1).total(), SIZE_MAX);
+  EXPECT_EQ(estimate_training_memory(c, 1, MatmulPrecision::fp32).total(), SIZE_MAX);
 }
 
 TEST(MemoryEstimate, ShortfallGivesTheEstimateAndWhatIsAvailable) {

@@ -134,7 +134,7 @@ const std::vector<EnumKey> kEnumKeys = {
     {"training.device", {"cpu", "cuda", "auto"}, "gpu"},
     {"training.comm", {"auto", "nccl", "mpi"}, "gloo"},
     {"training.recompute", {"none", "attention", "full"}, "selective"},
-    {"training.precision", {"fp32", "bf16"}, "fp16"},
+    {"training.precision", {"auto", "fp32", "bf16"}, "fp16"},
 };
 
 // "section.key = value" as the rendered INI writes it: "[section]\n...key = value\n".
@@ -152,7 +152,7 @@ TEST(Options, EveryEnumNameParsesToItsValue) {
   EXPECT_EQ(defaults.training.device, DeviceRequest::cpu);
   EXPECT_EQ(defaults.training.comm, CommRequest::automatic);
   EXPECT_EQ(defaults.training.recompute, Recompute::none);
-  EXPECT_EQ(defaults.training.precision, MatmulPrecision::fp32);
+  EXPECT_EQ(defaults.training.precision, PrecisionRequest::automatic);
 
   const auto with = [](const char* key, const char* value) { return parse({std::string("--") + key + "=" + value}); };
   EXPECT_EQ(with("training.mode", "sync").config.training.mode, TrainingMode::sync);
@@ -166,8 +166,9 @@ TEST(Options, EveryEnumNameParsesToItsValue) {
   EXPECT_EQ(with("training.recompute", "none").config.training.recompute, Recompute::none);
   EXPECT_EQ(with("training.recompute", "attention").config.training.recompute, Recompute::attention);
   EXPECT_EQ(with("training.recompute", "full").config.training.recompute, Recompute::full);
-  EXPECT_EQ(with("training.precision", "fp32").config.training.precision, MatmulPrecision::fp32);
-  EXPECT_EQ(with("training.precision", "bf16").config.training.precision, MatmulPrecision::bf16);
+  EXPECT_EQ(with("training.precision", "auto").config.training.precision, PrecisionRequest::automatic);
+  EXPECT_EQ(with("training.precision", "fp32").config.training.precision, PrecisionRequest::fp32);
+  EXPECT_EQ(with("training.precision", "bf16").config.training.precision, PrecisionRequest::bf16);
 
   // Every name is accepted from an INI file too, and rendered back as it was written.
   for (const EnumKey& k : kEnumKeys) {

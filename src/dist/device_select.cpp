@@ -5,12 +5,16 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "backend/device.h"
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/host_collectives.h"
 #include "dist/mpi_check.h"
 #include "dist/world.h"
 
@@ -48,37 +52,79 @@ std::string setting(const std::string& option, const std::string& value) {
   return option.rfind("--", 0) == 0 ? option + " " + value : option + " = " + value;
 }
 
-// GPU local_rank of this node, after the checks every rank of a node makes alike (they see the same devices).
-// `option = value` is the setting being resolved, named in errors; `why` says in the log why the GPU was chosen.
-DeviceChoice choose_cuda(const World& world, int count, const std::string& option, const std::string& value,
-                         const std::string& why) {
+// The error for a rank that sees no usable GPU: none visible, or the runtime's reason (an old driver).
+Error no_gpu_error(const World& world, const CudaDevices& visible, const std::string& option,
+                   const std::string& chosen) {
+  if (visible.problem)
+    return Error(chosen + ": " + visible.problem->what + " on " + rank_on_host(world),
+                 visible.problem->hint + ", or set " + setting(option, "cpu"));
+  return Error(chosen + ": no CUDA device is visible to " + rank_on_host(world),
+               "check nvidia-smi and CUDA_VISIBLE_DEVICES on " + world.host +
+                   " (and that the job asked for GPUs, e.g. --gpus-per-node), or set " + setting(option, "cpu"));
+}
+
+// GPU local_rank (modulo the visible count) of the devices this rank sees: with every GPU of a node visible that is
+// one GPU per local rank, and with one bound to each rank (srun --gpus-per-task=1, --gpu-bind) it is that one. Ranks
+// share a GPU when they picked the same UUID, which only the UUIDs can tell: allowed with EMBER_SHARE_GPU=1, refused
+// otherwise. Collective over world.comm; every rank throws the same error. `option = value` is the setting being
+// resolved, named in errors; `why` says in the log why the GPU was chosen.
+DeviceChoice choose_cuda(const World& world, const CudaDevices& visible, const std::string& option,
+                         const std::string& value, const std::string& why) {
   const std::string chosen = setting(option, value);
-  if (count == 0)
-    throw_error(chosen + ": no CUDA device is visible to " + rank_on_host(world),
-                "check nvidia-smi and CUDA_VISIBLE_DEVICES on " + world.host +
-                    " (and that the job asked for GPUs, e.g. --gpus-per-node), or set " + setting(option, "cpu"));
-  const bool share = share_gpus_from_env();
-  if (world.local_size > count && !share)
-    throw_error(chosen + ": " + std::to_string(world.local_size) + " ranks run on " + world.host + " but only " +
-                    std::to_string(count) + " CUDA device(s) are visible there (one rank per GPU)",
-                "launch at most " + std::to_string(count) + " rank(s) per node (mpirun -np " + std::to_string(count) +
-                    ", srun --ntasks-per-node=" + std::to_string(count) +
-                    "), or set EMBER_SHARE_GPU=1 to let ranks share GPUs round-robin (for tests on a one-GPU "
-                    "machine: slower, and with training.comm = mpi)");
+  std::optional<Error> local;
+  bool share = false;
+  if (visible.count() == 0)
+    local = no_gpu_error(world, visible, option, chosen);
+  else
+    local = attempt([&] { share = share_gpus_from_env(); }, "");
+  if (std::optional<Error> e = agree_on_error(world, local)) throw *e;
+
+  const int ordinal = world.local_rank % visible.count();
+  const CudaDevice& gpu = visible.devices[size_t(ordinal)];
+  // Without a UUID (its properties could not be read) a GPU is known by host and ordinal.
+  const std::string id = gpu.uuid.empty() ? world.host + "/cuda:" + std::to_string(ordinal) : gpu.uuid;
+  const std::vector<std::string> ids = all_gather_strings(world, id);
+  const std::vector<std::string> hosts = all_gather_strings(world, world.host);
+  int first = -1, second = -1;  // the first two ranks that picked the same GPU
+  for (int j = 1; j < world.size && first < 0; ++j)
+    for (int i = 0; i < j; ++i)
+      if (ids[size_t(i)] == ids[size_t(j)]) {
+        first = i, second = j;
+        break;
+      }
+  const bool shared = first >= 0;
+  if (shared && !share) {
+    const std::string& host = hosts[size_t(first)];
+    std::set<std::string> gpus;
+    int ranks = 0;
+    for (int r = 0; r < world.size; ++r)
+      if (hosts[size_t(r)] == host) gpus.insert(ids[size_t(r)]), ++ranks;
+    const std::string n = std::to_string(gpus.size());
+    throw_error(chosen + ": ranks " + std::to_string(first) + " and " + std::to_string(second) + " on " + host +
+                    " would share one GPU (" + ids[size_t(first)] + "): " + std::to_string(ranks) +
+                    " ranks run there on " + n + " GPU(s) (one rank per GPU)",
+                "launch at most " + n + " rank(s) per node (mpirun -np " + n + ", srun --ntasks-per-node=" + n +
+                    " --gpus-per-task=1), or set EMBER_SHARE_GPU=1 to let ranks share GPUs round-robin (for tests on "
+                    "a one-GPU machine: slower, and with training.comm = mpi)");
+  }
   DeviceChoice c;
   c.kind = DEVICE_KIND_CUDA;
-  c.cuda_device = world.local_rank % count;
-  c.gpus_shared = all_ranks(world, world.local_size > count, MPI_MAX) != 0;
-  c.name = "cuda:" + std::to_string(c.cuda_device) + " (" + cuda_device_name(c.cuda_device) + ")";
-  log_info("device: cuda (%s) | %s -> %s%s", why.c_str(), rank_on_host(world).c_str(), c.name.c_str(),
-           world.local_size > count ? " | EMBER_SHARE_GPU=1: ranks share the node's GPUs round-robin" : "");
+  c.cuda_device = ordinal;
+  c.gpus_shared = shared;
+  c.name = "cuda:" + std::to_string(ordinal) + " (" + gpu.name + ")";
+  log_info("device: cuda (%s) | %s -> %s, %s%s", why.c_str(), rank_on_host(world).c_str(), c.name.c_str(), id.c_str(),
+           shared ? " | EMBER_SHARE_GPU=1: ranks share GPUs round-robin" : "");
   return c;
 }
 
-DeviceChoice choose_cpu(const std::string& why) {
+// `fallback`: auto wanted a GPU that the CUDA build could not have, which the log says as a warning.
+DeviceChoice choose_cpu(const std::string& why, bool fallback = false) {
   DeviceChoice c;
   c.name = "cpu";
-  log_info("device: cpu (%s)", why.c_str());
+  if (fallback)
+    log_warn("device: cpu (%s)", why.c_str());
+  else
+    log_info("device: cpu (%s)", why.c_str());
   return c;
 }
 
@@ -103,10 +149,10 @@ std::optional<DeviceRequest> parse_device_request(const std::string& name) {
 DeviceChoice select_device(const World& world, DeviceRequest device, const std::string& option) {
   // Only cpu skips discovery: a CPU run never touches the CUDA driver.
   const bool discover = device != DeviceRequest::cpu && kBuiltWithCuda;
-  return select_device(world, device, discover ? cuda_device_count() : 0, option);
+  return select_device(world, device, discover ? discover_cuda_devices() : CudaDevices{}, option);
 }
 
-DeviceChoice select_device(const World& world, DeviceRequest device, int visible_cuda_devices,
+DeviceChoice select_device(const World& world, DeviceRequest device, const CudaDevices& visible,
                            const std::string& option) {
   if (device == DeviceRequest::cpu) return choose_cpu(setting(option, "cpu"));
   if (device == DeviceRequest::cuda) {
@@ -115,20 +161,23 @@ DeviceChoice select_device(const World& world, DeviceRequest device, int visible
                   "install the CUDA toolkit (nvcc on PATH, or -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc) and "
                   "rebuild, or set " +
                       setting(option, "cpu"));
-    return choose_cuda(world, visible_cuda_devices, option, "cuda", setting(option, "cuda"));
+    return choose_cuda(world, visible, option, "cuda", setting(option, "cuda"));
   }
   // Every rank must take the same branch: a job never mixes backends, and NCCL needs every rank on a GPU.
   const std::string chosen = setting(option, "auto");
-  const int count = kBuiltWithCuda ? visible_cuda_devices : 0;
-  const int without_gpu = all_ranks(world, count == 0, MPI_SUM);
   if (!kBuiltWithCuda) return choose_cpu(chosen + ": this ember was built without the CUDA backend");
+  const int without_gpu = all_ranks(world, visible.count() == 0, MPI_SUM);
+  // This rank's reason, where the runtime gave one (an old driver): the warning shows it.
+  const std::string reason = visible.problem ? " (" + visible.problem->what + ")" : "";
   if (without_gpu == world.size)
-    return choose_cpu(world.size == 1 ? chosen + ": no CUDA device is visible on " + world.host
-                                      : chosen + ": no rank sees a CUDA device");
+    return choose_cpu(world.size == 1 ? chosen + ": no CUDA device is visible on " + world.host + reason
+                                      : chosen + ": no rank sees a CUDA device" + reason,
+                      true);
   if (without_gpu > 0)
     return choose_cpu(chosen + ": " + std::to_string(without_gpu) + " of " + std::to_string(world.size) +
-                      " ranks see no CUDA device");
-  return choose_cuda(world, count, option, "auto", chosen + ": the CUDA backend is built and every rank sees a GPU");
+                          " ranks see no CUDA device" + reason,
+                      true);
+  return choose_cuda(world, visible, option, "auto", chosen + ": the CUDA backend is built and every rank sees a GPU");
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceChoice& choice) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/device.h"
 
 namespace ember {
 
@@ -26,24 +27,27 @@ enum DeviceKind { DEVICE_KIND_CPU, DEVICE_KIND_CUDA };
 
 struct DeviceChoice {
   DeviceKind kind = DEVICE_KIND_CPU;
-  int cuda_device = -1;      // CUDA ordinal among the visible devices: the local rank (modulo the count when shared)
-  bool gpus_shared = false;  // on some node more ranks than GPUs share them (EMBER_SHARE_GPU=1): no NCCL
+  int cuda_device = -1;      // CUDA ordinal among this rank's visible devices: local rank modulo their count
+  bool gpus_shared = false;  // two ranks picked the same GPU (by UUID; allowed with EMBER_SHARE_GPU=1): no NCCL
   std::string name;          // "cpu" or "cuda:0 (NVIDIA GeForce RTX 4090)", for the log
 };
 
 // Resolves training.device on every rank alike (it is collective over world.comm unless device is cpu):
 //  - cpu:  the CPU backend.
-//  - cuda: GPU `local_rank` of this node. Errors (ember::Error with a hint): the build has no CUDA backend; no device
-//          is visible; the node runs more ranks than it has visible GPUs, unless the environment variable
-//          EMBER_SHARE_GPU=1 lets ranks share them round-robin (local_rank % count; for tests on a one-GPU machine).
+//  - cuda: GPU local_rank modulo the number this rank sees: one per local rank when every GPU of a node is visible,
+//          the rank's own when the launcher binds one to each (srun --gpus-per-task=1, --gpu-bind,
+//          CUDA_VISIBLE_DEVICES per rank). Ranks exchange the UUIDs they picked; two ranks on one GPU are an error
+//          unless the environment variable EMBER_SHARE_GPU=1 lets ranks share GPUs (for tests on a one-GPU machine).
+//          Other errors (ember::Error with a hint, on every rank): the build has no CUDA backend; no device is
+//          visible; the driver is too old for the CUDA runtime (the runtime's error and both versions).
 //  - auto: cuda when the build has the CUDA backend and every rank's node has a visible GPU, else cpu (one job never
-//          mixes the two); logs which and why.
+//          mixes the two); logs which and why, as a warning when a CUDA build falls back to the CPU.
 // `option` names the setting in the log and in errors: the config key (messages read "training.device = cuda") or a
 // command-line flag such as "--device" (they read "--device cuda").
 DeviceChoice select_device(const World& world, DeviceRequest device, const std::string& option = "training.device");
-// As above with the number of visible CUDA devices given instead of discovered, so tests reach every rule on any
+// As above with this rank's visible CUDA devices given instead of discovered, so tests reach every rule on any
 // machine (the build check still applies: a CPU-only build refuses `cuda` and picks cpu for `auto`).
-DeviceChoice select_device(const World& world, DeviceRequest device, int visible_cuda_devices,
+DeviceChoice select_device(const World& world, DeviceRequest device, const CudaDevices& visible,
                            const std::string& option = "training.device");
 
 // The backend of a choice: make_cpu_backend() or make_cuda_backend(choice.cuda_device).

@@ -55,6 +55,27 @@ std::vector<uint64_t> all_gather_values(const World& world, const uint64_t* valu
   return all_gather(world, values, n, MPI_UINT64_T);
 }
 
+std::vector<std::string> all_gather_strings(const World& world, const std::string& text) {
+  if (world.size == 1) return {text};
+  EMBER_ASSERT(text.size() <= size_t(INT_MAX), "string too long for one MPI_Allgatherv");
+  const int n = int(text.size());
+  std::vector<int> lengths(size_t(world.size)), offsets(size_t(world.size), 0);
+  EMBER_MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, lengths.data(), 1, MPI_INT, world.comm));
+  int64_t total = 0;
+  for (int r = 0; r < world.size; ++r) {
+    offsets[size_t(r)] = int(total);
+    total += lengths[size_t(r)];
+  }
+  EMBER_ASSERT(total <= INT_MAX, "strings too long for one MPI_Allgatherv");
+  std::string all(size_t(total), '\0');
+  EMBER_MPI_CHECK(
+      MPI_Allgatherv(text.data(), n, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, world.comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < world.size; ++r)
+    out.push_back(all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
+  return out;
+}
+
 bool any_rank(const World& world, bool flag) {
   if (world.size == 1) return flag;
   int mine = flag ? 1 : 0, any = 0;

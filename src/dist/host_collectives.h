@@ -27,6 +27,9 @@ void broadcast_values(const World& world, uint64_t* values, int n, int root);
 std::vector<int64_t> all_gather_values(const World& world, const int64_t* values, int n);
 std::vector<uint64_t> all_gather_values(const World& world, const uint64_t* values, int n);
 
+// Every rank's `text`, by rank. Collective over world.comm.
+std::vector<std::string> all_gather_strings(const World& world, const std::string& text);
+
 // True on every rank when `flag` is true on any rank. Collective over world.comm.
 bool any_rank(const World& world, bool flag);
 

@@ -36,6 +36,13 @@ class BackendArray {
   T* ptr_;
 };
 
+// Whether this build has the CUDA backend (some rules differ without it, whether or not a GPU is present).
+#ifdef EMBER_HAVE_CUDA
+inline constexpr bool kCudaBuild = true;
+#else
+inline constexpr bool kCudaBuild = false;
+#endif
+
 inline int world_rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);

@@ -12,16 +12,14 @@
 #include "dist/comm_select.h"
 #include "dist/device_select.h"
 #include "dist/world.h"
+#include "scoped_env.h"
+#include "test_support.h"
 #include "train/run_setup.h"
 
 namespace ember {
 namespace {
 
-#ifdef EMBER_HAVE_CUDA
-constexpr bool kCuda = true;
-#else
-constexpr bool kCuda = false;
-#endif
+constexpr bool kCuda = test::kCudaBuild;
 #ifdef EMBER_HAVE_NCCL
 constexpr bool kNccl = true;
 #else
@@ -40,27 +38,17 @@ World node_world(int local_rank, int local_size) {
   return w;
 }
 
-// Sets EMBER_SHARE_GPU for one test and restores the caller's value after it.
-class ShareGpuEnv {
- public:
-  explicit ShareGpuEnv(const char* value) {
-    if (const char* old = std::getenv("EMBER_SHARE_GPU")) old_ = old, had_ = true;
-    if (value)
-      setenv("EMBER_SHARE_GPU", value, 1);
-    else
-      unsetenv("EMBER_SHARE_GPU");
-  }
-  ~ShareGpuEnv() {
-    if (had_)
-      setenv("EMBER_SHARE_GPU", old_.c_str(), 1);
-    else
-      unsetenv("EMBER_SHARE_GPU");
-  }
-
- private:
-  std::string old_;
-  bool had_ = false;
+// EMBER_SHARE_GPU set (or unset, for nullptr) for one test.
+struct ShareGpuEnv : test::ScopedEnv {
+  explicit ShareGpuEnv(const char* value) : ScopedEnv("EMBER_SHARE_GPU", value) {}
 };
+
+// n visible GPUs with made-up UUIDs, as discover_cuda_devices() reports them.
+CudaDevices gpus(int n) {
+  CudaDevices d;
+  for (int i = 0; i < n; ++i) d.devices.push_back({"GPU-node7-" + std::to_string(i), "Test GPU"});
+  return d;
+}
 
 // The ember::Error thrown by f, or a test failure when it returns.
 template <class F>
@@ -77,25 +65,25 @@ Error error_of(F&& f) {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(DeviceSelect, CpuIsTheCpuBackend) {
-  const DeviceChoice c = select_device(node_world(0, 1), DeviceRequest::cpu, 8);
+  const DeviceChoice c = select_device(node_world(0, 1), DeviceRequest::cpu, gpus(8));
   EXPECT_EQ(c.kind, DEVICE_KIND_CPU);
   EXPECT_EQ(c.name, "cpu");
   EXPECT_EQ(make_backend(c)->name(), make_cpu_backend()->name());
 }
 
 TEST(DeviceSelect, AutoWithoutGpuIsCpu) {
-  EXPECT_EQ(select_device(node_world(0, 1), DeviceRequest::automatic, 0).kind, DEVICE_KIND_CPU);
+  EXPECT_EQ(select_device(node_world(0, 1), DeviceRequest::automatic, gpus(0)).kind, DEVICE_KIND_CPU);
 }
 
 TEST(DeviceSelect, AutoWithGpuIsCudaOnlyInCudaBuilds) {
   ShareGpuEnv env(nullptr);
-  const DeviceChoice c = select_device(node_world(1, 2), DeviceRequest::automatic, 2);
+  const DeviceChoice c = select_device(node_world(1, 2), DeviceRequest::automatic, gpus(2));
   EXPECT_EQ(c.kind, kCuda ? DEVICE_KIND_CUDA : DEVICE_KIND_CPU);
   if (kCuda) EXPECT_EQ(c.cuda_device, 1);
 }
 
 TEST(DeviceSelect, CudaInCpuBuildOrWithoutGpuIsAnError) {
-  const Error e = error_of([] { select_device(node_world(0, 1), DeviceRequest::cuda, 0); });
+  const Error e = error_of([] { select_device(node_world(0, 1), DeviceRequest::cuda, gpus(0)); });
   if (!kCuda) {
     EXPECT_STREQ(e.what(), "training.device = cuda: this ember was built without the CUDA backend");
     EXPECT_TRUE(contains(e.hint(), "CUDA toolkit")) << e.hint();
@@ -106,48 +94,92 @@ TEST(DeviceSelect, CudaInCpuBuildOrWithoutGpuIsAnError) {
   EXPECT_TRUE(contains(e.hint(), "training.device = cpu")) << e.hint();
 }
 
-// One rank per GPU by local rank; past the GPU count, an error naming the host, the ranks and the GPUs.
+// One rank per GPU by local rank when every GPU of the node is visible; the rank's own when it sees only one. Which
+// ranks share a GPU is decided from the UUIDs all ranks picked (tests/mpi/test_device_select_ranks.cpp).
 TEST(DeviceSelect, OneRankPerGpuByLocalRank) {
   if (!kCuda) GTEST_SKIP() << "CPU-only build: training.device = cuda is refused before any GPU rule";
   ShareGpuEnv env(nullptr);
   for (int r = 0; r < 4; ++r) {
-    const DeviceChoice c = select_device(node_world(r, 4), DeviceRequest::cuda, 4);
+    const DeviceChoice c = select_device(node_world(r, 4), DeviceRequest::cuda, gpus(4));
     EXPECT_EQ(c.kind, DEVICE_KIND_CUDA);
     EXPECT_EQ(c.cuda_device, r);
+    EXPECT_EQ(c.name, "cuda:" + std::to_string(r) + " (Test GPU)");
     EXPECT_FALSE(c.gpus_shared);
   }
-  for (DeviceRequest device : {DeviceRequest::cuda, DeviceRequest::automatic}) {
-    const Error e = error_of([&] { select_device(node_world(2, 3), device, 2); });
-    EXPECT_EQ(std::string(e.what()), std::string("training.device = ") + device_request_name(device) +
-                                         ": 3 ranks run on node7 but only 2 CUDA device(s) are visible there (one "
-                                         "rank per GPU)");
-    EXPECT_TRUE(contains(e.hint(), "at most 2 rank(s) per node")) << e.hint();
-    EXPECT_TRUE(contains(e.hint(), "EMBER_SHARE_GPU=1")) << e.hint();
-  }
+  // srun --gpus-per-task=1: local rank 3 of 4 sees one GPU, its own, and takes it (no EMBER_SHARE_GPU needed).
+  const DeviceChoice bound = select_device(node_world(3, 4), DeviceRequest::cuda, gpus(1));
+  EXPECT_EQ(bound.cuda_device, 0);
+  EXPECT_FALSE(bound.gpus_shared);
 }
 
 TEST(DeviceSelect, ShareGpuIsRoundRobin) {
   if (!kCuda) GTEST_SKIP() << "CPU-only build: training.device = cuda is refused before any GPU rule";
   ShareGpuEnv env("1");
-  for (int r = 0; r < 5; ++r) {
-    const DeviceChoice c = select_device(node_world(r, 5), DeviceRequest::cuda, 2);
-    EXPECT_EQ(c.cuda_device, r % 2);
-    EXPECT_TRUE(c.gpus_shared);
+  for (int r = 0; r < 5; ++r)
+    EXPECT_EQ(select_device(node_world(r, 5), DeviceRequest::cuda, gpus(2)).cuda_device, r % 2);
+  EXPECT_FALSE(select_device(node_world(0, 2), DeviceRequest::cuda, gpus(2)).gpus_shared);  // allowed, not needed
+}
+
+// A driver older than the CUDA runtime needs is named with both versions, not reported as "no CUDA device".
+TEST(DeviceSelect, AnOldDriverIsNamedWithTheVersionNeeded) {
+  CudaDevices old;
+  old.problem =
+      explain_cuda_count_error(CudaCountError::insufficient_driver, "cudaErrorInsufficientDriver", 12020, 13000);
+  ASSERT_TRUE(old.problem.has_value());
+  if (kCuda) {
+    const Error e = error_of([&] { select_device(node_world(0, 1), DeviceRequest::cuda, old); });
+    EXPECT_STREQ(e.what(),
+                 "training.device = cuda: the NVIDIA driver supports CUDA 12.2, but this ember's CUDA runtime is 13.0 "
+                 "(cudaErrorInsufficientDriver) on rank 0 on node7");
+    EXPECT_TRUE(contains(e.hint(), "NVIDIA driver for CUDA 13.0 or newer")) << e.hint();
+    EXPECT_TRUE(contains(e.hint(), "training.device = cpu")) << e.hint();
   }
-  EXPECT_FALSE(select_device(node_world(0, 2), DeviceRequest::cuda, 2).gpus_shared);  // allowed, not needed
+  // auto falls back to the CPU, with the reason as a warning on stderr.
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const DeviceChoice c = select_device(node_world(0, 1), DeviceRequest::automatic, old);
+  const std::string out = testing::internal::GetCapturedStdout(), err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(c.kind, DEVICE_KIND_CPU);
+  if (kCuda) {
+    EXPECT_TRUE(contains(err,
+                         "warning: device: cpu (training.device = auto: no CUDA device is visible on node7 (the "
+                         "NVIDIA driver supports CUDA 12.2, but this ember's CUDA runtime is 13.0"))
+        << err;
+    EXPECT_FALSE(contains(out, "device: cpu")) << out;
+  }
+}
+
+TEST(DeviceSelect, CountErrorsThatAreNotJustNoGpu) {
+  // No device, or no driver at all (the runtime reports "insufficient driver" with driver version 0): no GPU here.
+  EXPECT_FALSE(explain_cuda_count_error(CudaCountError::no_device, "cudaErrorNoDevice", 12020, 13000));
+  EXPECT_FALSE(explain_cuda_count_error(CudaCountError::insufficient_driver, "cudaErrorInsufficientDriver", 0, 13000));
+  const std::optional<CudaProblem> other =
+      explain_cuda_count_error(CudaCountError::other, "cudaErrorInvalidDevice", 13000, 13000);
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->what, "the CUDA runtime could not count the GPUs (cudaErrorInvalidDevice)");
+  EXPECT_TRUE(contains(other->hint, "CUDA_VISIBLE_DEVICES")) << other->hint;
+  EXPECT_EQ(cuda_version_text(13000), "13.0");
+  EXPECT_EQ(cuda_version_text(11080), "11.8");
+  EXPECT_EQ(cuda_version_text(12020), "12.2");
+}
+
+TEST(DeviceSelect, UuidsPrintAsNvidiaSmiPrintsThem) {
+  unsigned char bytes[16];
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<unsigned char>(i * 17);
+  EXPECT_EQ(format_gpu_uuid(bytes), "GPU-00112233-4455-6677-8899-aabbccddeeff");
 }
 
 TEST(DeviceSelect, ShareGpuTakesOnlyZeroOrOne) {
   if (!kCuda) GTEST_SKIP() << "CPU-only build: training.device = cuda is refused before any GPU rule";
   ShareGpuEnv env("yes");
-  const Error e = error_of([] { select_device(node_world(0, 1), DeviceRequest::cuda, 1); });
+  const Error e = error_of([] { select_device(node_world(0, 1), DeviceRequest::cuda, gpus(1)); });
   EXPECT_STREQ(e.what(), "EMBER_SHARE_GPU=yes: must be 0 or 1");
 }
 
 TEST(CommSelect, CpuTakesMpi) {
   auto backend = make_cpu_backend();
   const World w = node_world(0, 1);
-  const DeviceChoice cpu = select_device(w, DeviceRequest::cpu, 0);
+  const DeviceChoice cpu = select_device(w, DeviceRequest::cpu, gpus(0));
   for (CommRequest comm : {CommRequest::automatic, CommRequest::mpi})
     EXPECT_EQ(make_communicator(w, cpu, comm, *backend)->name(), "mpi");
 }
@@ -155,8 +187,8 @@ TEST(CommSelect, CpuTakesMpi) {
 TEST(CommSelect, NcclNeedsGpusOfItsOwn) {
   auto backend = make_cpu_backend();  // never used: every case is refused before a communicator exists
   const World w = node_world(0, 1);
-  const Error on_cpu =
-      error_of([&] { make_communicator(w, select_device(w, DeviceRequest::cpu, 0), CommRequest::nccl, *backend); });
+  const Error on_cpu = error_of(
+      [&] { make_communicator(w, select_device(w, DeviceRequest::cpu, gpus(0)), CommRequest::nccl, *backend); });
   EXPECT_STREQ(on_cpu.what(), "training.comm = nccl: NCCL needs the CUDA backend, but this run trains on the CPU");
   EXPECT_TRUE(contains(on_cpu.hint(), "training.comm = mpi")) << on_cpu.hint();
 

@@ -1,10 +1,13 @@
 // The Communicator over NCCL (implementation): collectives on device buffers run on one high-priority stream that
-// first waits for the backend's stream; host buffers go over MPI. AVG is NCCL's own ncclAvg.
+// first waits for the backend's stream; host buffers go over MPI. AVG is NCCL's own ncclAvg. Every wait polls
+// (dist/collective_wait.h): an asynchronous NCCL error aborts the communicator and throws instead of hanging.
 #include "nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -12,6 +15,7 @@
 #include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_memory.h"
+#include "dist/collective_wait.h"
 
 namespace ember {
 namespace {
@@ -29,23 +33,45 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-// An NCCL error raised while a kernel was running (a peer failed, a network error) surfaces only here.
-void check_async_error(ncclComm_t comm) {
+// An NCCL error raised while a kernel was running (a peer failed, a network error): "" while there is none.
+std::string async_error(ncclComm_t comm) {
   ncclResult_t async = ncclSuccess;
-  EMBER_NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
-  EMBER_NCCL_CHECK(async);
+  const ncclResult_t rc = ncclCommGetAsyncError(comm, &async);
+  if (rc != ncclSuccess) return "ncclCommGetAsyncError: " + cuda::nccl_error_string(rc);
+  return async == ncclSuccess ? "" : cuda::nccl_error_string(async);
 }
+
+// Whether an event (or a stream) has completed; a CUDA error other than "not ready" is thrown.
+bool event_done(cudaEvent_t e) {
+  const cudaError_t rc = cudaEventQuery(e);
+  if (rc == cudaErrorNotReady) return false;
+  EMBER_CUDA_CHECK(rc);
+  return true;
+}
+
+// One NCCL communicator and its health, shared by the communicator and its pending requests: a request may be
+// waited on (or destroyed) after an error aborted the communicator, and must then neither wait nor touch it.
+struct NcclShared {
+  ncclComm_t comm = nullptr;
+  CollectiveHealth health;
+
+  // Waits for `done` by polling, aborting the communicator on an asynchronous error (dist/collective_wait.h).
+  void wait(const std::function<bool()>& done, const std::string& what) {
+    wait_or_abort(health, {done, [this] { return async_error(comm); }, [this] { ncclCommAbort(comm); }}, what);
+  }
+};
 
 // One collective queued on the communicator's stream, marked by an event recorded right after it.
 class NcclRequest final : public PendingCollective {
  public:
-  NcclRequest(cudaEvent_t done, ncclComm_t comm) : done_event_(done), comm_(comm) {}
+  NcclRequest(cudaEvent_t done, std::shared_ptr<NcclShared> shared) : done_event_(done), shared_(std::move(shared)) {}
   NcclRequest(const NcclRequest&) = delete;
   NcclRequest& operator=(const NcclRequest&) = delete;
 
-  // A destructor cannot throw, and a failed collective leaves the ranks out of step: log and end the job.
+  // A destructor cannot throw, and a failed collective leaves the ranks out of step: log and end the job. After an
+  // abort there is nothing left to wait for.
   ~NcclRequest() override {
-    if (!done_) {
+    if (!done_ && !shared_->health.aborted) {
       try {
         wait();
       } catch (const std::exception& e) {
@@ -59,23 +85,22 @@ class NcclRequest final : public PendingCollective {
   void wait() override {
     if (done_) return;
     done_ = true;  // a failure below ends the job; never wait on this event again (from the destructor)
-    EMBER_CUDA_CHECK(cudaEventSynchronize(done_event_));
-    check_async_error(comm_);
+    shared_->wait([this] { return event_done(done_event_); }, "an NCCL collective");
   }
 
   bool test() override {
     if (done_) return true;
-    const cudaError_t rc = cudaEventQuery(done_event_);
-    if (rc == cudaErrorNotReady) return false;
-    done_ = true;
-    EMBER_CUDA_CHECK(rc);
-    check_async_error(comm_);
+    if (!event_done(done_event_)) {
+      // Not done: an asynchronous error would keep it so for ever.
+      if (!shared_->health.aborted && async_error(shared_->comm).empty()) return false;
+    }
+    wait();  // done (checks the error once more), or failed (aborts and throws)
     return true;
   }
 
  private:
   cudaEvent_t done_event_;
-  ncclComm_t comm_;
+  std::shared_ptr<NcclShared> shared_;
   bool done_ = false;
 };
 
@@ -106,7 +131,9 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (host_->rank() == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
     host_->broadcast(&id, sizeof(id), 0);
-    EMBER_NCCL_CHECK(ncclCommInitRank(&nccl_, host_->size(), id, host_->rank()));
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&synced_, cudaEventDisableTiming));
+    EMBER_NCCL_CHECK(ncclCommInitRank(&shared_->comm, host_->size(), id, host_->rank()));
+    nccl_ = shared_->comm;
     int version = 0;
     EMBER_NCCL_CHECK(ncclGetVersion(&version));
     log_debug("NCCL %d.%d.%d communicator: rank %d of %d on device %d", version / 10000, version / 100 % 100,
@@ -116,10 +143,19 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  // No checks: a destructor must not throw, and after a device fault every call below fails anyway.
+  // No checks: a destructor must not throw, and after a device fault every call below fails anyway. It waits for
+  // queued collectives by polling, so a failed peer cannot hang it; after an abort it waits for nothing and the
+  // communicator is already freed.
   ~NcclCommunicator() override {
-    cudaStreamSynchronize(stream_);
-    if (nccl_) ncclCommDestroy(nccl_);
+    if (nccl_ && !shared_->health.aborted) {
+      try {
+        shared_->wait([this] { return cudaStreamQuery(stream_) != cudaErrorNotReady; }, "NCCL shutdown");
+      } catch (const std::exception& e) {
+        log_error("%s", e.what());
+      }
+    }
+    if (nccl_ && !shared_->health.aborted) ncclCommDestroy(nccl_);
+    if (synced_) cudaEventDestroy(synced_);
     cudaEventDestroy(marker_);
     cudaStreamDestroy(stream_);
   }
@@ -183,7 +219,7 @@ class NcclCommunicator final : public Communicator {
 
   // Our queued collectives complete first, so a barrier also means "everything sent before it has arrived".
   void barrier() override {
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync("an NCCL collective before a barrier");
     host_->barrier();
   }
 
@@ -192,15 +228,28 @@ class NcclCommunicator final : public Communicator {
   // return with the result in place, for the host and every stream alike.
   template <class F>
   void run(F&& enqueue) {
+    check_usable();
     cuda::order_after(stream_, producer_, marker_);
     enqueue();
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    check_async_error(nccl_);
+    sync("an NCCL collective");
+  }
+
+  // Waits until everything queued on stream_ is done, by polling an event recorded after it (never blocking in the
+  // driver, so an asynchronous error aborts the communicator instead of hanging this rank).
+  void sync(const std::string& what) {
+    EMBER_CUDA_CHECK(cudaEventRecord(synced_, stream_));
+    shared_->wait([this] { return event_done(synced_); }, what);
+  }
+
+  // After an abort the communicator is gone: every later call fails with the error that aborted it.
+  void check_usable() {
+    if (shared_->health.aborted) shared_->wait([] { return true; }, "an NCCL collective");
   }
 
   // As run(), but returns at once with a request marked by an event recorded after the call.
   template <class F>
   std::unique_ptr<PendingCollective> start(F&& enqueue) {
+    check_usable();
     cuda::order_after(stream_, producer_, marker_);
     enqueue();
     cudaEvent_t done = nullptr;
@@ -208,7 +257,7 @@ class NcclCommunicator final : public Communicator {
     const cudaError_t rc = cudaEventRecord(done, stream_);
     if (rc != cudaSuccess) cudaEventDestroy(done);
     EMBER_CUDA_CHECK(rc);
-    return std::make_unique<NcclRequest>(done, nccl_);
+    return std::make_unique<NcclRequest>(done, shared_);
   }
 
   // Both buffers on the device (NCCL) or both on the host (MPI); a mix is a bug in the caller.
@@ -234,7 +283,9 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t producer_ = nullptr;  // the backend's stream (null: wait for the whole device)
   cudaStream_t stream_ = nullptr;    // every NCCL call is queued here
   cudaEvent_t marker_ = nullptr;     // recorded on producer_ and waited on by stream_
-  ncclComm_t nccl_ = nullptr;
+  cudaEvent_t synced_ = nullptr;     // recorded on stream_ by a blocking call, which polls it
+  std::shared_ptr<NcclShared> shared_ = std::make_shared<NcclShared>();  // the communicator and its health
+  ncclComm_t nccl_ = nullptr;                                            // shared_->comm, for the NCCL calls
 };
 
 }  // namespace

@@ -1,0 +1,34 @@
+// Waiting on a collective that a failed peer may never let finish. NCCL's kernels spin until a peer's data arrives,
+// so a rank that blocks in the driver (cudaStreamSynchronize) waits forever when a peer died or its link broke. The
+// wait here polls instead: completion, and between polls the library's asynchronous error; on an error it aborts the
+// communicator (ncclCommAbort, which stops its kernels and frees it) and throws, so the rank ends through the usual
+// error path (every rank exits: main's MPI session aborts the job). After an abort nothing waits again: later waits
+// throw at once, and destructors skip the work they would otherwise finish.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace ember {
+
+// A communicator's health, shared with its pending requests.
+struct CollectiveHealth {
+  bool aborted = false;
+  std::string error;  // the error that aborted it
+};
+
+// How to poll one communicator: whether the awaited work is done, its asynchronous error ("" while there is none),
+// and how to abort it.
+struct CollectivePoll {
+  std::function<bool()> done;
+  std::function<std::string()> async_error;
+  std::function<void()> abort;
+};
+
+// Polls poll.done() until it is true, checking poll.async_error() between polls and once more at the end. On an
+// error: calls poll.abort() once, marks `health` aborted and throws ember::Error naming `what` ("NCCL all-reduce")
+// and the error, with a hint. With `health` already aborted it throws at once, polling nothing. Polls back off from
+// a yield to sleeps of at most 1 ms, so a wait costs little CPU and adds little latency.
+void wait_or_abort(CollectiveHealth& health, const CollectivePoll& poll, const std::string& what);
+
+}  // namespace ember

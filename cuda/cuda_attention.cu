@@ -2,6 +2,7 @@
 // tiles over keys with an online softmax and saves the log-sum-exp per row; backward recomputes P from q, k and lse.
 // These are the fp32 kernels (CUDA cores); with matmul precision bf16 the backend methods below take the tensor-core
 // kernels of cuda_attention_tc.cu where the device and head size allow.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -276,11 +277,23 @@ void check_attention_shape(int B, int T, int C, int NH, size_t rows_per_block) {
 
 }  // namespace
 
+// The (block of `rows` rows, kTile tile) pairs one head's causal attention visits, for the cost ledger.
+double causal_block_tiles(int T, int rows) {
+  double pairs = 0.0;
+  for (int r0 = 0; r0 < T; r0 += rows) pairs += double(ceil_div(size_t(std::min(T, r0 + rows)), kTile));
+  return pairs;
+}
+
 void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                               cudaStream_t stream) {
   check_attention_shape(B, T, C, NH, kForwardRows);
   const float scale = 1.0f / sqrtf(float(C / NH));
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kForwardRows));
+  {  // per head: Q rows once, a K and a V tile per (row block, tile) pair; out and lse written
+    const double heads = double(B) * NH, hs = C / NH, pairs = causal_block_tiles(T, kForwardRows);
+    report_launch("attention_forward", heads * 4.0 * (T * hs + 2.0 * kTile * hs * pairs), heads * 4.0 * (T * hs + T),
+                  heads * pairs * 4.0 * kForwardRows * kTile * hs);
+  }
   EMBER_KERNEL_LAUNCH(attention_forward_kernel, grid, kForwardRows * kWarpSize, stream, out, lse, qkv, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
 }
@@ -290,6 +303,15 @@ void launch_attention_backward(float* dqkv, float* delta, const float* dout, con
   check_attention_shape(B, T, C, NH, kBackwardRows);
   const float scale = 1.0f / sqrtf(float(C / NH));
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kBackwardRows));
+  {  // as the tensor-core kernels' (cuda_attention_tc.cu), all in fp32, with kBackwardRows-row blocks
+    const double heads = double(B) * NH, hs = C / NH, pairs = causal_block_tiles(T, kBackwardRows);
+    const double rows = T * hs, tile = kTile * hs, flops = heads * pairs * kBackwardRows * tile;
+    report_launch("attention_backward_dq", heads * 4.0 * (3.0 * rows + T + 2.0 * tile * pairs + rows),
+                  heads * 4.0 * (T + rows), 6.0 * flops);
+    report_launch("attention_backward_dkv",
+                  heads * 4.0 * (2.0 * rows + 2.0 * tile * pairs + 2.0 * kTile * pairs + 2.0 * rows),
+                  heads * 8.0 * rows, 8.0 * flops);
+  }
   EMBER_KERNEL_LAUNCH(attention_backward_dq_kernel, grid, kBackwardRows * kWarpSize, stream, dqkv, delta, dout, qkv,
                       out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();

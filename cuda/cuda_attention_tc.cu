@@ -20,10 +20,23 @@ void check_tc_shape(int B, int T, int C, int NH) {
                "attention: grid too large for this T or B * NH");
 }
 
+// The tile pairs (query tile, key tile) one head's causal attention visits: kRows-row tiles, each query tile with the
+// key tiles up to its own.
+// Qualified: the kernel model compiles every launcher into one translation unit, where cuda_attention.cu's own kTile
+// would be found first.
+double causal_tile_pairs(int T) {
+  const double nb = double(ceil_div(size_t(T), tc::kRows));
+  return nb * (nb + 1.0) / 2.0;
+}
+
 template <int HS, typename StoreT>
 void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
   auto* const kernel = attention_forward_tc_kernel<HS, StoreT>;  // one macro argument
+  // Per head: the Q rows read once, a K and a V tile per tile pair, out and lse written; two products per pair.
+  const double heads = double(B) * NH, s = sizeof(StoreT), pairs = causal_tile_pairs(T), tile = double(tc::kTile) * HS;
+  report_launch("attention_forward_tc", heads * (s * T * HS + 2.0 * s * tile * pairs), heads * (s * T * HS + 4.0 * T),
+                heads * pairs * 4.0 * tc::kRows * tile, false, true);
   EMBER_KERNEL_LAUNCH(kernel, grid, kWarps * kWarpSize, stream, out, lse, qkv, T, C, NH, 1.0f / sqrtf(float(HS)));
   EMBER_CUDA_LAUNCH_CHECK();
 }
@@ -35,6 +48,17 @@ void backward_tc(float* dqkv, float* delta, const float* dout, const StoreT* qkv
   const float scale = 1.0f / sqrtf(float(HS));
   auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, StoreT>;  // one macro argument each
   auto* const dkv_kernel = attention_backward_dkv_tc_kernel<HS, StoreT>;
+  // dQ, per head: Q, O and dO (fp32) rows and lse read once, delta written; K and V tiles per pair; dQ (+=) read and
+  // written; three products per pair. dK/dV: K and V rows once; Q, dO, lse and delta per pair; dK and dV (+=) read
+  // and written; four products per pair.
+  const double heads = double(B) * NH, s = sizeof(StoreT), pairs = causal_tile_pairs(T), tile = double(tc::kTile) * HS;
+  const double rows = double(T) * HS, flops = tc::kRows * tile * pairs * heads;
+  report_launch("attention_backward_dq_tc",
+                heads * (2.0 * s * rows + 4.0 * rows + 4.0 * T + 2.0 * s * tile * pairs + 4.0 * rows),
+                heads * (4.0 * T + 4.0 * rows), 6.0 * flops, false, true);
+  report_launch("attention_backward_dkv_tc",
+                heads * (2.0 * s * rows + (s + 4.0) * tile * pairs + 8.0 * tc::kTile * pairs + 8.0 * rows),
+                heads * 8.0 * rows, 8.0 * flops, false, true);
   EMBER_KERNEL_LAUNCH(dq_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(dkv_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, lse, T, C, NH, scale);

@@ -97,10 +97,7 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   void* scratch(size_t bytes) override;
   // A device copy of the segments in segments_, grown as needed.
   const AdamWSegment* kernel_segments(const AdamWSegment* segs, size_t nseg) override;
-  // The most scratch a matmul backward pass under bf16 takes for dout rounded to bf16 (cuda_ops.h): the dense
-  // layers' dout fits whole at GPT-2 sizes (16K tokens x 3072 x 2 bytes is 96 MiB); the lm_head's (16K x 50304 x 2 =
-  // 1.6 GiB) goes in blocks of ~1300 rows.
-  static constexpr size_t kDoutBlockBytes = size_t(128) << 20;
+  static constexpr size_t kDoutBlockBytes = cuda::kDoutBlockBytes;
 
   int device_ = 0;
   int compute_major_ = 0;  // the device's compute capability, major part
@@ -115,7 +112,7 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   // cuBLASLt for the dense layers' fused bias epilogues: its workspace, and the bias gradient its epilogue writes
   // before it is added to dbias (layers wider than the capacity take the plain path).
   static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
-  static constexpr size_t kBiasGradCapacity = 65536;
+  static constexpr size_t kBiasGradCapacity = cuda::kBiasGradCapacity;
   void* lt_workspace_ = nullptr;
   float* bias_grad_ = nullptr;
   std::unique_ptr<cuda::LtGemm> lt_;

@@ -9,12 +9,15 @@
 #include <cstddef>
 
 #include "core/dtype.h"
+#include "launch_cost.h"
 
 // Every kernel launch: kernel<<<grid, block, 0, stream>>>(args...). A macro, so that the kernels and their launchers
 // also compile as plain C++ under tests/kernel_model/kernel_model.h (EMBER_KERNEL_MODEL), which runs them on the CPU.
 #ifdef EMBER_KERNEL_MODEL
-#define EMBER_KERNEL_LAUNCH(kernel, grid, block, stream, ...) \
-  ((void)(stream), ::ember::kernel_model::launch(kernel, dim3(grid), dim3(block), __VA_ARGS__))
+#define EMBER_KERNEL_LAUNCH(kernel, grid, block, stream, ...)            \
+  ((void)(stream), ::ember::kernel_model::count_only                     \
+                       ? void(++::ember::kernel_model::launches_counted) \
+                       : ::ember::kernel_model::launch(kernel, dim3(grid), dim3(block), __VA_ARGS__))
 #else
 #define EMBER_KERNEL_LAUNCH(kernel, grid, block, stream, ...) kernel<<<grid, block, 0, stream>>>(__VA_ARGS__)
 #endif

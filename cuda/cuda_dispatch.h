@@ -16,6 +16,14 @@
 
 namespace ember::cuda {
 
+// The CUDA backend's sizes that decide an op's launches (the cost ledger's count-only backend takes the same):
+// - the most scratch a matmul backward pass under bf16 takes for dout rounded to bf16 (cuda_ops.h): the dense
+//   layers' dout fits whole at GPT-2 sizes (16K tokens x 3072 x 2 bytes is 96 MiB); the lm_head's (16K x 50304 x 2 =
+//   1.6 GiB) goes in blocks of ~1300 rows;
+// - the widest layer whose fp32 bias gradient cuBLASLt's epilogue writes (wider ones take the plain path).
+inline constexpr size_t kDoutBlockBytes = size_t(128) << 20;
+inline constexpr size_t kBiasGradCapacity = 65536;
+
 // What the ops take from the backend that runs them, beyond their arguments.
 class OpResources {
  public:

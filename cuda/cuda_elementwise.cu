@@ -36,24 +36,28 @@ __global__ void widen_bf16_kernel(float* out, const __nv_bfloat16* inp, size_t n
 
 void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
   if (n == 0) return;
+  report_launch("add", 8.0 * double(n), 4.0 * double(n), double(n));
   EMBER_KERNEL_LAUNCH(add_kernel, elementwise_blocks(n), kElementwiseThreads, stream, out, a, b, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t stream) {
   if (n == 0) return;
+  report_launch("accumulate", 8.0 * double(n), 4.0 * double(n), double(n));
   EMBER_KERNEL_LAUNCH(accumulate_kernel, elementwise_blocks(n), kElementwiseThreads, stream, dst, src, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_scale(float* x, float s, size_t n, cudaStream_t stream) {
   if (n == 0) return;
+  report_launch("scale", 4.0 * double(n), 4.0 * double(n), double(n));
   EMBER_KERNEL_LAUNCH(scale_kernel, elementwise_blocks(n), kElementwiseThreads, stream, x, s, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_cast_to_bf16(BFloat16* out, const float* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
+  report_launch("cast_to_bf16", 4.0 * double(n), 2.0 * double(n), 0.0);
   EMBER_KERNEL_LAUNCH(cast_to_bf16_kernel, elementwise_blocks(n), kElementwiseThreads, stream,
                       reinterpret_cast<__nv_bfloat16*>(out), inp, n);
   EMBER_CUDA_LAUNCH_CHECK();
@@ -61,6 +65,7 @@ void launch_cast_to_bf16(BFloat16* out, const float* inp, size_t n, cudaStream_t
 
 void launch_widen_bf16(float* out, const BFloat16* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
+  report_launch("widen_bf16", 2.0 * double(n), 4.0 * double(n), 0.0);
   EMBER_KERNEL_LAUNCH(widen_bf16_kernel, elementwise_blocks(n), kElementwiseThreads, stream, out,
                       reinterpret_cast<const __nv_bfloat16*>(inp), n);
   EMBER_CUDA_LAUNCH_CHECK();

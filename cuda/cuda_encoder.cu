@@ -59,6 +59,8 @@ void launch_encoder_forward(float* out, const int32_t* inp, const float* wte, co
                             cudaStream_t stream) {
   EMBER_ASSERT(B > 0 && T > 0 && C > 0, "encoder_forward: B, T and C must be positive");
   const size_t total = size_t(B) * T * C;
+  // Per element: a token id (one per row), a wte and a wpe value read, the sum written.
+  report_launch("encoder_forward", 4.0 * (double(B) * T + 2.0 * double(total)), 4.0 * double(total), double(total));
   EMBER_KERNEL_LAUNCH(encoder_forward_kernel, elementwise_blocks(total), kElementwiseThreads, stream, out, inp, wte,
                       wpe, T, C, total);
   EMBER_CUDA_LAUNCH_CHECK();
@@ -67,10 +69,16 @@ void launch_encoder_forward(float* out, const int32_t* inp, const float* wte, co
 void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C,
                              cudaStream_t stream) {
   EMBER_ASSERT(B > 0 && T > 0 && C > 0, "encoder_backward: B, T and C must be positive");
+  const double btc = double(B) * T * C, tc = double(T) * C;
+  report_launch("encoder_backward_wpe", 4.0 * (btc + tc), 4.0 * tc, btc);
   EMBER_KERNEL_LAUNCH(encoder_backward_wpe_kernel, ceil_div(size_t(T) * C, kEncoderThreads), kEncoderThreads, stream,
                       dwpe, dout, B, T, C);
   EMBER_CUDA_LAUNCH_CHECK();
   const dim3 grid(ceil_div(size_t(C), kEncoderThreads), kWteBuckets);
+  // Every warp walks all B*T token ids (one broadcast load each); the rows of its bucket read dout and read and
+  // write dwte.
+  const double warps = double(grid.x) * kWteBuckets * (kEncoderThreads / kWarpSize);
+  report_launch("encoder_backward_wte", 4.0 * (warps * B * T + 2.0 * btc), 4.0 * btc, btc);
   EMBER_KERNEL_LAUNCH(encoder_backward_wte_kernel, grid, kEncoderThreads, stream, dwte, dout, inp, B * T, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }

@@ -44,6 +44,7 @@ __global__ void gelu_backward_kernel(float* dinp,        // (n) +=
 template <typename OutT, typename InT>
 void gelu_forward(OutT* out, const InT* inp, size_t n, cudaStream_t stream) {
   auto* const kernel = gelu_forward_kernel<OutT, InT>;  // one macro argument
+  report_launch("gelu_forward", double(sizeof(InT)) * double(n), double(sizeof(OutT)) * double(n), 15.0 * double(n));
   EMBER_KERNEL_LAUNCH(kernel, elementwise_blocks(n), kElementwiseThreads, stream, out, inp, n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
@@ -64,6 +65,9 @@ void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t str
 
 void launch_gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n, cudaStream_t stream) {
   if (n == 0) return;
+  // inp, dout and dinp (+=) read, dinp written.
+  report_launch("gelu_backward", (inp.bf16 ? 2.0 : 4.0) * double(n) + 8.0 * double(n), 4.0 * double(n),
+                25.0 * double(n));
   if (inp.bf16)
     EMBER_KERNEL_LAUNCH(gelu_backward_kernel<__nv_bfloat16>, elementwise_blocks(n), kElementwiseThreads, stream, dinp,
                         device_bf16(inp), dout, n);

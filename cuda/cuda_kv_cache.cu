@@ -111,6 +111,7 @@ void launch_encoder_forward_positions(float* out, const int32_t* inp, const int3
   EMBER_ASSERT(N >= 0 && C > 0, "encoder_forward_positions: N must be non-negative and C positive");
   if (N == 0) return;
   const size_t total = size_t(N) * C;
+  report_launch("encoder_forward_positions", 4.0 * (2.0 * N + 2.0 * double(total)), 4.0 * double(total), double(total));
   EMBER_KERNEL_LAUNCH(encoder_forward_positions_kernel, elementwise_blocks(total), kElementwiseThreads, stream, out,
                       inp, pos, wte, wpe, C, total);
   EMBER_CUDA_LAUNCH_CHECK();
@@ -121,6 +122,7 @@ void launch_kv_cache_write(float* k_cache, float* v_cache, const float* qkv, con
   EMBER_ASSERT(N >= 0 && C > 0 && max_T > 0, "kv_cache_write: N must be non-negative, C and max_T positive");
   if (N == 0) return;
   const size_t total = size_t(N) * C;
+  report_launch("kv_cache_write", 4.0 * (2.0 * N + 2.0 * double(total)), 8.0 * double(total), 0.0);
   EMBER_KERNEL_LAUNCH(kv_cache_write_kernel, elementwise_blocks(total), kElementwiseThreads, stream, k_cache, v_cache,
                       qkv, slot, pos, C, max_T, total);
   EMBER_CUDA_LAUNCH_CHECK();
@@ -136,6 +138,9 @@ void launch_attention_kv_forward(float* out, const float* qkv, const float* k_ca
   if (N == 0) return;
   const float scale = 1.0f / sqrtf(float(C / NH));   // as the CPU backend's
   const unsigned blocks = unsigned(size_t(N) * NH);  // one per (row, head)
+  // The positions are device data: the ledger takes the bound, every row attending to all max_T keys.
+  report_launch("attention_kv_forward (bound)", 4.0 * (double(N) * C * (1.0 + 2.0 * max_T) + 2.0 * N),
+                4.0 * double(N) * C, 4.0 * double(N) * C * max_T);
   EMBER_KERNEL_LAUNCH(attention_kv_forward_kernel, blocks, kKvThreads, stream, out, qkv, k_cache, v_cache, slot, pos, C,
                       NH, max_T, scale);
   EMBER_CUDA_LAUNCH_CHECK();

@@ -149,6 +149,9 @@ void launch_layernorm_forward(TensorOut out, float* mean, float* rstd, const flo
                               const float* bias, int N, int C, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "layernorm_forward: N and C must be positive");
   const unsigned blocks = ceil_div(size_t(N), kRowsPerBlock);
+  // A row's three passes come from L1 after the first: inp read once, out written, mean and rstd per row.
+  const double nc = double(N) * C;
+  report_launch("layernorm_forward", 4.0 * (nc + 2.0 * C), out.bf16 ? 2.0 * nc : 4.0 * nc + 8.0 * N, 8.0 * nc);
   if (out.bf16)
     EMBER_KERNEL_LAUNCH(layernorm_forward_kernel<__nv_bfloat16>, blocks, kRowsPerBlock * kWarpSize, stream,
                         device_bf16(out), mean, rstd, inp, weight, bias, N, C);
@@ -163,6 +166,10 @@ void launch_residual_layernorm_forward(float* residual, TensorOut out, float* me
                                        cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "residual_layernorm_forward: N and C must be positive");
   const unsigned blocks = ceil_div(size_t(N), kRowsPerBlock);
+  // a and b read, the residual written (and read back from L1), out written, mean and rstd per row.
+  const double nc = double(N) * C;
+  report_launch("residual_layernorm_forward", 4.0 * (2.0 * nc + 2.0 * C),
+                4.0 * nc + (out.bf16 ? 2.0 * nc : 4.0 * nc) + 8.0 * N, 9.0 * nc);
   if (out.bf16)
     EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel<__nv_bfloat16>, blocks, kRowsPerBlock * kWarpSize, stream,
                         residual, device_bf16(out), mean, rstd, a, b, weight, bias, N, C);
@@ -176,9 +183,15 @@ void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const 
                                const float* weight, const float* mean, const float* rstd, int N, int C,
                                cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "layernorm_backward: N and C must be positive");
+  // dinp: dout, inp and dinp (+=) read once per row (the second pass from L1), dinp written.
+  const double nc = double(N) * C;
+  report_launch("layernorm_backward_dinp", 4.0 * (3.0 * nc + C + 2.0 * N), 4.0 * nc, 12.0 * nc);
   EMBER_KERNEL_LAUNCH(layernorm_backward_dinp_kernel, ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize,
                       stream, dinp, dout, inp, weight, mean, rstd, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
+  // params: dout and inp read once; mean and rstd by every block of kColTile columns; dweight and dbias (+=).
+  report_launch("layernorm_backward_params", 4.0 * (2.0 * nc + 2.0 * N * ceil_div(size_t(C), kColTile) + 2.0 * C),
+                8.0 * C, 5.0 * nc);
   EMBER_KERNEL_LAUNCH(layernorm_backward_params_kernel, ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes),
                       stream, dweight, dbias, dout, inp, mean, rstd, N, C);
   EMBER_CUDA_LAUNCH_CHECK();

@@ -71,6 +71,11 @@ template <typename OutT, typename InT>
 void scaled_softmax(unsigned rows, cudaStream_t stream, OutT* probs, const InT* logits, const int32_t* targets,
                     float inv_t, float a, int V) {
   auto* const kernel = scaled_softmax_kernel<OutT, InT>;  // one macro argument
+  // A row (V values, far more than L1 keeps per block at GPT-2's vocabulary) is read in three passes and written in
+  // one.
+  const double nv = double(rows) * V;
+  report_launch(targets ? "crossentropy_backward" : "softmax_forward", 3.0 * sizeof(InT) * nv + 4.0 * rows,
+                double(sizeof(OutT)) * nv, 6.0 * nv);
   EMBER_KERNEL_LAUNCH(kernel, rows, kRowThreads, stream, probs, logits, targets, inv_t, a, V);
   EMBER_CUDA_LAUNCH_CHECK();
 }
@@ -80,6 +85,9 @@ void scaled_softmax(unsigned rows, cudaStream_t stream, OutT* probs, const InT* 
 void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V,
                                  cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "crossentropy_forward: N and V must be positive");
+  // Two passes over each row (max, then the sum of exponentials), a target and a loss per row.
+  const double nv = double(N) * V;
+  report_launch("crossentropy_forward", (logits.bf16 ? 2.0 : 4.0) * 2.0 * nv + 4.0 * N, 4.0 * N, 4.0 * nv);
   if (logits.bf16)
     EMBER_KERNEL_LAUNCH(crossentropy_forward_kernel<__nv_bfloat16>, unsigned(N), kRowThreads, stream, losses,
                         device_bf16(logits), targets, V);

@@ -28,10 +28,20 @@ namespace {
 // so every product below is written for the transposes: row-major out = A @ B becomes out^T = B^T @ A^T.
 // A and B are both fp32 or, with `ab_bf16`, both bf16; the products accumulate in fp32 either way. C is fp32 or, with
 // `c_bf16` (bf16 inputs only), bf16: then alpha A B + beta C is formed in fp32 and rounded once.
+// The cost ledger's record of a GEMM (launch_cost.h): A and B read once, C written once and also read when beta is
+// not 0, 2 m n k operations.
+void report_gemm(const char* name, bool ab_bf16, int m, int n, int k, float beta, bool c_bf16, double extra_read = 0.0,
+                 double extra_write = 0.0) {
+  const double in = ab_bf16 ? 2.0 : 4.0, out = c_bf16 ? 2.0 : 4.0, mn = double(m) * n;
+  report_launch(name, in * (double(m) * k + double(k) * n) + (beta != 0.0f ? out * mn : 0.0) + extra_read,
+                out * mn + extra_write, 2.0 * mn * k, /*gemm=*/true, /*tensor_cores=*/ab_bf16);
+}
+
 void gemm(cublasHandle_t handle, bool ab_bf16, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
           const void* a, int lda, const void* b, int ldb, float beta, void* c, int ldc, bool c_bf16 = false) {
   const float alpha = 1.0f;
   EMBER_ASSERT(ab_bf16 || !c_bf16, "matmul: a bf16 output needs bf16 inputs");
+  report_gemm("gemm", ab_bf16, m, n, k, beta, c_bf16);
   if (ab_bf16) {
     EMBER_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb,
                                     &beta, c, c_bf16 ? CUDA_R_16BF : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
@@ -135,6 +145,10 @@ void column_sum_accumulate(float* dst, BFloat16* cast, const float* src, int N, 
                            cudaStream_t stream) {
   const dim3 grid(ceil_div(size_t(C), kColTile), unsigned(sum_chunks(N))), block(kColTile, kRowLanes);
   EMBER_ASSERT(grid.y <= 65535u, "column sum: too many rows");
+  const double nc = double(N) * C, partials = double(grid.y) * C;
+  report_launch(cast ? "column_partial_sums+cast" : "column_partial_sums", 4.0 * nc,
+                4.0 * partials + (cast ? 2.0 * nc : 0.0), nc);
+  report_launch("add_partial_sums", 4.0 * (partials + C), 4.0 * C, partials);
   if (cast)
     EMBER_KERNEL_LAUNCH(column_partial_sums_kernel<true>, grid, block, stream, partial,
                         reinterpret_cast<__nv_bfloat16*>(cast), src, N, C);
@@ -188,6 +202,8 @@ struct LtGemm::Cache {
   std::map<std::array<int64_t, 16>, Plan> plans;
 };
 
+LtGemm::LtGemm() : stream_(nullptr), workspace_(nullptr), workspace_bytes_(0), cache_(nullptr) {}
+
 LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
     : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes), cache_(new Cache) {
   cublasLtHandle_t handle = nullptr;
@@ -196,13 +212,21 @@ LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
 }
 
 LtGemm::~LtGemm() {
-  cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
   delete cache_;
 }
 
 bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a,
                  int lda, const void* b, int ldb, float beta, void* d, bool d_bf16, int ldd, void* bias) {
   EMBER_ASSERT(ab_bf16 || !d_bf16, "matmul: a bf16 output needs bf16 inputs");
+  // The epilogue reads the bias (stored as D is), or writes the bias gradient (m floats).
+  const double bias_bytes = double(m) * (epilogue == Epilogue::bias ? (d_bf16 ? 2.0 : 4.0) : 4.0);
+  const bool with_bias = epilogue == Epilogue::bias;
+  if (!handle_) {  // count-only: the GEMM as cuBLASLt would run it, for the cost ledger
+    report_gemm(with_bias ? "gemm+bias" : "gemm+bias_grad", ab_bf16, m, n, k, beta, d_bf16, with_bias ? bias_bytes : 0,
+                with_bias ? 0 : bias_bytes);
+    return true;
+  }
   const auto handle = static_cast<cublasLtHandle_t>(handle_);
   LtDescriptors desc;
   EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -247,7 +271,11 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
   const float alpha = 1.0f;
   const cublasStatus_t rc = cublasLtMatmul(handle, desc.op, &alpha, a, desc.a, b, desc.b, &beta, d, desc.d, d, desc.d,
                                            &it->second.algo, workspace_, workspace_bytes_, stream_);
-  if (rc == CUBLAS_STATUS_SUCCESS) return true;
+  if (rc == CUBLAS_STATUS_SUCCESS) {
+    report_gemm(with_bias ? "gemm+bias" : "gemm+bias_grad", ab_bf16, m, n, k, beta, d_bf16, with_bias ? bias_bytes : 0,
+                with_bias ? 0 : bias_bytes);
+    return true;
+  }
   // A heuristic's answer that the call itself then refuses (cuBLASLt does not promise it cannot happen): nothing was
   // launched, so the plain path computes the result instead, from now on for this call shape.
   if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_ARCH_MISMATCH && rc != CUBLAS_STATUS_INVALID_VALUE)
@@ -288,6 +316,8 @@ void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorI
     // Seed out with the bias and let the GEMM accumulate onto it (beta = 1), as the CPU backend does; in bf16 the
     // bias is exactly a bf16 value, so the sum is still formed in fp32 and rounded once.
     const size_t total = size_t(N) * OC;
+    const double size = out.bf16 ? 2.0 : 4.0;
+    report_launch("broadcast_rows", size * double(OC), size * double(total), 0.0);
     if (out.bf16)
       EMBER_KERNEL_LAUNCH(broadcast_rows_kernel<__nv_bfloat16>, elementwise_blocks(total), kElementwiseThreads, stream,
                           device_bf16(out), device_bf16(bias), OC, total);

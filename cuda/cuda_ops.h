@@ -46,6 +46,9 @@ class LtGemm {
   enum class Epilogue { bias, bias_grad_a };
   // `workspace` (device memory of `workspace_bytes`) is the caller's; it must outlive this object.
   LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  // Count-only, for the cost ledger (launch_cost.h): run() reports the GEMM it would launch, as accepted, and touches
+  // no device.
+  LtGemm();
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;

@@ -90,6 +90,8 @@ __global__ void adamw_segments_kernel(float* params, const float* grads, float* 
 
 void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t stream) {
   // n = 0 still runs both passes: every partial is then 0 and the result slot is written.
+  report_launch("sum_squares_partial", 4.0 * double(n), 8.0 * kSumSquaresBlocks, 2.0 * double(n));
+  report_launch("sum_squares_final", 8.0 * kSumSquaresBlocks, 8.0, double(kSumSquaresBlocks));
   EMBER_KERNEL_LAUNCH(sum_squares_partial_kernel, kSumSquaresBlocks, kSumSquaresThreads, stream, partials, x, n);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(sum_squares_final_kernel, 1, kSumSquaresThreads, stream, partials);
@@ -100,6 +102,8 @@ void launch_adamw_update(float* params, const float* grads, float* m, float* v, 
                          float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2,
                          cudaStream_t stream) {
   if (n == 0) return;
+  // params, grads, m and v read; params, m and v written.
+  report_launch("adamw_update", 16.0 * double(n), 12.0 * double(n), 12.0 * double(n));
   EMBER_KERNEL_LAUNCH(adamw_kernel, elementwise_blocks(n), kElementwiseThreads, stream, params, grads, m, v, n, lr,
                       beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2);
   EMBER_CUDA_LAUNCH_CHECK();
@@ -109,6 +113,8 @@ void launch_adamw_update_segments(float* params, const float* grads, float* m, f
                                   int nseg, size_t span, float lr, float beta1, float beta2, float eps, float inv_bc1,
                                   float inv_bc2, cudaStream_t stream) {
   if (nseg == 0 || span == 0) return;
+  // Over the span: params, grads, m and v read; params, m and v written (gaps between segments counted too).
+  report_launch("adamw_update_segments", 16.0 * double(span), 12.0 * double(span), 12.0 * double(span));
   EMBER_KERNEL_LAUNCH(adamw_segments_kernel, elementwise_blocks(span), kElementwiseThreads, stream, params, grads, m, v,
                       segs, nseg, lr, beta1, beta2, eps, inv_bc1, inv_bc2);
   EMBER_CUDA_LAUNCH_CHECK();

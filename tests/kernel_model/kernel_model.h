@@ -48,6 +48,12 @@ inline dim3 blockDim, gridDim;
 
 namespace ember::kernel_model {
 
+// Count-only mode, for the cost ledger (launch_cost.h): kernel launches are counted instead of run, and the cuBLAS
+// model does no arithmetic, so a whole GPT-2 step "runs" in moments on buffers that need not exist.
+inline bool count_only = false;
+inline long long launches_counted = 0;  // kernel launches, in count-only mode
+inline long long gemms_counted = 0;     // cuBLAS model calls, in count-only mode
+
 constexpr int kWarp = 32;
 constexpr size_t kStackBytes = size_t(256) << 10;  // per thread; the attention kernels keep ~1 KB of arrays
 

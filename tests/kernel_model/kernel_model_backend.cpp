@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -37,6 +38,10 @@ namespace ember::kernel_model {
 template <typename In, typename Out>
 inline cublasStatus_t gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
                            const In* A, int lda, const In* B, int ldb, float beta, Out* C, int ldc) {
+  if (count_only) {
+    ++gemms_counted;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   auto in = [](auto v) {
     if constexpr (std::is_same_v<decltype(v), BFloat16>)
       return from_bf16(v);
@@ -110,17 +115,46 @@ cudaStream_t const kNoStream = nullptr;
 
 class KernelModelBackend final : public Backend, private k::OpResources {
  public:
-  explicit KernelModelBackend(int compute_capability) : compute_capability_(compute_capability) {}
+  KernelModelBackend(int compute_capability, bool count_only)
+      : compute_capability_(compute_capability), count_only_(count_only) {
+    kernel_model::count_only = count_only;
+  }
+  ~KernelModelBackend() override {
+    if (count_only_) kernel_model::count_only = false;
+  }
   std::string name() const override {
-    return "kernel model sm_" + std::to_string(compute_capability_) + " (CUDA kernels on the CPU)";
+    return "kernel model sm_" + std::to_string(compute_capability_) + (count_only_ ? " (count-only)" : "") +
+           " (CUDA kernels on the CPU)";
   }
 
-  void* alloc(size_t bytes) override { return cpu_->alloc(bytes); }
-  void free(void* ptr) override { cpu_->free(ptr); }
-  void copy_to_device(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_device(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { cpu_->copy_to_host(dst, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override { cpu_->copy(dst, src, bytes); }
-  void zero(void* ptr, size_t bytes) override { cpu_->zero(ptr, bytes); }
+  // Count-only: buffers are addresses that are never dereferenced (no kernel runs), so a GPT-2 step needs no memory;
+  // host copies do nothing, and device copies and zero fills report the traffic cudaMemcpyAsync and cudaMemsetAsync
+  // would make.
+  void* alloc(size_t bytes) override { return count_only_ ? fake(bytes) : cpu_->alloc(bytes); }
+  void free(void* ptr) override {
+    if (!count_only_) cpu_->free(ptr);
+  }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (!count_only_) cpu_->copy_to_device(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (count_only_)
+      std::memset(dst, 0, bytes);
+    else
+      cpu_->copy_to_host(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (count_only_)
+      report_launch("memcpy", double(bytes), double(bytes), 0.0);
+    else
+      cpu_->copy(dst, src, bytes);
+  }
+  void zero(void* ptr, size_t bytes) override {
+    if (count_only_)
+      report_launch("memset", 0.0, double(bytes), 0.0);
+    else
+      cpu_->zero(ptr, bytes);
+  }
   void synchronize() override {}
 
   void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
@@ -215,7 +249,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
   }
 
   double sum_squares(const float* x, size_t n) override {
-    std::vector<double> partials(k::kSumSquaresBlocks + 1);
+    std::vector<double> partials(k::kSumSquaresBlocks + 1);  // stays 0 in count-only mode
     k::launch_sum_squares(partials.data(), x, n, kNoStream);
     return partials.back();
   }
@@ -234,26 +268,50 @@ class KernelModelBackend final : public Backend, private k::OpResources {
   // on the GPU.
   static constexpr size_t kDoutBlockBytes = 512;
 
+  // Count-only takes the CUDA backend's own sizes and a count-only cuBLASLt, so the launches are the device's.
   k::OpContext op_context() {
+    if (count_only_)
+      return {*this,
+              kNoStream,
+              nullptr,
+              &count_lt_,
+              static_cast<float*>(fake(sizeof(float) * k::kBiasGradCapacity)),
+              k::kBiasGradCapacity,
+              k::kDoutBlockBytes,
+              compute_capability_ / 10,
+              matmul_precision()};
     return {
         *this, kNoStream, nullptr, nullptr, nullptr, 0, kDoutBlockBytes, compute_capability_ / 10, matmul_precision()};
   }
   // Host memory stands for device memory here: 256-byte aligned, as the device's, and grown only, as CudaBackend's.
   void* scratch(size_t bytes) override {
+    if (count_only_) return fake(bytes);
     if (bytes + 256 > scratch_.size()) scratch_.resize(bytes + 256);
     return scratch_.data() + (256 - reinterpret_cast<uintptr_t>(scratch_.data()) % 256) % 256;
   }
   const AdamWSegment* kernel_segments(const AdamWSegment* segs, size_t) override { return segs; }
 
+  // A fresh address range for `bytes`, 256-byte aligned, that nothing ever reads or writes (count-only mode).
+  void* fake(size_t bytes) {
+    void* p = reinterpret_cast<void*>(next_fake_);
+    next_fake_ += (bytes + 511) / 256 * 256;
+    return p;
+  }
+
   int compute_capability_;  // emulated, e.g. 75 or 90: the attention path depends on it
+  bool count_only_;
+  uintptr_t next_fake_ = uintptr_t(1) << 44;
+  k::LtGemm count_lt_;  // count-only: reports each GEMM with a fused epilogue as accepted
   std::vector<char> scratch_;
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();  // memory
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_kernel_model_backend(int compute_capability) {
-  return std::make_unique<KernelModelBackend>(compute_capability);
+std::unique_ptr<Backend> make_kernel_model_backend(int compute_capability, bool count_only) {
+  return std::make_unique<KernelModelBackend>(compute_capability, count_only);
 }
+
+KernelModelCounts kernel_model_counts() { return {kernel_model::launches_counted, kernel_model::gemms_counted}; }
 
 }  // namespace ember

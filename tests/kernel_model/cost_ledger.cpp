@@ -1,0 +1,231 @@
+// The cost ledger (scripts/bench/cost.sh): one training step of the CUDA backend as it would run, from the launches
+// its launchers really issue. The kernel-model backend in count-only mode (kernel_model_backend.h) plays the step:
+// zero_grad, forward, backward, the gradient norm, clipping and AdamW, as the trainer calls them, at the device's
+// sizes and with cuBLASLt's fused epilogues taken. Every launch reports its global-memory bytes and FLOPs
+// (cuda/launch_cost.h); the ledger sums them by phase and by kernel and models each launch's time on a stated device
+// as the roofline max(bytes / bandwidth, FLOPs / peak), which gives a modelled step time and an MFU bound. It checks
+// that every kernel launch and GEMM reported a cost and that the GEMMs' FLOPs are the model's, and exits 1 where not.
+//
+// Usage: ember_cost_ledger --config configs/gpt2-124m.ini [--training.batch_size=16 ...] [--launches]
+// Any `ember train` option may follow; training.precision = auto counts as on a GPU (bf16).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "app/options.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernel_model_backend.h"
+#include "launch_cost.h"
+#include "model/gpt.h"
+#include "train/adamw.h"
+#include "train/lr_schedule.h"
+
+namespace ember {
+namespace {
+
+struct Device {
+  const char* name;
+  double bandwidth;  // bytes/s
+  double bf16_peak;  // dense bf16 tensor-core FLOP/s, fp32 accumulation
+  double fp32_peak;  // FP32 FLOP/s on the CUDA cores (non-tensor)
+};
+// The datasheets' figures: H100 SXM5 (HBM3) and GeForce RTX 4090 (bf16 with fp32 accumulation, dense).
+const Device kDevices[] = {{"H100 SXM", 3.35e12, 989e12, 67e12}, {"RTX 4090", 1.008e12, 165.2e12, 82.6e12}};
+
+struct Entry {
+  std::string phase;
+  LaunchCost cost;
+};
+
+class Ledger final : public LaunchCostSink {
+ public:
+  std::string phase = "setup";
+  std::vector<Entry> entries;
+  void record(const LaunchCost& c) override { entries.push_back({phase, c}); }
+};
+
+// Roofline time of one launch on `d`: FLOPs at the bf16 tensor-core peak where the launch runs on the tensor cores
+// (bf16 GEMMs, the tensor-core attention), else at the CUDA cores' fp32 peak.
+double seconds(const Device& d, const LaunchCost& c) {
+  const double peak = c.tensor_cores ? d.bf16_peak : d.fp32_peak;
+  return std::max((c.read_bytes + c.write_bytes) / d.bandwidth, c.flops / peak);
+}
+
+struct Sum {
+  long long launches = 0;
+  double read = 0, written = 0, flops = 0;
+  double time[2] = {0, 0};
+  void add(const LaunchCost& c) {
+    ++launches;
+    read += c.read_bytes, written += c.write_bytes, flops += c.flops;
+    for (int i = 0; i < 2; ++i) time[i] += seconds(kDevices[i], c);
+  }
+};
+
+void print_row(const std::string& name, const Sum& s) {
+  printf("  %-34s %6lld %10.3f %10.3f %11.1f %10.3f %10.3f\n", name.c_str(), s.launches, s.read / 1e9, s.written / 1e9,
+         s.flops / 1e9, s.time[0] * 1e3, s.time[1] * 1e3);
+}
+
+void print_header(const char* what) {
+  printf("  %-34s %6s %10s %10s %11s %10s %10s\n", what, "count", "read GB", "write GB", "GFLOP", "H100 ms", "4090 ms");
+}
+
+int run(int argc, char** argv) {
+  bool launches = false;
+  std::vector<char*> args = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--launches") == 0)
+      launches = true;
+    else
+      args.push_back(argv[i]);
+  }
+  const ParsedRun parsed = parse_train_args(int(args.size()), args.data());
+  if (parsed.help) return 0;
+  const RunConfig& c = parsed.config;
+  const int B = c.training.batch_size, T = c.training.seq_len;
+  const MatmulPrecision precision = resolve_precision(c.training.precision, /*on_gpu=*/true);
+
+  Ledger ledger;
+  launch_cost_sink() = &ledger;
+  std::unique_ptr<Backend> be = make_kernel_model_backend(90, /*count_only=*/true);
+  be->set_matmul_precision(precision);
+  GPT model(c.model, *be, B, T, /*with_grads=*/true, c.training.recompute);
+  const size_t arena = model.arena_numel();
+  AdamW adam(*be, model.table(), c.optimizer, 0, arena);
+  const std::vector<int32_t> tokens(size_t(B) * T, 0);
+
+  const KernelModelCounts before = kernel_model_counts();
+  ledger.entries.clear();
+  // One micro-step as the trainer takes it (train/local_step.cpp), then the update; clipping counted as active.
+  ledger.phase = "zero_grad";
+  model.zero_grad();
+  ledger.phase = "forward";
+  model.forward(tokens.data(), tokens.data(), B, T);
+  ledger.phase = "backward";
+  model.backward(1.0f);
+  ledger.phase = "optimizer";
+  be->sum_squares(model.grads(), arena);
+  clip_grads(*be, model.grads(), arena, 2.0f * c.training.max_norm, c.training.max_norm);
+  adam.step(model.params(), model.grads(), lr_at_step(c, 0));
+  launch_cost_sink() = nullptr;
+  const KernelModelCounts after = kernel_model_counts();
+
+  // Every launch reported: kernels (all but the backend's own memset and memcpy) and plain GEMMs, one record each.
+  long long kernels = 0, gemms = 0;
+  for (const Entry& e : ledger.entries) {
+    const std::string name = e.cost.name;
+    if (name == "gemm") ++gemms;
+    if (!e.cost.gemm && name != "memset" && name != "memcpy") ++kernels;
+  }
+  const long long launched = after.launches - before.launches, gemm_calls = after.gemms - before.gemms;
+  if (kernels != launched || gemms != gemm_calls) {
+    fprintf(stderr,
+            "error: the ledger holds %lld kernel and %lld GEMM records, but the step launched %lld kernels and %lld "
+            "GEMMs\nhint: a launcher in cuda/ launches without report_launch (cuda/launch_cost.h)\n",
+            kernels, gemms, launched, gemm_calls);
+    return 1;
+  }
+
+  // The GEMMs' FLOPs against the model's shape: forward 2 x tokens x (each layer's 12 C^2 dense weights + the lm_head's
+  // V C), backward twice that plus what recomputation reruns of the forward: c_attn (3 C^2) per layer for attention,
+  // everything up to the MLP's output projection (8 C^2) for full. A GEMM left out, or a block of rows counted twice,
+  // shows here.
+  const double Cm = c.model.n_embd, step_tokens = double(B) * T;
+  const double dense = c.model.n_layer * 12.0 * Cm * Cm + double(c.model.vocab_size) * Cm;
+  const double rerun = c.training.recompute == Recompute::attention ? 3.0
+                       : c.training.recompute == Recompute::full    ? 8.0
+                                                                    : 0.0;
+  const double want_forward = 2.0 * step_tokens * dense;
+  const double want_backward = 2.0 * want_forward + 2.0 * step_tokens * c.model.n_layer * rerun * Cm * Cm;
+  double gemm_forward = 0.0, gemm_backward = 0.0;
+  for (const Entry& e : ledger.entries)
+    if (e.cost.gemm) (e.phase == "forward" ? gemm_forward : gemm_backward) += e.cost.flops;
+  if (std::fabs(gemm_forward / want_forward - 1.0) > 1e-9 || std::fabs(gemm_backward / want_backward - 1.0) > 1e-9) {
+    fprintf(
+        stderr,
+        "error: the ledger's GEMMs do %.12g FLOPs forward and %.12g backward, but the model's shape gives %.12g and "
+        "%.12g\nhint: a matmul launcher reports a GEMM wrongly (cuda/cuda_matmul.cu)\n",
+        gemm_forward, gemm_backward, want_forward, want_backward);
+    return 1;
+  }
+
+  // Sums by phase and by kernel name, and the whole step.
+  std::map<std::string, Sum> by_phase, by_kernel;
+  std::vector<std::string> phase_order;
+  Sum total, gemm, other;
+  for (const Entry& e : ledger.entries) {
+    if (!by_phase.count(e.phase)) phase_order.push_back(e.phase);
+    by_phase[e.phase].add(e.cost);
+    by_kernel[e.cost.name].add(e.cost);
+    total.add(e.cost);
+    (e.cost.gemm ? gemm : other).add(e.cost);
+  }
+  const double params = double(model.table().total_numel()), tokens_per_step = double(B) * T;
+  // Model FLOPs per token as PaLM (and llm.c) count them: 6 N for the dense products, 12 L C T for attention.
+  const double model_flops =
+      tokens_per_step * (6.0 * params + 12.0 * c.model.n_layer * double(c.model.n_embd) * double(T));
+
+  printf("cost ledger: one training step of the CUDA backend (count-only kernel model, sm_90 paths)\n");
+  printf("model: %d layers, %d heads, C %d, V %d (%.1fM parameters); B %d, T %d; matmul precision %s; recompute %s\n",
+         c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, params / 1e6, B, T,
+         matmul_precision_name(precision).c_str(), recompute_name(c.training.recompute));
+  printf("devices: %s (%.2f TB/s, %.0f TFLOP/s bf16, %.0f fp32), %s (%.2f TB/s, %.0f TFLOP/s bf16, %.1f fp32)\n",
+         kDevices[0].name, kDevices[0].bandwidth / 1e12, kDevices[0].bf16_peak / 1e12, kDevices[0].fp32_peak / 1e12,
+         kDevices[1].name, kDevices[1].bandwidth / 1e12, kDevices[1].bf16_peak / 1e12, kDevices[1].fp32_peak / 1e12);
+  printf("checked: %lld kernel launches and %lld plain GEMMs, each with its cost\n\n", launched, gemm_calls);
+  if (launches) {
+    printf("launches in order:\n");
+    printf("  %5s %-10s %-34s %10s %10s %11s %10s %10s\n", "#", "phase", "launch", "read MB", "write MB", "MFLOP",
+           "H100 us", "4090 us");
+    int i = 0;
+    for (const Entry& e : ledger.entries)
+      printf("  %5d %-10s %-34s %10.2f %10.2f %11.1f %10.2f %10.2f\n", i++, e.phase.c_str(), e.cost.name,
+             e.cost.read_bytes / 1e6, e.cost.write_bytes / 1e6, e.cost.flops / 1e6, seconds(kDevices[0], e.cost) * 1e6,
+             seconds(kDevices[1], e.cost) * 1e6);
+    printf("\n");
+  }
+  printf("by phase:\n");
+  print_header("phase");
+  for (const std::string& p : phase_order) print_row(p, by_phase[p]);
+  printf("\nby launch:\n");
+  print_header("launch");
+  for (const auto& [name, s] : by_kernel) print_row(name, s);
+  printf("\nstep:\n");
+  print_header("");
+  print_row("GEMMs (cuBLAS, cuBLASLt)", gemm);
+  print_row("everything else", other);
+  print_row("total", total);
+  Sum attention;
+  for (const auto& [name, s] : by_kernel)
+    if (std::string(name).rfind("attention", 0) == 0) attention.read += s.read, attention.written += s.written;
+  printf("\nnon-GEMM memory traffic per micro-step: %.2f GB (attention kernels %.2f GB, the rest %.2f GB)\n",
+         (other.read + other.written) / 1e9, (attention.read + attention.written) / 1e9,
+         (other.read + other.written - attention.read - attention.written) / 1e9);
+  for (int i = 0; i < 2; ++i)
+    printf("%s: modelled step %.1f ms (GEMMs %.1f, other %.1f); model FLOPs %.3g per step; MFU bound %.1f%%\n",
+           kDevices[i].name, total.time[i] * 1e3, gemm.time[i] * 1e3, other.time[i] * 1e3, model_flops,
+           100.0 * model_flops / (total.time[i] * kDevices[i].bf16_peak));
+  return 0;
+}
+
+}  // namespace
+}  // namespace ember
+
+int main(int argc, char** argv) {
+  try {
+    return ember::run(argc, argv);
+  } catch (const ember::Error& e) {
+    fprintf(stderr, "error: %s\nhint: %s\n", e.what(), e.hint().c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "error: %s\nhint: ember_cost_ledger --config FILE [--section.key=value ...] [--launches]\n",
+            e.what());
+    return 1;
+  }
+}

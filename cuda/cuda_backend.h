@@ -82,6 +82,8 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V) override;
   void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
                              int V) override;
+  void crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N,
+                                     int V) override;
   void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override;
 
   double sum_squares(const float* x, size_t n) override;

@@ -116,6 +116,13 @@ void CudaBackend::crossentropy_backward(TensorOut dlogits,       // (N, V), may 
   cuda::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
 }
 
+void CudaBackend::crossentropy_forward_backward(float* losses,           // (N)
+                                                TensorOut logits,        // (N, V) in: logits; out: dlogits
+                                                const int32_t* targets,  // (N)
+                                                float dloss, int N, int V) {
+  cuda::launch_crossentropy_forward_backward(losses, logits, targets, dloss, N, V, stream_);
+}
+
 void CudaBackend::softmax_forward(float* probs,         // (N, V)
                                   const float* logits,  // (N, V)
                                   float temperature, int N, int V) {

@@ -67,6 +67,70 @@ __global__ void __launch_bounds__(kRowThreads) scaled_softmax_kernel(OutT* probs
   }
 }
 
+// The softmax statistics of a set of values: their max m and the sum s of e^(x - m). Two sets merge into the
+// statistics of their union; merging is commutative (bitwise), so xor butterflies leave every lane the same result.
+struct MaxSum {
+  float m, s;
+};
+__device__ inline MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0f};
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+// Block-wide merge for blockDim.x a multiple of 32; every thread gets the result; the trailing barrier lets the
+// caller reuse the scratch (32 floats each).
+__device__ inline MaxSum block_merge(MaxSum v, float* m_scratch, float* s_scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize, nwarps = blockDim.x / kWarpSize;
+  for (int o = kWarpSize / 2; o > 0; o >>= 1)
+    v = merge(v, {__shfl_xor_sync(kFullMask, v.m, o), __shfl_xor_sync(kFullMask, v.s, o)});
+  if (lane == 0) m_scratch[warp] = v.m, s_scratch[warp] = v.s;
+  __syncthreads();
+  MaxSum r = lane < nwarps ? MaxSum{m_scratch[lane], s_scratch[lane]} : MaxSum{-INFINITY, 0.0f};
+  for (int o = kWarpSize / 2; o > 0; o >>= 1)
+    r = merge(r, {__shfl_xor_sync(kFullMask, r.m, o), __shfl_xor_sync(kFullMask, r.s, o)});
+  __syncthreads();
+  return r;
+}
+
+// The fused classifier, one block per row: one pass takes the max and the sum of exponentials together (online
+// softmax), the loss -log p[target] = m + log s - x[target] is taken before any element is overwritten, and a second
+// pass writes dloss * (softmax - onehot) over the logits. An out-of-range target gives a NaN loss and row, as the
+// two separate kernels do.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) crossentropy_forward_backward_kernel(float* losses,  // (N)
+                                                                                    T* logits,      // (N, V) in/out
+                                                                                    const int32_t* targets,  // (N)
+                                                                                    float dloss, int V) {
+  __shared__ float m_scratch[kWarpSize], s_scratch[kWarpSize];
+  __shared__ float target_logit;
+  T* x = logits + size_t(blockIdx.x) * V;
+  MaxSum acc{-INFINITY, 0.0f};
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float v = load(&x[j]);
+    if (v > acc.m) {
+      acc.s = acc.s * expf(acc.m - v) + 1.0f;
+      acc.m = v;
+    } else if (v != -INFINITY) {  // e^-inf adds nothing (and -inf - -inf would be NaN)
+      acc.s += expf(v - acc.m);
+    }
+  }
+  acc = block_merge(acc, m_scratch, s_scratch);
+  const int t = targets[blockIdx.x];
+  const bool valid = t >= 0 && t < V;
+  if (threadIdx.x == 0) target_logit = valid ? load(&x[t]) : NAN;
+  __syncthreads();  // x[t] is read before the pass below overwrites it
+  if (threadIdx.x == 0) losses[blockIdx.x] = valid ? acc.m + logf(acc.s) - target_logit : NAN;
+  if (!valid) {
+    for (int j = threadIdx.x; j < V; j += blockDim.x) store(&x[j], NAN);
+    return;
+  }
+  const float scale = dloss / acc.s;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float p = expf(load(&x[j]) - acc.m) * scale;
+    store(&x[j], j == t ? p - dloss : p);
+  }
+}
+
 template <typename OutT, typename InT>
 void scaled_softmax(unsigned rows, cudaStream_t stream, OutT* probs, const InT* logits, const int32_t* targets,
                     float inv_t, float a, int V) {
@@ -109,6 +173,21 @@ void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int3
     scaled_softmax(grid, stream, dlogits.f32(), device_bf16(logits), targets, 1.0f, dloss, V);
   else
     scaled_softmax(grid, stream, dlogits.f32(), logits.f32(), targets, 1.0f, dloss, V);
+}
+
+void launch_crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N,
+                                          int V, cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && V > 0, "crossentropy_forward_backward: N and V must be positive");
+  // Each row read twice (it is far more than L1 keeps per block at GPT-2's vocabulary) and written once.
+  const double nv = double(N) * V, size = logits.bf16 ? 2.0 : 4.0;
+  report_launch("crossentropy_forward_backward", 2.0 * size * nv + 4.0 * N, size * nv + 4.0 * N, 7.0 * nv);
+  if (logits.bf16)
+    EMBER_KERNEL_LAUNCH(crossentropy_forward_backward_kernel<__nv_bfloat16>, unsigned(N), kRowThreads, stream, losses,
+                        device_bf16(logits), targets, dloss, V);
+  else
+    EMBER_KERNEL_LAUNCH(crossentropy_forward_backward_kernel<float>, unsigned(N), kRowThreads, stream, losses,
+                        logits.f32(), targets, dloss, V);
+  EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream) {

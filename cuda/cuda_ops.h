@@ -136,6 +136,9 @@ void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* 
 void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
                                   cudaStream_t stream);
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream);
+// The fused classifier: losses, and dlogits written over the logits (fp32 or bf16), two passes over each row.
+void launch_crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N,
+                                          int V, cudaStream_t stream);
 
 // optimizer; `partials` holds kSumSquaresBlocks + 1 doubles of device scratch, the result lands in partials[last].
 // AdamW's inverse bias corrections 1 / (1 - beta^t) come from the host in fp64, as the CPU backend computes them.

@@ -187,6 +187,17 @@ class Backend {
                                      TensorIn logits,         // (N, V)
                                      const int32_t* targets,  // (N)
                                      float dloss, int N, int V) = 0;
+  // --- fused classifier: crossentropy_forward and then crossentropy_backward of the same logits, the gradient written
+  // over them (stored alike). This default calls the two ops; a GPU backend reads each row of logits twice instead of
+  // five times (one online-softmax pass for the loss and the normaliser, one that writes the gradient), which sums in
+  // another order, so its results agree with the two ops to rounding, not bitwise. ---
+  virtual void crossentropy_forward_backward(float* losses,           // (N) per-row -log p[target]
+                                             TensorOut logits,        // (N, V) in: logits; out: dlogits
+                                             const int32_t* targets,  // (N)
+                                             float dloss, int N, int V) {
+    crossentropy_forward(losses, logits, targets, N, V);
+    crossentropy_backward(logits, logits, targets, dloss, N, V);
+  }
   // Row-wise softmax with temperature, for sampling: probs = softmax(logits / temperature).
   virtual void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) = 0;
 

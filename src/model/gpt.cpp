@@ -219,7 +219,25 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   if (!targets) return 0.0;
 
   be.crossentropy_forward(losses_, logits_, targets_, N, V);
-  be.copy_to_host(losses_host_.data(), losses_, size_t(N) * sizeof(float));
+  return mean_loss();
+}
+
+double GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, float loss_scale) {
+  EMBER_ASSERT(grads_ != nullptr, "model was built without gradients");
+  EMBER_ASSERT(targets != nullptr, "forward_backward needs targets");
+  forward(inputs, nullptr, B, T);
+  have_targets_ = true;
+  const int N = B * T;
+  backend_.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
+  backend_.crossentropy_forward_backward(losses_, logits_, targets_, loss_scale / float(N), N, config_.vocab_size);
+  const double loss = mean_loss();
+  backward_from_dlogits();
+  return loss;
+}
+
+double GPT::mean_loss() {
+  const int N = B_ * T_;
+  backend_.copy_to_host(losses_host_.data(), losses_, size_t(N) * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += losses_host_[i];
   return sum / N;
@@ -287,12 +305,16 @@ void GPT::zero_grad() {
 void GPT::backward(float loss_scale) {
   EMBER_ASSERT(grads_ != nullptr, "model was built without gradients");
   EMBER_ASSERT(have_targets_, "backward needs a forward with targets");
+  const int N = B_ * T_;
+  // Mean loss over N tokens: each token's loss has weight loss_scale / N.
+  backend_.crossentropy_backward(logits_, logits_, targets_, loss_scale / float(N), N, config_.vocab_size);
+  backward_from_dlogits();
+}
+
+void GPT::backward_from_dlogits() {
   const int B = B_, T = T_, C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, N = B * T;
   Backend& be = backend_;
   const size_t NC = size_t(N) * C;
-
-  // Mean loss over N tokens: each token's loss has weight loss_scale / N.
-  be.crossentropy_backward(logits_, logits_, targets_, loss_scale / float(N), N, V);
   be.zero(dresidual_, NC * sizeof(float));
   be.zero(dC_, NC * sizeof(float));
   be.matmul_backward_transposed(dC_, g(table_.wte()), logits_, lnf_, w(table_.wte()), N, C, V);

@@ -84,6 +84,10 @@ class GPT {
   // Backward of the last forward's mean loss multiplied by loss_scale (1/grad_accum_steps), accumulated (+=)
   // into grads(). The last forward must have had targets. Overwrites the logits with their gradient.
   void backward(float loss_scale);
+  // forward with targets then backward(loss_scale), returning the mean loss, with the loss and its gradient taken in
+  // one op (the backend's fused classifier: crossentropy_forward_backward), which on a GPU reads the logits twice
+  // instead of five times. The CPU gives bitwise the results of forward + backward; a GPU the same to rounding.
+  double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, float loss_scale);
   void zero_grad();
 
   // Called during backward as gradients become final: hook(l) once layer l's gradients (and, for the last layer,
@@ -130,6 +134,8 @@ class GPT {
   // with ln_2; c_fc and GELU; c_proj and the residual add (residual3) fused with the next layernorm (the next layer's
   // ln_1, or ln_f). Forward runs ln_1 only for layer 0; backward reruns the first four as recompute asks, ln_1 with
   // the unfused layernorm (attention_in = layernorm_1 + attention_core), which gives the bitwise-same result.
+  double mean_loss();            // the mean of the per-token losses the last forward left in losses_
+  void backward_from_dlogits();  // backward once logits_ holds dlogits
   void layernorm_1(int l, const float* residual);
   void attention_core(int l);
   void attention_in(int l, const float* residual);

@@ -15,9 +15,8 @@ double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int
   double loss = 0.0;
   for (int m = 0; m < A; ++m) {
     data.batch_at(first + uint64_t(m) * stride, batch.inputs.data(), batch.targets.data(), batch.B);
-    loss += model.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T) / A;
     model.set_backward_hook(m == A - 1 ? last_hook : nullptr);
-    model.backward(1.0f / float(A));
+    loss += model.forward_backward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T, 1.0f / float(A)) / A;
   }
   model.set_backward_hook(nullptr);
   return loss;

@@ -75,6 +75,61 @@ TEST_P(CudaLoss, CrossEntropyFromBf16Logits) {
       << "the CPU's bf16 dlogits are its fp32 ones rounded";
   expect_close_bf16("crossentropy_backward bf16 in place", dl_inplace[1], dl_inplace[0], fp32_tol(V, dl[0]));
 }
+// The fused classifier against the CPU's two ops (its default), in fp32 and bf16 storage, with an out-of-range target
+// in the last row: a NaN loss and row, as the separate kernels give. The fused kernel sums in another order (online
+// softmax), so the usual fp32 tolerances apply, and bf16's (expect_close_bf16) to the rounded dlogits.
+TEST_P(CudaLoss, FusedClassifierMatchesTheTwoOps) {
+  const auto [N, V] = GetParam();
+  Rng rng(23 + uint32_t(V));
+  const Floats raw = rng.normal(size_t(N) * V, 3.0f);
+  const Ints valid = rng.tokens(N, V);  // the CPU refuses an out-of-range target: it gets a valid one there
+  Ints targets = valid;
+  if (N > 1) targets[size_t(N) - 1] = V;          // out of range
+  const size_t rows = N > 1 ? size_t(N) - 1 : 1;  // the rows with a valid target
+  const float dloss = 1.0f / float(N);
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  auto run = [&](int k, auto& x, FBuf& l, IBuf& t) {
+    if (k == 0) {  // the reference: the two plain ops
+      be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V);
+      be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V);
+    } else {
+      be[k]->crossentropy_forward_backward(l.get(), x.get(), t.get(), dloss, N, V);
+    }
+  };
+  auto check_nan_row = [&](const Floats& loss, const Floats& dl) {
+    if (N == 1) return;
+    EXPECT_TRUE(std::isnan(loss[rows])) << loss[rows];
+    size_t finite = 0;
+    for (size_t j = 0; j < size_t(V); ++j) finite += !std::isnan(dl[rows * V + j]);
+    EXPECT_EQ(finite, 0u) << "the out-of-range row holds non-NaN values";
+  };
+  Floats loss[2], dl32[2];
+  Halves dl16[2];
+  for (int k = 0; k < 2; ++k) {  // fp32 storage
+    FBuf x(*be[k], raw), l(*be[k], Floats(N));
+    IBuf t(*be[k], k == 0 ? valid : targets);
+    run(k, x, l, t);
+    loss[k] = l.host(), dl32[k] = x.host();
+  }
+  check_nan_row(loss[1], dl32[1]);
+  for (int k = 0; k < 2; ++k) loss[k].resize(rows), dl32[k].resize(rows * V);
+  expect_close("fused classifier loss, fp32 logits", loss[1], loss[0], fp32_tol(V, loss[0]));
+  expect_close("fused classifier dlogits, fp32", dl32[1], dl32[0], fp32_tol(V, dl32[0]));
+  Halves logits16(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) logits16[i] = to_bf16(raw[i]);
+  for (int k = 0; k < 2; ++k) {  // bf16 storage
+    HBuf x(*be[k], logits16);
+    FBuf l(*be[k], Floats(N));
+    IBuf t(*be[k], k == 0 ? valid : targets);
+    run(k, x, l, t);
+    loss[k] = l.host(), dl16[k] = x.host();
+  }
+  check_nan_row(loss[1], widened(dl16[1]));
+  for (int k = 0; k < 2; ++k) loss[k].resize(rows), dl16[k].resize(rows * V);
+  expect_close("fused classifier loss, bf16 logits", loss[1], loss[0], fp32_tol(V, loss[0]));
+  expect_close_bf16("fused classifier dlogits, bf16", dl16[1], dl16[0], fp32_tol(V, widened(dl16[0])));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLoss, ::testing::Values(LossShape{37, 101}, LossShape{3, 50257}, LossShape{5, 1}),
                          [](const auto& info) {
                            return "N" + std::to_string(info.param.N) + "_V" + std::to_string(info.param.V);

@@ -1,6 +1,6 @@
 // The cost ledger (scripts/bench/cost.sh): one training step of the CUDA backend as it would run, from the launches
 // its launchers really issue. The kernel-model backend in count-only mode (kernel_model_backend.h) plays the step:
-// zero_grad, forward, backward, the gradient norm, clipping and AdamW, as the trainer calls them, at the device's
+// zero_grad, forward_backward, the gradient norm, clipping and AdamW, as the trainer calls them, at the device's
 // sizes and with cuBLASLt's fused epilogues taken. Every launch reports its global-memory bytes and FLOPs
 // (cuda/launch_cost.h); the ledger sums them by phase and by kernel and models each launch's time on a stated device
 // as the roofline max(bytes / bandwidth, FLOPs / peak), which gives a modelled step time and an MFU bound. It checks
@@ -46,7 +46,11 @@ class Ledger final : public LaunchCostSink {
  public:
   std::string phase = "setup";
   std::vector<Entry> entries;
-  void record(const LaunchCost& c) override { entries.push_back({phase, c}); }
+  // The fused classifier (the loss and its gradient) ends the forward phase.
+  void record(const LaunchCost& c) override {
+    entries.push_back({phase, c});
+    if (std::strcmp(c.name, "crossentropy_forward_backward") == 0) phase = "backward";
+  }
 };
 
 // Roofline time of one launch on `d`: FLOPs at the bf16 tensor-core peak where the launch runs on the tensor cores
@@ -105,10 +109,8 @@ int run(int argc, char** argv) {
   // One micro-step as the trainer takes it (train/local_step.cpp), then the update; clipping counted as active.
   ledger.phase = "zero_grad";
   model.zero_grad();
-  ledger.phase = "forward";
-  model.forward(tokens.data(), tokens.data(), B, T);
-  ledger.phase = "backward";
-  model.backward(1.0f);
+  ledger.phase = "forward";  // the classifier's launch turns it into "backward" (Ledger::record)
+  model.forward_backward(tokens.data(), tokens.data(), B, T, 1.0f);
   ledger.phase = "optimizer";
   be->sum_squares(model.grads(), arena);
   clip_grads(*be, model.grads(), arena, 2.0f * c.training.max_norm, c.training.max_norm);

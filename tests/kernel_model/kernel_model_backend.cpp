@@ -244,6 +244,10 @@ class KernelModelBackend final : public Backend, private k::OpResources {
                              int V) override {
     k::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, kNoStream);
   }
+  void crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N,
+                                     int V) override {
+    k::launch_crossentropy_forward_backward(losses, logits, targets, dloss, N, V, kNoStream);
+  }
   void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override {
     k::launch_softmax_forward(probs, logits, temperature, N, V, kNoStream);
   }

@@ -138,6 +138,39 @@ TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
   EXPECT_EQ(a.second, b.second);
 }
 
+// forward_backward takes the loss and its gradient in one op (the fused classifier), which on the CPU is the two
+// plain ops: bitwise forward + backward, at both precisions and over two accumulated micro-batches.
+TEST(GPT, ForwardBackwardIsBitwiseForwardThenBackward) {
+  ModelConfig c = tiny_config();
+  const int B = 3, T = 11;
+  for (MatmulPrecision precision : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+    auto backend = make_cpu_backend();
+    backend->set_matmul_precision(precision);
+    auto run = [&](bool fused) {
+      GPT model(c, *backend, B, T);
+      model.init_weights(5);
+      model.zero_grad();
+      double loss = 0.0;
+      for (uint32_t m = 0; m < 2; ++m) {
+        auto in = random_tokens(size_t(B) * T, c.vocab_size, 5 + 2 * m);
+        auto tg = random_tokens(size_t(B) * T, c.vocab_size, 6 + 2 * m);
+        if (fused) {
+          loss += model.forward_backward(in.data(), tg.data(), B, T, 0.5f);
+        } else {
+          loss += model.forward(in.data(), tg.data(), B, T);
+          model.backward(0.5f);
+        }
+      }
+      std::vector<float> g(model.table().total_numel());
+      backend->copy_to_host(g.data(), model.grads(), g.size() * sizeof(float));
+      return std::make_pair(loss, g);
+    };
+    const auto plain = run(false), fused = run(true);
+    EXPECT_EQ(fused.first, plain.first) << matmul_precision_name(precision);
+    EXPECT_EQ(fused.second, plain.second) << matmul_precision_name(precision);
+  }
+}
+
 // Recomputation reruns the same deterministic ops on the same inputs, so losses, gradients and (over two micro-batches
 // accumulated, with a parameter change between) everything must be bitwise those of Recompute::none; each mode must
 // keep fewer activation bytes than the one before.

@@ -61,7 +61,7 @@ void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=
                                      const float* mean,    // (N)
                                      const float* rstd,    // (N)
                                      int N, int C) {
-  cuda::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
+  cuda::layernorm_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 // --- KV-cache inference ---

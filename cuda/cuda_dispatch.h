@@ -52,6 +52,20 @@ struct OpContext {
   void* scratch(size_t bytes) const { return bytes ? resources.scratch(bytes) : nullptr; }
 };
 
+// --- layernorm ---
+inline void layernorm_backward(const OpContext& ctx, float* dinp,  // (N, C) +=
+                               float* dweight,                     // (C) +=
+                               float* dbias,                       // (C) +=
+                               const float* dout,                  // (N, C)
+                               const float* inp,                   // (N, C)
+                               const float* weight,                // (C)
+                               const float* mean,                  // (N)
+                               const float* rstd,                  // (N)
+                               int N, int C) {
+  auto* partial = static_cast<float*>(ctx.scratch(sizeof(float) * layernorm_backward_scratch_floats(N, C)));
+  launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, partial, ctx.stream);
+}
+
 // --- attention ---
 enum class AttentionPath {
   tensor_core,   // the bf16 tensor-core kernels: attention_in_bf16 (core/dtype.h) on sm_80 or newer

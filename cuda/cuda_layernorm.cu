@@ -109,20 +109,27 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp,          // (N, C) +
   }
 }
 
-// dweight[c] += sum_r g[r,c] xhat[r,c], dbias[c] += sum_r g[r,c], in the column-sum blocks of cuda_common.cuh.
-__global__ void layernorm_backward_params_kernel(float* dweight,     // (C) +=
-                                                 float* dbias,       // (C) +=
-                                                 const float* dout,  // (N, C)
-                                                 const float* inp,   // (N, C)
-                                                 const float* mean,  // (N)
-                                                 const float* rstd,  // (N)
-                                                 int N, int C) {
+// dweight[c] += sum_r g[r,c] xhat[r,c], dbias[c] += sum_r g[r,c] in two stages, so that the few columns of a
+// layernorm (768 at GPT-2 124M: 24 column blocks) still spread over the GPU: chunks of kParamChunkRows rows, each a
+// column-sum block of cuda_common.cuh writing its partial sums, then one pass adding the chunks in order. Fixed
+// orders throughout: deterministic.
+constexpr int kParamChunkRows = 256;
+int param_chunks(int N) { return int(ceil_div(size_t(N), kParamChunkRows)); }
+
+// partial[y, c] and partial[chunks + y, c]: the dweight and dbias sums over the rows of chunk y.
+__global__ void layernorm_backward_params_partial_kernel(float* partial,     // (2 chunks, C)
+                                                         const float* dout,  // (N, C)
+                                                         const float* inp,   // (N, C)
+                                                         const float* mean,  // (N)
+                                                         const float* rstd,  // (N)
+                                                         int N, int C) {
   __shared__ float dw_part[kRowLanes][kColTile];
   __shared__ float db_part[kRowLanes][kColTile];
   const int c = blockIdx.x * kColTile + threadIdx.x;
+  const int r0 = blockIdx.y * kParamChunkRows, r1 = min(r0 + kParamChunkRows, N);
   float dw = 0.0f, db = 0.0f;
   if (c < C) {
-    for (int r = threadIdx.y; r < N; r += kRowLanes) {
+    for (int r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
       const size_t i = size_t(r) * C + c;
       const float g = dout[i];
       dw += g * (inp[i] - mean[r]) * rstd[r];
@@ -137,6 +144,22 @@ __global__ void layernorm_backward_params_kernel(float* dweight,     // (C) +=
     for (int y = 0; y < kRowLanes; ++y) {
       sw += dw_part[y][threadIdx.x];
       sb += db_part[y][threadIdx.x];
+    }
+    partial[size_t(blockIdx.y) * C + c] = sw;
+    partial[size_t(gridDim.y + blockIdx.y) * C + c] = sb;
+  }
+}
+
+// dweight[c] += the chunks' dweight sums in order, dbias[c] += theirs.
+__global__ void layernorm_backward_params_finish_kernel(float* dweight,        // (C) +=
+                                                        float* dbias,          // (C) +=
+                                                        const float* partial,  // (2 chunks, C)
+                                                        int chunks, int C) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int y = 0; y < chunks; ++y) {
+      sw += partial[size_t(y) * C + c];
+      sb += partial[size_t(chunks + y) * C + c];
     }
     dweight[c] += sw;
     dbias[c] += sb;
@@ -180,7 +203,7 @@ void launch_residual_layernorm_forward(float* residual, TensorOut out, float* me
 }
 
 void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, const float* mean, const float* rstd, int N, int C,
+                               const float* weight, const float* mean, const float* rstd, int N, int C, float* partial,
                                cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "layernorm_backward: N and C must be positive");
   // dinp: dout, inp and dinp (+=) read once per row (the second pass from L1), dinp written.
@@ -189,13 +212,22 @@ void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const 
   EMBER_KERNEL_LAUNCH(layernorm_backward_dinp_kernel, ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize,
                       stream, dinp, dout, inp, weight, mean, rstd, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
-  // params: dout and inp read once; mean and rstd by every block of kColTile columns; dweight and dbias (+=).
-  report_launch("layernorm_backward_params", 4.0 * (2.0 * nc + 2.0 * N * ceil_div(size_t(C), kColTile) + 2.0 * C),
-                8.0 * C, 5.0 * nc);
-  EMBER_KERNEL_LAUNCH(layernorm_backward_params_kernel, ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes),
-                      stream, dweight, dbias, dout, inp, mean, rstd, N, C);
+  // params: dout and inp read once, mean and rstd by every column block of each chunk, the chunks' partial sums
+  // written; then the partials read and dweight and dbias (+=) read and written.
+  const dim3 grid(ceil_div(size_t(C), kColTile), unsigned(param_chunks(N)));
+  EMBER_ASSERT(grid.y <= 65535u, "layernorm_backward: too many rows");
+  const double partials = 2.0 * grid.y * C;
+  report_launch("layernorm_backward_params_partial", 4.0 * (2.0 * nc + 2.0 * N * grid.x), 4.0 * partials, 5.0 * nc);
+  report_launch("layernorm_backward_params_finish", 4.0 * (partials + 2.0 * C), 8.0 * C, partials);
+  EMBER_KERNEL_LAUNCH(layernorm_backward_params_partial_kernel, grid, dim3(kColTile, kRowLanes), stream, partial, dout,
+                      inp, mean, rstd, N, C);
+  EMBER_CUDA_LAUNCH_CHECK();
+  EMBER_KERNEL_LAUNCH(layernorm_backward_params_finish_kernel, elementwise_blocks(size_t(C)), kElementwiseThreads,
+                      stream, dweight, dbias, partial, int(grid.y), C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
+
+size_t layernorm_backward_scratch_floats(int N, int C) { return 2 * size_t(param_chunks(N)) * size_t(C); }
 
 }  // namespace cuda
 

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -169,7 +170,18 @@ uint32_t alignment_of(const void* ptr) {
   return align;
 }
 
-// The descriptors of one cuBLASLt call, destroyed on every path out.
+template <typename T>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+template <typename T>
+void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const T& value) {
+  EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+}
+
+}  // namespace
+
+// The descriptors of one cuBLASLt call shape, destroyed with it (or on any path out while it is being built).
 struct LtDescriptors {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -183,20 +195,12 @@ struct LtDescriptors {
   }
 };
 
-template <typename T>
-void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
-}
-template <typename T>
-void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const T& value) {
-  EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
-}
-
-}  // namespace
-
+// A call shape's answer: whether cuBLASLt has a kernel for it, which, and the descriptors it was chosen for (built
+// once, not on every call).
 struct LtGemm::Plan {
   bool found = false;
   cublasLtMatmulAlgo_t algo{};
+  std::unique_ptr<LtDescriptors> desc;
 };
 struct LtGemm::Cache {
   std::map<std::array<int64_t, 16>, Plan> plans;
@@ -228,35 +232,35 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
     return true;
   }
   const auto handle = static_cast<cublasLtHandle_t>(handle_);
-  LtDescriptors desc;
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
-  set_desc(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-  const cublasLtEpilogue_t ep = epilogue == Epilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADA;
-  set_desc(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(ep));
-  set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);  // read by the heuristic for its alignment
-  // Layouts as stored: A is (m, k), or (k, m) when transposed; B is (k, n), or (n, k).
-  const cudaDataType ab_type = ab_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.a, ab_type, trans_a ? k : m, trans_a ? m : k, lda));
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.b, ab_type, trans_b ? n : k, trans_b ? k : n, ldb));
-  // D (and the bias, which cuBLASLt takes in D's type) in fp32 or bf16.
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc.d, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd));
-
   const std::array<int64_t, 16> key = {
       int64_t(epilogue), ab_bf16,         d_bf16,          trans_a,         trans_b,           m, n, k, lda, ldb, ldd,
       beta != 0.0f,      alignment_of(a), alignment_of(b), alignment_of(d), alignment_of(bias)};
   auto it = cache_->plans.find(key);
   if (it == cache_->plans.end()) {
-    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.pref));
-    set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes_));
-    set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(a));
-    set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(b));
-    set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(d));
-    set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d));
+    // A new call shape: its descriptors and the heuristic's answer, kept for every later call of the shape.
+    auto desc = std::make_unique<LtDescriptors>();
+    EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    set_desc(desc->op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+    set_desc(desc->op, CUBLASLT_MATMUL_DESC_TRANSB, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+    const cublasLtEpilogue_t ep = epilogue == Epilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADA;
+    set_desc(desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(ep));
+    set_desc(desc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);  // read by the heuristic for its alignment
+    // Layouts as stored: A is (m, k), or (k, m) when transposed; B is (k, n), or (n, k).
+    const cudaDataType ab_type = ab_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->a, ab_type, trans_a ? k : m, trans_a ? m : k, lda));
+    EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->b, ab_type, trans_b ? n : k, trans_b ? k : n, ldb));
+    // D (and the bias, which cuBLASLt takes in D's type) in fp32 or bf16.
+    EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->d, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd));
+    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc->pref));
+    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes_));
+    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(a));
+    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(b));
+    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(d));
+    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t rc =
-        cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1, &result, &found);
+    const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle, desc->op, desc->a, desc->b, desc->d, desc->d,
+                                                             desc->pref, 1, &result, &found);
     // NOT_SUPPORTED: no kernel for this epilogue with these types, shape or alignment. Any other refusal also leaves
     // the call to the plain path, which computes the same thing, but is worth a line in the log.
     if (rc != CUBLAS_STATUS_SUCCESS && rc != CUBLAS_STATUS_NOT_SUPPORTED)
@@ -264,10 +268,13 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
                n, k, epilogue == Epilogue::bias ? "bias" : "bias-gradient", cublasGetStatusString(rc));
     Plan plan;
     plan.found = rc == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-    if (plan.found) plan.algo = result.algo;
-    it = cache_->plans.emplace(key, plan).first;
+    if (plan.found) plan.algo = result.algo, plan.desc = std::move(desc);
+    it = cache_->plans.emplace(key, std::move(plan)).first;
   }
   if (!it->second.found) return false;
+  // Only the bias pointer differs between calls of one shape (its alignment is part of the key).
+  const LtDescriptors& desc = *it->second.desc;
+  set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   const float alpha = 1.0f;
   const cublasStatus_t rc = cublasLtMatmul(handle, desc.op, &alpha, a, desc.a, b, desc.b, &beta, d, desc.d, d, desc.d,
                                            &it->second.algo, workspace_, workspace_bytes_, stream_);

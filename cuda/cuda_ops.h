@@ -32,8 +32,11 @@ void launch_layernorm_forward(TensorOut out, float* mean, float* rstd, const flo
 void launch_residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
                                        const float* b, const float* weight, const float* bias, int N, int C,
                                        cudaStream_t stream);
+// `partial` is device scratch of layernorm_backward_scratch_floats(N, C) floats: the parameter gradients' partial sums
+// over chunks of rows.
+size_t layernorm_backward_scratch_floats(int N, int C);
 void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, const float* mean, const float* rstd, int N, int C,
+                               const float* weight, const float* mean, const float* rstd, int N, int C, float* partial,
                                cudaStream_t stream);
 
 // cuBLASLt GEMMs with a fused epilogue, for the dense layers (column-major, as cuBLAS): D (m, n) = op(A) op(B) +

@@ -175,7 +175,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override {
-    k::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, kNoStream);
+    k::layernorm_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
   // The matmul ops and attention: CudaBackend's own adapter functions (cuda_dispatch.h) after the same checks, with

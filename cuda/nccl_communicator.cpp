@@ -133,7 +133,6 @@ class NcclCommunicator final : public Communicator {
     host_->broadcast(&id, sizeof(id), 0);
     EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&synced_, cudaEventDisableTiming));
     EMBER_NCCL_CHECK(ncclCommInitRank(&shared_->comm, host_->size(), id, host_->rank()));
-    nccl_ = shared_->comm;
     int version = 0;
     EMBER_NCCL_CHECK(ncclGetVersion(&version));
     log_debug("NCCL %d.%d.%d communicator: rank %d of %d on device %d", version / 10000, version / 100 % 100,
@@ -147,14 +146,14 @@ class NcclCommunicator final : public Communicator {
   // queued collectives by polling, so a failed peer cannot hang it; after an abort it waits for nothing and the
   // communicator is already freed.
   ~NcclCommunicator() override {
-    if (nccl_ && !shared_->health.aborted) {
+    if (shared_->comm && !shared_->health.aborted) {
       try {
         shared_->wait([this] { return cudaStreamQuery(stream_) != cudaErrorNotReady; }, "NCCL shutdown");
       } catch (const std::exception& e) {
         log_error("%s", e.what());
       }
     }
-    if (nccl_ && !shared_->health.aborted) ncclCommDestroy(nccl_);
+    if (shared_->comm && !shared_->health.aborted) ncclCommDestroy(shared_->comm);
     if (synced_) cudaEventDestroy(synced_);
     cudaEventDestroy(marker_);
     cudaStreamDestroy(stream_);
@@ -167,32 +166,36 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(float* buf, size_t n, ReduceOp op) override {
     if (n == 0) return;
     if (!cuda::is_device_memory(buf)) return host_->all_reduce(buf, n, op);
-    run([&] { EMBER_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), nccl_, stream_)); });
+    run([&] { EMBER_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), shared_->comm, stream_)); });
   }
   void all_reduce(double* buf, size_t n, ReduceOp op) override {
     if (n == 0) return;
     if (!cuda::is_device_memory(buf)) return host_->all_reduce(buf, n, op);
-    run([&] { EMBER_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat64, nccl_op(op), nccl_, stream_)); });
+    run([&] { EMBER_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat64, nccl_op(op), shared_->comm, stream_)); });
   }
   std::unique_ptr<PendingCollective> all_reduce_async(float* buf, size_t n, ReduceOp op) override {
     if (n == 0) return std::make_unique<DoneRequest>();
     if (!cuda::is_device_memory(buf)) return host_->all_reduce_async(buf, n, op);
-    return start([&] { EMBER_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), nccl_, stream_)); });
+    return start(
+        [&] { EMBER_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), shared_->comm, stream_)); });
   }
 
   void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) override {
     if (count == 0) return;
     if (!on_device(send, recv, "reduce_scatter")) return host_->reduce_scatter(send, recv, count, op);
     check_reduce_scatter_buffers(send, recv, count);
-    run([&] { EMBER_NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, nccl_op(op), nccl_, stream_)); });
+    run([&] {
+      EMBER_NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, nccl_op(op), shared_->comm, stream_));
+    });
   }
   std::unique_ptr<PendingCollective> reduce_scatter_async(const float* send, float* recv, size_t count,
                                                           ReduceOp op) override {
     if (count == 0) return std::make_unique<DoneRequest>();
     if (!on_device(send, recv, "reduce_scatter")) return host_->reduce_scatter_async(send, recv, count, op);
     check_reduce_scatter_buffers(send, recv, count);
-    return start(
-        [&] { EMBER_NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, nccl_op(op), nccl_, stream_)); });
+    return start([&] {
+      EMBER_NCCL_CHECK(ncclReduceScatter(send, recv, count, ncclFloat32, nccl_op(op), shared_->comm, stream_));
+    });
   }
 
   // NCCL gathers in place exactly when send is this rank's block of recv, the interface's in-place form.
@@ -200,13 +203,13 @@ class NcclCommunicator final : public Communicator {
     if (count == 0) return;
     if (!on_device(send, recv, "all_gather")) return host_->all_gather(send, recv, count);
     check_gather_buffers(send, recv, count);
-    run([&] { EMBER_NCCL_CHECK(ncclAllGather(send, recv, count, ncclFloat32, nccl_, stream_)); });
+    run([&] { EMBER_NCCL_CHECK(ncclAllGather(send, recv, count, ncclFloat32, shared_->comm, stream_)); });
   }
   std::unique_ptr<PendingCollective> all_gather_async(const float* send, float* recv, size_t count) override {
     if (count == 0) return std::make_unique<DoneRequest>();
     if (!on_device(send, recv, "all_gather")) return host_->all_gather_async(send, recv, count);
     check_gather_buffers(send, recv, count);
-    return start([&] { EMBER_NCCL_CHECK(ncclAllGather(send, recv, count, ncclFloat32, nccl_, stream_)); });
+    return start([&] { EMBER_NCCL_CHECK(ncclAllGather(send, recv, count, ncclFloat32, shared_->comm, stream_)); });
   }
 
   void broadcast(void* buf, size_t bytes, int root) override {
@@ -214,7 +217,7 @@ class NcclCommunicator final : public Communicator {
                  "broadcast root " + std::to_string(root) + " outside a world of " + std::to_string(size()));
     if (bytes == 0) return;
     if (!cuda::is_device_memory(buf)) return host_->broadcast(buf, bytes, root);
-    run([&] { EMBER_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, nccl_, stream_)); });
+    run([&] { EMBER_NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, shared_->comm, stream_)); });
   }
 
   // Our queued collectives complete first, so a barrier also means "everything sent before it has arrived".
@@ -285,7 +288,6 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t marker_ = nullptr;     // recorded on producer_ and waited on by stream_
   cudaEvent_t synced_ = nullptr;     // recorded on stream_ by a blocking call, which polls it
   std::shared_ptr<NcclShared> shared_ = std::make_shared<NcclShared>();  // the communicator and its health
-  ncclComm_t nccl_ = nullptr;                                            // shared_->comm, for the NCCL calls
 };
 
 }  // namespace

@@ -83,8 +83,12 @@ DeviceChoice choose_cuda(const World& world, const CudaDevices& visible, const s
   const CudaDevice& gpu = visible.devices[size_t(ordinal)];
   // Without a UUID (its properties could not be read) a GPU is known by host and ordinal.
   const std::string id = gpu.uuid.empty() ? world.host + "/cuda:" + std::to_string(ordinal) : gpu.uuid;
-  const std::vector<std::string> ids = all_gather_strings(world, id);
-  const std::vector<std::string> hosts = all_gather_strings(world, world.host);
+  // Every rank's host and GPU, as "host\nid" (host names hold no newline).
+  std::vector<std::string> hosts = all_gather_strings(world, world.host + "\n" + id), ids(hosts.size());
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    ids[r] = hosts[r].substr(hosts[r].find('\n') + 1);
+    hosts[r].resize(hosts[r].find('\n'));
+  }
   int first = -1, second = -1;  // the first two ranks that picked the same GPU
   for (int j = 1; j < world.size && first < 0; ++j)
     for (int i = 0; i < j; ++i)

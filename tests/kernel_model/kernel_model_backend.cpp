@@ -279,7 +279,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
               kNoStream,
               nullptr,
               &count_lt_,
-              static_cast<float*>(fake(sizeof(float) * k::kBiasGradCapacity)),
+              count_bias_grad_,
               k::kBiasGradCapacity,
               k::kDoutBlockBytes,
               compute_capability_ / 10,
@@ -306,6 +306,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
   bool count_only_;
   uintptr_t next_fake_ = uintptr_t(1) << 44;
   k::LtGemm count_lt_;  // count-only: reports each GEMM with a fused epilogue as accepted
+  float* count_bias_grad_ = static_cast<float*>(fake(sizeof(float) * k::kBiasGradCapacity));  // count-only
   std::vector<char> scratch_;
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();  // memory
 };

@@ -101,9 +101,9 @@ __global__ void __launch_bounds__(kForwardRows* kWarpSize) attention_forward_ker
 }
 
 // Backward, pass 1 (per query row i): D_i = dO_i . O_i (saved to delta for pass 2), and
-// dQ_i += scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
+// dQ_i = scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
 __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
-    attention_backward_dq_kernel(float* dqkv,        // (B, T, 3C) +=, q columns only
+    attention_backward_dq_kernel(float* dqkv,        // (B, T, 3C) =, q columns only
                                  float* delta,       // (B, NH, T) out: D
                                  const float* dout,  // (B, T, C)
                                  const float* qkv,   // (B, T, 3C)
@@ -177,15 +177,15 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + k * kWarpSize;
-      if (d < HS) g[d] += scale * dq[k];
+      if (d < HS) g[d] = scale * dq[k];
     }
   }
 }
 
-// Backward, pass 2 (per key row j): dV_j += sum_{i >= j} P_ij dO_i and dK_j += scale * sum_{i >= j} dS_ij Q_i,
+// Backward, pass 2 (per key row j): dV_j = sum_{i >= j} P_ij dO_i and dK_j = scale * sum_{i >= j} dS_ij Q_i,
 // walking query tiles in order from i = the block's first key row. Each dK/dV element has one owner: no atomics.
 __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
-    attention_backward_dkv_kernel(float* dqkv,         // (B, T, 3C) +=, k and v columns only
+    attention_backward_dkv_kernel(float* dqkv,         // (B, T, 3C) =, k and v columns only
                                   const float* delta,  // (B, NH, T) D from pass 1
                                   const float* dout,   // (B, T, C)
                                   const float* qkv,    // (B, T, 3C)
@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + k * kWarpSize;
       if (d < HS) {
-        g[C + d] += scale * dk[k];
-        g[2 * C + d] += dv[k];
+        g[C + d] = scale * dk[k];
+        g[2 * C + d] = dv[k];
       }
     }
   }
@@ -306,10 +306,9 @@ void launch_attention_backward(float* dqkv, float* delta, const float* dout, con
   {  // as the tensor-core kernels' (cuda_attention_tc.cu), all in fp32, with kBackwardRows-row blocks
     const double heads = double(B) * NH, hs = C / NH, pairs = causal_block_tiles(T, kBackwardRows);
     const double rows = T * hs, tile = kTile * hs, flops = heads * pairs * kBackwardRows * tile;
-    report_launch("attention_backward_dq", heads * 4.0 * (3.0 * rows + T + 2.0 * tile * pairs + rows),
+    report_launch("attention_backward_dq", heads * 4.0 * (3.0 * rows + T + 2.0 * tile * pairs),
                   heads * 4.0 * (T + rows), 6.0 * flops);
-    report_launch("attention_backward_dkv",
-                  heads * 4.0 * (2.0 * rows + 2.0 * tile * pairs + 2.0 * kTile * pairs + 2.0 * rows),
+    report_launch("attention_backward_dkv", heads * 4.0 * (2.0 * rows + 2.0 * tile * pairs + 2.0 * kTile * pairs),
                   heads * 8.0 * rows, 8.0 * flops);
   }
   EMBER_KERNEL_LAUNCH(attention_backward_dq_kernel, grid, kBackwardRows * kWarpSize, stream, dqkv, delta, dout, qkv,

@@ -28,6 +28,11 @@ double causal_tile_pairs(int T) {
   const double nb = double(ceil_div(size_t(T), tc::kRows));
   return nb * (nb + 1.0) / 2.0;
 }
+// The pairs' products as whole tiles: on each diagonal tile the warps form 1 + 2 + 3 + 4 of the 16 blocks of 16 x 16
+// (the others are masked, tc::visible_blocks), 10/16 of a tile.
+double causal_tile_products(int T) {
+  return causal_tile_pairs(T) - double(ceil_div(size_t(T), tc::kRows)) * (1.0 - 10.0 / 16.0);
+}
 
 template <int HS, typename StoreT>
 void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
@@ -36,7 +41,7 @@ void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C,
   // Per head: the Q rows read once, a K and a V tile per tile pair, out and lse written; two products per pair.
   const double heads = double(B) * NH, s = sizeof(StoreT), pairs = causal_tile_pairs(T), tile = double(tc::kTile) * HS;
   report_launch("attention_forward_tc", heads * (s * T * HS + 2.0 * s * tile * pairs), heads * (s * T * HS + 4.0 * T),
-                heads * pairs * 4.0 * tc::kRows * tile, false, true);
+                heads * causal_tile_products(T) * 4.0 * tc::kRows * tile, false, true);
   EMBER_KERNEL_LAUNCH(kernel, grid, kWarps * kWarpSize, stream, out, lse, qkv, T, C, NH, 1.0f / sqrtf(float(HS)));
   EMBER_CUDA_LAUNCH_CHECK();
 }
@@ -48,17 +53,16 @@ void backward_tc(float* dqkv, float* delta, const float* dout, const StoreT* qkv
   const float scale = 1.0f / sqrtf(float(HS));
   auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, StoreT>;  // one macro argument each
   auto* const dkv_kernel = attention_backward_dkv_tc_kernel<HS, StoreT>;
-  // dQ, per head: Q, O and dO (fp32) rows and lse read once, delta written; K and V tiles per pair; dQ (+=) read and
-  // written; three products per pair. dK/dV: K and V rows once; Q, dO, lse and delta per pair; dK and dV (+=) read
-  // and written; four products per pair.
+  // dQ, per head: Q, O and dO (fp32) rows and lse read once, delta written; K and V tiles per pair; dQ written; three
+  // products per pair. dK/dV: K and V rows once; Q, dO, lse and delta per pair; dK and dV written; four products per
+  // pair.
   const double heads = double(B) * NH, s = sizeof(StoreT), pairs = causal_tile_pairs(T), tile = double(tc::kTile) * HS;
-  const double rows = double(T) * HS, flops = tc::kRows * tile * pairs * heads;
-  report_launch("attention_backward_dq_tc",
-                heads * (2.0 * s * rows + 4.0 * rows + 4.0 * T + 2.0 * s * tile * pairs + 4.0 * rows),
+  const double rows = double(T) * HS, flops = tc::kRows * tile * causal_tile_products(T) * heads;
+  report_launch("attention_backward_dq_tc", heads * (2.0 * s * rows + 4.0 * rows + 4.0 * T + 2.0 * s * tile * pairs),
                 heads * (4.0 * T + 4.0 * rows), 6.0 * flops, false, true);
   report_launch("attention_backward_dkv_tc",
-                heads * (2.0 * s * rows + (s + 4.0) * tile * pairs + 8.0 * tc::kTile * pairs + 8.0 * rows),
-                heads * 8.0 * rows, 8.0 * flops, false, true);
+                heads * (2.0 * s * rows + (s + 4.0) * tile * pairs + 8.0 * tc::kTile * pairs), heads * 8.0 * rows,
+                8.0 * flops, false, true);
   EMBER_KERNEL_LAUNCH(dq_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(dkv_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, lse, T, C, NH, scale);

@@ -99,24 +99,30 @@ __device__ inline void c_to_a(uint32_t (&a)[4], const float (&c)[N][4], int kc) 
 }
 
 // The warp's two products. acc (16 x 8 NT) += a (16 x 16 KC, fragments in registers) B, with B[k][n] = tile[n][k]
-// (rows of LD elements): the scores q k^T and dO v^T, and their transposes.
+// (rows of LD elements): the scores q k^T and dO v^T, and their transposes. Only the 16-column blocks [c0, c1) of acc
+// are formed (the others stay as they are): on the diagonal tile a warp's other columns are all masked.
 template <int LD, int KC, int NT>
-__device__ inline void mma_rows(float (&acc)[NT][4], const uint32_t (&a)[KC][4], const bf16* tile, int lane) {
+__device__ inline void mma_rows(float (&acc)[NT][4], const uint32_t (&a)[KC][4], const bf16* tile, int lane, int c0,
+                                int c1) {
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
+      if (nt < 2 * c0 || nt >= 2 * c1) continue;  // warp-uniform
       uint32_t b0, b1;
       load_b<LD>(b0, b1, tile, nt * 8, kc * 16, lane);
       mma_bf16(acc[nt], a[kc], b0, b1);
     }
 }
 // acc (16 x 8 DT) += round(c) (16 x 8 NT, accumulators rounded to bf16 A fragments) B, with B[k][n] = tile_t[n][k]
-// (a tile stored transposed, rows of kLdT): P v, dS k, P^T dO and dS^T q.
+// (a tile stored transposed, rows of kLdT): P v, dS k, P^T dO and dS^T q. Only the 16-column blocks [c0, c1) of c
+// take part: the others are all zero (masked), and leaving them out adds nothing but zeros.
 template <int NT, int DT>
-__device__ inline void mma_scores(float (&acc)[DT][4], const float (&c)[NT][4], const bf16* tile_t, int lane) {
+__device__ inline void mma_scores(float (&acc)[DT][4], const float (&c)[NT][4], const bf16* tile_t, int lane, int c0,
+                                  int c1) {
 #pragma unroll
   for (int kc = 0; kc < NT / 2; ++kc) {
+    if (kc < c0 || kc >= c1) continue;  // warp-uniform
     uint32_t a[4];
     c_to_a(a, c, kc);
 #pragma unroll
@@ -140,6 +146,10 @@ __device__ inline void stage(bf16* dst, bf16* dst_t, const SrcT* src, int row0, 
     if (dst_t) dst_t[d * kLdT + r] = x;
   }
 }
+
+// The 16-column blocks of key tile j0 that warp w's query rows (block i0) can see: all of them before the diagonal,
+// on it (j0 = i0: kTile = kRows, so the diagonal falls in one tile) the first w + 1, up to the warp's last row.
+__device__ inline int visible_blocks(int i0, int j0, int warp) { return j0 < i0 ? kTile / 16 : warp + 1; }
 
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
 // Warp w owns query rows i0 + 16 w .. + 15 and keeps their q fragments and output accumulators in registers.
@@ -170,8 +180,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel
     stage<HS>(k_s, nullptr, base + C, j0, T, C3);
     stage<HS>(nullptr, vt_s, base + 2 * C, j0, T, C3);
     __syncthreads();
+    const int c1 = visible_blocks(i0, j0, warp);
     float s[NT][4] = {};
-    mma_rows<LD>(s, qf, k_s, lane);  // S = Q K^T
+    mma_rows<LD>(s, qf, k_s, lane, 0, c1);  // S = Q K^T
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -210,7 +221,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel
       o[dt][0] *= corr[0], o[dt][1] *= corr[0];
       o[dt][2] *= corr[1], o[dt][3] *= corr[1];
     }
-    mma_scores(o, s, vt_s, lane);  // O += P V
+    mma_scores(o, s, vt_s, lane, 0, c1);  // O += P V
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -228,10 +239,10 @@ __global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel
 }
 
 // Backward, pass 1 (per query row i): D_i = dO_i . O_i in fp32 with O rounded to bf16 (saved to delta for pass 2),
-// and dQ_i += scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
+// and dQ_i = scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
 template <int HS, typename StoreT>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
-    attention_backward_dq_tc_kernel(float* dqkv,        // (B, T, 3C) +=, q columns only
+    attention_backward_dq_tc_kernel(float* dqkv,        // (B, T, 3C) =, q columns only
                                     float* delta,       // (B, NH, T) out: D
                                     const float* dout,  // (B, T, C)
                                     const StoreT* qkv,  // (B, T, 3C)
@@ -281,9 +292,10 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     stage<HS>(k_s, kt_s, base + C, j0, T, C3);
     stage<HS>(v_s, nullptr, base + 2 * C, j0, T, C3);
     __syncthreads();
+    const int c1 = visible_blocks(i0, j0, warp);
     float s[NT][4] = {}, dp[NT][4] = {};
-    mma_rows<LD>(s, qf, k_s, lane);    // S = Q K^T
-    mma_rows<LD>(dp, dof, v_s, lane);  // dP = dO V^T
+    mma_rows<LD>(s, qf, k_s, lane, 0, c1);    // S = Q K^T
+    mma_rows<LD>(dp, dof, v_s, lane, 0, c1);  // dP = dO V^T
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -292,7 +304,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
         const float p = j <= i && i < T ? expf(s[nt][e] * scale - row_lse[e / 2]) : 0.0f;
         s[nt][e] = p * (dp[nt][e] - row_D[e / 2]);  // dS
       }
-    mma_scores(dq, s, kt_s, lane);  // dQ += dS K
+    mma_scores(dq, s, kt_s, lane, 0, c1);  // dQ += dS K
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -301,18 +313,18 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     float* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
-      g[dt * 8 + 2 * t] += scale * dq[dt][2 * r];
-      g[dt * 8 + 2 * t + 1] += scale * dq[dt][2 * r + 1];
+      g[dt * 8 + 2 * t] = scale * dq[dt][2 * r];
+      g[dt * 8 + 2 * t + 1] = scale * dq[dt][2 * r + 1];
     }
   }
 }
 
-// Backward, pass 2 (per key row j): dV_j += sum_{i >= j} P_ij dO_i and dK_j += scale * sum_{i >= j} dS_ij Q_i.
+// Backward, pass 2 (per key row j): dV_j = sum_{i >= j} P_ij dO_i and dK_j = scale * sum_{i >= j} dS_ij Q_i.
 // Warp w owns key rows j_first + 16 w .. + 15 and computes the transposed scores S^T = K Q^T and dP^T = V dO^T
 // against each query tile, so P^T and dS^T come out as the A fragments of dV and dK directly.
 template <int HS, typename StoreT>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
-    attention_backward_dkv_tc_kernel(float* dqkv,         // (B, T, 3C) +=, k and v columns only
+    attention_backward_dkv_tc_kernel(float* dqkv,         // (B, T, 3C) =, k and v columns only
                                      const float* delta,  // (B, NH, T) D from pass 1
                                      const float* dout,   // (B, T, C)
                                      const StoreT* qkv,   // (B, T, 3C)
@@ -349,9 +361,11 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
       d_s[threadIdx.x] = i < T ? delta[size_t(bh) * T + i] : 0.0f;
     }
     __syncthreads();
+    // On the diagonal tile (i0 = j_first) warp w's keys see only the queries from column 16 w on.
+    const int c0 = i0 == j_first ? warp : 0;
     float st[NT][4] = {}, dpt[NT][4] = {};
-    mma_rows<LD>(st, kf, q_s, lane);    // S^T = K Q^T
-    mma_rows<LD>(dpt, vf, do_s, lane);  // dP^T = V dO^T
+    mma_rows<LD>(st, kf, q_s, lane, c0, NT / 2);    // S^T = K Q^T
+    mma_rows<LD>(dpt, vf, do_s, lane, c0, NT / 2);  // dP^T = V dO^T
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -361,8 +375,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
         st[nt][e] = p;
         dpt[nt][e] = p * (dpt[nt][e] - d_s[c]);  // dS^T
       }
-    mma_scores(dv, st, dot_s, lane);  // dV += P^T dO
-    mma_scores(dk, dpt, qt_s, lane);  // dK += dS^T Q
+    mma_scores(dv, st, dot_s, lane, c0, NT / 2);  // dV += P^T dO
+    mma_scores(dk, dpt, qt_s, lane, c0, NT / 2);  // dK += dS^T Q
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -374,8 +388,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int d = dt * 8 + 2 * t + e;
-        g[C + d] += scale * dk[dt][2 * r + e];
-        g[2 * C + d] += dv[dt][2 * r + e];
+        g[C + d] = scale * dk[dt][2 * r + e];
+        g[2 * C + d] = dv[dt][2 * r + e];
       }
   }
 }

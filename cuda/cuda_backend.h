@@ -56,6 +56,8 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override;
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
                        int N, int IC, int OC) override;
+  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dout, TensorIn pre, TensorIn inp,
+                            TensorIn weight, int N, int IC, int OC) override;
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
   void matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override;

@@ -26,7 +26,7 @@ void CudaBackend::encoder_backward(float* dwte,         // (V, C) +=
                                    const float* dout,   // (B, T, C)
                                    const int32_t* inp,  // (B, T)
                                    int B, int T, int C) {
-  cuda::launch_encoder_backward(dwte, dwpe, dout, inp, B, T, C, stream_);
+  cuda::encoder_backward(op_context(), dwte, dwpe, dout, inp, B, T, C);
 }
 
 // --- layernorm ---
@@ -97,7 +97,7 @@ void CudaBackend::attention_kv_forward(float* out,            // (N, C)
 void CudaBackend::gelu_forward(TensorOut out, TensorIn inp, size_t n) {  // (n)
   cuda::launch_gelu_forward(out, inp, n, stream_);
 }
-void CudaBackend::gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) {  // (n) +=
+void CudaBackend::gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) {  // (n) =
   cuda::launch_gelu_backward(dinp, inp, dout, n, stream_);
 }
 
@@ -185,6 +185,12 @@ void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, con
                                   TensorIn weight, int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
   cuda::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+
+void CudaBackend::matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dout, TensorIn pre,
+                                       TensorIn inp, TensorIn weight, int N, int IC, int OC) {
+  check_gemm_inputs(inp, weight, "matmul_gelu_backward");
+  cuda::matmul_gelu_backward(op_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);
 }
 
 void CudaBackend::matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) {

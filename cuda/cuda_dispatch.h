@@ -52,6 +52,16 @@ struct OpContext {
   void* scratch(size_t bytes) const { return bytes ? resources.scratch(bytes) : nullptr; }
 };
 
+// --- encoder ---
+inline void encoder_backward(const OpContext& ctx, float* dwte,  // (V, C) +=
+                             float* dwpe,                        // (maxT, C) +=
+                             const float* dout,                  // (B, T, C)
+                             const int32_t* inp,                 // (B, T)
+                             int B, int T, int C) {
+  const size_t bytes = encoder_backward_scratch_bytes(B * T);
+  launch_encoder_backward(dwte, dwpe, dout, inp, B, T, C, ctx.scratch(bytes), bytes, ctx.stream);
+}
+
 // --- layernorm ---
 inline void layernorm_backward(const OpContext& ctx, float* dinp,  // (N, C) +=
                                float* dweight,                     // (C) +=
@@ -106,7 +116,7 @@ inline void attention_forward(const OpContext& ctx, TensorOut out,  // (B, T, C)
   }
 }
 
-inline void attention_backward(const OpContext& ctx, float* dqkv,  // (B, T, 3C) +=
+inline void attention_backward(const OpContext& ctx, float* dqkv,  // (B, T, 3C) =
                                const float* dout,                  // (B, T, C)
                                TensorIn qkv,                       // (B, T, 3C)
                                TensorIn out,                       // (B, T, C)
@@ -156,7 +166,7 @@ inline void matmul_forward(const OpContext& ctx, TensorOut out,  // (N, OC)
                         ctx.stream);
 }
 
-inline void matmul_backward(const OpContext& ctx, float* dinp,  // (N, IC) +=
+inline void matmul_backward(const OpContext& ctx, float* dinp,  // (N, IC) =
                             float* dweight,                     // (IC, OC) +=
                             float* dbias,                       // (OC) += or null
                             const float* dout,                  // (N, OC)
@@ -164,8 +174,26 @@ inline void matmul_backward(const OpContext& ctx, float* dinp,  // (N, IC) +=
                             TensorIn weight,                    // (IC, OC)
                             int N, int IC, int OC) {
   const size_t bytes = matmul_backward_scratch_bytes(ctx, inp, dbias != nullptr, N, IC, OC);
-  launch_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, ctx.bf16(), ctx.cublas, ctx.lt,
+  launch_matmul_backward(dinp, dweight, dbias, dout, nullptr, inp, weight, N, IC, OC, ctx.bf16(), ctx.cublas, ctx.lt,
                          ctx.bias_grad, ctx.bias_grad_capacity, ctx.scratch(bytes), bytes, ctx.stream);
+}
+
+// Backend::matmul_gelu_backward: under bf16 with a dbias, the GELU's derivative is applied in the pass that casts dout
+// and sums dbias; otherwise gelu_backward runs in place over dout first (fp32 has no such pass to fuse into).
+inline void matmul_gelu_backward(const OpContext& ctx, float* dinp,  // (N, IC) =
+                                 float* dweight,                     // (IC, OC) +=
+                                 float* dbias,                       // (OC) += or null
+                                 float* dout,                        // (N, OC) at the GELU's output; clobbered
+                                 TensorIn pre,                       // (N, OC) the GELU's input
+                                 TensorIn inp,                       // (N, IC)
+                                 TensorIn weight,                    // (IC, OC)
+                                 int N, int IC, int OC) {
+  const bool fused = ctx.bf16() && dbias != nullptr;
+  if (!fused) launch_gelu_backward(dout, pre, dout, size_t(N) * OC, ctx.stream);
+  const size_t bytes = matmul_backward_scratch_bytes(ctx, inp, dbias != nullptr, N, IC, OC);
+  launch_matmul_backward(dinp, dweight, dbias, dout, fused ? pre : nullptr, inp, weight, N, IC, OC, ctx.bf16(),
+                         ctx.cublas, ctx.lt, ctx.bias_grad, ctx.bias_grad_capacity, ctx.scratch(bytes), bytes,
+                         ctx.stream);
 }
 
 inline void matmul_forward_transposed(const OpContext& ctx, TensorOut out,  // (N, V)
@@ -177,7 +205,7 @@ inline void matmul_forward_transposed(const OpContext& ctx, TensorOut out,  // (
                                    ctx.stream);
 }
 
-inline void matmul_backward_transposed(const OpContext& ctx, float* dinp,  // (N, C) +=
+inline void matmul_backward_transposed(const OpContext& ctx, float* dinp,  // (N, C) =
                                        float* dwte,                        // (V, C) +=
                                        TensorIn dout,                      // (N, V)
                                        TensorIn inp,                       // (N, C)

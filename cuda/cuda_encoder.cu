@@ -1,5 +1,6 @@
 // CUDA backend: token + position embedding, forward and backward.
-// Backward is deterministic without atomics: every dwte/dwpe element is summed by one thread, in token order.
+// Backward is deterministic without atomics: every dwte/dwpe element is summed by one thread, in token order; for
+// dwte the token positions are sorted stably by id first (cuda_sort.cu), so that each thread walks only its token's.
 #include "core/error.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
@@ -31,26 +32,41 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe,        // (maxT, C) +=
   dwpe[i] = acc;
 }
 
-// dwte[v, c] += dout[bt, c] for every token bt with inp[bt] = v, in token order. Thread (bucket, c) owns the rows v
-// with v % gridDim.y == bucket, so no two threads touch one element and no sort is needed; every thread of a block
-// shares its bucket, so the skip branch is warp-uniform and the inp load is a broadcast.
-__global__ void encoder_backward_wte_kernel(float* dwte,         // (V, C) +=
-                                            const float* dout,   // (B, T, C)
-                                            const int32_t* inp,  // (B, T)
-                                            int BT, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  const int bucket = blockIdx.y, buckets = gridDim.y;
-  if (c >= C) return;
-  for (int bt = 0; bt < BT; ++bt) {
-    const int v = inp[bt];
-    if (v % buckets != bucket) continue;
-    dwte[size_t(v) * C + c] += dout[size_t(bt) * C + c];
-  }
+// positions[i] = i: the values the sort carries along with the token ids.
+__global__ void iota_kernel(int32_t* positions, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) positions[i] = i;
 }
 
-// 64 vocabulary buckets: at C = 768 that is 6 x 64 = 384 blocks of 128 threads, ~3 per SM on an H100. Each thread
-// still reads all B*T token ids (cached broadcasts), so more buckets would mostly add id reads.
-constexpr int kWteBuckets = 64;
+// dwte[v, c] += dout[p, c] for every position p of token v, in token order, from the positions sorted stably by token
+// id (ids[i] ascending, pos[i] ascending among equal ids). Block x is sorted index i and works only where a run of
+// one id starts, one thread per column of its block y; so every element of dwte has one thread, whose sum runs in
+// token order as the CPU's does (bitwise the same), and the work spreads over the distinct tokens and columns however
+// many tokens there are. A run is read kUnroll positions at a time, their loads issued before the adds.
+constexpr int kUnroll = 8;
+__global__ void encoder_backward_wte_kernel(float* dwte,         // (V, C) +=
+                                            const float* dout,   // (B, T, C)
+                                            const int32_t* ids,  // (B T) token ids, sorted
+                                            const int32_t* pos,  // (B T) their positions
+                                            int BT, int C) {
+  const int i = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  const int v = ids[i];
+  if (c >= C || (i > 0 && ids[i - 1] == v)) return;
+  int end = i + 1;
+  while (end < BT && ids[end] == v) ++end;
+  float* te = dwte + size_t(v) * C + c;
+  float acc = *te;
+  for (int j = i; j < end; j += kUnroll) {
+    float g[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) g[u] = j + u < end ? dout[size_t(pos[j + u]) * C + c] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (j + u < end) acc += g[u];
+  }
+  *te = acc;
+}
+
 constexpr int kEncoderThreads = 128;
 
 }  // namespace
@@ -66,20 +82,36 @@ void launch_encoder_forward(float* out, const int32_t* inp, const float* wte, co
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
+size_t encoder_backward_scratch_bytes(int BT) {
+  return 3 * piece_bytes(sizeof(int32_t) * size_t(BT)) + piece_bytes(sort_pairs_temp_bytes(BT));
+}
+
 void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C,
-                             cudaStream_t stream) {
+                             void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(B > 0 && T > 0 && C > 0, "encoder_backward: B, T and C must be positive");
-  const double btc = double(B) * T * C, tc = double(T) * C;
+  EMBER_ASSERT(size_t(B) * T <= 0x7fffffffu, "encoder_backward: too many tokens");
+  const int BT = B * T;
+  EMBER_ASSERT(scratch_bytes >= encoder_backward_scratch_bytes(BT), "encoder_backward: scratch too small");
+  const double btc = double(BT) * C, tc = double(T) * C;
   report_launch("encoder_backward_wpe", 4.0 * (btc + tc), 4.0 * tc, btc);
   EMBER_KERNEL_LAUNCH(encoder_backward_wpe_kernel, ceil_div(size_t(T) * C, kEncoderThreads), kEncoderThreads, stream,
                       dwpe, dout, B, T, C);
   EMBER_CUDA_LAUNCH_CHECK();
-  const dim3 grid(ceil_div(size_t(C), kEncoderThreads), kWteBuckets);
-  // Every warp walks all B*T token ids (one broadcast load each); the rows of its bucket read dout and read and
-  // write dwte.
-  const double warps = double(grid.x) * kWteBuckets * (kEncoderThreads / kWarpSize);
-  report_launch("encoder_backward_wte", 4.0 * (warps * B * T + 2.0 * btc), 4.0 * btc, btc);
-  EMBER_KERNEL_LAUNCH(encoder_backward_wte_kernel, grid, kEncoderThreads, stream, dwte, dout, inp, B * T, C);
+  // The positions sorted stably by token id: ids, positions before and after, then the sort's working space.
+  char* at = static_cast<char*>(scratch);
+  const size_t piece = piece_bytes(sizeof(int32_t) * size_t(BT));
+  auto* ids = reinterpret_cast<int32_t*>(at);
+  auto* positions = reinterpret_cast<int32_t*>(at + piece);
+  auto* sorted = reinterpret_cast<int32_t*>(at + 2 * piece);
+  report_launch("iota", 0.0, 4.0 * BT, 0.0);
+  EMBER_KERNEL_LAUNCH(iota_kernel, elementwise_blocks(size_t(BT)), kElementwiseThreads, stream, positions, BT);
+  EMBER_CUDA_LAUNCH_CHECK();
+  launch_sort_pairs(ids, sorted, inp, positions, BT, at + 3 * piece, scratch_bytes - 3 * piece, stream);
+  // Per block: two ids; the run's starts also read their run's ids and positions, dout's rows and dwte's (each
+  // distinct token once, at most B T of them), and write dwte's.
+  const dim3 grid(unsigned(BT), ceil_div(size_t(C), kEncoderThreads));
+  report_launch("encoder_backward_wte", 8.0 * BT * grid.y + 8.0 * BT * grid.y + 8.0 * btc, 4.0 * btc, btc);
+  EMBER_KERNEL_LAUNCH(encoder_backward_wte_kernel, grid, kEncoderThreads, stream, dwte, dout, ids, sorted, BT, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

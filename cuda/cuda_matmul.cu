@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
+#include "cuda_gelu.cuh"
 #include "cuda_ops.h"
 
 namespace ember {
@@ -52,9 +53,6 @@ void gemm(cublasHandle_t handle, bool ab_bf16, cublasOperation_t op_a, cublasOpe
                                    static_cast<const float*>(b), ldb, &beta, static_cast<float*>(c), ldc));
   }
 }
-
-// Scratch pieces start 256-byte aligned, as cudaMalloc's do, so that each is as aligned as a whole buffer.
-size_t piece_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // The GEMM inputs as the products read them: as stored, or under bf16 fp32-stored ones rounded into the front of
 // `scratch`; `rest` is the scratch after those copies (for dout's blocks).
@@ -103,12 +101,14 @@ __global__ void broadcast_rows_kernel(T* out,         // (N, OC)
 constexpr int kSumChunkRows = 256;
 int sum_chunks(int N) { return int(ceil_div(size_t(N), kSumChunkRows)); }
 
-// partial[y, c] = sum of src[r, c] over the rows r of chunk y; with kCast, each element read is also written to
-// `cast` rounded to bf16 (the bf16 backward passes' copy of dout, made in the same pass over it).
-template <bool kCast>
+// partial[y, c] = sum of v[r, c] over the rows r of chunk y, where v = src or, with kGelu, src * gelu'(pre) (the
+// gradient at a GELU's input, formed as gelu_backward forms it); with kCast, each v is also written to `cast` rounded
+// to bf16 (the bf16 backward passes' copy of dout, made in the same pass over it).
+template <bool kCast, bool kGelu, typename PreT>
 __global__ void column_partial_sums_kernel(float* partial,       // (chunks, C)
                                            __nv_bfloat16* cast,  // (N, C), or null without kCast
                                            const float* src,     // (N, C)
+                                           const PreT* pre,      // (N, C), or null without kGelu
                                            int N, int C) {
   __shared__ float part[kRowLanes][kColTile];
   const int c = blockIdx.x * kColTile + threadIdx.x;
@@ -116,7 +116,8 @@ __global__ void column_partial_sums_kernel(float* partial,       // (chunks, C)
   float acc = 0.0f;
   if (c < C)
     for (int r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-      const float v = src[size_t(r) * C + c];
+      float v = src[size_t(r) * C + c];
+      if constexpr (kGelu) v = v * gelu_grad(load(&pre[size_t(r) * C + c]));
       if constexpr (kCast) cast[size_t(r) * C + c] = __float2bfloat16_rn(v);
       acc += v;
     }
@@ -141,20 +142,32 @@ __global__ void add_partial_sums_kernel(float* dst,            // (C) +=
 }
 
 // dst (C) += the column sums of src (N, C), through `partial` (sum_chunks(N) x C floats of scratch); with `cast`,
-// src rounded to bf16 lands there in the same pass.
+// src rounded to bf16 lands there in the same pass. With `gelu_pre` (and `cast`), src is the gradient at a GELU's
+// output and what is summed and cast is src * gelu'(gelu_pre).
 void column_sum_accumulate(float* dst, BFloat16* cast, const float* src, int N, int C, float* partial,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, TensorIn gelu_pre = nullptr) {
   const dim3 grid(ceil_div(size_t(C), kColTile), unsigned(sum_chunks(N))), block(kColTile, kRowLanes);
   EMBER_ASSERT(grid.y <= 65535u, "column sum: too many rows");
+  EMBER_ASSERT(!gelu_pre.ptr || cast, "column sum: the GELU's gradient is formed only with the cast");
   const double nc = double(N) * C, partials = double(grid.y) * C;
-  report_launch(cast ? "column_partial_sums+cast" : "column_partial_sums", 4.0 * nc,
-                4.0 * partials + (cast ? 2.0 * nc : 0.0), nc);
-  report_launch("add_partial_sums", 4.0 * (partials + C), 4.0 * C, partials);
-  if (cast)
-    EMBER_KERNEL_LAUNCH(column_partial_sums_kernel<true>, grid, block, stream, partial,
-                        reinterpret_cast<__nv_bfloat16*>(cast), src, N, C);
+  if (gelu_pre.ptr)
+    report_launch("column_partial_sums+gelu_backward+cast", (gelu_pre.bf16 ? 6.0 : 8.0) * nc, 4.0 * partials + 2.0 * nc,
+                  26.0 * nc);
   else
-    EMBER_KERNEL_LAUNCH(column_partial_sums_kernel<false>, grid, block, stream, partial, nullptr, src, N, C);
+    report_launch(cast ? "column_partial_sums+cast" : "column_partial_sums", 4.0 * nc,
+                  4.0 * partials + (cast ? 2.0 * nc : 0.0), nc);
+  report_launch("add_partial_sums", 4.0 * (partials + C), 4.0 * C, partials);
+  auto* const cast16 = reinterpret_cast<__nv_bfloat16*>(cast);
+  auto* const gelu16 = column_partial_sums_kernel<true, true, __nv_bfloat16>;  // one macro argument each
+  auto* const gelu32 = column_partial_sums_kernel<true, true, float>;
+  auto* const plain =
+      cast ? column_partial_sums_kernel<true, false, float> : column_partial_sums_kernel<false, false, float>;
+  if (gelu_pre.bf16)
+    EMBER_KERNEL_LAUNCH(gelu16, grid, block, stream, partial, cast16, src, device_bf16(gelu_pre), N, C);
+  else if (gelu_pre.ptr)
+    EMBER_KERNEL_LAUNCH(gelu32, grid, block, stream, partial, cast16, src, gelu_pre.f32(), N, C);
+  else
+    EMBER_KERNEL_LAUNCH(plain, grid, block, stream, partial, cast16, src, nullptr, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(add_partial_sums_kernel, elementwise_blocks(size_t(C)), kElementwiseThreads, stream, dst, partial,
                       int(grid.y), C);
@@ -338,10 +351,12 @@ void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorI
        out.ptr, OC, out.bf16);
 }
 
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
-                            int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt, float* bias_grad,
-                            size_t bias_grad_capacity, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn gelu_pre,
+                            TensorIn inp, TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
+                            LtGemm* lt, float* bias_grad, size_t bias_grad_capacity, void* scratch,
+                            size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_backward: N, IC and OC must be positive");
+  EMBER_ASSERT(!gelu_pre.ptr || (bf16 && dbias), "matmul_backward: the GELU is fused only into the bf16 dbias pass");
   GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
   // The partial sums of dbias's column sum come next in the scratch (matmul_scratch_bytes' order).
   float* partial = reinterpret_cast<float*>(in.rest);
@@ -351,7 +366,8 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     in.rest += p, in.rest_bytes -= p;
   }
   // fp32: one block of all N rows, dout read as it is. bf16: blocks of rows of dout rounded into the scratch left,
-  // with dbias's column sums taken in the same pass.
+  // with dbias's column sums taken in the same pass (and, with gelu_pre, dout multiplied by the GELU's derivative
+  // first: the gradient at this layer's output, never stored in fp32).
   const int rows = in.bf16 ? rows_per_block(in.rest_bytes, OC, N) : N;
   auto* dout_bf16 = reinterpret_cast<BFloat16*>(in.rest);
   for (int r0 = 0; r0 < N; r0 += rows) {
@@ -360,14 +376,15 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     const void* g = g32;
     if (in.bf16) {
       if (dbias)
-        column_sum_accumulate(dbias, dout_bf16, g32, R, OC, partial, stream);
+        column_sum_accumulate(dbias, dout_bf16, g32, R, OC, partial, stream,
+                              gelu_pre.ptr ? gelu_pre.at(size_t(r0) * OC) : nullptr);
       else
         launch_cast_to_bf16(dout_bf16, g32, size_t(R) * OC, stream);
       g = dout_bf16;
     }
     const TensorIn x = in.inp.at(size_t(r0) * IC);  // (R, IC)
-    // dinp^T (IC, R) += weight (IC, OC) @ dout^T (OC, R); weight as stored is (OC, IC) column-major, hence op T.
-    gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, in.weight.ptr, OC, g, OC, 1.0f, dinp + size_t(r0) * IC,
+    // dinp^T (IC, R) = weight (IC, OC) @ dout^T (OC, R); weight as stored is (OC, IC) column-major, hence op T.
+    gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, in.weight.ptr, OC, g, OC, 0.0f, dinp + size_t(r0) * IC,
          IC);
     // dweight^T (OC, IC) += dout^T (OC, R) @ inp (R, IC); inp as stored is (IC, R) column-major, hence op T. In fp32
     // the epilogue's bias gradient is the sum of A = dout^T over k = R, i.e. this block's dbias, which it writes (not
@@ -411,8 +428,8 @@ void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, 
       launch_cast_to_bf16(dout_bf16, dout.f32() + size_t(r0) * V, size_t(R) * V, stream);
       g = dout_bf16;
     }
-    // dinp^T (C, R) += wte^T (C, V) @ dout^T (V, R)
-    gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_N, C, R, V, in.weight.ptr, C, g, V, 1.0f, dinp + size_t(r0) * C, C);
+    // dinp^T (C, R) = wte^T (C, V) @ dout^T (V, R)
+    gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_N, C, R, V, in.weight.ptr, C, g, V, 0.0f, dinp + size_t(r0) * C, C);
     // dwte^T (C, V) += inp^T (C, R) @ dout (R, V); dout as stored is (V, R) column-major, hence op T.
     gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_T, C, V, R, in.inp.at(size_t(r0) * C).ptr, C, g, V, 1.0f, dwte, C);
   }

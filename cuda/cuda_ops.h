@@ -20,8 +20,15 @@ namespace ember::cuda {
 // encoder
 void launch_encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C,
                             cudaStream_t stream);
+// The backward pass sorts the token positions by id in `scratch`, of encoder_backward_scratch_bytes(B T).
+size_t encoder_backward_scratch_bytes(int BT);
 void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C,
-                             cudaStream_t stream);
+                             void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// A stable sort of n int32 (key, value) pairs by key (cuda_sort.cu, CUB's radix sort): keys ascending, the values of
+// equal keys in their input order. `temp` is its working space, of sort_pairs_temp_bytes(n).
+size_t sort_pairs_temp_bytes(int n);
+void launch_sort_pairs(int32_t* keys_out, int32_t* values_out, const int32_t* keys_in, const int32_t* values_in, int n,
+                       void* temp, size_t temp_bytes, cudaStream_t stream);
 
 // layernorm
 // The forward outputs may be stored in fp32 or bf16 (TensorOut, core/dtype.h).
@@ -86,9 +93,13 @@ size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t we
 void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC,
                            bool bf16, cublasHandle_t handle, LtGemm* lt, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream);
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
-                            int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt, float* bias_grad,
-                            size_t bias_grad_capacity, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// launch_matmul_backward's dout is the gradient at the layer's output or, with gelu_pre (bf16 and a dbias only), at
+// the output of a GELU applied to it: gelu_pre is the layer's output, and the layer's gradient is formed from both in
+// the pass that rounds dout to bf16 (cuda_gelu.cuh's derivative, as launch_gelu_backward forms it).
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn gelu_pre,
+                            TensorIn inp, TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
+                            LtGemm* lt, float* bias_grad, size_t bias_grad_capacity, void* scratch,
+                            size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
@@ -123,6 +134,7 @@ void launch_attention_kv_forward(float* out, const float* qkv, const float* k_ca
 
 // gelu; the input and the forward output may each be stored in fp32 or bf16
 void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t stream);
+// gelu_backward writes dinp, which may alias dout
 void launch_gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n, cudaStream_t stream);
 
 // elementwise

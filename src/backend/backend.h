@@ -21,8 +21,10 @@ struct AdamWSegment {
 // Conventions shared by every op:
 //  - Shapes are row-major; the shape of each argument is in its trailing comment.
 //  - Matrices use the Hugging Face Conv1D orientation: weight (IC, OC), so out = inp @ weight + bias.
-//  - Backward ops ACCUMULATE (+=) into every gradient argument (activation and parameter gradients alike),
-//    so gradient accumulation and residual branches need no extra adds. Callers zero gradients first.
+//  - Backward ops WRITE (=) the gradient of an activation that only one op consumes: the dinp of the matmul ops and
+//    of gelu_backward, attention's dqkv. Nothing needs zeroing before them and no GEMM reads its output back. They
+//    ACCUMULATE (+=) into parameter gradients (so micro-batches add up) and into layernorm_backward's dinp, the
+//    residual stream's gradient where the branches meet. Callers zero those first.
 //  - Token ids are int32.
 //  - TensorIn/TensorOut arguments (core/dtype.h) are stored in fp32 or bf16: an output in bf16 holds its fp32 result
 //    rounded to nearest even. The matmul ops take inp and weight stored alike, and bf16-stored ones only under matmul
@@ -97,23 +99,39 @@ class Backend {
                               TensorIn weight,  // (IC, OC)
                               TensorIn bias,    // (OC) or null
                               int N, int IC, int OC) = 0;
-  // dinp += dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null).
-  virtual void matmul_backward(float* dinp,        // (N, IC) +=
+  // dinp = dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null).
+  virtual void matmul_backward(float* dinp,        // (N, IC) =
                                float* dweight,     // (IC, OC) +=
                                float* dbias,       // (OC) += or null
                                const float* dout,  // (N, OC)
                                TensorIn inp,       // (N, IC)
                                TensorIn weight,    // (IC, OC)
                                int N, int IC, int OC) = 0;
+  // The backward of out = gelu(inp @ weight + bias), given the gradient at the GELU's output: the layer's own output
+  // gradient is dout * gelu'(pre), formed as gelu_backward forms it, where pre is the layer's output as matmul_forward
+  // stored it; then matmul_backward of that. dout is the caller's scratch: what it holds afterwards is unspecified.
+  // This default runs gelu_backward in place and then matmul_backward; a GPU backend forms the gradient in the pass
+  // that rounds it to bf16 for the GEMMs and sums dbias, and never writes it back.
+  virtual void matmul_gelu_backward(float* dinp,      // (N, IC) =
+                                    float* dweight,   // (IC, OC) +=
+                                    float* dbias,     // (OC) += or null
+                                    float* dout,      // (N, OC) the gradient at gelu's output; clobbered
+                                    TensorIn pre,     // (N, OC) the layer's output before the GELU
+                                    TensorIn inp,     // (N, IC)
+                                    TensorIn weight,  // (IC, OC)
+                                    int N, int IC, int OC) {
+    gelu_backward(dout, pre, dout, size_t(N) * OC);
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  }
   // Logits against the tied embedding: out = inp @ wte^T, i.e. weight stored (V, C). Used for the lm_head. out may be
   // stored in bf16 under matmul precision bf16 (the fp32 result rounded once).
   virtual void matmul_forward_transposed(TensorOut out,  // (N, V)
                                          TensorIn inp,   // (N, C)
                                          TensorIn wte,   // (V, C)
                                          int N, int C, int V) = 0;
-  // dinp += dout @ wte; dwte += dout^T @ inp. dout may be stored in bf16 under matmul precision bf16, where an
+  // dinp = dout @ wte; dwte += dout^T @ inp. dout may be stored in bf16 under matmul precision bf16, where an
   // fp32-stored one is rounded as read: a GEMM input like the others.
-  virtual void matmul_backward_transposed(float* dinp,    // (N, C) +=
+  virtual void matmul_backward_transposed(float* dinp,    // (N, C) =
                                           float* dwte,    // (V, C) +=
                                           TensorIn dout,  // (N, V)
                                           TensorIn inp,   // (N, C)
@@ -129,7 +147,7 @@ class Backend {
                                  float* lse,     // (B, NH, T)
                                  TensorIn qkv,   // (B, T, 3C)
                                  int B, int T, int C, int NH) = 0;
-  virtual void attention_backward(float* dqkv,        // (B, T, 3C) +=
+  virtual void attention_backward(float* dqkv,        // (B, T, 3C) =
                                   const float* dout,  // (B, T, C)
                                   TensorIn qkv,       // (B, T, 3C)
                                   TensorIn out,       // (B, T, C)
@@ -167,8 +185,9 @@ class Backend {
                                     int N, int C, int NH, int max_T) = 0;
 
   // --- tanh-approximate GELU ---
-  virtual void gelu_forward(TensorOut out, TensorIn inp, size_t n) = 0;                    // (n)
-  virtual void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) = 0;  // dinp += (n)
+  virtual void gelu_forward(TensorOut out, TensorIn inp, size_t n) = 0;  // (n)
+  // dinp = dout * gelu'(inp); dinp may alias dout.
+  virtual void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) = 0;  // dinp = (n)
 
   // --- elementwise ---
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b

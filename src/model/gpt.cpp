@@ -62,7 +62,7 @@ GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, b
   const size_t layer = add_sat(add_sat(keep_attention ? attention : 0, keep_mlp ? mlp : 0), mul_sat(BT, C * f32));
   a = add_sat(a, mul_sat(layer, size_t(config.n_layer)));
   a = add_sat(a, mul_sat(BT, C * gemm_in + 2 * f32 + V * gemm_in + f32));  // ln_f, logits, losses
-  if (with_grads) a = add_sat(a, mul_sat(BT, C, (2 + 3 + 8) * f32));       // dresidual, dC, d3C, d4C_a, d4C_b
+  if (with_grads) a = add_sat(a, mul_sat(BT, C, (2 + 3 + 4) * f32));       // dresidual, dC, d3C, d4C
   fp.activation_bytes = a;
   return fp;
 }
@@ -150,8 +150,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     dresidual_ = alloc_floats(BT * C);
     dC_ = alloc_floats(BT * C);
     d3C_ = alloc_floats(BT * 3 * C);
-    d4C_a_ = alloc_floats(BT * 4 * C);
-    d4C_b_ = alloc_floats(BT * 4 * C);
+    d4C_ = alloc_floats(BT * 4 * C);
   }
   const Footprint fp = footprint(config, max_B, max_T, with_grads, recompute, bf16_storage_);
   EMBER_ASSERT(fp.weight_bytes == weight_bytes_ && fp.activation_bytes == activation_bytes_,
@@ -315,8 +314,9 @@ void GPT::backward_from_dlogits() {
   const int B = B_, T = T_, C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, N = B * T;
   Backend& be = backend_;
   const size_t NC = size_t(N) * C;
+  // Every activation gradient but the residual stream's is written by the op that produces it (backend.h); the
+  // residual's gradient is summed over the branches that read the stream, starting from zero.
   be.zero(dresidual_, NC * sizeof(float));
-  be.zero(dC_, NC * sizeof(float));
   be.matmul_backward_transposed(dC_, g(table_.wte()), logits_, lnf_, w(table_.wte()), N, C, V);
   const float* last = config_.n_layer > 0 ? layers_.back().residual3 : encoded_;
   be.layernorm_backward(dresidual_, g(table_.ln_f_weight()), g(table_.ln_f_bias()), dC_, last, p(table_.ln_f_weight()),
@@ -334,22 +334,16 @@ void GPT::backward_from_dlogits() {
       mlp_in(l);
     }
     // MLP branch: residual3 = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))).
-    be.zero(d4C_a_, NC * 4 * sizeof(float));
-    be.matmul_backward(d4C_a_, G(BLOCK_PARAM_FCPROJ_W), G(BLOCK_PARAM_FCPROJ_B), dresidual_, a.fch_gelu,
+    be.matmul_backward(d4C_, G(BLOCK_PARAM_FCPROJ_W), G(BLOCK_PARAM_FCPROJ_B), dresidual_, a.fch_gelu,
                        W(BLOCK_PARAM_FCPROJ_W), N, 4 * C, C);
-    be.zero(d4C_b_, NC * 4 * sizeof(float));
-    be.gelu_backward(d4C_b_, a.fch, d4C_a_, NC * 4);
-    be.zero(dC_, NC * sizeof(float));
-    be.matmul_backward(dC_, G(BLOCK_PARAM_FC_W), G(BLOCK_PARAM_FC_B), d4C_b_, a.ln2, W(BLOCK_PARAM_FC_W), N, C, 4 * C);
+    be.matmul_gelu_backward(dC_, G(BLOCK_PARAM_FC_W), G(BLOCK_PARAM_FC_B), d4C_, a.fch, a.ln2, W(BLOCK_PARAM_FC_W), N,
+                            C, 4 * C);
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN2_W), G(BLOCK_PARAM_LN2_B), dC_, a.residual2,
                           P(BLOCK_PARAM_LN2_W), a.ln2_mean, a.ln2_rstd, N, C);
     // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
     if (recompute_ == Recompute::attention) attention_in(l, residual);
-    be.zero(dC_, NC * sizeof(float));
     be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, proj_weight(l), N, C, C);
-    be.zero(d3C_, NC * 3 * sizeof(float));
     be.attention_backward(d3C_, dC_, a.qkv, a.atty, a.lse, B, T, C, NH);
-    be.zero(dC_, NC * sizeof(float));
     be.matmul_backward(dC_, G(BLOCK_PARAM_QKV_W), G(BLOCK_PARAM_QKV_B), d3C_, a.ln1, W(BLOCK_PARAM_QKV_W), N, C, 3 * C);
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN1_W), G(BLOCK_PARAM_LN1_B), dC_, residual, P(BLOCK_PARAM_LN1_W),
                           a.ln1_mean, a.ln1_rstd, N, C);

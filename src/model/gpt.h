@@ -171,12 +171,11 @@ class GPT {
   TensorOut logits_;                                 // (B, T, V)
   float* losses_ = nullptr;                          // (B, T)
   std::vector<float> losses_host_;
-  // Backward scratch, each zeroed before use because backward ops accumulate.
+  // Backward scratch: each written whole by the op that produces it, except the residual's, zeroed once per pass.
   float* dresidual_ = nullptr;  // (B, T, C) gradient of the residual stream
   float* dC_ = nullptr;         // (B, T, C)
   float* d3C_ = nullptr;        // (B, T, 3C)
-  float* d4C_a_ = nullptr;      // (B, T, 4C)
-  float* d4C_b_ = nullptr;      // (B, T, 4C)
+  float* d4C_ = nullptr;        // (B, T, 4C) at the GELU's output
 };
 
 }  // namespace ember

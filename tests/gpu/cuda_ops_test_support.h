@@ -40,6 +40,10 @@ struct Rng : test::Rng {
 using FBuf = test::BackendArray<float>;
 using IBuf = test::BackendArray<int32_t>;
 
+// A prefill for an output the op must write whole (the activation gradients, backend.h): NaN, so that an element it
+// reads or leaves shows in the comparison.
+inline Floats nans(size_t n) { return Floats(n, std::nanf("")); }
+
 // Built as test_cuda_ops_model (EMBER_TEST_KERNEL_MODEL), `gpu` is the kernel-model backend instead: the CUDA
 // backend's kernels and launchers run on the CPU under kernel_model.h, the GEMMs on a model of cuBLAS without
 // cuBLASLt. The tests of what only a device has (its name and memory) are left out of that build.

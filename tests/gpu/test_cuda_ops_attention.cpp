@@ -21,7 +21,7 @@ TEST_P(CudaAttention, ForwardBackward) {
   const int HS = C / NH;
   Rng rng(11 + uint32_t(T));
   const Floats qkv = rng.normal(size_t(B) * T * 3 * C), dout = rng.normal(size_t(B) * T * C);
-  const Floats dqkv0 = rng.normal(qkv.size());
+  const Floats dqkv0 = nans(qkv.size());  // dqkv is written whole: NaN shows an element read or left
   Floats out[2], lse[2], dqkv[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
@@ -55,7 +55,7 @@ TEST_P(CudaAttentionBf16, TensorCoresMatchTheCpuWithinTheRoundingOfPAndDS) {
   Rng rng(41 + uint32_t(T));
   const Floats raw = rng.normal(size_t(B) * T * 3 * C), qkv = test::rounded_to_bf16(raw),
                dout = test::rounded_to_bf16(rng.normal(size_t(B) * T * C));
-  const Floats dqkv0 = rng.normal(qkv.size());
+  const Floats dqkv0 = nans(qkv.size());  // dqkv is written whole: NaN shows an element read or left
   // The CPU reference in fp32 (whose D reads fp32 O: the bounds allow for the GPU's rounded O).
   FBuf cx(*cpu, qkv), co(*cpu, Floats(size_t(B) * T * C)), cl(*cpu, Floats(size_t(B) * NH * T)), cg(*cpu, dout),
       cgx(*cpu, dqkv0);

@@ -19,19 +19,19 @@ TEST_P(CudaMatmul, ForwardBackward) {
   Rng rng(5 + with_bias);
   const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), bias = rng.normal(OC),
                dout = rng.normal(size_t(N) * OC);
-  const Floats dx0 = rng.normal(size_t(N) * IC), dw0 = rng.normal(size_t(IC) * OC), db0 = rng.normal(OC);
+  const Floats dw0 = rng.normal(size_t(IC) * OC), db0 = rng.normal(OC);
   Floats out[2], dx[2], dw[2], db[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
     FBuf xi(*be[k], x), wi(*be[k], w), bi(*be[k], bias), o(*be[k], Floats(size_t(N) * OC)), g(*be[k], dout),
-        gx(*be[k], dx0), gw(*be[k], dw0), gb(*be[k], db0);
+        gx(*be[k], nans(size_t(N) * IC)), gw(*be[k], dw0), gb(*be[k], db0);
     be[k]->matmul_forward(o.get(), xi.get(), wi.get(), with_bias ? bi.get() : nullptr, N, IC, OC);
     be[k]->matmul_backward(gx.get(), gw.get(), with_bias ? gb.get() : nullptr, g.get(), xi.get(), wi.get(), N, IC, OC);
     out[k] = o.host(), dx[k] = gx.host(), dw[k] = gw.host(), db[k] = gb.host();
   }
   expect_close("matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
-  expect_close("matmul dinp", dx[1], dx[0], fp32_tol(OC + 1, dx[0]));  // +1: the pre-filled value
-  expect_close("matmul dweight", dw[1], dw[0], fp32_tol(N + 1, dw[0]));
+  expect_close("matmul dinp", dx[1], dx[0], fp32_tol(OC, dx[0]));        // written over the NaNs
+  expect_close("matmul dweight", dw[1], dw[0], fp32_tol(N + 1, dw[0]));  // +1: the pre-filled value
   if (with_bias)
     expect_close("matmul dbias", db[1], db[0], fp32_tol(N + 1, db[0]));
   else
@@ -57,7 +57,7 @@ TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
       FBuf params(*be[k], arena), grads(*be[k], Floats(arena.size())), xi(*be[k], x), g(*be[k], dout),
           o(*be[k], Floats(size_t(N) * OC)), gx(*be[k], Floats(x.size()));
       be[k]->matmul_forward(o.get(), xi.get(), params.get() + w_at, params.get() + b_at, N, IC, OC);
-      for (int rep = 0; rep < 2; ++rep)  // twice: the second call accumulates onto the first
+      for (int rep = 0; rep < 2; ++rep)  // twice: the parameter gradients add up, dinp is written again
         be[k]->matmul_backward(gx.get(), grads.get() + w_at, grads.get() + b_at, g.get(), xi.get(), params.get() + w_at,
                                N, IC, OC);
       out[k] = o.host(), dx[k] = gx.host(), dgrads[k] = grads.host();
@@ -69,7 +69,7 @@ TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
         db0(dgrads[0].begin() + b_at, dgrads[0].begin() + b_at + OC),
         db1(dgrads[1].begin() + b_at, dgrads[1].begin() + b_at + OC);
     expect_close(tag + "arena matmul out", out[1], out[0], fp32_tol(IC + 1, out[0]));
-    expect_close(tag + "arena matmul dinp", dx[1], dx[0], fp32_tol(2 * OC, dx[0]));
+    expect_close(tag + "arena matmul dinp", dx[1], dx[0], fp32_tol(OC, dx[0]));
     expect_close(tag + "arena matmul dweight", dw1, dw0, fp32_tol(2 * N, dw0));
     expect_close(tag + "arena matmul dbias", db1, db0, fp32_tol(2 * N, db0));
     // Everything outside the two tensors stays zero.
@@ -82,22 +82,79 @@ TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
   }
 }
 
+// The MLP's first layer as the model runs its backward pass: matmul_gelu_backward from the gradient at the GELU's
+// output, with the layer's output (the GELU's input) stored as the forward pass stores it, fp32 or bf16. Against two
+// references: the CPU backend's op (the fp32 tolerance of the sums, after one exp per element; at bf16 also one bf16
+// ulp of G where the CPU's and the device's fp32 G fall either side of a rounding midpoint, as expect_close_bf16
+// allows), and the backend's own gelu_backward followed by matmul_backward, bit for bit: the bf16 pass forms
+// G = dout * gelu'(pre) with the same device function as gelu_backward, rounds it and sums dbias in the same order.
+// N = 600 rows make three chunks of dbias's column sum, the last partial. Without a bias (and in fp32) the backend
+// runs gelu_backward in place instead; that path is checked too.
+TEST_F(CudaOps, MatmulGeluBackward) {
+  const int N = 600, IC = 40, OC = 160;
+  Rng rng(10);
+  const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), pre = rng.normal(size_t(N) * OC, 2.5f),
+               dout = rng.normal(size_t(N) * OC), dw0 = rng.normal(w.size()), db0 = rng.normal(OC);
+  for (MatmulPrecision prec : {MatmulPrecision::fp32, MatmulPrecision::bf16})
+    for (bool with_bias : {true, false}) {
+      const bool bf16 = prec == MatmulPrecision::bf16;
+      const std::string tag = std::string(bf16 ? "bf16 " : "fp32 ") + (with_bias ? "" : "no bias ");
+      Floats dx[3], dw[3], db[3];
+      Backend* be[3] = {cpu.get(), gpu.get(), gpu.get()};
+      for (int k = 0; k < 3; ++k) {  // the CPU's op, the device's op, the device's two ops
+        Backend& e = *be[k];
+        e.set_matmul_precision(prec);
+        FBuf xf(e, x), wf(e, w), pf(e, pre), g(e, dout), gx(e, nans(x.size())), gw(e, dw0), gb(e, db0);
+        HBuf xh(e, x.size()), wh(e, w.size()), ph(e, pre.size());
+        TensorIn xi = xf.get(), wi = wf.get(), pi = pf.get();
+        if (bf16) {  // stored as the model stores them at bf16
+          e.cast_to_bf16(xh.get(), xf.get(), x.size()), xi = xh.get();
+          e.cast_to_bf16(wh.get(), wf.get(), w.size()), wi = wh.get();
+          e.cast_to_bf16(ph.get(), pf.get(), pre.size()), pi = ph.get();
+        }
+        float* dbias = with_bias ? gb.get() : nullptr;
+        if (k < 2) {
+          e.matmul_gelu_backward(gx.get(), gw.get(), dbias, g.get(), pi, xi, wi, N, IC, OC);
+        } else {
+          FBuf dg(e, nans(dout.size()));
+          e.gelu_backward(dg.get(), pi, g.get(), dout.size());
+          e.matmul_backward(gx.get(), gw.get(), dbias, dg.get(), xi, wi, N, IC, OC);
+        }
+        dx[k] = gx.host(), dw[k] = gw.host(), db[k] = gb.host();
+        e.set_matmul_precision(MatmulPrecision::fp32);
+      }
+      expect_bitwise(tag + "matmul_gelu dinp, fused vs two ops", dx[1], dx[2]);
+      expect_bitwise(tag + "matmul_gelu dweight, fused vs two ops", dw[1], dw[2]);
+      expect_bitwise(tag + "matmul_gelu dbias, fused vs two ops", db[1], db[2]);
+      // At bf16 an element of G that rounds the other way on the two backends moves one of the OC (or N) terms of a
+      // sum by 2^-8 of its size, about 2^-8 / sqrt(OC) of the sum's RMS; 2^-9 of the RMS allows several in one sum.
+      Tol tx = fp32_tol(OC + 1, dx[0]), tw = fp32_tol(N + 1, dw[0]), tb = fp32_tol(N + 1, db[0]);
+      if (bf16) tx.atol += std::ldexp(rms(dx[0]), -9), tw.atol += std::ldexp(rms(dw[0]), -9);
+      expect_close(tag + "matmul_gelu dinp vs cpu", dx[1], dx[0], tx);
+      expect_close(tag + "matmul_gelu dweight vs cpu", dw[1], dw[0], tw);
+      if (with_bias)
+        expect_close(tag + "matmul_gelu dbias vs cpu", db[1], db[0], tb);  // the sum of fp32 G at both precisions
+      else
+        expect_bitwise(tag + "matmul_gelu dbias untouched when null", db[1], db0);
+    }
+}
+
 TEST_F(CudaOps, MatmulTransposed) {
   const int N = 37, C = 45, V = 101;
   Rng rng(7);
   const Floats x = rng.normal(size_t(N) * C), wte = rng.normal(size_t(V) * C), dout = rng.normal(size_t(N) * V);
-  const Floats dx0 = rng.normal(size_t(N) * C), dwte0 = rng.normal(size_t(V) * C);
+  const Floats dwte0 = rng.normal(size_t(V) * C);
   Floats out[2], dx[2], dwte[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
-    FBuf xi(*be[k], x), w(*be[k], wte), o(*be[k], Floats(size_t(N) * V)), g(*be[k], dout), gx(*be[k], dx0),
-        gw(*be[k], dwte0);
+    FBuf xi(*be[k], x), w(*be[k], wte), o(*be[k], Floats(size_t(N) * V)), g(*be[k], dout),
+        gx(*be[k], nans(size_t(N) * C)), gw(*be[k], dwte0);
     be[k]->matmul_forward_transposed(o.get(), xi.get(), w.get(), N, C, V);
     be[k]->matmul_backward_transposed(gx.get(), gw.get(), g.get(), xi.get(), w.get(), N, C, V);
     out[k] = o.host(), dx[k] = gx.host(), dwte[k] = gw.host();
   }
   expect_close("lm_head out", out[1], out[0], fp32_tol(C, out[0]));
-  expect_close("lm_head dinp", dx[1], dx[0], fp32_tol(V + 1, dx[0]));
+  expect_close("lm_head dinp", dx[1], dx[0], fp32_tol(V, dx[0]));
   expect_close("lm_head dwte", dwte[1], dwte[0], fp32_tol(N + 1, dwte[0]));
 }
 

@@ -34,27 +34,40 @@ TEST_F(CudaOps, MemoryAllocIsZeroAndCopiesRoundTrip) {
 }
 #endif  // EMBER_TEST_KERNEL_MODEL
 
+// The backward pass sorts the positions by token id and sums each token's in order: ids drawn uniformly (short runs),
+// then skewed as text is (one id at two positions in three, a run of 74 that is not a whole number of the kernel's
+// 8-position steps, with the first and last ids of the vocabulary also present).
 TEST_F(CudaOps, Encoder) {
   const int B = 3, T = 37, C = 45, V = 50, maxT = 40;  // odd sizes; V small so rows get many tokens
   Rng rng(2);
-  const Ints inp = rng.tokens(size_t(B) * T, V);
+  const Ints uniform = rng.tokens(size_t(B) * T, V);
+  const Ints skewed = [&] {
+    Ints s = uniform;
+    for (size_t p = 0; p < s.size(); ++p)
+      if (p % 3 != 0) s[p] = 7;
+    s[0] = V - 1, s[3] = 0;
+    return s;
+  }();
   const Floats wte = rng.normal(size_t(V) * C), wpe = rng.normal(size_t(maxT) * C),
                dout = rng.normal(size_t(B) * T * C);
   const Floats dwte0 = rng.normal(size_t(V) * C), dwpe0 = rng.normal(size_t(maxT) * C);  // pre-filled: +=
-  Floats out[2], dwte[2], dwpe[2];
-  Backend* be[2] = {cpu.get(), gpu.get()};
-  for (int k = 0; k < 2; ++k) {
-    IBuf i(*be[k], inp);
-    FBuf a(*be[k], wte), p(*be[k], wpe), o(*be[k], Floats(size_t(B) * T * C)), g(*be[k], dout), dw(*be[k], dwte0),
-        dp(*be[k], dwpe0);
-    be[k]->encoder_forward(o.get(), i.get(), a.get(), p.get(), B, T, C);
-    be[k]->encoder_backward(dw.get(), dp.get(), g.get(), i.get(), B, T, C);
-    out[k] = o.host(), dwte[k] = dw.host(), dwpe[k] = dp.host();
+  for (const Ints* inp : {&uniform, &skewed}) {
+    const std::string tag = inp == &uniform ? "uniform ids " : "skewed ids ";
+    Floats out[2], dwte[2], dwpe[2];
+    Backend* be[2] = {cpu.get(), gpu.get()};
+    for (int k = 0; k < 2; ++k) {
+      IBuf i(*be[k], *inp);
+      FBuf a(*be[k], wte), p(*be[k], wpe), o(*be[k], Floats(size_t(B) * T * C)), g(*be[k], dout), dw(*be[k], dwte0),
+          dp(*be[k], dwpe0);
+      be[k]->encoder_forward(o.get(), i.get(), a.get(), p.get(), B, T, C);
+      be[k]->encoder_backward(dw.get(), dp.get(), g.get(), i.get(), B, T, C);
+      out[k] = o.host(), dwte[k] = dw.host(), dwpe[k] = dp.host();
+    }
+    // One add per output element; the backward sums run in the same token order as the CPU's, from the same start.
+    expect_bitwise(tag + "encoder_forward", out[1], out[0]);
+    expect_bitwise(tag + "encoder_backward dwte", dwte[1], dwte[0]);
+    expect_bitwise(tag + "encoder_backward dwpe", dwpe[1], dwpe[0]);
   }
-  // One add per output element; the backward sums run in the same token order as the CPU's, from the same start.
-  expect_bitwise("encoder_forward", out[1], out[0]);
-  expect_bitwise("encoder_backward dwte", dwte[1], dwte[0]);
-  expect_bitwise("encoder_backward dwpe", dwpe[1], dwpe[0]);
 }
 
 class CudaLayerNorm : public CudaOps, public ::testing::WithParamInterface<int> {};

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -107,6 +108,26 @@ inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOper
 #include "cuda_optim.cu"
 #undef cuda
 
+// CUB's stable radix sort (cuda_sort.cu, whose device code only nvcc compiles), as the encoder's backward pass calls
+// it: the same contract from std::stable_sort, on host memory. In count-only mode one launch with its cost.
+namespace ember::cuda_model {
+size_t sort_pairs_temp_bytes(int n) { return sizeof(int32_t) * size_t(n); }
+void launch_sort_pairs(int32_t* keys_out, int32_t* values_out, const int32_t* keys_in, const int32_t* values_in, int n,
+                       void* temp, size_t temp_bytes, cudaStream_t) {
+  if (n == 0) return;
+  report_launch("sort_pairs", 4 * 8.0 * n, 4 * 8.0 * n, 0.0);
+  if (kernel_model::count_only) {
+    ++kernel_model::launches_counted;
+    return;
+  }
+  EMBER_ASSERT(temp_bytes >= sort_pairs_temp_bytes(n), "sort_pairs: working space too small");
+  auto* order = static_cast<int32_t*>(temp);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order, order + n, [&](int32_t a, int32_t b) { return keys_in[a] < keys_in[b]; });
+  for (int i = 0; i < n; ++i) keys_out[i] = keys_in[order[i]], values_out[i] = values_in[order[i]];
+}
+}  // namespace ember::cuda_model
+
 namespace ember {
 namespace {
 
@@ -162,7 +183,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     k::launch_encoder_forward(out, inp, wte, wpe, B, T, C, kNoStream);
   }
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override {
-    k::launch_encoder_backward(dwte, dwpe, dout, inp, B, T, C, kNoStream);
+    k::encoder_backward(op_context(), dwte, dwpe, dout, inp, B, T, C);
   }
 
   void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -189,6 +210,11 @@ class KernelModelBackend final : public Backend, private k::OpResources {
                        int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_backward");
     k::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  }
+  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dout, TensorIn pre, TensorIn inp,
+                            TensorIn weight, int N, int IC, int OC) override {
+    check_gemm_inputs(inp, weight, "matmul_gelu_backward");
+    k::matmul_gelu_backward(op_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);
   }
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
     check_gemm_inputs(inp, wte, "matmul_forward_transposed");

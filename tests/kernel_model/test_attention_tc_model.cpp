@@ -62,7 +62,8 @@ TEST_P(TensorCoreAttentionModel, MatchesTheCpuWithinTheRoundingOfPAndDS) {
     for (float& x : v) x = rng.normal();
     return test::rounded_to_bf16(v);
   };
-  const Floats qkv = normal(size_t(B) * T * 3 * C), dout = normal(size_t(B) * T * C), dqkv0 = normal(qkv.size());
+  const Floats qkv = normal(size_t(B) * T * 3 * C), dout = normal(size_t(B) * T * C);
+  const Floats dqkv0(qkv.size(), NAN);  // dqkv is written whole: NaN shows an element read or left
   auto cpu = make_cpu_backend();
   test::BackendArray<float> cx(*cpu, qkv), co(*cpu, Floats(dout.size())), cl(*cpu, Floats(size_t(B) * NH * T)),
       cg(*cpu, dout), cgx(*cpu, dqkv0);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,6 +92,14 @@ inline void expect_fd(const std::string& what, const std::vector<float>& got, co
   for (const FdPoint& p : points) g.push_back(got[p.index]), want.push_back(double(prefill[p.index]) + p.grad);
   expect_close(what + " vs finite differences", g, want, tol);
 }
+
+// The same for a gradient the op writes (=) rather than adds to.
+inline void expect_fd(const std::string& what, const std::vector<float>& got, const std::vector<FdPoint>& points,
+                      Tol tol) {
+  expect_fd(what, got, std::vector<float>(got.size(), 0.0f), points, tol);
+}
+// A prefill for an output the op must write whole: NaN, so that any element it reads or leaves shows in the result.
+inline std::vector<float> nans(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 
 // Coordinates per gradient tensor: up to 40, fewer where one reference forward is expensive, so that each
 // tensor's check costs about 1e8 multiply-adds (two forwards per coordinate).

@@ -21,9 +21,10 @@ void check_matmul(Backend& be, Rng& rng, int N, int IC, int OC, bool with_bias) 
                           (with_bias ? " " : " nobias ");
   const auto x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), b = rng.normal(OC);
   const auto R = rng.normal(size_t(N) * OC);
-  const auto dx0 = rng.normal(x.size()), dw0 = rng.normal(w.size()), db0 = rng.normal(OC);
-  Floats d_x(be, x), d_w(be, w), d_b(be, b), d_R(be, R), d_out(be, size_t(N) * OC), d_dx(be, dx0), d_dw(be, dw0),
-      d_db(be, db0);
+  // dinp is written (NaN before: any element read or left shows), dweight and dbias added to.
+  const auto dw0 = rng.normal(w.size()), db0 = rng.normal(OC);
+  Floats d_x(be, x), d_w(be, w), d_b(be, b), d_R(be, R), d_out(be, size_t(N) * OC), d_dx(be, nans(x.size())),
+      d_dw(be, dw0), d_db(be, db0);
   be.matmul_forward(d_out.get(), d_x.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC);
   Vec xd = to_double(x), wd = to_double(w), bd = to_double(b);
   const Vec out = ref_matmul(xd, wd, with_bias ? &bd : nullptr, N, IC, OC);
@@ -43,7 +44,7 @@ void check_matmul(Backend& be, Rng& rng, int N, int IC, int OC, bool with_bias) 
       }
   }
   const Tol tx = fp32_tol(OC, dx), tw = fp32_tol(N, dw), tb = fp32_tol(N, db);
-  expect_close(tag + "dinp", d_dx.host(), plus(dx0, dx), tx);
+  expect_close(tag + "dinp", d_dx.host(), dx, tx);
   expect_close(tag + "dweight", d_dw.host(), plus(dw0, dw), tw);
   if (with_bias)
     expect_close(tag + "dbias", d_db.host(), plus(db0, db), tb);
@@ -51,7 +52,7 @@ void check_matmul(Backend& be, Rng& rng, int N, int IC, int OC, bool with_bias) 
     EXPECT_EQ(d_db.host(), db0) << tag << "dbias was written although null was passed";
   auto loss = [&] { return dot(ref_matmul(xd, wd, with_bias ? &bd : nullptr, N, IC, OC), Rd); };
   const int fd = fd_points(double(N) * IC * OC);
-  expect_fd(tag + "dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, fd), tx);
+  expect_fd(tag + "dinp", d_dx.host(), finite_differences(xd, loss, rng, fd), tx);
   expect_fd(tag + "dweight", d_dw.host(), dw0, finite_differences(wd, loss, rng, fd), tw);
   if (with_bias) expect_fd(tag + "dbias", d_db.host(), db0, finite_differences(bd, loss, rng, fd), tb);
 }
@@ -64,13 +65,43 @@ TEST_P(CpuOps, Matmul) {
   if (B * T >= 64) check_matmul(*be, rng, 17, 4 * C, 16 * C + 3, true);  // OC > N: column-split GEMMs
 }
 
+// The backward of out = gelu(x @ w + b) from the gradient R at the GELU's output, against float64: the layer's
+// gradient is G = R * gelu'(pre) with pre the layer's output as stored, then dinp = G w^T (written), dweight += x^T G,
+// dbias += the column sums of G. R is the op's scratch, so nothing is checked of it afterwards.
+TEST_P(CpuOps, MatmulGeluBackward) {
+  const auto [B, T, C, NH] = GetParam();
+  const int N = B * T, IC = C, OC = 4 * C;
+  Rng rng(stream(10));
+  const auto x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), pre = rng.normal(size_t(N) * OC, 2.5f);
+  const auto R = rng.normal(size_t(N) * OC), dw0 = rng.normal(w.size()), db0 = rng.normal(OC);
+  Floats d_x(*be, x), d_w(*be, w), d_pre(*be, pre), d_R(*be, R), d_dx(*be, nans(x.size())), d_dw(*be, dw0),
+      d_db(*be, db0);
+  be->matmul_gelu_backward(d_dx.get(), d_dw.get(), d_db.get(), d_R.get(), d_pre.get(), d_x.get(), d_w.get(), N, IC, OC);
+  Vec G(R.size()), dx(x.size(), 0.0), dw(w.size(), 0.0), db(OC, 0.0);
+  for (size_t i = 0; i < G.size(); ++i) G[i] = double(R[i]) * ref_gelu_grad(double(pre[i]));
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      const double g = G[size_t(n) * OC + o];
+      db[o] += g;
+      for (int i = 0; i < IC; ++i) {
+        dx[size_t(n) * IC + i] += g * double(w[size_t(i) * OC + o]);
+        dw[size_t(i) * OC + o] += double(x[size_t(n) * IC + i]) * g;
+      }
+    }
+  // G carries the elementwise error of gelu_backward (8 terms' worth) into sums of OC or N terms.
+  expect_close("matmul_gelu dinp", d_dx.host(), dx, fp32_tol(OC + 8, dx));
+  expect_close("matmul_gelu dweight", d_dw.host(), plus(dw0, dw), fp32_tol(N + 8, dw));
+  expect_close("matmul_gelu dbias", d_db.host(), plus(db0, db), fp32_tol(N + 8, db));
+}
+
 TEST_P(CpuOps, MatmulTransposed) {
   const auto [B, T, C, NH] = GetParam();
   const int N = B * T, V = 16 * C + 5;  // V > N for the big shape: both split directions of the threaded GEMM
   Rng rng(stream(4));
   const auto x = rng.normal(size_t(N) * C), wte = rng.normal(size_t(V) * C), R = rng.normal(size_t(N) * V);
-  const auto dx0 = rng.normal(x.size()), dwte0 = rng.normal(wte.size());
-  Floats d_x(*be, x), d_wte(*be, wte), d_R(*be, R), d_out(*be, size_t(N) * V), d_dx(*be, dx0), d_dwte(*be, dwte0);
+  const auto dwte0 = rng.normal(wte.size());
+  Floats d_x(*be, x), d_wte(*be, wte), d_R(*be, R), d_out(*be, size_t(N) * V), d_dx(*be, nans(x.size())),
+      d_dwte(*be, dwte0);
   be->matmul_forward_transposed(d_out.get(), d_x.get(), d_wte.get(), N, C, V);
   Vec xd = to_double(x), wd = to_double(wte);
   const Vec out = ref_matmul(xd, wd, nullptr, N, C, V, true);
@@ -86,11 +117,11 @@ TEST_P(CpuOps, MatmulTransposed) {
         dw[size_t(v) * C + c] += Rd[size_t(n) * V + v] * xd[size_t(n) * C + c];
       }
   const Tol tx = fp32_tol(V, dx), tw = fp32_tol(N, dw);
-  expect_close("lm_head dinp", d_dx.host(), plus(dx0, dx), tx);
+  expect_close("lm_head dinp", d_dx.host(), dx, tx);
   expect_close("lm_head dwte", d_dwte.host(), plus(dwte0, dw), tw);
   auto loss = [&] { return dot(ref_matmul(xd, wd, nullptr, N, C, V, true), Rd); };
   const int fd = fd_points(double(N) * C * V);
-  expect_fd("lm_head dinp", d_dx.host(), dx0, finite_differences(xd, loss, rng, fd), tx);
+  expect_fd("lm_head dinp", d_dx.host(), finite_differences(xd, loss, rng, fd), tx);
   expect_fd("lm_head dwte", d_dwte.host(), dwte0, finite_differences(wd, loss, rng, fd), tw);
 }
 

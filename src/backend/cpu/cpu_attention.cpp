@@ -179,7 +179,7 @@ void CpuBackend::attention_forward(TensorOut out,  // (B, T, C)
   }
 }
 
-void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
+void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) =
                                     const float* dout,  // (B, T, C)
                                     TensorIn qkv,       // (B, T, 3C)
                                     TensorIn out,       // (B, T, C)
@@ -243,7 +243,7 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
         }
         if (bf16) round_rows(P, rows, keys, ld), round_rows(dS, rows, keys, ld);
         gemm(true, false, keys, HS, rows, 1.0f, P, ld, dOb, ldo, 1.0f, dvc, HS);                    // dV += P^T dO
-        gemm(false, false, rows, HS, keys, scale, dS, ld, kc, HS, 1.0f, dq + size_t(i0) * C3, C3);  // dQ += s dS K
+        gemm(false, false, rows, HS, keys, scale, dS, ld, kc, HS, 0.0f, dq + size_t(i0) * C3, C3);  // dQ = s dS K
         gemm(true, false, keys, HS, rows, scale, dS, ld, qb, ldq, 1.0f, dkc, HS);                   // dK += s dS^T Q
       }
       float* dk = dq + C;
@@ -251,8 +251,8 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) +=
       for (int t = 0; t < T; ++t) {
 #pragma omp simd
         for (int d = 0; d < HS; ++d) {
-          dk[size_t(t) * C3 + d] += dkc[size_t(t) * HS + d];
-          dv[size_t(t) * C3 + d] += dvc[size_t(t) * HS + d];
+          dk[size_t(t) * C3 + d] = dkc[size_t(t) * HS + d];
+          dv[size_t(t) * C3 + d] = dvc[size_t(t) * HS + d];
         }
       }
     }

@@ -38,7 +38,7 @@ EMBER_CPU_CLONES void gelu_backward_span(float* dinp, const float* inp, const fl
     const float e = exp_approx(cpu::clamp_value(-2.0f * u, kMinExpArg, kMaxExpArg));
     const float s = 1.0f / (1.0f + e);  // sigmoid(2u)
     // d/dx [x s(2u)] = s + 2 x s (1 - s) u', with s (1 - s) = (e s) s, which stays accurate where s is near 1.
-    dinp[i] += dout[i] * (s + 2.0f * x * (e * s) * s * du);
+    dinp[i] = dout[i] * (s + 2.0f * x * (e * s) * s * du);
   }
 }
 
@@ -70,7 +70,7 @@ void CpuBackend::gelu_forward(TensorOut out,  // (n)
   }
 }
 
-void CpuBackend::gelu_backward(float* dinp,        // (n) +=
+void CpuBackend::gelu_backward(float* dinp,        // (n) =, may alias dout
                                TensorIn inp,       // (n)
                                const float* dout,  // (n)
                                size_t n) {

@@ -98,7 +98,7 @@ void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
   });
 }
 
-void CpuBackend::matmul_backward(float* dinp,        // (N, IC) +=
+void CpuBackend::matmul_backward(float* dinp,        // (N, IC) =
                                  float* dweight,     // (IC, OC) +=
                                  float* dbias,       // (OC) += or null
                                  const float* dout,  // (N, OC)
@@ -109,8 +109,8 @@ void CpuBackend::matmul_backward(float* dinp,        // (N, IC) +=
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
-  // dinp += dout @ W^T; dW += inp^T @ dout
-  gemm_parallel(false, true, N, IC, OC, 1.0f, dy, OC, gemm_input(weight, size_t(IC) * OC, p, sw), OC, 1.0f, dinp, IC);
+  // dinp = dout @ W^T; dW += inp^T @ dout
+  gemm_parallel(false, true, N, IC, OC, 1.0f, dy, OC, gemm_input(weight, size_t(IC) * OC, p, sw), OC, 0.0f, dinp, IC);
   gemm_parallel(true, false, IC, OC, N, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC, dy, OC, 1.0f, dweight, OC);
   if (dbias) {
     // Split over OC (whole cache lines per thread), rows summed in order: identical for any thread count.
@@ -146,7 +146,7 @@ void CpuBackend::matmul_forward_transposed(TensorOut out,  // (N, V)
   });
 }
 
-void CpuBackend::matmul_backward_transposed(float* dinp,    // (N, C) +=
+void CpuBackend::matmul_backward_transposed(float* dinp,    // (N, C) =
                                             float* dwte,    // (V, C) +=
                                             TensorIn dout,  // (N, V)
                                             TensorIn inp,   // (N, C)
@@ -157,8 +157,8 @@ void CpuBackend::matmul_backward_transposed(float* dinp,    // (N, C) +=
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* g = gemm_input(dout, size_t(N) * V, p, sg);
-  // dinp += dout @ wte; dwte += dout^T @ inp
-  gemm_parallel(false, false, N, C, V, 1.0f, g, V, gemm_input(wte, size_t(V) * C, p, sw), C, 1.0f, dinp, C);
+  // dinp = dout @ wte; dwte += dout^T @ inp
+  gemm_parallel(false, false, N, C, V, 1.0f, g, V, gemm_input(wte, size_t(V) * C, p, sw), C, 0.0f, dinp, C);
   gemm_parallel(true, false, V, C, N, 1.0f, g, V, gemm_input(inp, size_t(N) * C, p, si), C, 1.0f, dwte, C);
 }
 

@@ -102,8 +102,9 @@ __global__ void __launch_bounds__(kForwardRows* kWarpSize) attention_forward_ker
 
 // Backward, pass 1 (per query row i): D_i = dO_i . O_i (saved to delta for pass 2), and
 // dQ_i = scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
+template <typename GradT>
 __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
-    attention_backward_dq_kernel(float* dqkv,        // (B, T, 3C) =, q columns only
+    attention_backward_dq_kernel(GradT* dqkv,        // (B, T, 3C) =, q columns only
                                  float* delta,       // (B, NH, T) out: D
                                  const float* dout,  // (B, T, C)
                                  const float* qkv,   // (B, T, 3C)
@@ -173,19 +174,20 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
     }
   }
   if (i < T) {
-    float* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
+    GradT* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + k * kWarpSize;
-      if (d < HS) g[d] = scale * dq[k];
+      if (d < HS) store(&g[d], scale * dq[k]);
     }
   }
 }
 
 // Backward, pass 2 (per key row j): dV_j = sum_{i >= j} P_ij dO_i and dK_j = scale * sum_{i >= j} dS_ij Q_i,
 // walking query tiles in order from i = the block's first key row. Each dK/dV element has one owner: no atomics.
+template <typename GradT>
 __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
-    attention_backward_dkv_kernel(float* dqkv,         // (B, T, 3C) =, k and v columns only
+    attention_backward_dkv_kernel(GradT* dqkv,         // (B, T, 3C) =, k and v columns only
                                   const float* delta,  // (B, NH, T) D from pass 1
                                   const float* dout,   // (B, T, C)
                                   const float* qkv,    // (B, T, 3C)
@@ -255,13 +257,13 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
     }
   }
   if (j < T) {
-    float* g = dqkv + (size_t(b) * T + j) * C3 + size_t(h) * HS;
+    GradT* g = dqkv + (size_t(b) * T + j) * C3 + size_t(h) * HS;
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + k * kWarpSize;
       if (d < HS) {
-        g[C + d] = scale * dk[k];
-        g[2 * C + d] = dv[k];
+        store(&g[C + d], scale * dk[k]);
+        store(&g[2 * C + d], dv[k]);
       }
     }
   }
@@ -298,7 +300,7 @@ void launch_attention_forward(float* out, float* lse, const float* qkv, int B, i
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-void launch_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+void launch_attention_backward(TensorOut dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                                const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   check_attention_shape(B, T, C, NH, kBackwardRows);
   const float scale = 1.0f / sqrtf(float(C / NH));
@@ -306,16 +308,25 @@ void launch_attention_backward(float* dqkv, float* delta, const float* dout, con
   {  // as the tensor-core kernels' (cuda_attention_tc.cu), all in fp32, with kBackwardRows-row blocks
     const double heads = double(B) * NH, hs = C / NH, pairs = causal_block_tiles(T, kBackwardRows);
     const double rows = T * hs, tile = kTile * hs, flops = heads * pairs * kBackwardRows * tile;
+    const double g = dqkv.bf16 ? 2.0 : 4.0;
     report_launch("attention_backward_dq", heads * 4.0 * (3.0 * rows + T + 2.0 * tile * pairs),
-                  heads * 4.0 * (T + rows), 6.0 * flops);
+                  heads * (4.0 * T + g * rows), 6.0 * flops);
     report_launch("attention_backward_dkv", heads * 4.0 * (2.0 * rows + 2.0 * tile * pairs + 2.0 * kTile * pairs),
-                  heads * 8.0 * rows, 8.0 * flops);
+                  heads * 2.0 * g * rows, 8.0 * flops);
   }
-  EMBER_KERNEL_LAUNCH(attention_backward_dq_kernel, grid, kBackwardRows * kWarpSize, stream, dqkv, delta, dout, qkv,
-                      out, lse, T, C, NH, scale);
-  EMBER_CUDA_LAUNCH_CHECK();
-  EMBER_KERNEL_LAUNCH(attention_backward_dkv_kernel, grid, kBackwardRows * kWarpSize, stream, dqkv, delta, dout, qkv,
-                      lse, T, C, NH, scale);
+  if (dqkv.bf16) {
+    EMBER_KERNEL_LAUNCH(attention_backward_dq_kernel<__nv_bfloat16>, grid, kBackwardRows * kWarpSize, stream,
+                        device_bf16(dqkv), delta, dout, qkv, out, lse, T, C, NH, scale);
+    EMBER_CUDA_LAUNCH_CHECK();
+    EMBER_KERNEL_LAUNCH(attention_backward_dkv_kernel<__nv_bfloat16>, grid, kBackwardRows * kWarpSize, stream,
+                        device_bf16(dqkv), delta, dout, qkv, lse, T, C, NH, scale);
+  } else {
+    EMBER_KERNEL_LAUNCH(attention_backward_dq_kernel<float>, grid, kBackwardRows * kWarpSize, stream, dqkv.f32(), delta,
+                        dout, qkv, out, lse, T, C, NH, scale);
+    EMBER_CUDA_LAUNCH_CHECK();
+    EMBER_KERNEL_LAUNCH(attention_backward_dkv_kernel<float>, grid, kBackwardRows * kWarpSize, stream, dqkv.f32(),
+                        delta, dout, qkv, lse, T, C, NH, scale);
+  }
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

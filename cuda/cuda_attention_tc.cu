@@ -46,22 +46,23 @@ void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C,
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-template <int HS, typename StoreT>
-void backward_tc(float* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out, const float* lse,
+template <int HS, typename StoreT, typename GradT>
+void backward_tc(GradT* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out, const float* lse,
                  int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
   const float scale = 1.0f / sqrtf(float(HS));
-  auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, StoreT>;  // one macro argument each
-  auto* const dkv_kernel = attention_backward_dkv_tc_kernel<HS, StoreT>;
+  auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, StoreT, GradT>;  // one macro argument each
+  auto* const dkv_kernel = attention_backward_dkv_tc_kernel<HS, StoreT, GradT>;
   // dQ, per head: Q, O and dO (fp32) rows and lse read once, delta written; K and V tiles per pair; dQ written; three
   // products per pair. dK/dV: K and V rows once; Q, dO, lse and delta per pair; dK and dV written; four products per
   // pair.
-  const double heads = double(B) * NH, s = sizeof(StoreT), pairs = causal_tile_pairs(T), tile = double(tc::kTile) * HS;
+  const double heads = double(B) * NH, s = sizeof(StoreT), g = sizeof(GradT), pairs = causal_tile_pairs(T),
+               tile = double(tc::kTile) * HS;
   const double rows = double(T) * HS, flops = tc::kRows * tile * causal_tile_products(T) * heads;
   report_launch("attention_backward_dq_tc", heads * (2.0 * s * rows + 4.0 * rows + 4.0 * T + 2.0 * s * tile * pairs),
-                heads * (4.0 * T + 4.0 * rows), 6.0 * flops, false, true);
+                heads * (4.0 * T + g * rows), 6.0 * flops, false, true);
   report_launch("attention_backward_dkv_tc",
-                heads * (2.0 * s * rows + (s + 4.0) * tile * pairs + 8.0 * tc::kTile * pairs), heads * 8.0 * rows,
+                heads * (2.0 * s * rows + (s + 4.0) * tile * pairs + 8.0 * tc::kTile * pairs), heads * 2.0 * g * rows,
                 8.0 * flops, false, true);
   EMBER_KERNEL_LAUNCH(dq_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
@@ -84,8 +85,8 @@ void forward_tc_hs(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int
   }
 }
 
-template <typename StoreT>
-void backward_tc_hs(float* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out,
+template <typename StoreT, typename GradT>
+void backward_tc_hs(GradT* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out,
                     const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   switch (C / NH) {
     case 16:
@@ -112,14 +113,17 @@ void launch_attention_forward_tc(TensorOut out, float* lse, TensorIn qkv, int B,
     forward_tc_hs(out.f32(), lse, qkv.f32(), B, T, C, NH, stream);
 }
 
-void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
+void launch_attention_backward_tc(TensorOut dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   check_tc_shape(B, T, C, NH);
   EMBER_ASSERT(qkv.bf16 == out.bf16, "attention: qkv and out must be stored alike");
-  if (out.bf16)
-    backward_tc_hs(dqkv, delta, dout, device_bf16(qkv), device_bf16(out), lse, B, T, C, NH, stream);
+  EMBER_ASSERT(!dqkv.bf16 || qkv.bf16, "attention: a bf16-stored dqkv needs a bf16-stored qkv");
+  if (dqkv.bf16)
+    backward_tc_hs(device_bf16(dqkv), delta, dout, device_bf16(qkv), device_bf16(out), lse, B, T, C, NH, stream);
+  else if (out.bf16)
+    backward_tc_hs(dqkv.f32(), delta, dout, device_bf16(qkv), device_bf16(out), lse, B, T, C, NH, stream);
   else
-    backward_tc_hs(dqkv, delta, dout, qkv.f32(), out.f32(), lse, B, T, C, NH, stream);
+    backward_tc_hs(dqkv.f32(), delta, dout, qkv.f32(), out.f32(), lse, B, T, C, NH, stream);
 }
 
 }  // namespace ember::cuda

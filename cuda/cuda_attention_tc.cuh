@@ -240,9 +240,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel
 
 // Backward, pass 1 (per query row i): D_i = dO_i . O_i in fp32 with O rounded to bf16 (saved to delta for pass 2),
 // and dQ_i = scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
-template <int HS, typename StoreT>
+template <int HS, typename StoreT, typename GradT>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
-    attention_backward_dq_tc_kernel(float* dqkv,        // (B, T, 3C) =, q columns only
+    attention_backward_dq_tc_kernel(GradT* dqkv,        // (B, T, 3C) =, q columns only
                                     float* delta,       // (B, NH, T) out: D
                                     const float* dout,  // (B, T, C)
                                     const StoreT* qkv,  // (B, T, 3C)
@@ -310,11 +310,11 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   for (int r = 0; r < 2; ++r) {
     const int i = rows[r];
     if (i >= T) continue;
-    float* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
+    GradT* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
-      g[dt * 8 + 2 * t] = scale * dq[dt][2 * r];
-      g[dt * 8 + 2 * t + 1] = scale * dq[dt][2 * r + 1];
+      store(&g[dt * 8 + 2 * t], scale * dq[dt][2 * r]);
+      store(&g[dt * 8 + 2 * t + 1], scale * dq[dt][2 * r + 1]);
     }
   }
 }
@@ -322,9 +322,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 // Backward, pass 2 (per key row j): dV_j = sum_{i >= j} P_ij dO_i and dK_j = scale * sum_{i >= j} dS_ij Q_i.
 // Warp w owns key rows j_first + 16 w .. + 15 and computes the transposed scores S^T = K Q^T and dP^T = V dO^T
 // against each query tile, so P^T and dS^T come out as the A fragments of dV and dK directly.
-template <int HS, typename StoreT>
+template <int HS, typename StoreT, typename GradT>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
-    attention_backward_dkv_tc_kernel(float* dqkv,         // (B, T, 3C) =, k and v columns only
+    attention_backward_dkv_tc_kernel(GradT* dqkv,         // (B, T, 3C) =, k and v columns only
                                      const float* delta,  // (B, NH, T) D from pass 1
                                      const float* dout,   // (B, T, C)
                                      const StoreT* qkv,   // (B, T, 3C)
@@ -382,14 +382,14 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   for (int r = 0; r < 2; ++r) {
     const int j = keys[r];
     if (j >= T) continue;
-    float* g = dqkv + (size_t(b) * T + j) * C3 + size_t(h) * HS;
+    GradT* g = dqkv + (size_t(b) * T + j) * C3 + size_t(h) * HS;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int d = dt * 8 + 2 * t + e;
-        g[C + d] = scale * dk[dt][2 * r + e];
-        g[2 * C + d] = dv[dt][2 * r + e];
+        store(&g[C + d], scale * dk[dt][2 * r + e]);
+        store(&g[2 * C + d], dv[dt][2 * r + e]);
       }
   }
 }

@@ -54,8 +54,8 @@ class CudaBackend final : public Backend, private cuda::OpResources {
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
   void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
-                       int N, int IC, int OC) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight, int N,
+                       int IC, int OC) override;
   void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dout, TensorIn pre, TensorIn inp,
                             TensorIn weight, int N, int IC, int OC) override;
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
@@ -63,7 +63,7 @@ class CudaBackend final : public Backend, private cuda::OpResources {
                                   int V) override;
 
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
-  void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
+  void attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH) override;
 
   void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,

@@ -181,9 +181,10 @@ void CudaBackend::matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, T
   cuda::matmul_forward(op_context(), out, inp, weight, bias, N, IC, OC);
 }
 
-void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp,
+void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp,
                                   TensorIn weight, int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
+  check_gemm_dout(dout, "matmul_backward");
   cuda::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
@@ -211,9 +212,10 @@ void CudaBackend::attention_forward(TensorOut out, float* lse, TensorIn qkv, int
   cuda::attention_forward(op_context(), out, lse, qkv, B, T, C, NH);
 }
 
-void CudaBackend::attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse,
+void CudaBackend::attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse,
                                      int B, int T, int C, int NH) {
   check_attention_storage(qkv, out, C, NH, "attention_backward");
+  check_attention_grad_storage(dqkv, qkv, "attention_backward");
   cuda::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
 

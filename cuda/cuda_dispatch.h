@@ -116,11 +116,11 @@ inline void attention_forward(const OpContext& ctx, TensorOut out,  // (B, T, C)
   }
 }
 
-inline void attention_backward(const OpContext& ctx, float* dqkv,  // (B, T, 3C) =
-                               const float* dout,                  // (B, T, C)
-                               TensorIn qkv,                       // (B, T, 3C)
-                               TensorIn out,                       // (B, T, C)
-                               const float* lse,                   // (B, NH, T)
+inline void attention_backward(const OpContext& ctx, TensorOut dqkv,  // (B, T, 3C) =
+                               const float* dout,                     // (B, T, C)
+                               TensorIn qkv,                          // (B, T, 3C)
+                               TensorIn out,                          // (B, T, C)
+                               const float* lse,                      // (B, NH, T)
                                int B, int T, int C, int NH) {
   const AttentionPath path = attention_path(ctx.compute_major, ctx.precision, C, NH, out.bf16);
   const size_t nd = size_t(B) * NH * T, n = size_t(B) * T * C;
@@ -142,17 +142,19 @@ inline void attention_backward(const OpContext& ctx, float* dqkv,  // (B, T, 3C)
 // the backward passes dout rounded in blocks of rows within ctx.dout_block_bytes (none for a bf16-stored dout);
 // dbias's partial column sums.
 inline size_t matmul_forward_scratch_bytes(const OpContext& ctx, TensorIn inp, int N, int IC, int OC) {
-  return matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, false, 0);
+  return matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, 0, false, false, 0);
 }
-inline size_t matmul_backward_scratch_bytes(const OpContext& ctx, TensorIn inp, bool dbias, int N, int IC, int OC) {
-  return matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, dbias, ctx.dout_block_bytes);
+inline size_t matmul_backward_scratch_bytes(const OpContext& ctx, TensorIn dout, TensorIn inp, bool dbias, int N,
+                                            int IC, int OC) {
+  return matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, dout.bf16, dbias,
+                              ctx.dout_block_bytes);
 }
 inline size_t matmul_forward_transposed_scratch_bytes(const OpContext& ctx, TensorIn inp, int N, int C, int V) {
-  return matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, false, 0);
+  return matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * C, size_t(V) * C, N, 0, false, false, 0);
 }
 inline size_t matmul_backward_transposed_scratch_bytes(const OpContext& ctx, TensorIn dout, TensorIn inp, int N, int C,
                                                        int V) {
-  return matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * C, size_t(V) * C, N, dout.bf16 ? 0 : V, false,
+  return matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * C, size_t(V) * C, N, V, dout.bf16, false,
                               ctx.dout_block_bytes);
 }
 
@@ -169,11 +171,11 @@ inline void matmul_forward(const OpContext& ctx, TensorOut out,  // (N, OC)
 inline void matmul_backward(const OpContext& ctx, float* dinp,  // (N, IC) =
                             float* dweight,                     // (IC, OC) +=
                             float* dbias,                       // (OC) += or null
-                            const float* dout,                  // (N, OC)
+                            TensorIn dout,                      // (N, OC)
                             TensorIn inp,                       // (N, IC)
                             TensorIn weight,                    // (IC, OC)
                             int N, int IC, int OC) {
-  const size_t bytes = matmul_backward_scratch_bytes(ctx, inp, dbias != nullptr, N, IC, OC);
+  const size_t bytes = matmul_backward_scratch_bytes(ctx, dout, inp, dbias != nullptr, N, IC, OC);
   launch_matmul_backward(dinp, dweight, dbias, dout, nullptr, inp, weight, N, IC, OC, ctx.bf16(), ctx.cublas, ctx.lt,
                          ctx.bias_grad, ctx.bias_grad_capacity, ctx.scratch(bytes), bytes, ctx.stream);
 }
@@ -190,7 +192,7 @@ inline void matmul_gelu_backward(const OpContext& ctx, float* dinp,  // (N, IC) 
                                  int N, int IC, int OC) {
   const bool fused = ctx.bf16() && dbias != nullptr;
   if (!fused) launch_gelu_backward(dout, pre, dout, size_t(N) * OC, ctx.stream);
-  const size_t bytes = matmul_backward_scratch_bytes(ctx, inp, dbias != nullptr, N, IC, OC);
+  const size_t bytes = matmul_backward_scratch_bytes(ctx, dout, inp, dbias != nullptr, N, IC, OC);
   launch_matmul_backward(dinp, dweight, dbias, dout, fused ? pre : nullptr, inp, weight, N, IC, OC, ctx.bf16(),
                          ctx.cublas, ctx.lt, ctx.bias_grad, ctx.bias_grad_capacity, ctx.scratch(bytes), bytes,
                          ctx.stream);

@@ -101,13 +101,13 @@ __global__ void broadcast_rows_kernel(T* out,         // (N, OC)
 constexpr int kSumChunkRows = 256;
 int sum_chunks(int N) { return int(ceil_div(size_t(N), kSumChunkRows)); }
 
-// partial[y, c] = sum of v[r, c] over the rows r of chunk y, where v = src or, with kGelu, src * gelu'(pre) (the
-// gradient at a GELU's input, formed as gelu_backward forms it); with kCast, each v is also written to `cast` rounded
-// to bf16 (the bf16 backward passes' copy of dout, made in the same pass over it).
-template <bool kCast, bool kGelu, typename PreT>
+// partial[y, c] = sum of v[r, c] over the rows r of chunk y, where v = src (fp32 or bf16) or, with kGelu,
+// src * gelu'(pre) (the gradient at a GELU's input, formed as gelu_backward forms it); with kCast, each v is also
+// written to `cast` rounded to bf16 (the bf16 backward passes' copy of dout, made in the same pass over it).
+template <bool kCast, bool kGelu, typename PreT, typename SrcT = float>
 __global__ void column_partial_sums_kernel(float* partial,       // (chunks, C)
                                            __nv_bfloat16* cast,  // (N, C), or null without kCast
-                                           const float* src,     // (N, C)
+                                           const SrcT* src,      // (N, C)
                                            const PreT* pre,      // (N, C), or null without kGelu
                                            int N, int C) {
   __shared__ float part[kRowLanes][kColTile];
@@ -116,7 +116,7 @@ __global__ void column_partial_sums_kernel(float* partial,       // (chunks, C)
   float acc = 0.0f;
   if (c < C)
     for (int r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-      float v = src[size_t(r) * C + c];
+      float v = load(&src[size_t(r) * C + c]);
       if constexpr (kGelu) v = v * gelu_grad(load(&pre[size_t(r) * C + c]));
       if constexpr (kCast) cast[size_t(r) * C + c] = __float2bfloat16_rn(v);
       acc += v;
@@ -144,17 +144,18 @@ __global__ void add_partial_sums_kernel(float* dst,            // (C) +=
 // dst (C) += the column sums of src (N, C), through `partial` (sum_chunks(N) x C floats of scratch); with `cast`,
 // src rounded to bf16 lands there in the same pass. With `gelu_pre` (and `cast`), src is the gradient at a GELU's
 // output and what is summed and cast is src * gelu'(gelu_pre).
-void column_sum_accumulate(float* dst, BFloat16* cast, const float* src, int N, int C, float* partial,
-                           cudaStream_t stream, TensorIn gelu_pre = nullptr) {
+void column_sum_accumulate(float* dst, BFloat16* cast, TensorIn src, int N, int C, float* partial, cudaStream_t stream,
+                           TensorIn gelu_pre = nullptr) {
   const dim3 grid(ceil_div(size_t(C), kColTile), unsigned(sum_chunks(N))), block(kColTile, kRowLanes);
   EMBER_ASSERT(grid.y <= 65535u, "column sum: too many rows");
   EMBER_ASSERT(!gelu_pre.ptr || cast, "column sum: the GELU's gradient is formed only with the cast");
+  EMBER_ASSERT(!src.bf16 || !cast, "column sum: a bf16 src needs no cast");
   const double nc = double(N) * C, partials = double(grid.y) * C;
   if (gelu_pre.ptr)
     report_launch("column_partial_sums+gelu_backward+cast", (gelu_pre.bf16 ? 6.0 : 8.0) * nc, 4.0 * partials + 2.0 * nc,
                   26.0 * nc);
   else
-    report_launch(cast ? "column_partial_sums+cast" : "column_partial_sums", 4.0 * nc,
+    report_launch(cast ? "column_partial_sums+cast" : "column_partial_sums", (src.bf16 ? 2.0 : 4.0) * nc,
                   4.0 * partials + (cast ? 2.0 * nc : 0.0), nc);
   report_launch("add_partial_sums", 4.0 * (partials + C), 4.0 * C, partials);
   auto* const cast16 = reinterpret_cast<__nv_bfloat16*>(cast);
@@ -162,12 +163,15 @@ void column_sum_accumulate(float* dst, BFloat16* cast, const float* src, int N, 
   auto* const gelu32 = column_partial_sums_kernel<true, true, float>;
   auto* const plain =
       cast ? column_partial_sums_kernel<true, false, float> : column_partial_sums_kernel<false, false, float>;
+  auto* const sum16 = column_partial_sums_kernel<false, false, float, __nv_bfloat16>;
   if (gelu_pre.bf16)
-    EMBER_KERNEL_LAUNCH(gelu16, grid, block, stream, partial, cast16, src, device_bf16(gelu_pre), N, C);
+    EMBER_KERNEL_LAUNCH(gelu16, grid, block, stream, partial, cast16, src.f32(), device_bf16(gelu_pre), N, C);
   else if (gelu_pre.ptr)
-    EMBER_KERNEL_LAUNCH(gelu32, grid, block, stream, partial, cast16, src, gelu_pre.f32(), N, C);
+    EMBER_KERNEL_LAUNCH(gelu32, grid, block, stream, partial, cast16, src.f32(), gelu_pre.f32(), N, C);
+  else if (src.bf16)
+    EMBER_KERNEL_LAUNCH(sum16, grid, block, stream, partial, nullptr, device_bf16(src), nullptr, N, C);
   else
-    EMBER_KERNEL_LAUNCH(plain, grid, block, stream, partial, cast16, src, nullptr, N, C);
+    EMBER_KERNEL_LAUNCH(plain, grid, block, stream, partial, cast16, src.f32(), nullptr, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(add_partial_sums_kernel, elementwise_blocks(size_t(C)), kElementwiseThreads, stream, dst, partial,
                       int(grid.y), C);
@@ -309,11 +313,11 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
 }
 
 size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t weight_numel, int N, int dout_cols,
-                            bool dbias, size_t dout_block_bytes) {
+                            bool dout_bf16, bool dbias, size_t dout_block_bytes) {
   size_t bytes = dbias ? piece_bytes(size_t(sum_chunks(N)) * size_t(dout_cols) * sizeof(float)) : 0;
   if (!bf16) return bytes;
   if (!inp.bf16) bytes += piece_bytes(inp_numel * sizeof(BFloat16)) + piece_bytes(weight_numel * sizeof(BFloat16));
-  if (dout_cols > 0) {  // a backward pass: whole rows of dout, all N of them if they fit in dout_block_bytes
+  if (dout_cols > 0 && !dout_bf16) {  // a backward pass: whole rows of dout, all N of them if they fit in the block
     const size_t row = size_t(dout_cols) * sizeof(BFloat16), all = row * size_t(N);
     bytes += all <= dout_block_bytes ? all : std::max(row, dout_block_bytes / row * row);
   }
@@ -351,12 +355,14 @@ void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorI
        out.ptr, OC, out.bf16);
 }
 
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn gelu_pre,
-                            TensorIn inp, TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
-                            LtGemm* lt, float* bias_grad, size_t bias_grad_capacity, void* scratch,
-                            size_t scratch_bytes, cudaStream_t stream) {
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn gelu_pre, TensorIn inp,
+                            TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
+                            float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
+                            cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_backward: N, IC and OC must be positive");
-  EMBER_ASSERT(!gelu_pre.ptr || (bf16 && dbias), "matmul_backward: the GELU is fused only into the bf16 dbias pass");
+  EMBER_ASSERT(!gelu_pre.ptr || (bf16 && dbias && !dout.bf16),
+               "matmul_backward: the GELU is fused only into the bf16 dbias pass over an fp32 dout");
+  EMBER_ASSERT(!dout.bf16 || bf16, "matmul_backward: a bf16-stored dout needs matmul precision bf16");
   GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
   // The partial sums of dbias's column sum come next in the scratch (matmul_scratch_bytes' order).
   float* partial = reinterpret_cast<float*>(in.rest);
@@ -365,16 +371,19 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
     EMBER_ASSERT(in.rest_bytes >= p, "matmul_backward: the scratch must hold dbias's partial sums");
     in.rest += p, in.rest_bytes -= p;
   }
-  // fp32: one block of all N rows, dout read as it is. bf16: blocks of rows of dout rounded into the scratch left,
-  // with dbias's column sums taken in the same pass (and, with gelu_pre, dout multiplied by the GELU's derivative
-  // first: the gradient at this layer's output, never stored in fp32).
-  const int rows = in.bf16 ? rows_per_block(in.rest_bytes, OC, N) : N;
+  // fp32, or a bf16-stored dout: one block of all N rows, dout read as it is (dbias summing its values). bf16 over an
+  // fp32 dout: blocks of rows of dout rounded into the scratch left, with dbias's column sums taken in the same pass
+  // (and, with gelu_pre, dout multiplied by the GELU's derivative first: the gradient at this layer's output, never
+  // stored in fp32).
+  const bool cast = in.bf16 && !dout.bf16;
+  const int rows = cast ? rows_per_block(in.rest_bytes, OC, N) : N;
   auto* dout_bf16 = reinterpret_cast<BFloat16*>(in.rest);
   for (int r0 = 0; r0 < N; r0 += rows) {
     const int R = N - r0 < rows ? N - r0 : rows;
-    const float* g32 = dout + size_t(r0) * OC;  // (R, OC)
-    const void* g = g32;
-    if (in.bf16) {
+    const TensorIn d = dout.at(size_t(r0) * OC);  // (R, OC)
+    const float* g32 = d.f32();
+    const void* g = d.ptr;
+    if (cast) {
       if (dbias)
         column_sum_accumulate(dbias, dout_bf16, g32, R, OC, partial, stream,
                               gelu_pre.ptr ? gelu_pre.at(size_t(r0) * OC) : nullptr);
@@ -397,7 +406,7 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const flo
       continue;
     }
     gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, R, g, OC, x.ptr, IC, 1.0f, dweight, OC);
-    if (dbias && !in.bf16) column_sum_accumulate(dbias, nullptr, g32, R, OC, partial, stream);
+    if (dbias && !cast) column_sum_accumulate(dbias, nullptr, d, R, OC, partial, stream);
   }
 }
 

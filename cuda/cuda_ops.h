@@ -81,25 +81,27 @@ class LtGemm {
 // `stream`. With `lt`, the bias is added in the GEMM's epilogue and, in fp32, dbias comes from the dweight GEMM's,
 // through `bias_grad` (device scratch of `bias_grad_capacity` floats), wherever cuBLASLt offers that; null: the plain
 // path. inp and weight (or wte) are stored alike. The forward passes' out may be stored in bf16 under `bf16`, the bias
-// then in bf16 too (the fp32 sum rounded once), and so may the lm_head's dout (read as it is, in one block;
-// matmul_scratch_bytes takes dout_cols 0 for it). With `bf16`, fp32-stored inputs are rounded into `scratch` first
+// then in bf16 too (the fp32 sum rounded once), and so may the backward passes' dout (read as it is, in one block,
+// dbias summing its values; matmul_scratch_bytes takes dout_bf16). With `bf16`, fp32-stored inputs are rounded into
+// `scratch` first
 // (bf16-stored ones are read as they are), and the backward passes round dout into the scratch after them, as many
 // whole rows at a time as fit, each block of rows one GEMM of each kind. A dbias summed by a kernel (always in bf16,
 // where cuBLASLt does not offer it in fp32) takes its partial sums from the scratch too. matmul_scratch_bytes is what
 // a call needs: inp_numel and weight_numel its inputs' sizes, dout_cols the width of dout for a backward pass (0 for a
-// forward), whether it has a dbias, and at most dout_block_bytes (but one row at least) for dout's blocks.
+// forward) and whether it is stored in bf16, whether it has a dbias, and at most dout_block_bytes (but one row at
+// least) for dout's blocks.
 size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t weight_numel, int N, int dout_cols,
-                            bool dbias, size_t dout_block_bytes);
+                            bool dout_bf16, bool dbias, size_t dout_block_bytes);
 void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC,
                            bool bf16, cublasHandle_t handle, LtGemm* lt, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream);
 // launch_matmul_backward's dout is the gradient at the layer's output or, with gelu_pre (bf16 and a dbias only), at
 // the output of a GELU applied to it: gelu_pre is the layer's output, and the layer's gradient is formed from both in
 // the pass that rounds dout to bf16 (cuda_gelu.cuh's derivative, as launch_gelu_backward forms it).
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn gelu_pre,
-                            TensorIn inp, TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
-                            LtGemm* lt, float* bias_grad, size_t bias_grad_capacity, void* scratch,
-                            size_t scratch_bytes, cudaStream_t stream);
+void launch_matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn gelu_pre, TensorIn inp,
+                            TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
+                            float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
+                            cudaStream_t stream);
 void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
@@ -111,13 +113,13 @@ void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, 
 // accumulation) for the head sizes of attention_in_bf16 (core/dtype.h).
 void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                               cudaStream_t stream);
-void launch_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
+void launch_attention_backward(TensorOut dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                                const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 // The tensor-core kernels' qkv and out may be stored in bf16 (both alike); their D = dO . O reads O rounded to bf16
-// either way.
+// either way. dqkv may be stored in bf16 where qkv is (either kernel family: the fp32 one's widened path writes it).
 void launch_attention_forward_tc(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
                                  cudaStream_t stream);
-void launch_attention_backward_tc(float* dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
+void launch_attention_backward_tc(TensorOut dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 
 // KV-cache inference (cuda_kv_cache.cu), fp32: rows are tokens of several sequences, row i at position pos[i] of the

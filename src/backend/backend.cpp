@@ -26,6 +26,10 @@ void Backend::check_gemm_dout(TensorIn dout, const char* op) const {
                std::string(op) + ": a bf16-stored dout needs matmul precision bf16");
 }
 
+void Backend::check_attention_grad_storage(TensorOut dqkv, TensorIn qkv, const char* op) const {
+  EMBER_ASSERT(!dqkv.bf16 || qkv.bf16, std::string(op) + ": a bf16-stored dqkv needs a bf16-stored qkv");
+}
+
 void Backend::check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const {
   EMBER_ASSERT(NH > 0 && C % NH == 0, std::string(op) + ": C must be a multiple of the number of heads NH");
   EMBER_ASSERT(qkv.bf16 == out.bf16, std::string(op) + ": qkv and out must be stored alike (both bf16 or fp32)");

@@ -99,13 +99,15 @@ class Backend {
                               TensorIn weight,  // (IC, OC)
                               TensorIn bias,    // (OC) or null
                               int N, int IC, int OC) = 0;
-  // dinp = dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null).
-  virtual void matmul_backward(float* dinp,        // (N, IC) =
-                               float* dweight,     // (IC, OC) +=
-                               float* dbias,       // (OC) += or null
-                               const float* dout,  // (N, OC)
-                               TensorIn inp,       // (N, IC)
-                               TensorIn weight,    // (IC, OC)
+  // dinp = dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null). dout may be stored
+  // in bf16 under matmul precision bf16 (attention's dqkv is, where qkv is): the GEMMs read it as it is, which is what
+  // they would read of its fp32 value anyway, and dbias sums its values.
+  virtual void matmul_backward(float* dinp,      // (N, IC) =
+                               float* dweight,   // (IC, OC) +=
+                               float* dbias,     // (OC) += or null
+                               TensorIn dout,    // (N, OC)
+                               TensorIn inp,     // (N, IC)
+                               TensorIn weight,  // (IC, OC)
                                int N, int IC, int OC) = 0;
   // The backward of out = gelu(inp @ weight + bias), given the gradient at the GELU's output: the layer's own output
   // gradient is dout * gelu'(pre), formed as gelu_backward forms it, where pre is the layer's output as matmul_forward
@@ -143,11 +145,13 @@ class Backend {
   // lse saves the log-sum-exp of each row of scaled scores for the backward pass. qkv and out are stored alike, in
   // bf16 only where attention_in_bf16 holds (core/dtype.h): there q, k and v are rounded to bf16 as read, and the
   // backward pass's D = dO . O reads O rounded to bf16, whichever the storage, so that the storage changes no value.
+  // dqkv may be stored in bf16 where qkv is: its fp32 result rounded once (the layer before attention rounds its dout
+  // to bf16 for its GEMMs in any case, so only its bias gradient sees the difference).
   virtual void attention_forward(TensorOut out,  // (B, T, C)
                                  float* lse,     // (B, NH, T)
                                  TensorIn qkv,   // (B, T, 3C)
                                  int B, int T, int C, int NH) = 0;
-  virtual void attention_backward(float* dqkv,        // (B, T, 3C) =
+  virtual void attention_backward(TensorOut dqkv,     // (B, T, 3C) =
                                   const float* dout,  // (B, T, C)
                                   TensorIn qkv,       // (B, T, 3C)
                                   TensorIn out,       // (B, T, C)
@@ -260,8 +264,9 @@ class Backend {
   // Assert what the ops require of their storage (the conventions above); `op` names the op.
   void check_gemm_inputs(TensorIn inp, TensorIn weight, const char* op) const;
   void check_gemm_output(TensorOut out, TensorIn bias, const char* op) const;  // matmul_forward's out and bias
-  void check_gemm_dout(TensorIn dout, const char* op) const;                   // matmul_backward_transposed's dout
+  void check_gemm_dout(TensorIn dout, const char* op) const;                   // a backward matmul's dout
   void check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const;
+  void check_attention_grad_storage(TensorOut dqkv, TensorIn qkv, const char* op) const;  // attention_backward's dqkv
   // Implementations call these for every allocation they make and free (null pointers are ignored).
   void track_alloc(const void* ptr, size_t bytes);
   void track_free(const void* ptr);

@@ -62,7 +62,7 @@ GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, b
   const size_t layer = add_sat(add_sat(keep_attention ? attention : 0, keep_mlp ? mlp : 0), mul_sat(BT, C * f32));
   a = add_sat(a, mul_sat(layer, size_t(config.n_layer)));
   a = add_sat(a, mul_sat(BT, C * gemm_in + 2 * f32 + V * gemm_in + f32));  // ln_f, logits, losses
-  if (with_grads) a = add_sat(a, mul_sat(BT, C, (2 + 3 + 4) * f32));       // dresidual, dC, d3C, d4C
+  if (with_grads) a = add_sat(a, mul_sat(BT, C, 6 * f32 + 3 * att));       // dresidual, dC, d4C; d3C stored as qkv
   fp.activation_bytes = a;
   return fp;
 }
@@ -149,7 +149,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     grads_ = alloc_floats(arena_numel_, /*weights=*/true);
     dresidual_ = alloc_floats(BT * C);
     dC_ = alloc_floats(BT * C);
-    d3C_ = alloc_floats(BT * 3 * C);
+    d3C_ = alloc_activation(BT * 3 * C, bf16_attention_out_);
     d4C_ = alloc_floats(BT * 4 * C);
   }
   const Footprint fp = footprint(config, max_B, max_T, with_grads, recompute, bf16_storage_);

@@ -174,7 +174,7 @@ class GPT {
   // Backward scratch: each written whole by the op that produces it, except the residual's, zeroed once per pass.
   float* dresidual_ = nullptr;  // (B, T, C) gradient of the residual stream
   float* dC_ = nullptr;         // (B, T, C)
-  float* d3C_ = nullptr;        // (B, T, 3C)
+  TensorOut d3C_;               // (B, T, 3C), stored as qkv is
   float* d4C_ = nullptr;        // (B, T, 4C) at the GELU's output
 };
 

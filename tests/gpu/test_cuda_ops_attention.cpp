@@ -86,6 +86,9 @@ TEST_P(CudaAttentionBf16, TensorCoresMatchTheCpuWithinTheRoundingOfPAndDS) {
   gpu->attention_backward(gx2.get(), g.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
   expect_bitwise("tc attention out stored in bf16", widened(ob.host()), test::rounded_to_bf16(out));
   expect_bitwise("tc attention dqkv from qkv and out stored in bf16", gx2.host(), dqkv);
+  HBuf gx16(*gpu, qkv.size());  // dqkv stored in bf16 too: the fp32 one rounded
+  gpu->attention_backward(gx16.get(), g.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
+  expect_bitwise("tc attention dqkv stored in bf16", widened(gx16.host()), test::rounded_to_bf16(dqkv));
   gpu->set_matmul_precision(MatmulPrecision::fp32);
 
   test::AttnBounds bd = test::attention_bf16_bounds(qkv, dout, B, T, C, NH);

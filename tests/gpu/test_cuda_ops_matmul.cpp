@@ -139,6 +139,37 @@ TEST_F(CudaOps, MatmulGeluBackward) {
     }
 }
 
+// A dense layer's backward pass from dout stored in bf16 (attention's dqkv, where qkv is): the GEMMs read it as it
+// is, in one block of all rows, and dbias sums its values. dinp is bit for bit what the same backend gives from an
+// fp32 dout holding the same values (its GEMMs round those to themselves; its rows do not depend on how the rows are
+// blocked, which the kernel model makes small); dweight and dbias, summed over the blocks in another order there,
+// agree within the fp32 tolerance, as all three do with the CPU's. N = 600: three dbias chunks.
+TEST_F(CudaOps, MatmulBackwardFromABf16StoredDout) {
+  const int N = 600, IC = 40, OC = 96;
+  Rng rng(12);
+  const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC),
+               dout = test::rounded_to_bf16(rng.normal(size_t(N) * OC)), dw0 = rng.normal(w.size()),
+               db0 = rng.normal(OC);
+  Floats dx[3], dw[3], db[3];
+  Backend* be[3] = {cpu.get(), gpu.get(), gpu.get()};
+  for (int k = 0; k < 3; ++k) {  // the CPU from bf16, the device from bf16, the device from fp32 (the same values)
+    Backend& e = *be[k];
+    e.set_matmul_precision(MatmulPrecision::bf16);
+    FBuf xf(e, x), wf(e, w), g32(e, dout), gx(e, nans(x.size())), gw(e, dw0), gb(e, db0);
+    HBuf g16(e, test::bf16_values(dout));
+    e.matmul_backward(gx.get(), gw.get(), gb.get(), k < 2 ? TensorIn(g16.get()) : TensorIn(g32.get()), xf.get(),
+                      wf.get(), N, IC, OC);
+    dx[k] = gx.host(), dw[k] = gw.host(), db[k] = gb.host();
+    e.set_matmul_precision(MatmulPrecision::fp32);
+  }
+  expect_bitwise("bf16 dout: dinp as from fp32", dx[1], dx[2]);
+  expect_close("bf16 dout: dweight as from fp32", dw[1], dw[2], fp32_tol(N + 1, dw[2]));
+  expect_close("bf16 dout: dbias as from fp32", db[1], db[2], fp32_tol(N + 1, db[2]));
+  expect_close("bf16 dout: dinp vs cpu", dx[1], dx[0], fp32_tol(OC, dx[0]));
+  expect_close("bf16 dout: dweight vs cpu", dw[1], dw[0], fp32_tol(N + 1, dw[0]));
+  expect_close("bf16 dout: dbias vs cpu", db[1], db[0], fp32_tol(N + 1, db[0]));
+}
+
 TEST_F(CudaOps, MatmulTransposed) {
   const int N = 37, C = 45, V = 101;
   Rng rng(7);

@@ -206,9 +206,10 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     check_gemm_output(out, bias, "matmul_forward");
     k::matmul_forward(op_context(), out, inp, weight, bias, N, IC, OC);
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, TensorIn inp, TensorIn weight,
-                       int N, int IC, int OC) override {
+  void matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight, int N,
+                       int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_backward");
+    check_gemm_dout(dout, "matmul_backward");
     k::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
   void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dout, TensorIn pre, TensorIn inp,
@@ -232,9 +233,10 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     check_attention_storage(qkv, out, C, NH, "attention_forward");
     k::attention_forward(op_context(), out, lse, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
+  void attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH) override {
     check_attention_storage(qkv, out, C, NH, "attention_backward");
+    check_attention_grad_storage(dqkv, qkv, "attention_backward");
     k::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
 

@@ -53,6 +53,7 @@ TEST(CudaDispatchModel, AttentionPathFollowsTheComputeCapability) {
 
 struct Attention {
   Floats out, lse, dqkv;
+  Floats dqkv16;  // with bf16 storage: the backward pass again into a bf16-stored dqkv, widened
 };
 
 // Forward and backward attention on `be` at matmul precision bf16, qkv and out stored in bf16 or in fp32 (holding the
@@ -71,6 +72,9 @@ Attention run_attention(Backend& be, bool bf16_storage, const Floats& qkv, const
     HBuf ob(be, test::bf16_values(out_in ? *out_in : r.out));
     FBuf l(be, lse_in ? *lse_in : lse.host());
     be.attention_backward(dqkv.get(), g.get(), q.get(), ob.get(), l.get(), B, T, C, NH);
+    HBuf d16(be, Halves(qkv.size()));
+    be.attention_backward(d16.get(), g.get(), q.get(), ob.get(), l.get(), B, T, C, NH);
+    r.dqkv16 = test::widened(d16.host());
   } else {
     FBuf q(be, qkv), o(be, Floats(n));
     be.attention_forward(o.get(), lse.get(), q.get(), B, T, C, NH);
@@ -97,6 +101,7 @@ TEST(CudaDispatchModel, Bf16AttentionBeforeSm80RunsTheFp32KernelsOnWidenedCopies
   test::expect_bitwise("sm_75 bf16-stored out", widened_path.out, test::rounded_to_bf16(fp32.out));
   test::expect_bitwise("sm_75 bf16-stored lse", widened_path.lse, fp32.lse);
   test::expect_bitwise("sm_75 bf16-stored dqkv", widened_path.dqkv, fp32.dqkv);
+  test::expect_bitwise("sm_75 dqkv stored in bf16", widened_path.dqkv16, test::rounded_to_bf16(widened_path.dqkv));
 
   std::unique_ptr<Backend> cpu = make_cpu_backend();  // precision fp32: the plain fp32 attention
   FBuf q(*cpu, qkv), o(*cpu, Floats(size_t(B) * T * C)), l(*cpu, Floats(size_t(B) * NH * T));
@@ -108,6 +113,7 @@ TEST(CudaDispatchModel, Bf16AttentionBeforeSm80RunsTheFp32KernelsOnWidenedCopies
   size_t differ = 0;
   for (size_t i = 0; i < tc.out.size(); ++i) differ += tc.out[i] != widened_path.out[i];
   EXPECT_GT(differ, 0u) << "sm_90 gave the sm_75 results: the tensor-core kernels did not run";
+  test::expect_bitwise("sm_90 dqkv stored in bf16", tc.dqkv16, test::rounded_to_bf16(tc.dqkv));
 }
 
 // AdamW over segments refuses segments out of order or overlapping, before any kernel runs, at every capability.

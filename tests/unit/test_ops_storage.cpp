@@ -192,11 +192,38 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
     be->attention_backward(g32.get(), d_dout.get(), d_qkv.get(), o32.get(), lse32.get(), B, T, AC, NH);
     be->attention_backward(g16.get(), d_dout.get(), qkv16.get(), o16.get(), lse32.get(), B, T, AC, NH);
     EXPECT_EQ(g16.host(), g32.host()) << "attention dqkv from bf16-stored qkv and out";
+    // dqkv stored in bf16 (where qkv is): the fp32 one rounded; and the qkv layer's backward pass from it gives the
+    // fp32 dqkv's results for dinp and dweight (its GEMMs round dout anyway), dbias summing the rounded values.
+    Halves gq16(*be, qkv.size());
+    be->attention_backward(gq16.get(), d_dout.get(), qkv16.get(), o16.get(), lse32.get(), B, T, AC, NH);
+    const std::vector<float> dq_rounded = test::rounded_to_bf16(g32.host());
+    EXPECT_EQ(widened(gq16.host()), dq_rounded) << "attention dqkv stored in bf16";
+    {
+      const int N = B * T, IC = 19, OC = 3 * AC;
+      const auto xin = rng.normal(size_t(N) * IC), win = rng.normal(size_t(IC) * OC);
+      Floats d_xin(*be, xin), d_win(*be, win), d_dq(*be, dq_rounded);
+      std::vector<float> res[2][3];
+      for (int k = 0; k < 2; ++k) {
+        Floats dx(*be, nans(xin.size())), dw(*be, win.size()), db(*be, size_t(OC));
+        be->matmul_backward(dx.get(), dw.get(), db.get(), k ? TensorIn(gq16.get()) : TensorIn(d_dq.get()), d_xin.get(),
+                            d_win.get(), N, IC, OC);
+        res[k][0] = dx.host(), res[k][1] = dw.host(), res[k][2] = db.host();
+      }
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(res[1][i], res[0][i]) << "matmul backward from a bf16-stored dout, output " << i;
+    }
+    EXPECT_THROW(be->attention_backward(gq16.get(), d_dout.get(), d_qkv.get(), o32.get(), lse32.get(), B, T, AC, NH),
+                 Error);  // a bf16 dqkv for an fp32 qkv
     EXPECT_THROW(be->attention_forward(o16.get(), lse16.get(), d_qkv.get(), B, T, AC, NH), Error);  // unlike
     EXPECT_THROW(be->attention_backward(g16.get(), d_dout.get(), qkv16.get(), o32.get(), lse32.get(), B, T, AC, NH),
                  Error);
     EXPECT_THROW(be->attention_forward(o16.get(), lse16.get(), qkv16.get(), B, T, AC, 4), Error);
     be->set_matmul_precision(MatmulPrecision::fp32);
+    {  // a bf16-stored dout needs matmul precision bf16
+      Floats dx(*be, size_t(B) * T * 19), dw(*be, size_t(19) * 3 * AC), x19(*be, size_t(B) * T * 19);
+      EXPECT_THROW(be->matmul_backward(dx.get(), dw.get(), nullptr, gq16.get(), x19.get(), dw.get(), B * T, 19, 3 * AC),
+                   Error);
+    }
   }
   // The matmuls at matmul precision bf16, with a bias and pre-filled gradients, once on fp32-stored inputs and once
   // on their bf16 copies (cast on the backend); the lm_head's reads x as its input and wte (V, C).

@@ -103,6 +103,12 @@ float softmax_causal_row_bf16(float* s, int n, int ld, float* lse) {
   return sum;
 }
 
+// Rows of n fp32 values (src, row stride lds) rounded into bf16 storage (dst, row stride ldd).
+void store_rows(BFloat16* dst, int ldd, const float* src, int lds, int rows, int n) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < n; ++j) dst[size_t(r) * ldd + j] = to_bf16(src[size_t(r) * lds + j]);
+}
+
 // Copies one head's (T, HS) slice out of rows `stride` apart into a contiguous buffer. The GEMMs read K and V once
 // per query block; packing them straight from (B, T, 3C) rows 3C apart costs a TLB miss per row at T = 1024
 // (measured 2.5x slower than from a contiguous copy, which also stays in L2 across the blocks). With `bf16` the copy
@@ -179,13 +185,14 @@ void CpuBackend::attention_forward(TensorOut out,  // (B, T, C)
   }
 }
 
-void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) =
+void CpuBackend::attention_backward(TensorOut dqkv,     // (B, T, 3C) =
                                     const float* dout,  // (B, T, C)
                                     TensorIn qkv,       // (B, T, 3C)
                                     TensorIn out,       // (B, T, C)
                                     const float* lse,   // (B, NH, T)
                                     int B, int T, int C, int NH) {
   check_attention_storage(qkv, out, C, NH, "attention_backward");
+  check_attention_grad_storage(dqkv, qkv, "attention_backward");
   const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
   const float scale = 1.0f / std::sqrt(float(HS));
   const bool bf16 = attention_in_bf16(matmul_precision_, HS);
@@ -193,10 +200,11 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) =
   // within a pair the query blocks run in order: the sums are deterministic.
 #pragma omp parallel if (size_t(B) * T * T * C >= cpu::kMinParallelWork)
   {
-    // Per thread: P and dS for one query block, the head's K and V, its dK and dV accumulated over all blocks, and
-    // in bf16 the query block's rounded q and dout.
+    // Per thread: P and dS for one query block, the head's K and V, its dK and dV accumulated over all blocks, in
+    // bf16 the query block's rounded q and dout, and for a bf16-stored dqkv the block's dQ before it is rounded.
     const size_t score_size = size_t(BQ) * pad_lanes(T), head_size = size_t(T) * HS;
-    std::unique_ptr<float[]> scratch(new float[2 * score_size + 4 * head_size + (bf16 ? 2 * size_t(BQ) * HS : 0)]);
+    std::unique_ptr<float[]> scratch(new float[2 * score_size + 4 * head_size + (bf16 ? 2 * size_t(BQ) * HS : 0) +
+                                               (dqkv.bf16 ? size_t(BQ) * HS : 0)]);
     float* P = scratch.get();     // (rows, keys) probabilities, row stride ld
     float* dS = P + score_size;   // (rows, keys) dP, then dS in place
     float* kc = dS + score_size;  // (T, HS) each
@@ -205,7 +213,8 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) =
     float* dvc = dkc + head_size;
     float* qr = dvc + head_size;  // (BQ, HS) each, in bf16
     float* dor = qr + size_t(BQ) * HS;
-    std::vector<float> orow(size_t(HS), 0.0f);  // in bf16, one row of O for D, rounded
+    float* dqb = (bf16 ? dor + size_t(BQ) * HS : qr);  // (BQ, HS) for a bf16-stored dqkv
+    std::vector<float> orow(size_t(HS), 0.0f);         // in bf16, one row of O for D, rounded
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
@@ -213,7 +222,7 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) =
       gather_head(kc, qkv.at(qkv_off + C), T, HS, C3, bf16);  // k and v (T, HS), row stride 3C, after q
       gather_head(vc, qkv.at(qkv_off + 2 * C), T, HS, C3, bf16);
       std::memset(dkc, 0, 2 * head_size * sizeof(float));
-      float* dq = dqkv + qkv_off;  // (T, HS), row stride 3C
+      float* dq = dqkv.bf16 ? nullptr : dqkv.f32() + qkv_off;  // (T, HS), row stride 3C (fp32 storage)
       const float* dO = dout + out_off;
       const float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
@@ -242,18 +251,25 @@ void CpuBackend::attention_backward(float* dqkv,        // (B, T, 3C) =
                                 HS);
         }
         if (bf16) round_rows(P, rows, keys, ld), round_rows(dS, rows, keys, ld);
-        gemm(true, false, keys, HS, rows, 1.0f, P, ld, dOb, ldo, 1.0f, dvc, HS);                    // dV += P^T dO
-        gemm(false, false, rows, HS, keys, scale, dS, ld, kc, HS, 0.0f, dq + size_t(i0) * C3, C3);  // dQ = s dS K
-        gemm(true, false, keys, HS, rows, scale, dS, ld, qb, ldq, 1.0f, dkc, HS);                   // dK += s dS^T Q
+        gemm(true, false, keys, HS, rows, 1.0f, P, ld, dOb, ldo, 1.0f, dvc, HS);  // dV += P^T dO
+        // dQ = s dS K, into dqkv or, for bf16 storage, into dqb and then rounded into it
+        gemm(false, false, rows, HS, keys, scale, dS, ld, kc, HS, 0.0f, dq ? dq + size_t(i0) * C3 : dqb, dq ? C3 : HS);
+        if (!dq) store_rows(dqkv.b16() + qkv_off + size_t(i0) * C3, C3, dqb, HS, rows, HS);
+        gemm(true, false, keys, HS, rows, scale, dS, ld, qb, ldq, 1.0f, dkc, HS);  // dK += s dS^T Q
       }
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      for (int t = 0; t < T; ++t) {
+      if (dq) {
+        float* dk = dq + C;
+        float* dv = dq + 2 * C;
+        for (int t = 0; t < T; ++t) {
 #pragma omp simd
-        for (int d = 0; d < HS; ++d) {
-          dk[size_t(t) * C3 + d] = dkc[size_t(t) * HS + d];
-          dv[size_t(t) * C3 + d] = dvc[size_t(t) * HS + d];
+          for (int d = 0; d < HS; ++d) {
+            dk[size_t(t) * C3 + d] = dkc[size_t(t) * HS + d];
+            dv[size_t(t) * C3 + d] = dvc[size_t(t) * HS + d];
+          }
         }
+      } else {
+        store_rows(dqkv.b16() + qkv_off + C, C3, dkc, HS, T, HS);
+        store_rows(dqkv.b16() + qkv_off + 2 * C, C3, dvc, HS, T, HS);
       }
     }
   }

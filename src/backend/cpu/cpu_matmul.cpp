@@ -98,17 +98,19 @@ void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
   });
 }
 
-void CpuBackend::matmul_backward(float* dinp,        // (N, IC) =
-                                 float* dweight,     // (IC, OC) +=
-                                 float* dbias,       // (OC) += or null
-                                 const float* dout,  // (N, OC)
-                                 TensorIn inp,       // (N, IC)
-                                 TensorIn weight,    // (IC, OC)
+void CpuBackend::matmul_backward(float* dinp,      // (N, IC) =
+                                 float* dweight,   // (IC, OC) +=
+                                 float* dbias,     // (OC) += or null
+                                 TensorIn dout,    // (N, OC)
+                                 TensorIn inp,     // (N, IC)
+                                 TensorIn weight,  // (IC, OC)
                                  int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
+  check_gemm_dout(dout, "matmul_backward");
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
+  const float* dsum = dout.bf16 ? dy : dout.f32();  // dbias sums dout's values: fp32 ones unrounded, bf16 ones widened
   // dinp = dout @ W^T; dW += inp^T @ dout
   gemm_parallel(false, true, N, IC, OC, 1.0f, dy, OC, gemm_input(weight, size_t(IC) * OC, p, sw), OC, 0.0f, dinp, IC);
   gemm_parallel(true, false, IC, OC, N, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC, dy, OC, 1.0f, dweight, OC);
@@ -119,7 +121,7 @@ void CpuBackend::matmul_backward(float* dinp,        // (N, IC) =
       const cpu::Span s = cpu::thread_span(size_t(OC), omp_get_thread_num(), omp_get_num_threads(), 16);
       const int c0 = int(s.begin), c1 = int(s.end);
       for (int r = 0; r < N && c0 < c1; ++r) {
-        const float* g = dout + size_t(r) * OC;
+        const float* g = dsum + size_t(r) * OC;
 #pragma omp simd
         for (int c = c0; c < c1; ++c) dbias[c] += g[c];
       }

@@ -54,9 +54,9 @@ class CudaBackend final : public Backend, private cuda::OpResources {
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
   void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight, int N,
-                       int IC, int OC) override;
-  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dout, TensorIn pre, TensorIn inp,
+  void matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight,
+                       int N, int IC, int OC) override;
+  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
                             TensorIn weight, int N, int IC, int OC) override;
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
   void matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,

@@ -181,14 +181,14 @@ void CudaBackend::matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, T
   cuda::matmul_forward(op_context(), out, inp, weight, bias, N, IC, OC);
 }
 
-void CudaBackend::matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp,
+void CudaBackend::matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp,
                                   TensorIn weight, int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_backward");
   check_gemm_dout(dout, "matmul_backward");
   cuda::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
-void CudaBackend::matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dout, TensorIn pre,
+void CudaBackend::matmul_gelu_backward(float* dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre,
                                        TensorIn inp, TensorIn weight, int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_gelu_backward");
   cuda::matmul_gelu_backward(op_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);

@@ -168,12 +168,12 @@ inline void matmul_forward(const OpContext& ctx, TensorOut out,  // (N, OC)
                         ctx.stream);
 }
 
-inline void matmul_backward(const OpContext& ctx, float* dinp,  // (N, IC) =
-                            float* dweight,                     // (IC, OC) +=
-                            float* dbias,                       // (OC) += or null
-                            TensorIn dout,                      // (N, OC)
-                            TensorIn inp,                       // (N, IC)
-                            TensorIn weight,                    // (IC, OC)
+inline void matmul_backward(const OpContext& ctx, TensorOut dinp,  // (N, IC) =
+                            float* dweight,                        // (IC, OC) +=
+                            float* dbias,                          // (OC) += or null
+                            TensorIn dout,                         // (N, OC)
+                            TensorIn inp,                          // (N, IC)
+                            TensorIn weight,                       // (IC, OC)
                             int N, int IC, int OC) {
   const size_t bytes = matmul_backward_scratch_bytes(ctx, dout, inp, dbias != nullptr, N, IC, OC);
   launch_matmul_backward(dinp, dweight, dbias, dout, nullptr, inp, weight, N, IC, OC, ctx.bf16(), ctx.cublas, ctx.lt,
@@ -181,18 +181,22 @@ inline void matmul_backward(const OpContext& ctx, float* dinp,  // (N, IC) =
 }
 
 // Backend::matmul_gelu_backward: under bf16 with a dbias, the GELU's derivative is applied in the pass that casts dout
-// and sums dbias; otherwise gelu_backward runs in place over dout first (fp32 has no such pass to fuse into).
+// (fp32 or bf16) and sums dbias; otherwise gelu_backward runs in place over an fp32 dout first (fp32 has no such pass
+// to fuse into; a bf16-stored dout without a dbias is refused).
 inline void matmul_gelu_backward(const OpContext& ctx, float* dinp,  // (N, IC) =
                                  float* dweight,                     // (IC, OC) +=
                                  float* dbias,                       // (OC) += or null
-                                 float* dout,                        // (N, OC) at the GELU's output; clobbered
+                                 TensorOut dout,                     // (N, OC) at the GELU's output; clobbered
                                  TensorIn pre,                       // (N, OC) the GELU's input
                                  TensorIn inp,                       // (N, IC)
                                  TensorIn weight,                    // (IC, OC)
                                  int N, int IC, int OC) {
   const bool fused = ctx.bf16() && dbias != nullptr;
-  if (!fused) launch_gelu_backward(dout, pre, dout, size_t(N) * OC, ctx.stream);
-  const size_t bytes = matmul_backward_scratch_bytes(ctx, dout, inp, dbias != nullptr, N, IC, OC);
+  EMBER_ASSERT(fused || !dout.bf16, "matmul_gelu_backward: a bf16-stored dout needs a dbias on the CUDA backend");
+  if (!fused) launch_gelu_backward(dout.f32(), pre, dout.f32(), size_t(N) * OC, ctx.stream);
+  // The fused pass rounds dout into scratch blocks whatever its storage.
+  const size_t bytes = matmul_scratch_bytes(ctx.bf16(), inp, size_t(N) * IC, size_t(IC) * OC, N, OC, false,
+                                            dbias != nullptr, ctx.dout_block_bytes);
   launch_matmul_backward(dinp, dweight, dbias, dout, fused ? pre : nullptr, inp, weight, N, IC, OC, ctx.bf16(),
                          ctx.cublas, ctx.lt, ctx.bias_grad, ctx.bias_grad_capacity, ctx.scratch(bytes), bytes,
                          ctx.stream);

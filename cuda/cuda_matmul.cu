@@ -149,11 +149,11 @@ void column_sum_accumulate(float* dst, BFloat16* cast, TensorIn src, int N, int 
   const dim3 grid(ceil_div(size_t(C), kColTile), unsigned(sum_chunks(N))), block(kColTile, kRowLanes);
   EMBER_ASSERT(grid.y <= 65535u, "column sum: too many rows");
   EMBER_ASSERT(!gelu_pre.ptr || cast, "column sum: the GELU's gradient is formed only with the cast");
-  EMBER_ASSERT(!src.bf16 || !cast, "column sum: a bf16 src needs no cast");
+  EMBER_ASSERT(!src.bf16 || !cast || gelu_pre.ptr, "column sum: a bf16 src needs no cast");
   const double nc = double(N) * C, partials = double(grid.y) * C;
   if (gelu_pre.ptr)
-    report_launch("column_partial_sums+gelu_backward+cast", (gelu_pre.bf16 ? 6.0 : 8.0) * nc, 4.0 * partials + 2.0 * nc,
-                  26.0 * nc);
+    report_launch("column_partial_sums+gelu_backward+cast", ((src.bf16 ? 2.0 : 4.0) + (gelu_pre.bf16 ? 2.0 : 4.0)) * nc,
+                  4.0 * partials + 2.0 * nc, 26.0 * nc);
   else
     report_launch(cast ? "column_partial_sums+cast" : "column_partial_sums", (src.bf16 ? 2.0 : 4.0) * nc,
                   4.0 * partials + (cast ? 2.0 * nc : 0.0), nc);
@@ -161,10 +161,16 @@ void column_sum_accumulate(float* dst, BFloat16* cast, TensorIn src, int N, int 
   auto* const cast16 = reinterpret_cast<__nv_bfloat16*>(cast);
   auto* const gelu16 = column_partial_sums_kernel<true, true, __nv_bfloat16>;  // one macro argument each
   auto* const gelu32 = column_partial_sums_kernel<true, true, float>;
+  auto* const gelu16_16 = column_partial_sums_kernel<true, true, __nv_bfloat16, __nv_bfloat16>;
+  auto* const gelu32_16 = column_partial_sums_kernel<true, true, float, __nv_bfloat16>;
   auto* const plain =
       cast ? column_partial_sums_kernel<true, false, float> : column_partial_sums_kernel<false, false, float>;
   auto* const sum16 = column_partial_sums_kernel<false, false, float, __nv_bfloat16>;
-  if (gelu_pre.bf16)
+  if (gelu_pre.ptr && src.bf16 && gelu_pre.bf16)
+    EMBER_KERNEL_LAUNCH(gelu16_16, grid, block, stream, partial, cast16, device_bf16(src), device_bf16(gelu_pre), N, C);
+  else if (gelu_pre.ptr && src.bf16)
+    EMBER_KERNEL_LAUNCH(gelu32_16, grid, block, stream, partial, cast16, device_bf16(src), gelu_pre.f32(), N, C);
+  else if (gelu_pre.bf16)
     EMBER_KERNEL_LAUNCH(gelu16, grid, block, stream, partial, cast16, src.f32(), device_bf16(gelu_pre), N, C);
   else if (gelu_pre.ptr)
     EMBER_KERNEL_LAUNCH(gelu32, grid, block, stream, partial, cast16, src.f32(), gelu_pre.f32(), N, C);
@@ -355,14 +361,13 @@ void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorI
        out.ptr, OC, out.bf16);
 }
 
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn gelu_pre, TensorIn inp,
-                            TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
-                            float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
-                            cudaStream_t stream) {
+void launch_matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn gelu_pre,
+                            TensorIn inp, TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
+                            LtGemm* lt, float* bias_grad, size_t bias_grad_capacity, void* scratch,
+                            size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_backward: N, IC and OC must be positive");
-  EMBER_ASSERT(!gelu_pre.ptr || (bf16 && dbias && !dout.bf16),
-               "matmul_backward: the GELU is fused only into the bf16 dbias pass over an fp32 dout");
-  EMBER_ASSERT(!dout.bf16 || bf16, "matmul_backward: a bf16-stored dout needs matmul precision bf16");
+  EMBER_ASSERT(!gelu_pre.ptr || (bf16 && dbias), "matmul_backward: the GELU is fused only into the bf16 dbias pass");
+  EMBER_ASSERT((!dout.bf16 && !dinp.bf16) || bf16, "matmul_backward: bf16-stored dout or dinp need precision bf16");
   GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * IC, weight, size_t(IC) * OC, scratch, scratch_bytes, stream);
   // The partial sums of dbias's column sum come next in the scratch (matmul_scratch_bytes' order).
   float* partial = reinterpret_cast<float*>(in.rest);
@@ -372,10 +377,10 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn 
     in.rest += p, in.rest_bytes -= p;
   }
   // fp32, or a bf16-stored dout: one block of all N rows, dout read as it is (dbias summing its values). bf16 over an
-  // fp32 dout: blocks of rows of dout rounded into the scratch left, with dbias's column sums taken in the same pass
-  // (and, with gelu_pre, dout multiplied by the GELU's derivative first: the gradient at this layer's output, never
-  // stored in fp32).
-  const bool cast = in.bf16 && !dout.bf16;
+  // fp32 dout, or with gelu_pre: blocks of rows of dout rounded into the scratch left, with dbias's column sums taken
+  // in the same pass (and, with gelu_pre, dout multiplied by the GELU's derivative first: the gradient at this layer's
+  // output, never stored).
+  const bool cast = in.bf16 && (!dout.bf16 || gelu_pre.ptr);
   const int rows = cast ? rows_per_block(in.rest_bytes, OC, N) : N;
   auto* dout_bf16 = reinterpret_cast<BFloat16*>(in.rest);
   for (int r0 = 0; r0 < N; r0 += rows) {
@@ -385,7 +390,7 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn 
     const void* g = d.ptr;
     if (cast) {
       if (dbias)
-        column_sum_accumulate(dbias, dout_bf16, g32, R, OC, partial, stream,
+        column_sum_accumulate(dbias, dout_bf16, d, R, OC, partial, stream,
                               gelu_pre.ptr ? gelu_pre.at(size_t(r0) * OC) : nullptr);
       else
         launch_cast_to_bf16(dout_bf16, g32, size_t(R) * OC, stream);
@@ -393,8 +398,8 @@ void launch_matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn 
     }
     const TensorIn x = in.inp.at(size_t(r0) * IC);  // (R, IC)
     // dinp^T (IC, R) = weight (IC, OC) @ dout^T (OC, R); weight as stored is (OC, IC) column-major, hence op T.
-    gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, in.weight.ptr, OC, g, OC, 0.0f, dinp + size_t(r0) * IC,
-         IC);
+    void* dx = dinp.bf16 ? static_cast<void*>(dinp.b16() + size_t(r0) * IC) : dinp.f32() + size_t(r0) * IC;
+    gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, in.weight.ptr, OC, g, OC, 0.0f, dx, IC, dinp.bf16);
     // dweight^T (OC, IC) += dout^T (OC, R) @ inp (R, IC); inp as stored is (IC, R) column-major, hence op T. In fp32
     // the epilogue's bias gradient is the sum of A = dout^T over k = R, i.e. this block's dbias, which it writes (not
     // adds): it lands in bias_grad and is added to dbias after. In bf16 A is the rounded dout, and dbias must be the

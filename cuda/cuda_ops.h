@@ -98,10 +98,10 @@ void launch_matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorI
 // launch_matmul_backward's dout is the gradient at the layer's output or, with gelu_pre (bf16 and a dbias only), at
 // the output of a GELU applied to it: gelu_pre is the layer's output, and the layer's gradient is formed from both in
 // the pass that rounds dout to bf16 (cuda_gelu.cuh's derivative, as launch_gelu_backward forms it).
-void launch_matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn gelu_pre, TensorIn inp,
-                            TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle, LtGemm* lt,
-                            float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
-                            cudaStream_t stream);
+void launch_matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn gelu_pre,
+                            TensorIn inp, TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
+                            LtGemm* lt, float* bias_grad, size_t bias_grad_capacity, void* scratch,
+                            size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,

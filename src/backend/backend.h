@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace ember {
 
@@ -101,8 +102,8 @@ class Backend {
                               int N, int IC, int OC) = 0;
   // dinp = dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null). dout may be stored
   // in bf16 under matmul precision bf16 (attention's dqkv is, where qkv is): the GEMMs read it as it is, which is what
-  // they would read of its fp32 value anyway, and dbias sums its values.
-  virtual void matmul_backward(float* dinp,      // (N, IC) =
+  // they would read of its fp32 value anyway, and dbias sums its values. So may dinp (its fp32 value rounded once).
+  virtual void matmul_backward(TensorOut dinp,   // (N, IC) =
                                float* dweight,   // (IC, OC) +=
                                float* dbias,     // (OC) += or null
                                TensorIn dout,    // (N, OC)
@@ -112,17 +113,20 @@ class Backend {
   // The backward of out = gelu(inp @ weight + bias), given the gradient at the GELU's output: the layer's own output
   // gradient is dout * gelu'(pre), formed as gelu_backward forms it, where pre is the layer's output as matmul_forward
   // stored it; then matmul_backward of that. dout is the caller's scratch: what it holds afterwards is unspecified.
-  // This default runs gelu_backward in place and then matmul_backward; a GPU backend forms the gradient in the pass
-  // that rounds it to bf16 for the GEMMs and sums dbias, and never writes it back.
+  // Under matmul precision bf16 dout may be stored in bf16 (the previous layer's dinp, rounded once): the gradient is
+  // formed from its values, in fp32, and dbias sums that. This default runs gelu_backward in place over an fp32 dout
+  // and then matmul_backward (the CPU backend widens a bf16 one first); a GPU backend forms the gradient in the pass
+  // that rounds it to bf16 for the GEMMs and sums dbias, and never writes it back (a bf16 dout needs a dbias there).
   virtual void matmul_gelu_backward(float* dinp,      // (N, IC) =
                                     float* dweight,   // (IC, OC) +=
                                     float* dbias,     // (OC) += or null
-                                    float* dout,      // (N, OC) the gradient at gelu's output; clobbered
+                                    TensorOut dout,   // (N, OC) the gradient at gelu's output; clobbered
                                     TensorIn pre,     // (N, OC) the layer's output before the GELU
                                     TensorIn inp,     // (N, IC)
                                     TensorIn weight,  // (IC, OC)
                                     int N, int IC, int OC) {
-    gelu_backward(dout, pre, dout, size_t(N) * OC);
+    EMBER_ASSERT(!dout.bf16, "matmul_gelu_backward: this backend takes an fp32 dout");
+    gelu_backward(dout.f32(), pre, dout.f32(), size_t(N) * OC);
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
   // Logits against the tied embedding: out = inp @ wte^T, i.e. weight stored (V, C). Used for the lm_head. out may be

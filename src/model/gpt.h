@@ -175,7 +175,7 @@ class GPT {
   float* dresidual_ = nullptr;  // (B, T, C) gradient of the residual stream
   float* dC_ = nullptr;         // (B, T, C)
   TensorOut d3C_;               // (B, T, 3C), stored as qkv is
-  float* d4C_ = nullptr;        // (B, T, 4C) at the GELU's output
+  TensorOut d4C_;               // (B, T, 4C) at the GELU's output, stored as GEMM inputs are
 };
 
 }  // namespace ember

@@ -206,13 +206,13 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     check_gemm_output(out, bias, "matmul_forward");
     k::matmul_forward(op_context(), out, inp, weight, bias, N, IC, OC);
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight, int N,
-                       int IC, int OC) override {
+  void matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight,
+                       int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_backward");
     check_gemm_dout(dout, "matmul_backward");
     k::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
-  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, float* dout, TensorIn pre, TensorIn inp,
+  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
                             TensorIn weight, int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_gelu_backward");
     k::matmul_gelu_backward(op_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);

@@ -211,6 +211,25 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
       }
       for (int i = 0; i < 3; ++i)
         EXPECT_EQ(res[1][i], res[0][i]) << "matmul backward from a bf16-stored dout, output " << i;
+      // dinp stored in bf16: the fp32 one rounded.
+      Halves dx16(*be, xin.size());
+      Floats dw(*be, win.size()), db(*be, size_t(OC));
+      be->matmul_backward(dx16.get(), dw.get(), db.get(), d_dq.get(), d_xin.get(), d_win.get(), N, IC, OC);
+      EXPECT_EQ(widened(dx16.host()), test::rounded_to_bf16(res[0][0])) << "matmul backward's dinp stored in bf16";
+      // The MLP's first layer from a bf16-stored gradient at the GELU's output: what the same values in fp32 give.
+      const auto pre = rng.normal(size_t(N) * OC, 2.5f);
+      const std::vector<float> dg = test::rounded_to_bf16(rng.normal(size_t(N) * OC));
+      Floats d_pre(*be, pre);
+      std::vector<float> gel[2][3];
+      for (int k = 0; k < 2; ++k) {
+        Floats g32(*be, dg), gx(*be, nans(xin.size())), gw(*be, win.size()), gb(*be, size_t(OC));
+        Halves g16(*be, test::bf16_values(dg));
+        be->matmul_gelu_backward(gx.get(), gw.get(), gb.get(), k ? TensorOut(g16.get()) : TensorOut(g32.get()),
+                                 d_pre.get(), d_xin.get(), d_win.get(), N, IC, OC);
+        gel[k][0] = gx.host(), gel[k][1] = gw.host(), gel[k][2] = gb.host();
+      }
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(gel[1][i], gel[0][i]) << "matmul_gelu_backward from a bf16-stored dout, output " << i;
     }
     EXPECT_THROW(be->attention_backward(gq16.get(), d_dout.get(), d_qkv.get(), o32.get(), lse32.get(), B, T, AC, NH),
                  Error);  // a bf16 dqkv for an fp32 qkv

@@ -34,8 +34,10 @@ class CpuBackend final : public Backend {
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
   void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight, int N,
-                       int IC, int OC) override;
+  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
+                            TensorIn weight, int N, int IC, int OC) override;
+  void matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight,
+                       int N, int IC, int OC) override;
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
   void matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override;
@@ -72,6 +74,7 @@ class CpuBackend final : public Backend {
   // The matmul ops' widened or rounded copies of their inputs under bf16 (inp, weight, dout), then a bf16-stored
   // output's fp32 result, kept between calls so that a step does not allocate and fault in fresh pages for each GEMM.
   std::vector<float> gemm_scratch_[4];
+  std::vector<float> gelu_scratch_;  // matmul_gelu_backward's gradient, formed from a bf16-stored dout
 };
 
 }  // namespace ember

@@ -98,7 +98,7 @@ void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
   });
 }
 
-void CpuBackend::matmul_backward(float* dinp,      // (N, IC) =
+void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
                                  float* dweight,   // (IC, OC) +=
                                  float* dbias,     // (OC) += or null
                                  TensorIn dout,    // (N, OC)
@@ -111,8 +111,13 @@ void CpuBackend::matmul_backward(float* dinp,      // (N, IC) =
   const MatmulPrecision p = matmul_precision_;
   const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
   const float* dsum = dout.bf16 ? dy : dout.f32();  // dbias sums dout's values: fp32 ones unrounded, bf16 ones widened
-  // dinp = dout @ W^T; dW += inp^T @ dout
-  gemm_parallel(false, true, N, IC, OC, 1.0f, dy, OC, gemm_input(weight, size_t(IC) * OC, p, sw), OC, 0.0f, dinp, IC);
+  EMBER_ASSERT(!dinp.bf16 || p == MatmulPrecision::bf16,
+               "matmul_backward: a bf16-stored dinp needs matmul precision bf16");
+  // dinp = dout @ W^T (into bf16 storage rounded, in blocks of rows); dW += inp^T @ dout
+  const float* w = gemm_input(weight, size_t(IC) * OC, p, sw);
+  gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
+    gemm_parallel(false, true, R, IC, OC, 1.0f, dy + size_t(r0) * OC, OC, w, OC, 0.0f, o, IC);
+  });
   gemm_parallel(true, false, IC, OC, N, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC, dy, OC, 1.0f, dweight, OC);
   if (dbias) {
     // Split over OC (whole cache lines per thread), rows summed in order: identical for any thread count.
@@ -127,6 +132,30 @@ void CpuBackend::matmul_backward(float* dinp,      // (N, IC) =
       }
     }
   }
+}
+
+void CpuBackend::matmul_gelu_backward(float* dinp,      // (N, IC) =
+                                      float* dweight,   // (IC, OC) +=
+                                      float* dbias,     // (OC) += or null
+                                      TensorOut dout,   // (N, OC) clobbered
+                                      TensorIn pre,     // (N, OC)
+                                      TensorIn inp,     // (N, IC)
+                                      TensorIn weight,  // (IC, OC)
+                                      int N, int IC, int OC) {
+  if (!dout.bf16) {
+    Backend::matmul_gelu_backward(dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);
+    return;
+  }
+  // A bf16-stored dout: its values widened into fp32, the gradient formed there as gelu_backward forms it, then the
+  // fp32 gradient's backward pass (its GEMMs round it; dbias sums it).
+  const size_t n = size_t(N) * OC;
+  gelu_scratch_.resize(n);
+  float* g = gelu_scratch_.data();
+  const BFloat16* d = dout.b16();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+  for (size_t i = 0; i < n; ++i) g[i] = from_bf16(d[i]);
+  gelu_backward(g, pre, g, n);
+  matmul_backward(dinp, dweight, dbias, g, inp, weight, N, IC, OC);
 }
 
 void CpuBackend::matmul_forward_transposed(TensorOut out,  // (N, V)

@@ -107,10 +107,10 @@ void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const 
   EMBER_KERNEL_LAUNCH(iota_kernel, elementwise_blocks(size_t(BT)), kElementwiseThreads, stream, positions, BT);
   EMBER_CUDA_LAUNCH_CHECK();
   launch_sort_pairs(ids, sorted, inp, positions, BT, at + 3 * piece, scratch_bytes - 3 * piece, stream);
-  // Per block: two ids; the run's starts also read their run's ids and positions, dout's rows and dwte's (each
-  // distinct token once, at most B T of them), and write dwte's.
+  // Per block two ids, and the run's starts their run's ids and positions (at most 16 bytes per block in all); dout's
+  // rows and dwte's (each distinct token once, at most B T of them) read, dwte's written.
   const dim3 grid(unsigned(BT), ceil_div(size_t(C), kEncoderThreads));
-  report_launch("encoder_backward_wte", 8.0 * BT * grid.y + 8.0 * BT * grid.y + 8.0 * btc, 4.0 * btc, btc);
+  report_launch("encoder_backward_wte", 16.0 * BT * grid.y + 8.0 * btc, 4.0 * btc, btc);
   EMBER_KERNEL_LAUNCH(encoder_backward_wte_kernel, grid, kEncoderThreads, stream, dwte, dout, ids, sorted, BT, C);
   EMBER_CUDA_LAUNCH_CHECK();
 }

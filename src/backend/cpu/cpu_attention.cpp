@@ -213,8 +213,8 @@ void CpuBackend::attention_backward(TensorOut dqkv,     // (B, T, 3C) =
     float* dvc = dkc + head_size;
     float* qr = dvc + head_size;  // (BQ, HS) each, in bf16
     float* dor = qr + size_t(BQ) * HS;
-    float* dqb = (bf16 ? dor + size_t(BQ) * HS : qr);  // (BQ, HS) for a bf16-stored dqkv
-    std::vector<float> orow(size_t(HS), 0.0f);         // in bf16, one row of O for D, rounded
+    float* dqb = qr + (bf16 ? 2 * size_t(BQ) * HS : 0);  // (BQ, HS), after qr and dor: for a bf16-stored dqkv
+    std::vector<float> orow(size_t(HS), 0.0f);           // in bf16, one row of O for D, rounded
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;

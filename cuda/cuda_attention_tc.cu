@@ -1,5 +1,7 @@
 // CUDA backend: the launchers of the tensor-core attention kernels (cuda_attention_tc.cuh), taken with matmul
 // precision bf16 on sm_80 and newer for head sizes 16, 32 and 64.
+#include <algorithm>
+
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda_check.h"
@@ -20,28 +22,44 @@ void check_tc_shape(int B, int T, int C, int NH) {
                "attention: grid too large for this T or B * NH");
 }
 
-// The tile pairs (query tile, key tile) one head's causal attention visits: kRows-row tiles, each query tile with the
-// key tiles up to its own.
-// Qualified: the kernel model compiles every launcher into one translation unit, where cuda_attention.cu's own kTile
-// would be found first.
-double causal_tile_pairs(int T) {
-  const double nb = double(ceil_div(size_t(T), tc::kRows));
-  return nb * (nb + 1.0) / 2.0;
+// What one head's causal attention visits, for the cost ledger, walked as the kernels walk it: the (block of kRows
+// rows, tile of kTile) pairs staged, and the 16 x 16 blocks of scores the warps form in them (each block one 16 x 16
+// x HS product per product of the pass). Qualified: the kernel model compiles every launcher into one translation
+// unit, where cuda_attention.cu's own kTile would be found first.
+struct CausalWork {
+  double pairs = 0.0, blocks = 0.0;
+};
+// Forward and dQ: each block of query rows with the key tiles up to its last row.
+CausalWork query_block_work(int T) {
+  CausalWork w;
+  for (int i0 = 0; i0 < T; i0 += tc::kRows)
+    for (int j0 = 0; j0 <= std::min(i0 + tc::kRows, T) - 1; j0 += tc::kTile) {
+      w.pairs += 1.0;
+      for (int warp = 0; warp < tc::kWarps; ++warp) w.blocks += tc::visible_blocks(i0, j0, warp);
+    }
+  return w;
 }
-// The pairs' products as whole tiles: on each diagonal tile the warps form 1 + 2 + 3 + 4 of the 16 blocks of 16 x 16
-// (the others are masked, tc::visible_blocks), 10/16 of a tile.
-double causal_tile_products(int T) {
-  return causal_tile_pairs(T) - double(ceil_div(size_t(T), tc::kRows)) * (1.0 - 10.0 / 16.0);
+// dK/dV: each block of key rows with the query tiles from its first row on.
+CausalWork key_block_work(int T) {
+  CausalWork w;
+  for (int j_first = 0; j_first < T; j_first += tc::kRows)
+    for (int i0 = j_first; i0 < T; i0 += tc::kTile) {
+      w.pairs += 1.0;
+      for (int warp = 0; warp < tc::kWarps; ++warp)
+        w.blocks += tc::kBlocksPerTile - tc::first_seen_block(j_first, i0, warp);
+    }
+  return w;
 }
 
 template <int HS, typename StoreT>
 void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
   auto* const kernel = attention_forward_tc_kernel<HS, StoreT>;  // one macro argument
-  // Per head: the Q rows read once, a K and a V tile per tile pair, out and lse written; two products per pair.
-  const double heads = double(B) * NH, s = sizeof(StoreT), pairs = causal_tile_pairs(T), tile = double(tc::kTile) * HS;
-  report_launch("attention_forward_tc", heads * (s * T * HS + 2.0 * s * tile * pairs), heads * (s * T * HS + 4.0 * T),
-                heads * causal_tile_products(T) * 4.0 * tc::kRows * tile, false, true);
+  // Per head: the Q rows read once, a K and a V tile per pair, out and lse written; two products per score block.
+  const CausalWork work = query_block_work(T);
+  const double heads = double(B) * NH, s = sizeof(StoreT), tile = double(tc::kTile) * HS;
+  report_launch("attention_forward_tc", heads * (s * T * HS + 2.0 * s * tile * work.pairs),
+                heads * (s * T * HS + 4.0 * T), heads * work.blocks * 4.0 * 16 * 16 * HS, false, true);
   EMBER_KERNEL_LAUNCH(kernel, grid, kWarps * kWarpSize, stream, out, lse, qkv, T, C, NH, 1.0f / sqrtf(float(HS)));
   EMBER_CUDA_LAUNCH_CHECK();
 }
@@ -54,16 +72,16 @@ void backward_tc(GradT* dqkv, float* delta, const float* dout, const StoreT* qkv
   auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, StoreT, GradT>;  // one macro argument each
   auto* const dkv_kernel = attention_backward_dkv_tc_kernel<HS, StoreT, GradT>;
   // dQ, per head: Q, O and dO (fp32) rows and lse read once, delta written; K and V tiles per pair; dQ written; three
-  // products per pair. dK/dV: K and V rows once; Q, dO, lse and delta per pair; dK and dV written; four products per
-  // pair.
-  const double heads = double(B) * NH, s = sizeof(StoreT), g = sizeof(GradT), pairs = causal_tile_pairs(T),
-               tile = double(tc::kTile) * HS;
-  const double rows = double(T) * HS, flops = tc::kRows * tile * causal_tile_products(T) * heads;
-  report_launch("attention_backward_dq_tc", heads * (2.0 * s * rows + 4.0 * rows + 4.0 * T + 2.0 * s * tile * pairs),
-                heads * (4.0 * T + g * rows), 6.0 * flops, false, true);
+  // products per score block. dK/dV: K and V rows once; Q, dO, lse and delta per pair; dK and dV written; four
+  // products per score block.
+  const CausalWork qw = query_block_work(T), kw = key_block_work(T);
+  const double heads = double(B) * NH, s = sizeof(StoreT), g = sizeof(GradT), tile = double(tc::kTile) * HS;
+  const double rows = double(T) * HS, product = 2.0 * 16 * 16 * HS * heads;  // FLOPs of a block's product, all heads
+  report_launch("attention_backward_dq_tc", heads * (2.0 * s * rows + 4.0 * rows + 4.0 * T + 2.0 * s * tile * qw.pairs),
+                heads * (4.0 * T + g * rows), 3.0 * product * qw.blocks, false, true);
   report_launch("attention_backward_dkv_tc",
-                heads * (2.0 * s * rows + (s + 4.0) * tile * pairs + 8.0 * tc::kTile * pairs), heads * 2.0 * g * rows,
-                8.0 * flops, false, true);
+                heads * (2.0 * s * rows + (s + 4.0) * tile * kw.pairs + 8.0 * tc::kTile * kw.pairs),
+                heads * 2.0 * g * rows, 4.0 * product * kw.blocks, false, true);
   EMBER_KERNEL_LAUNCH(dq_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(dkv_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, lse, T, C, NH, scale);

@@ -32,13 +32,16 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kRows = 16 * kWarps;   // query rows (forward, dQ) or key rows (dK/dV) per block: 16 per warp
-constexpr int kTile = 64;            // keys (forward, dQ) or queries (dK/dV) per shared tile; equal to kRows, so
-                                     // tiles and blocks share boundaries and the diagonal falls in one tile
+constexpr int kTile = 64;            // keys (forward, dQ) or queries (dK/dV) per shared tile. kRows is a multiple, so
+                                     // a block's diagonal spans kRows / kTile whole tiles. Each tile is read once per
+                                     // block: 128 rows a block read K and V (or Q and dO) half as often as 64 did.
 constexpr int kSkew = 8;             // bf16 of padding per shared row: a row of 64 + 8 is 36 words, 4 mod 32, so the
                                      // 8 rows x 4 words a fragment load touches hit 32 different banks
 constexpr int kLdT = kTile + kSkew;  // row length of tiles stored transposed (head dim major)
+static_assert(kRows % kTile == 0 && kTile % 16 == 0, "blocks and tiles share boundaries");
+constexpr int kBlocksPerTile = kTile / 16;  // the 16-column blocks of a tile
 
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo in the low half
@@ -134,12 +137,14 @@ __device__ inline void mma_scores(float (&acc)[DT][4], const float (&c)[NT][4], 
   }
 }
 
-// Stages rows row0.. (kTile of them) of one head's (T, HS) slice, rows `stride` elements apart (fp32 or bf16), as
-// bf16: row-major into dst[r * (HS + kSkew) + d] and, where dst_t is given, transposed into dst_t[d * kLdT + r]. Rows
-// past T are zero, never garbage: a masked p = 0 times a NaN would still be NaN.
-template <int HS, typename SrcT>
+// Stages rows row0.. (ROWS of them: a tile, or a block's kRows) of one head's (T, HS) slice, rows `stride` elements
+// apart (fp32 or bf16), as bf16: row-major into dst[r * (HS + kSkew) + d] and, where dst_t is given (tiles only),
+// transposed into dst_t[d * kLdT + r]. Rows past T are zero, never garbage: a masked p = 0 times a NaN would still be
+// NaN.
+template <int HS, int ROWS, typename SrcT>
 __device__ inline void stage(bf16* dst, bf16* dst_t, const SrcT* src, int row0, int T, size_t stride) {
-  for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
+  static_assert(ROWS == kTile || ROWS == kRows, "a tile or a block");
+  for (int idx = threadIdx.x; idx < ROWS * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS;  // consecutive threads read consecutive d of one row
     const bf16 x = row0 + r < T ? as_bf16(src[size_t(row0 + r) * stride + d]) : __float2bfloat16_rn(0.0f);
     if (dst) dst[r * (HS + kSkew) + d] = x;
@@ -147,9 +152,19 @@ __device__ inline void stage(bf16* dst, bf16* dst_t, const SrcT* src, int row0, 
   }
 }
 
-// The 16-column blocks of key tile j0 that warp w's query rows (block i0) can see: all of them before the diagonal,
-// on it (j0 = i0: kTile = kRows, so the diagonal falls in one tile) the first w + 1, up to the warp's last row.
-__device__ inline int visible_blocks(int i0, int j0, int warp) { return j0 < i0 ? kTile / 16 : warp + 1; }
+// The 16-column blocks of key tile j0 that warp w's query rows (i0 + 16 w .. + 15, in block i0) can see: the first
+// ones, up to the warp's last row; all of them before the block's diagonal, none where the tile starts past the
+// warp's rows. i0 and j0 are multiples of 16.
+__host__ __device__ inline int visible_blocks(int i0, int j0, int warp) {
+  const int n = (i0 - j0) / 16 + warp + 1;
+  return n < 0 ? 0 : n > kBlocksPerTile ? kBlocksPerTile : n;
+}
+// The first 16-column block of query tile i0 that warp w's keys (j_first + 16 w .. + 15, in block j_first) are seen
+// from: the warp's keys see the queries from its first key on. kBlocksPerTile where the tile ends before them.
+__host__ __device__ inline int first_seen_block(int j_first, int i0, int warp) {
+  const int c = (j_first - i0) / 16 + warp;
+  return c < 0 ? 0 : c > kBlocksPerTile ? kBlocksPerTile : c;
+}
 
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
 // Warp w owns query rows i0 + 16 w .. + 15 and keeps their q fragments and output accumulators in registers.
@@ -168,7 +183,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel
   const int rows[2] = {i0 + warp * 16 + lane / 4, i0 + warp * 16 + lane / 4 + 8};  // this thread's query rows
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // row t: q at +t*3C, k at +C, v at +2C
 
-  stage<HS>(q_s, nullptr, base, i0, T, C3);
+  stage<HS, kRows>(q_s, nullptr, base, i0, T, C3);
   __syncthreads();
   uint32_t qf[KC][4];
   load_a_rows<LD>(qf, q_s, warp * 16, lane);
@@ -177,10 +192,11 @@ __global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel
   const int last_row = min(i0 + kRows, T) - 1;
   for (int j0 = 0; j0 <= last_row; j0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
-    stage<HS>(k_s, nullptr, base + C, j0, T, C3);
-    stage<HS>(nullptr, vt_s, base + 2 * C, j0, T, C3);
+    stage<HS, kTile>(k_s, nullptr, base + C, j0, T, C3);
+    stage<HS, kTile>(nullptr, vt_s, base + 2 * C, j0, T, C3);
     __syncthreads();
     const int c1 = visible_blocks(i0, j0, warp);
+    if (c1 == 0) continue;  // warp-uniform: the tile starts past this warp's rows
     float s[NT][4] = {};
     mma_rows<LD>(s, qf, k_s, lane, 0, c1);  // S = Q K^T
     float mx[2] = {m[0], m[1]};
@@ -250,11 +266,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                                     const float* lse,   // (B, NH, T)
                                     int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
-  __shared__ __align__(16) bf16 q_s[kRows * LD];
-  __shared__ __align__(16) bf16 do_s[kRows * LD];
-  __shared__ __align__(16) bf16 k_s[kTile * LD];
-  __shared__ __align__(16) bf16 kt_s[HS * kLdT];
-  __shared__ __align__(16) bf16 v_s[kTile * LD];
+  // The block's Q and dO rows go into registers before the loop, whose K and V tiles then reuse their memory (both
+  // at once would pass the 48 KB of static shared memory at HS = 64).
+  constexpr int kBlockElems = 2 * kRows * LD, kLoopElems = 2 * kTile * LD + HS * kLdT;
+  __shared__ __align__(16) bf16 smem[kBlockElems > kLoopElems ? kBlockElems : kLoopElems];
+  bf16 *const q_s = smem, *const do_s = smem + kRows * LD;
+  bf16 *const k_s = smem, *const v_s = smem + kTile * LD, *const kt_s = smem + 2 * kTile * LD;
   __shared__ float lse_s[kRows], d_s[kRows];
   const int C3 = 3 * C, bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows;
@@ -263,8 +280,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
   const size_t o_base = size_t(b) * T * C + size_t(h) * HS;  // row t of this head in out/dout: + t*C
 
-  stage<HS>(q_s, nullptr, base, i0, T, C3);
-  stage<HS>(do_s, nullptr, dout + o_base, i0, T, C);
+  stage<HS, kRows>(q_s, nullptr, base, i0, T, C3);
+  stage<HS, kRows>(do_s, nullptr, dout + o_base, i0, T, C);
   for (int r = warp * 16; r < warp * 16 + 16; ++r) {  // each warp its own 16 rows, in fp32 from global memory
     const int i = i0 + r;
     float part = 0.0f;
@@ -288,11 +305,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 
   const int last_row = min(i0 + kRows, T) - 1;
   for (int j0 = 0; j0 <= last_row; j0 += kTile) {
-    __syncthreads();
-    stage<HS>(k_s, kt_s, base + C, j0, T, C3);
-    stage<HS>(v_s, nullptr, base + 2 * C, j0, T, C3);
+    __syncthreads();  // the previous tile (or, first, the Q and dO rows) is no longer read
+    stage<HS, kTile>(k_s, kt_s, base + C, j0, T, C3);
+    stage<HS, kTile>(v_s, nullptr, base + 2 * C, j0, T, C3);
     __syncthreads();
     const int c1 = visible_blocks(i0, j0, warp);
+    if (c1 == 0) continue;  // warp-uniform: the tile starts past this warp's rows
     float s[NT][4] = {}, dp[NT][4] = {};
     mma_rows<LD>(s, qf, k_s, lane, 0, c1);    // S = Q K^T
     mma_rows<LD>(dp, dof, v_s, lane, 0, c1);  // dP = dO V^T
@@ -331,10 +349,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                                      const float* lse,    // (B, NH, T)
                                      int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
-  __shared__ __align__(16) bf16 q_s[kTile * LD];  // also stages this block's K rows before the loop
-  __shared__ __align__(16) bf16 qt_s[HS * kLdT];
-  __shared__ __align__(16) bf16 do_s[kTile * LD];  // also stages this block's V rows before the loop
-  __shared__ __align__(16) bf16 dot_s[HS * kLdT];
+  // The block's K and V rows go into registers before the loop, whose Q and dO tiles then reuse their memory.
+  constexpr int kBlockElems = 2 * kRows * LD, kLoopElems = 2 * (kTile * LD + HS * kLdT);
+  __shared__ __align__(16) bf16 smem[kBlockElems > kLoopElems ? kBlockElems : kLoopElems];
+  bf16 *const k_rows = smem, *const v_rows = smem + kRows * LD;
+  bf16 *const q_s = smem, *const qt_s = q_s + kTile * LD, *const do_s = qt_s + HS * kLdT,
+              *const dot_s = do_s + kTile * LD;
   __shared__ float lse_s[kTile], d_s[kTile];
   const int C3 = 3 * C, bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int j_first = blockIdx.y * kRows;  // low j has the most queries, and low blockIdx.y starts first
@@ -343,26 +363,27 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
   const size_t o_base = size_t(b) * T * C + size_t(h) * HS;
 
-  stage<HS>(q_s, nullptr, base + C, j_first, T, C3);
-  stage<HS>(do_s, nullptr, base + 2 * C, j_first, T, C3);
+  stage<HS, kRows>(k_rows, nullptr, base + C, j_first, T, C3);
+  stage<HS, kRows>(v_rows, nullptr, base + 2 * C, j_first, T, C3);
   __syncthreads();
   uint32_t kf[KC][4], vf[KC][4];
-  load_a_rows<LD>(kf, q_s, warp * 16, lane);
-  load_a_rows<LD>(vf, do_s, warp * 16, lane);
+  load_a_rows<LD>(kf, k_rows, warp * 16, lane);
+  load_a_rows<LD>(vf, v_rows, warp * 16, lane);
   float dk[DT][4] = {}, dv[DT][4] = {};
 
   for (int i0 = j_first; i0 < T; i0 += kTile) {
     __syncthreads();  // the previous tile (or the K and V staging) is no longer read
-    stage<HS>(q_s, qt_s, base, i0, T, C3);
-    stage<HS>(do_s, dot_s, dout + o_base, i0, T, C);
+    stage<HS, kTile>(q_s, qt_s, base, i0, T, C3);
+    stage<HS, kTile>(do_s, dot_s, dout + o_base, i0, T, C);
     if (threadIdx.x < kTile) {
       const int i = i0 + threadIdx.x;
       lse_s[threadIdx.x] = i < T ? lse[size_t(bh) * T + i] : 0.0f;
       d_s[threadIdx.x] = i < T ? delta[size_t(bh) * T + i] : 0.0f;
     }
     __syncthreads();
-    // On the diagonal tile (i0 = j_first) warp w's keys see only the queries from column 16 w on.
-    const int c0 = i0 == j_first ? warp : 0;
+    // On the block's diagonal warp w's keys see only the queries from its own first key on.
+    const int c0 = first_seen_block(j_first, i0, warp);
+    if (c0 == kBlocksPerTile) continue;  // warp-uniform: the tile ends before this warp's keys
     float st[NT][4] = {}, dpt[NT][4] = {};
     mma_rows<LD>(st, kf, q_s, lane, c0, NT / 2);    // S^T = K Q^T
     mma_rows<LD>(dpt, vf, do_s, lane, c0, NT / 2);  // dP^T = V dO^T

@@ -98,10 +98,13 @@ TEST_P(TensorCoreAttentionModel, MatchesTheCpuWithinTheRoundingOfPAndDS) {
   check("lse", lse, lse_ref, nullptr, double(T) * HS);
   check("dqkv", dqkv, dqkv_ref, &bd.dqkv, 2.0 * T * HS);
 }
-// HS = 16 over three key tiles (the last partial), HS = 32 in one partial tile, HS = 64 over two tiles, and T = 1.
+// Blocks of 128 rows over tiles of 64: HS = 16 over two blocks and three key tiles (the last partial, on the second
+// block's diagonal), HS = 32 in one partial tile, HS = 64 in one block over two tiles (the second past the first four
+// warps' rows), HS = 64 over two blocks where the second block's last tile starts past its first four warps' rows,
+// and T = 1.
 INSTANTIATE_TEST_SUITE_P(Shapes, TensorCoreAttentionModel,
                          ::testing::Values(Shape{1, 150, 48, 3}, Shape{2, 41, 64, 2}, Shape{1, 70, 128, 2},
-                                           Shape{1, 1, 48, 3}),
+                                           Shape{1, 200, 128, 2}, Shape{1, 1, 48, 3}),
                          [](const auto& info) {
                            const Shape& s = info.param;
                            return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" + std::to_string(s.C) +

@@ -90,9 +90,10 @@ class CudaBackend final : public Backend, private cuda::OpResources {
 
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int t) override;
+                    float eps, float weight_decay, int t, float grad_scale) override;
   void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
-                             size_t nseg, float lr, float beta1, float beta2, float eps, int t) override;
+                             size_t nseg, float lr, float beta1, float beta2, float eps, int t,
+                             float grad_scale) override;
 
  private:
   // What the shared adapter functions (cuda_dispatch.h) run with: the stream, handles, scratch and device.

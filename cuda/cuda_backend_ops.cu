@@ -141,13 +141,14 @@ double CudaBackend::sum_squares(const float* x,  // (n)
 }
 
 void CudaBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
-                               float beta2, float eps, float weight_decay, int t) {
-  cuda::adamw_update(op_context(), params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+                               float beta2, float eps, float weight_decay, int t, float grad_scale) {
+  cuda::adamw_update(op_context(), params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
 }
 
 void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
-                                        size_t nseg, float lr, float beta1, float beta2, float eps, int t) {
-  cuda::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t);
+                                        size_t nseg, float lr, float beta1, float beta2, float eps, int t,
+                                        float grad_scale) {
+  cuda::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t, grad_scale);
 }
 
 const AdamWSegment* CudaBackend::kernel_segments(const AdamWSegment* segs, size_t nseg) {

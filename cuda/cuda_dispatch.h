@@ -227,10 +227,11 @@ inline void adamw_update(const OpContext& ctx, float* params,  // (n)
                          const float* grads,                   // (n)
                          float* m,                             // (n)
                          float* v,                             // (n)
-                         size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+                         size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                         float grad_scale) {
   EMBER_ASSERT(t >= 1, "adamw_update: the step t is 1-based");
   launch_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, adamw_inv_bias_correction(beta1, t),
-                      adamw_inv_bias_correction(beta2, t), ctx.stream);
+                      adamw_inv_bias_correction(beta2, t), grad_scale, ctx.stream);
 }
 
 // The elements the segments span, from the first one's begin to the last one's end, once they are checked: ascending,
@@ -245,13 +246,13 @@ inline size_t adamw_segments_span(const AdamWSegment* segs, size_t nseg) {
 
 inline void adamw_update_segments(const OpContext& ctx, float* params, const float* grads, float* m, float* v,
                                   const AdamWSegment* segs,  // (nseg), host memory
-                                  size_t nseg, float lr, float beta1, float beta2, float eps, int t) {
+                                  size_t nseg, float lr, float beta1, float beta2, float eps, int t, float grad_scale) {
   EMBER_ASSERT(t >= 1, "adamw_update_segments: the step t is 1-based");
   if (nseg == 0) return;
   const size_t span = adamw_segments_span(segs, nseg);
   launch_adamw_update_segments(params, grads, m, v, ctx.resources.kernel_segments(segs, nseg), int(nseg), span, lr,
                                beta1, beta2, eps, adamw_inv_bias_correction(beta1, t),
-                               adamw_inv_bias_correction(beta2, t), ctx.stream);
+                               adamw_inv_bias_correction(beta2, t), grad_scale, ctx.stream);
 }
 
 }  // namespace ember::cuda

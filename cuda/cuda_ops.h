@@ -162,11 +162,13 @@ void launch_crossentropy_forward_backward(float* losses, TensorOut logits, const
 constexpr int kSumSquaresBlocks = 1024;
 void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t stream);
 inline float adamw_inv_bias_correction(float beta, int t) { return float(1.0 / (1.0 - std::pow(double(beta), t))); }
+// grad_scale multiplies each gradient as it is read (the clipping factor).
 void launch_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2, cudaStream_t stream);
+                         float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2, float grad_scale,
+                         cudaStream_t stream);
 // segs: a device copy of nseg ascending segments spanning `span` elements from segs[0].begin.
 void launch_adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
                                   int nseg, size_t span, float lr, float beta1, float beta2, float eps, float inv_bc1,
-                                  float inv_bc2, cudaStream_t stream);
+                                  float inv_bc2, float grad_scale, cudaStream_t stream);
 
 }  // namespace ember::cuda

@@ -37,12 +37,12 @@ __global__ void __launch_bounds__(kSumSquaresThreads)
   if (threadIdx.x == 0) partials[kSumSquaresBlocks] = acc;
 }
 
-// The CPU formula, in the same order: m, v, bias-corrected mhat and vhat, then p -= lr (mhat / (sqrt(vhat) + eps)
-// + wd p), with the decoupled decay inside the same update.
+// The CPU formula, in the same order: the gradient times grad_scale, m, v, bias-corrected mhat and vhat, then
+// p -= lr (mhat / (sqrt(vhat) + eps) + wd p), with the decoupled decay inside the same update.
 __device__ inline void adamw_element(float* params, const float* grads, float* m, float* v, size_t i, float lr,
                                      float beta1, float beta2, float eps, float weight_decay, float inv_bc1,
-                                     float inv_bc2) {
-  const float g = grads[i];
+                                     float inv_bc2, float grad_scale) {
+  const float g = grads[i] * grad_scale;
   const float mi = beta1 * m[i] + (1.0f - beta1) * g;
   const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
   m[i] = mi;
@@ -56,9 +56,9 @@ __global__ void adamw_kernel(float* params,       // (n)
                              float* m,            // (n)
                              float* v,            // (n)
                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float inv_bc1,
-                             float inv_bc2) {
+                             float inv_bc2, float grad_scale) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    adamw_element(params, grads, m, v, i, lr, beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2);
+    adamw_element(params, grads, m, v, i, lr, beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2, grad_scale);
 }
 
 // All segments in one grid-stride pass over [segs[0].begin, segs[nseg - 1].end): each thread finds the segment of
@@ -66,7 +66,7 @@ __global__ void adamw_kernel(float* params,       // (n)
 __global__ void adamw_segments_kernel(float* params, const float* grads, float* m, float* v,
                                       const AdamWSegment* segs,  // (nseg) device copy, ascending
                                       int nseg, float lr, float beta1, float beta2, float eps, float inv_bc1,
-                                      float inv_bc2) {
+                                      float inv_bc2, float grad_scale) {
   const size_t first = segs[0].begin, last = segs[nseg - 1].end;
   size_t i = first + size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= last) return;
@@ -82,7 +82,7 @@ __global__ void adamw_segments_kernel(float* params, const float* grads, float* 
   for (; i < last; i += size_t(gridDim.x) * blockDim.x) {
     while (segs[k].end <= i) ++k;  // stops at nseg - 1 at the latest, since i < last
     if (i < segs[k].begin) continue;
-    adamw_element(params, grads, m, v, i, lr, beta1, beta2, eps, segs[k].weight_decay, inv_bc1, inv_bc2);
+    adamw_element(params, grads, m, v, i, lr, beta1, beta2, eps, segs[k].weight_decay, inv_bc1, inv_bc2, grad_scale);
   }
 }
 
@@ -99,24 +99,24 @@ void launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t
 }
 
 void launch_adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2,
+                         float beta2, float eps, float weight_decay, float inv_bc1, float inv_bc2, float grad_scale,
                          cudaStream_t stream) {
   if (n == 0) return;
   // params, grads, m and v read; params, m and v written.
   report_launch("adamw_update", 16.0 * double(n), 12.0 * double(n), 12.0 * double(n));
   EMBER_KERNEL_LAUNCH(adamw_kernel, elementwise_blocks(n), kElementwiseThreads, stream, params, grads, m, v, n, lr,
-                      beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2);
+                      beta1, beta2, eps, weight_decay, inv_bc1, inv_bc2, grad_scale);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
                                   int nseg, size_t span, float lr, float beta1, float beta2, float eps, float inv_bc1,
-                                  float inv_bc2, cudaStream_t stream) {
+                                  float inv_bc2, float grad_scale, cudaStream_t stream) {
   if (nseg == 0 || span == 0) return;
   // Over the span: params, grads, m and v read; params, m and v written (gaps between segments counted too).
   report_launch("adamw_update_segments", 16.0 * double(span), 12.0 * double(span), 12.0 * double(span));
   EMBER_KERNEL_LAUNCH(adamw_segments_kernel, elementwise_blocks(span), kElementwiseThreads, stream, params, grads, m, v,
-                      segs, nseg, lr, beta1, beta2, eps, inv_bc1, inv_bc2);
+                      segs, nseg, lr, beta1, beta2, eps, inv_bc1, inv_bc2, grad_scale);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

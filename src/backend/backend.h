@@ -230,18 +230,21 @@ class Backend {
 
   // --- reductions and optimizer ---
   virtual double sum_squares(const float* x, size_t n) = 0;  // sum of x^2 in fp64
-  // AdamW with bias correction; t is the 1-based step. Decoupled weight decay: p -= lr * wd * p.
+  // AdamW with bias correction; t is the 1-based step. Decoupled weight decay: p -= lr * wd * p. Each gradient is
+  // multiplied by grad_scale as it is read (gradient clipping's factor; 1 for none), which gives bitwise the update
+  // from gradients scaled in place beforehand, without a pass over them.
   virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
-                            float beta2, float eps, float weight_decay, int t) = 0;
+                            float beta2, float eps, float weight_decay, int t, float grad_scale) = 0;
   // The same update over many tensors in one call: segs (host memory; ascending, not overlapping) name the element
   // ranges of params/grads/m/v and each range's weight decay; elements between segments are left untouched. The
   // result equals one adamw_update per segment, bitwise. This default does exactly that; a GPU backend runs one
   // kernel over them all.
   virtual void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
-                                     size_t nseg, float lr, float beta1, float beta2, float eps, int t) {
+                                     size_t nseg, float lr, float beta1, float beta2, float eps, int t,
+                                     float grad_scale) {
     for (size_t k = 0; k < nseg; ++k)
       adamw_update(params + segs[k].begin, grads + segs[k].begin, m + segs[k].begin, v + segs[k].begin,
-                   segs[k].end - segs[k].begin, lr, beta1, beta2, eps, segs[k].weight_decay, t);
+                   segs[k].end - segs[k].begin, lr, beta1, beta2, eps, segs[k].weight_decay, t, grad_scale);
   }
 
   // --- the precision of the four matmul ops' GEMM inputs (core/dtype.h); fp32 until set ---

@@ -36,14 +36,14 @@ AdamW::~AdamW() {
   backend_.free(v_);
 }
 
-void AdamW::step(float* params, const float* shard_grads, float lr) {
+void AdamW::step(float* params, const float* shard_grads, float lr, float grad_scale) {
   ++t_;
   backend_.adamw_update_segments(params + begin_, shard_grads, m_, v_, segments_.data(), segments_.size(), lr,
-                                 config_.beta1, config_.beta2, config_.eps, t_);
+                                 config_.beta1, config_.beta2, config_.eps, t_, grad_scale);
 }
 
-void clip_grads(Backend& backend, float* grads, size_t n, float norm, float max_norm) {
-  if (max_norm > 0.0f && norm > max_norm) backend.scale(grads, max_norm / (norm + 1e-6f), n);
+float clip_scale(float norm, float max_norm) {
+  return max_norm > 0.0f && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
 }
 
 }  // namespace ember

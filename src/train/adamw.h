@@ -20,8 +20,9 @@ class AdamW {
   AdamW& operator=(const AdamW&) = delete;
 
   // One update with learning rate lr of params[shard_begin, shard_end) (params is the whole arena) from
-  // shard_grads, whose element 0 is arena element shard_begin. Increments the step used for bias correction.
-  void step(float* params, const float* shard_grads, float lr);
+  // shard_grads times grad_scale (clip_scale's factor), whose element 0 is arena element shard_begin. The gradients
+  // are read, not changed. Increments the step used for bias correction.
+  void step(float* params, const float* shard_grads, float lr, float grad_scale = 1.0f);
 
   size_t shard_begin() const { return begin_; }
   size_t shard_end() const { return end_; }
@@ -41,7 +42,7 @@ class AdamW {
   std::vector<AdamWSegment> segments_;  // the shard's table rows, relative to begin_, merged where decay agrees
 };
 
-// Scales n gradients so that a global norm `norm` becomes max_norm, when max_norm > 0 and norm exceeds it.
-void clip_grads(Backend& backend, float* grads, size_t n, float norm, float max_norm);
+// The factor that scales gradients of global norm `norm` to max_norm, when max_norm > 0 and norm exceeds it; else 1.
+float clip_scale(float norm, float max_norm);
 
 }  // namespace ember

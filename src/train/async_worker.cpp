@@ -111,7 +111,7 @@ TrainResult run_worker(AsyncJob& job) {
       require_finite_loss(loss, job.step_of(at), rank,
                           "lower optimizer.lr or async.outer_lr, then resume from the last checkpoint");
       const float norm = float(std::sqrt(be.sum_squares(model.grads(), arena)));
-      lr = apply_update(be, adam, model.params(), model.grads(), arena, norm, c, job.step_of(at));
+      lr = apply_update(adam, model.params(), model.grads(), norm, c, job.step_of(at));
       be.synchronize();
       if (round == 0 && i == 0) log_measured_memory(be, counted_bytes, job.gpu_shared);
       loss_sum += loss;

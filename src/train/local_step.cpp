@@ -22,11 +22,10 @@ double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int
   return loss;
 }
 
-float apply_update(Backend& backend, AdamW& optimizer, float* params, float* grads, size_t n, float norm,
-                   const RunConfig& config, int64_t step) {
-  clip_grads(backend, grads, n, norm, config.training.max_norm);
+float apply_update(AdamW& optimizer, float* params, const float* grads, float norm, const RunConfig& config,
+                   int64_t step) {
   const float lr = lr_at_step(config, step);
-  optimizer.step(params, grads, lr);
+  optimizer.step(params, grads, lr, clip_scale(norm, config.training.max_norm));
   return lr;
 }
 

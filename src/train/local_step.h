@@ -31,10 +31,11 @@ struct TokenBatch {
 double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int micro_batches, uint64_t first,
                             uint64_t stride, const std::function<void(int)>& last_hook = nullptr);
 
-// Clips the n gradients `grads`, whose global L2 norm is `norm`, to training.max_norm, and takes one AdamW step of
-// `params` at the learning rate the schedule gives optimizer step `step` (0-based). Returns that learning rate.
-float apply_update(Backend& backend, AdamW& optimizer, float* params, float* grads, size_t n, float norm,
-                   const RunConfig& config, int64_t step);
+// Takes one AdamW step of `params` from the gradients `grads`, whose global L2 norm is `norm`, clipped to
+// training.max_norm inside the update (the gradients are left as they are), at the learning rate the schedule gives
+// optimizer step `step` (0-based). Returns that learning rate.
+float apply_update(AdamW& optimizer, float* params, const float* grads, float norm, const RunConfig& config,
+                   int64_t step);
 
 // Throws ember::Error "training diverged [on worker rank R ]at step S: loss is L" with `hint` unless the loss is
 // finite (worker_rank < 0: no rank named). The message is built only on failure: this runs every step.

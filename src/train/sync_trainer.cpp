@@ -285,7 +285,7 @@ TrainResult SyncTrainer::run() {
     loss = scalars[0] / N;
     const float grad_norm = float(std::sqrt(s.zero() ? scalars[1] : be.sum_squares(grads, grad_n)));
     const bool stop_requested = scalars[2] > 0.0;
-    const float lr = apply_update(be, *s.optimizer, model.params(), grads, grad_n, grad_norm, c, s.step);
+    const float lr = apply_update(*s.optimizer, model.params(), grads, grad_norm, c, s.step);
     if (s.zero()) {
       // Every rank's updated shard to every rank, in place.
       const double t_gather = now_seconds();

@@ -156,8 +156,8 @@ TEST_F(CudaOps, AdamW) {
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
     FBuf pi(*be[k], p0), mi(*be[k], m0), vi(*be[k], v0), a(*be[k], g1), b(*be[k], g2);
-    be[k]->adamw_update(pi.get(), a.get(), mi.get(), vi.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
-    be[k]->adamw_update(pi.get(), b.get(), mi.get(), vi.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4);
+    be[k]->adamw_update(pi.get(), a.get(), mi.get(), vi.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+    be[k]->adamw_update(pi.get(), b.get(), mi.get(), vi.get(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.37f);
     p[k] = pi.host(), m[k] = mi.host(), v[k] = vi.host();
   }
   // A handful of roundings per element; nvcc may contract a*b+c into FMAs where the CPU rounds twice: K = 4.
@@ -183,9 +183,9 @@ TEST_F(CudaOps, AdamWSegmentsMatchTheCpu) {
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
     FBuf pi(*be[k], p0), mi(*be[k], n), vi(*be[k], n), gi(*be[k], g);
-    for (int t = 1; t <= 2; ++t)
+    for (int t = 1; t <= 2; ++t)  // the second step with gradients clipped by half
       be[k]->adamw_update_segments(pi.get(), gi.get(), mi.get(), vi.get(), segs.data(), segs.size(), 1e-3f, 0.9f, 0.95f,
-                                   1e-8f, t);
+                                   1e-8f, t, t == 2 ? 0.5f : 1.0f);
     p[k] = pi.host(), m[k] = mi.host();
   }
   // As the single-range AdamW test: a handful of roundings per element, FMA contraction on the GPU: K = 4.

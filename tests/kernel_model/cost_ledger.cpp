@@ -23,7 +23,7 @@
 #include "launch_cost.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
-#include "train/lr_schedule.h"
+#include "train/local_step.h"
 
 namespace ember {
 namespace {
@@ -113,8 +113,7 @@ int run(int argc, char** argv) {
   model.forward_backward(tokens.data(), tokens.data(), B, T, 1.0f);
   ledger.phase = "optimizer";
   be->sum_squares(model.grads(), arena);
-  clip_grads(*be, model.grads(), arena, 2.0f * c.training.max_norm, c.training.max_norm);
-  adam.step(model.params(), model.grads(), lr_at_step(c, 0));
+  apply_update(adam, model.params(), model.grads(), 2.0f * c.training.max_norm, c, 0);
   launch_cost_sink() = nullptr;
   const KernelModelCounts after = kernel_model_counts();
 

@@ -286,12 +286,13 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     return partials.back();
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int t) override {
-    k::adamw_update(op_context(), params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+                    float eps, float weight_decay, int t, float grad_scale) override {
+    k::adamw_update(op_context(), params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
   }
   void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
-                             size_t nseg, float lr, float beta1, float beta2, float eps, int t) override {
-    k::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t);
+                             size_t nseg, float lr, float beta1, float beta2, float eps, int t,
+                             float grad_scale) override {
+    k::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t, grad_scale);
   }
 
  private:

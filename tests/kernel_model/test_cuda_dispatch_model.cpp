@@ -124,7 +124,7 @@ TEST(CudaDispatchModel, AdamWSegmentsAreChecked) {
                                   reversed = {{8, 4}};
   for (const auto* segs : {&overlapping, &descending, &reversed})
     EXPECT_THROW(be->adamw_update_segments(p.get(), g.get(), m.get(), v.get(), segs->data(), segs->size(), 1e-2f, 0.9f,
-                                           0.95f, 1e-8f, 1),
+                                           0.95f, 1e-8f, 1, 1.0f),
                  Error);
   EXPECT_EQ(p.host(), Floats(64, 1.0f)) << "a refused update changed the parameters";
 }

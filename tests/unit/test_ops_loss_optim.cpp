@@ -90,7 +90,7 @@ TEST_F(CpuOpsMisc, AdamW) {
       for (int t = 1; t <= 5; ++t) {
         const auto g = rng.normal(n, 0.1f);
         Floats d_g(*be, g);
-        be->adamw_update(d_p.get(), d_g.get(), d_m.get(), d_v.get(), n, lr, beta1, beta2, eps, wd, t);
+        be->adamw_update(d_p.get(), d_g.get(), d_m.get(), d_v.get(), n, lr, beta1, beta2, eps, wd, t, 1.0f);
         const double b1 = beta1, b2 = beta2;  // the fp32 hyper-parameters, exactly
         for (size_t i = 0; i < n; ++i) {
           md[i] = b1 * md[i] + (1 - b1) * g[i];
@@ -109,6 +109,28 @@ TEST_F(CpuOpsMisc, AdamW) {
   }
 }
 
+// Clipping inside the update: grad_scale s gives bitwise the update from the gradients scaled by s in place first (the
+// product is the same fp32 rounding either way), and leaves the gradients as they were.
+TEST_F(CpuOpsMisc, AdamWGradScaleEqualsScalingTheGradientsFirst) {
+  const size_t n = 100003;
+  const float s = 0.3f;
+  Rng rng(305);
+  const auto p0 = rng.normal(n), g = rng.normal(n, 0.1f);
+  Floats p(*be, p0), m(*be, n), v(*be, n), gb(*be, g);
+  Floats q(*be, p0), qm(*be, n), qv(*be, n), gs(*be, g);
+  be->scale(gs.get(), s, n);
+  for (int t = 1; t <= 3; ++t) {
+    be->adamw_update(p.get(), gb.get(), m.get(), v.get(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, s);
+    be->adamw_update(q.get(), gs.get(), qm.get(), qv.get(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f);
+  }
+  EXPECT_EQ(p.host(), q.host());
+  EXPECT_EQ(m.host(), qm.host());
+  EXPECT_EQ(v.host(), qv.host());
+  EXPECT_EQ(gb.host(), g) << "the update changed the gradients";
+  be->adamw_update(q.get(), gb.get(), qm.get(), qv.get(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 1.0f);
+  EXPECT_NE(q.host(), p.host()) << "unscaled gradients gave the scaled update";
+}
+
 // AdamW over segments in one call: each segment equals adamw_update on its slice with its own decay, bitwise, and
 // the elements between segments (the arena's alignment padding) are not touched.
 TEST_F(CpuOpsMisc, AdamWSegmentsEqualOneUpdatePerSegmentAndSkipGaps) {
@@ -120,10 +142,10 @@ TEST_F(CpuOpsMisc, AdamWSegmentsEqualOneUpdatePerSegmentAndSkipGaps) {
   Floats q(*be, p0), qm(*be, n), qv(*be, n);
   for (int t = 1; t <= 3; ++t) {
     be->adamw_update_segments(p.get(), gb.get(), m.get(), v.get(), segs.data(), segs.size(), 1e-2f, 0.9f, 0.95f, 1e-8f,
-                              t);
+                              t, 0.75f);
     for (const AdamWSegment& s : segs)
       be->adamw_update(q.get() + s.begin, gb.get() + s.begin, qm.get() + s.begin, qv.get() + s.begin, s.end - s.begin,
-                       1e-2f, 0.9f, 0.95f, 1e-8f, s.weight_decay, t);
+                       1e-2f, 0.9f, 0.95f, 1e-8f, s.weight_decay, t, 0.75f);
   }
   EXPECT_EQ(p.host(), q.host());
   EXPECT_EQ(m.host(), qm.host());

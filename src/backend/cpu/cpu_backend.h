@@ -68,7 +68,7 @@ class CpuBackend final : public Backend {
 
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int t) override;
+                    float eps, float weight_decay, int t, float grad_scale) override;
 
  private:
   // The matmul ops' widened or rounded copies of their inputs under bf16 (inp, weight, dout), then a bf16-stored

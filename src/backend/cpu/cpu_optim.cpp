@@ -33,14 +33,15 @@ void CpuBackend::adamw_update(float* params,       // (n)
                               const float* grads,  // (n)
                               float* m,            // (n)
                               float* v,            // (n)
-                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                              float grad_scale) {
   // Bias corrections in fp64: beta2^t with beta2 = 0.999 loses digits in fp32 over thousands of steps.
   const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
   const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
   const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (size_t i = 0; i < n; ++i) {
-    const float g = grads[i];
+    const float g = grads[i] * grad_scale;
     const float mi = beta1 * m[i] + a1 * g;
     const float vi = beta2 * v[i] + a2 * g * g;
     m[i] = mi;

@@ -81,88 +81,99 @@ __global__ void residual_layernorm_forward_kernel(float* residual,      // (N, C
   layernorm_warp_row(out + base, &mean[row], &rstd[row], x, weight, bias, sum, C, lane);
 }
 
-// dx += rs * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = g * weight, xhat the normalised input.
-__global__ void layernorm_backward_dinp_kernel(float* dinp,          // (N, C) +=
-                                               const float* dout,    // (N, C)
-                                               const float* inp,     // (N, C)
-                                               const float* weight,  // (C)
-                                               const float* mean,    // (N)
-                                               const float* rstd,    // (N)
-                                               int N, int C) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= N) return;
-  const float* g = dout + size_t(row) * C;
-  const float* x = inp + size_t(row) * C;
-  const float m = mean[row], rs = rstd[row];
-  float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float dn = g[c] * weight[c];
-    dn_sum += dn;
-    dn_xhat_sum += dn * (x[c] - m) * rs;
+// The backward in one pass over dout and inp, a block of kRowsPerBlock warps per chunk of kChunkRows rows, taken in
+// groups of kRowsPerBlock rows:
+//   dinp: each warp one row of the group, dx += rs * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = g * weight, xhat
+//   the normalised input;
+//   dweight and dbias: then the group's rows again by column (thread t owns columns t, t + blockDim.x, ...), while
+//   they sit in this SM's L1, each thread adding g * xhat and g to its columns' sums in row order. The chunk's sums
+//   go to partial[chunk, c] and partial[chunks + chunk, c]; layernorm_backward_params_finish_kernel adds the chunks.
+// Fixed orders throughout: deterministic. dout and inp leave DRAM once for both results.
+constexpr int kChunkRows = 8 * kRowsPerBlock;  // 64: 256 chunks at N = 16384, two blocks per SM on an H100
+constexpr int kBackwardThreads = kRowsPerBlock * kWarpSize;
+constexpr int kMaxColsPerThread = 32;  // the column sums' registers per thread: C up to 8192
+int param_chunks(int N) { return int(ceil_div(size_t(N), kChunkRows)); }
+
+__global__ void __launch_bounds__(kBackwardThreads) layernorm_backward_kernel(float* dinp,          // (N, C) +=
+                                                                              float* partial,       // (2 chunks, C) out
+                                                                              const float* dout,    // (N, C)
+                                                                              const float* inp,     // (N, C)
+                                                                              const float* weight,  // (C)
+                                                                              const float* mean,    // (N)
+                                                                              const float* rstd,    // (N)
+                                                                              int N, int C) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int r0 = blockIdx.x * kChunkRows, r1 = min(r0 + kChunkRows, N);
+  float dw[kMaxColsPerThread] = {}, db[kMaxColsPerThread] = {};
+  for (int g0 = r0; g0 < r1; g0 += kRowsPerBlock) {
+    const int row = g0 + warp;
+    if (row < r1) {  // warp-uniform
+      const float* g = dout + size_t(row) * C;
+      const float* x = inp + size_t(row) * C;
+      const float m = mean[row], rs = rstd[row];
+      float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
+      for (int c = lane; c < C; c += kWarpSize) {
+        const float dn = g[c] * weight[c];
+        dn_sum += dn;
+        dn_xhat_sum += dn * (x[c] - m) * rs;
+      }
+      const float dn_mean = warp_sum(dn_sum) / float(C), dn_xhat_mean = warp_sum(dn_xhat_sum) / float(C);
+      float* dx = dinp + size_t(row) * C;
+      for (int c = lane; c < C; c += kWarpSize) {
+        const float xhat = (x[c] - m) * rs;
+        dx[c] += (g[c] * weight[c] - dn_mean - xhat * dn_xhat_mean) * rs;
+      }
+    }
+    for (int r = g0; r < min(g0 + kRowsPerBlock, r1); ++r) {
+      const float m = mean[r], rs = rstd[r];
+#pragma unroll
+      for (int k = 0; k < kMaxColsPerThread; ++k) {
+        const int c = threadIdx.x + k * kBackwardThreads;
+        if (c < C) {
+          const size_t i = size_t(r) * C + c;
+          const float g = dout[i];
+          dw[k] += g * (inp[i] - m) * rs;
+          db[k] += g;
+        }
+      }
+    }
   }
-  const float dn_mean = warp_sum(dn_sum) / float(C), dn_xhat_mean = warp_sum(dn_xhat_sum) / float(C);
-  float* dx = dinp + size_t(row) * C;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float xhat = (x[c] - m) * rs;
-    dx[c] += (g[c] * weight[c] - dn_mean - xhat * dn_xhat_mean) * rs;
+#pragma unroll
+  for (int k = 0; k < kMaxColsPerThread; ++k) {
+    const int c = threadIdx.x + k * kBackwardThreads;
+    if (c < C) {
+      partial[size_t(blockIdx.x) * C + c] = dw[k];
+      partial[size_t(gridDim.x + blockIdx.x) * C + c] = db[k];
+    }
   }
 }
 
-// dweight[c] += sum_r g[r,c] xhat[r,c], dbias[c] += sum_r g[r,c] in two stages, so that the few columns of a
-// layernorm (768 at GPT-2 124M: 24 column blocks) still spread over the GPU: chunks of kParamChunkRows rows, each a
-// column-sum block of cuda_common.cuh writing its partial sums, then one pass adding the chunks in order. Fixed
-// orders throughout: deterministic.
-constexpr int kParamChunkRows = 256;
-int param_chunks(int N) { return int(ceil_div(size_t(N), kParamChunkRows)); }
-
-// partial[y, c] and partial[chunks + y, c]: the dweight and dbias sums over the rows of chunk y.
-__global__ void layernorm_backward_params_partial_kernel(float* partial,     // (2 chunks, C)
-                                                         const float* dout,  // (N, C)
-                                                         const float* inp,   // (N, C)
-                                                         const float* mean,  // (N)
-                                                         const float* rstd,  // (N)
-                                                         int N, int C) {
-  __shared__ float dw_part[kRowLanes][kColTile];
-  __shared__ float db_part[kRowLanes][kColTile];
-  const int c = blockIdx.x * kColTile + threadIdx.x;
-  const int r0 = blockIdx.y * kParamChunkRows, r1 = min(r0 + kParamChunkRows, N);
-  float dw = 0.0f, db = 0.0f;
-  if (c < C) {
-    for (int r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-      const size_t i = size_t(r) * C + c;
-      const float g = dout[i];
-      dw += g * (inp[i] - mean[r]) * rstd[r];
-      db += g;
-    }
-  }
-  dw_part[threadIdx.y][threadIdx.x] = dw;
-  db_part[threadIdx.y][threadIdx.x] = db;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int y = 0; y < kRowLanes; ++y) {
-      sw += dw_part[y][threadIdx.x];
-      sb += db_part[y][threadIdx.x];
-    }
-    partial[size_t(blockIdx.y) * C + c] = sw;
-    partial[size_t(gridDim.y + blockIdx.y) * C + c] = sb;
-  }
-}
-
-// dweight[c] += the chunks' dweight sums in order, dbias[c] += theirs.
+// dweight[c] += the chunks' dweight sums, dbias[c] += theirs: a column-sum block of cuda_common.cuh per kColTile
+// columns, row lane y adding chunks y, y + kRowLanes, ... in order, then the lanes in order.
 __global__ void layernorm_backward_params_finish_kernel(float* dweight,        // (C) +=
                                                         float* dbias,          // (C) +=
                                                         const float* partial,  // (2 chunks, C)
                                                         int chunks, int C) {
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int y = 0; y < chunks; ++y) {
+  __shared__ float dw_part[kRowLanes][kColTile];
+  __shared__ float db_part[kRowLanes][kColTile];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  float sw = 0.0f, sb = 0.0f;
+  if (c < C)
+    for (int y = threadIdx.y; y < chunks; y += kRowLanes) {
       sw += partial[size_t(y) * C + c];
       sb += partial[size_t(chunks + y) * C + c];
     }
-    dweight[c] += sw;
-    dbias[c] += sb;
+  dw_part[threadIdx.y][threadIdx.x] = sw;
+  db_part[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float tw = 0.0f, tb = 0.0f;
+    for (int y = 0; y < kRowLanes; ++y) {
+      tw += dw_part[y][threadIdx.x];
+      tb += db_part[y][threadIdx.x];
+    }
+    dweight[c] += tw;
+    dbias[c] += tb;
   }
 }
 
@@ -206,24 +217,20 @@ void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const 
                                const float* weight, const float* mean, const float* rstd, int N, int C, float* partial,
                                cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "layernorm_backward: N and C must be positive");
-  // dinp: dout, inp and dinp (+=) read once per row (the second pass from L1), dinp written.
+  EMBER_ASSERT(C <= kMaxColsPerThread * kBackwardThreads, "layernorm_backward: C above 8192 is not supported");
+  // dout, inp and dinp (+=) read once per row (the warp's second pass and the column pass from L1), weight, mean and
+  // rstd; dinp and the chunks' partial sums written. Then the partials read and dweight and dbias (+=) read and
+  // written.
   const double nc = double(N) * C;
-  report_launch("layernorm_backward_dinp", 4.0 * (3.0 * nc + C + 2.0 * N), 4.0 * nc, 12.0 * nc);
-  EMBER_KERNEL_LAUNCH(layernorm_backward_dinp_kernel, ceil_div(size_t(N), kRowsPerBlock), kRowsPerBlock * kWarpSize,
-                      stream, dinp, dout, inp, weight, mean, rstd, N, C);
-  EMBER_CUDA_LAUNCH_CHECK();
-  // params: dout and inp read once, mean and rstd by every column block of each chunk, the chunks' partial sums
-  // written; then the partials read and dweight and dbias (+=) read and written.
-  const dim3 grid(ceil_div(size_t(C), kColTile), unsigned(param_chunks(N)));
-  EMBER_ASSERT(grid.y <= 65535u, "layernorm_backward: too many rows");
-  const double partials = 2.0 * grid.y * C;
-  report_launch("layernorm_backward_params_partial", 4.0 * (2.0 * nc + 2.0 * N * grid.x), 4.0 * partials, 5.0 * nc);
+  const unsigned chunks = unsigned(param_chunks(N));
+  const double partials = 2.0 * chunks * C;
+  report_launch("layernorm_backward", 4.0 * (3.0 * nc + C + 2.0 * N), 4.0 * (nc + partials), 17.0 * nc);
   report_launch("layernorm_backward_params_finish", 4.0 * (partials + 2.0 * C), 8.0 * C, partials);
-  EMBER_KERNEL_LAUNCH(layernorm_backward_params_partial_kernel, grid, dim3(kColTile, kRowLanes), stream, partial, dout,
-                      inp, mean, rstd, N, C);
+  EMBER_KERNEL_LAUNCH(layernorm_backward_kernel, chunks, kBackwardThreads, stream, dinp, partial, dout, inp, weight,
+                      mean, rstd, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
-  EMBER_KERNEL_LAUNCH(layernorm_backward_params_finish_kernel, elementwise_blocks(size_t(C)), kElementwiseThreads,
-                      stream, dweight, dbias, partial, int(grid.y), C);
+  EMBER_KERNEL_LAUNCH(layernorm_backward_params_finish_kernel, ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes),
+                      stream, dweight, dbias, partial, int(chunks), C);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

@@ -72,7 +72,7 @@ TEST_F(CudaOps, Encoder) {
 
 class CudaLayerNorm : public CudaOps, public ::testing::WithParamInterface<int> {};
 TEST_P(CudaLayerNorm, ForwardBackward) {
-  const int N = 600, C = GetParam();  // three chunks of the parameter gradients' column sums, the last partial
+  const int N = 600, C = GetParam();  // ten chunks of the parameter gradients' column sums, the last partial
   Rng rng(3 + uint32_t(C));
   const Floats x = rng.normal(size_t(N) * C, 2.0f), w = rng.normal(C), bias = rng.normal(C),
                dout = rng.normal(size_t(N) * C);
@@ -94,7 +94,8 @@ TEST_P(CudaLayerNorm, ForwardBackward) {
   expect_close("layernorm dweight", dw[1], dw[0], fp32_tol(N, dw[0]));
   expect_close("layernorm dbias", db[1], db[0], fp32_tol(N, db[0]));
 }
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNorm, ::testing::Values(45, 768));
+// C = 45 in one column of threads, 768 in three, 1600 in seven (the last partial).
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNorm, ::testing::Values(45, 768, 1600));
 
 // The fused residual add + layernorm: bitwise equal to the CUDA add and layernorm it replaces (backend.h's contract,
 // which recompute relies on), and within the layernorm's tolerance of the CPU.

@@ -64,23 +64,24 @@ void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C,
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-template <int HS, typename StoreT, typename GradT>
-void backward_tc(GradT* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out, const float* lse,
+template <int HS, typename StoreT, typename GradT, typename DoutT>
+void backward_tc(GradT* dqkv, float* delta, const DoutT* dout, const StoreT* qkv, const StoreT* out, const float* lse,
                  int B, int T, int C, int NH, cudaStream_t stream) {
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
   const float scale = 1.0f / sqrtf(float(HS));
-  auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, StoreT, GradT>;  // one macro argument each
-  auto* const dkv_kernel = attention_backward_dkv_tc_kernel<HS, StoreT, GradT>;
-  // dQ, per head: Q, O and dO (fp32) rows and lse read once, delta written; K and V tiles per pair; dQ written; three
+  auto* const dq_kernel = attention_backward_dq_tc_kernel<HS, StoreT, GradT, DoutT>;  // one macro argument each
+  auto* const dkv_kernel = attention_backward_dkv_tc_kernel<HS, StoreT, GradT, DoutT>;
+  // dQ, per head: Q, O and dO rows and lse read once, delta written; K and V tiles per pair; dQ written; three
   // products per score block. dK/dV: K and V rows once; Q, dO, lse and delta per pair; dK and dV written; four
   // products per score block.
   const CausalWork qw = query_block_work(T), kw = key_block_work(T);
-  const double heads = double(B) * NH, s = sizeof(StoreT), g = sizeof(GradT), tile = double(tc::kTile) * HS;
+  const double heads = double(B) * NH, s = sizeof(StoreT), g = sizeof(GradT), d = sizeof(DoutT),
+               tile = double(tc::kTile) * HS;
   const double rows = double(T) * HS, product = 2.0 * 16 * 16 * HS * heads;  // FLOPs of a block's product, all heads
-  report_launch("attention_backward_dq_tc", heads * (2.0 * s * rows + 4.0 * rows + 4.0 * T + 2.0 * s * tile * qw.pairs),
+  report_launch("attention_backward_dq_tc", heads * (2.0 * s * rows + d * rows + 4.0 * T + 2.0 * s * tile * qw.pairs),
                 heads * (4.0 * T + g * rows), 3.0 * product * qw.blocks, false, true);
   report_launch("attention_backward_dkv_tc",
-                heads * (2.0 * s * rows + (s + 4.0) * tile * kw.pairs + 8.0 * tc::kTile * kw.pairs),
+                heads * (2.0 * s * rows + (s + d) * tile * kw.pairs + 8.0 * tc::kTile * kw.pairs),
                 heads * 2.0 * g * rows, 4.0 * product * kw.blocks, false, true);
   EMBER_KERNEL_LAUNCH(dq_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
@@ -103,8 +104,8 @@ void forward_tc_hs(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int
   }
 }
 
-template <typename StoreT, typename GradT>
-void backward_tc_hs(GradT* dqkv, float* delta, const float* dout, const StoreT* qkv, const StoreT* out,
+template <typename StoreT, typename GradT, typename DoutT>
+void backward_tc_hs(GradT* dqkv, float* delta, const DoutT* dout, const StoreT* qkv, const StoreT* out,
                     const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   switch (C / NH) {
     case 16:
@@ -131,17 +132,27 @@ void launch_attention_forward_tc(TensorOut out, float* lse, TensorIn qkv, int B,
     forward_tc_hs(out.f32(), lse, qkv.f32(), B, T, C, NH, stream);
 }
 
-void launch_attention_backward_tc(TensorOut dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
+void launch_attention_backward_tc(TensorOut dqkv, float* delta, TensorIn dout, TensorIn qkv, TensorIn out,
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   check_tc_shape(B, T, C, NH);
   EMBER_ASSERT(qkv.bf16 == out.bf16, "attention: qkv and out must be stored alike");
   EMBER_ASSERT(!dqkv.bf16 || qkv.bf16, "attention: a bf16-stored dqkv needs a bf16-stored qkv");
+  EMBER_ASSERT(!dout.bf16 || qkv.bf16, "attention: a bf16-stored dout needs bf16-stored qkv and out");
+  if (!out.bf16) {
+    backward_tc_hs(dqkv.f32(), delta, dout.f32(), qkv.f32(), out.f32(), lse, B, T, C, NH, stream);
+    return;
+  }
+  // bf16 qkv and out, with dqkv and dout each in fp32 or bf16.
+  auto with_dout = [&](auto* g) {
+    if (dout.bf16)
+      backward_tc_hs(g, delta, device_bf16(dout), device_bf16(qkv), device_bf16(out), lse, B, T, C, NH, stream);
+    else
+      backward_tc_hs(g, delta, dout.f32(), device_bf16(qkv), device_bf16(out), lse, B, T, C, NH, stream);
+  };
   if (dqkv.bf16)
-    backward_tc_hs(device_bf16(dqkv), delta, dout, device_bf16(qkv), device_bf16(out), lse, B, T, C, NH, stream);
-  else if (out.bf16)
-    backward_tc_hs(dqkv.f32(), delta, dout, device_bf16(qkv), device_bf16(out), lse, B, T, C, NH, stream);
+    with_dout(device_bf16(dqkv));
   else
-    backward_tc_hs(dqkv.f32(), delta, dout, qkv.f32(), out.f32(), lse, B, T, C, NH, stream);
+    with_dout(dqkv.f32());
 }
 
 }  // namespace ember::cuda

@@ -256,11 +256,11 @@ __global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel
 
 // Backward, pass 1 (per query row i): D_i = dO_i . O_i in fp32 with O rounded to bf16 (saved to delta for pass 2),
 // and dQ_i = scale * sum_j dS_ij K_j with P_ij = e^(s_ij - lse_i), dP_ij = dO_i . V_j, dS_ij = P_ij (dP_ij - D_i).
-template <int HS, typename StoreT, typename GradT>
+template <int HS, typename StoreT, typename GradT, typename DoutT>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     attention_backward_dq_tc_kernel(GradT* dqkv,        // (B, T, 3C) =, q columns only
                                     float* delta,       // (B, NH, T) out: D
-                                    const float* dout,  // (B, T, C)
+                                    const DoutT* dout,  // (B, T, C), fp32 or bf16
                                     const StoreT* qkv,  // (B, T, 3C)
                                     const StoreT* out,  // (B, T, C)
                                     const float* lse,   // (B, NH, T)
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     float part = 0.0f;
     if (i < T)
       for (int d = lane; d < HS; d += kWarpSize)
-        part += dout[o_base + size_t(i) * C + d] * bf16_value(out[o_base + size_t(i) * C + d]);
+        part += load(&dout[o_base + size_t(i) * C + d]) * bf16_value(out[o_base + size_t(i) * C + d]);
     const float D = warp_sum(part);
     if (lane == 0) {
       d_s[r] = D;
@@ -340,11 +340,11 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 // Backward, pass 2 (per key row j): dV_j = sum_{i >= j} P_ij dO_i and dK_j = scale * sum_{i >= j} dS_ij Q_i.
 // Warp w owns key rows j_first + 16 w .. + 15 and computes the transposed scores S^T = K Q^T and dP^T = V dO^T
 // against each query tile, so P^T and dS^T come out as the A fragments of dV and dK directly.
-template <int HS, typename StoreT, typename GradT>
+template <int HS, typename StoreT, typename GradT, typename DoutT>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     attention_backward_dkv_tc_kernel(GradT* dqkv,         // (B, T, 3C) =, k and v columns only
                                      const float* delta,  // (B, NH, T) D from pass 1
-                                     const float* dout,   // (B, T, C)
+                                     const DoutT* dout,   // (B, T, C), fp32 or bf16
                                      const StoreT* qkv,   // (B, T, 3C)
                                      const float* lse,    // (B, NH, T)
                                      int T, int C, int NH, float scale) {

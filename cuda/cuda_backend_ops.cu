@@ -55,12 +55,13 @@ void CudaBackend::residual_layernorm_forward(float* residual,      // (N, C)
 void CudaBackend::layernorm_backward(float* dinp,          // (N, C) +=
                                      float* dweight,       // (C) +=
                                      float* dbias,         // (C) +=
-                                     const float* dout,    // (N, C)
+                                     TensorIn dout,        // (N, C)
                                      const float* inp,     // (N, C)
                                      const float* weight,  // (C)
                                      const float* mean,    // (N)
                                      const float* rstd,    // (N)
                                      int N, int C) {
+  check_gemm_dout(dout, "layernorm_backward");
   cuda::layernorm_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
@@ -189,7 +190,7 @@ void CudaBackend::matmul_backward(TensorOut dinp, float* dweight, float* dbias, 
   cuda::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
-void CudaBackend::matmul_gelu_backward(float* dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre,
+void CudaBackend::matmul_gelu_backward(TensorOut dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre,
                                        TensorIn inp, TensorIn weight, int N, int IC, int OC) {
   check_gemm_inputs(inp, weight, "matmul_gelu_backward");
   cuda::matmul_gelu_backward(op_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);
@@ -201,8 +202,8 @@ void CudaBackend::matmul_forward_transposed(TensorOut out, TensorIn inp, TensorI
   cuda::matmul_forward_transposed(op_context(), out, inp, wte, N, C, V);
 }
 
-void CudaBackend::matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
-                                             int C, int V) {
+void CudaBackend::matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte,
+                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
   check_gemm_dout(dout, "matmul_backward_transposed");
   cuda::matmul_backward_transposed(op_context(), dinp, dwte, dout, inp, wte, N, C, V);
@@ -213,10 +214,10 @@ void CudaBackend::attention_forward(TensorOut out, float* lse, TensorIn qkv, int
   cuda::attention_forward(op_context(), out, lse, qkv, B, T, C, NH);
 }
 
-void CudaBackend::attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse,
-                                     int B, int T, int C, int NH) {
+void CudaBackend::attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B,
+                                     int T, int C, int NH) {
   check_attention_storage(qkv, out, C, NH, "attention_backward");
-  check_attention_grad_storage(dqkv, qkv, "attention_backward");
+  check_attention_grad_storage(dqkv, dout, qkv, "attention_backward");
   cuda::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
 

@@ -66,7 +66,7 @@ inline void encoder_backward(const OpContext& ctx, float* dwte,  // (V, C) +=
 inline void layernorm_backward(const OpContext& ctx, float* dinp,  // (N, C) +=
                                float* dweight,                     // (C) +=
                                float* dbias,                       // (C) +=
-                               const float* dout,                  // (N, C)
+                               TensorIn dout,                      // (N, C)
                                const float* inp,                   // (N, C)
                                const float* weight,                // (C)
                                const float* mean,                  // (N)
@@ -89,12 +89,13 @@ inline AttentionPath attention_path(int compute_major, MatmulPrecision p, int C,
 }
 
 // Scratch floats: forward, out (B, T, C) then qkv (B, T, 3C) widened; backward, the row sums D (B, NH, T), then out
-// and qkv widened.
+// and qkv widened, then dout (B, T, C) widened where it is stored in bf16.
 inline size_t attention_forward_scratch_floats(AttentionPath path, int B, int T, int C) {
   return path == AttentionPath::fp32_widened ? 4 * size_t(B) * T * C : 0;
 }
 inline size_t attention_backward_scratch_floats(AttentionPath path, int B, int T, int C, int NH) {
-  return size_t(B) * NH * T + attention_forward_scratch_floats(path, B, T, C);
+  const size_t widened = path == AttentionPath::fp32_widened ? 5 * size_t(B) * T * C : 0;
+  return size_t(B) * NH * T + widened;
 }
 
 inline void attention_forward(const OpContext& ctx, TensorOut out,  // (B, T, C)
@@ -117,7 +118,7 @@ inline void attention_forward(const OpContext& ctx, TensorOut out,  // (B, T, C)
 }
 
 inline void attention_backward(const OpContext& ctx, TensorOut dqkv,  // (B, T, 3C) =
-                               const float* dout,                     // (B, T, C)
+                               TensorIn dout,                         // (B, T, C)
                                TensorIn qkv,                          // (B, T, 3C)
                                TensorIn out,                          // (B, T, C)
                                const float* lse,                      // (B, NH, T)
@@ -128,12 +129,13 @@ inline void attention_backward(const OpContext& ctx, TensorOut dqkv,  // (B, T, 
   if (path == AttentionPath::tensor_core) {
     launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, ctx.stream);
   } else if (path == AttentionPath::fp32) {
-    launch_attention_backward(dqkv, delta, dout, qkv.f32(), out.f32(), lse, B, T, C, NH, ctx.stream);
+    launch_attention_backward(dqkv, delta, dout.f32(), qkv.f32(), out.f32(), lse, B, T, C, NH, ctx.stream);
   } else {
-    float *out32 = delta + nd, *qkv32 = out32 + n;
+    float *out32 = delta + nd, *qkv32 = out32 + n, *dout32 = qkv32 + 3 * n;
     launch_widen_bf16(out32, out.b16(), n, ctx.stream);
     launch_widen_bf16(qkv32, qkv.b16(), 3 * n, ctx.stream);
-    launch_attention_backward(dqkv, delta, dout, qkv32, out32, lse, B, T, C, NH, ctx.stream);
+    if (dout.bf16) launch_widen_bf16(dout32, dout.b16(), n, ctx.stream);
+    launch_attention_backward(dqkv, delta, dout.bf16 ? dout32 : dout.f32(), qkv32, out32, lse, B, T, C, NH, ctx.stream);
   }
 }
 
@@ -183,13 +185,13 @@ inline void matmul_backward(const OpContext& ctx, TensorOut dinp,  // (N, IC) =
 // Backend::matmul_gelu_backward: under bf16 with a dbias, the GELU's derivative is applied in the pass that casts dout
 // (fp32 or bf16) and sums dbias; otherwise gelu_backward runs in place over an fp32 dout first (fp32 has no such pass
 // to fuse into; a bf16-stored dout without a dbias is refused).
-inline void matmul_gelu_backward(const OpContext& ctx, float* dinp,  // (N, IC) =
-                                 float* dweight,                     // (IC, OC) +=
-                                 float* dbias,                       // (OC) += or null
-                                 TensorOut dout,                     // (N, OC) at the GELU's output; clobbered
-                                 TensorIn pre,                       // (N, OC) the GELU's input
-                                 TensorIn inp,                       // (N, IC)
-                                 TensorIn weight,                    // (IC, OC)
+inline void matmul_gelu_backward(const OpContext& ctx, TensorOut dinp,  // (N, IC) =
+                                 float* dweight,                        // (IC, OC) +=
+                                 float* dbias,                          // (OC) += or null
+                                 TensorOut dout,                        // (N, OC) at the GELU's output; clobbered
+                                 TensorIn pre,                          // (N, OC) the GELU's input
+                                 TensorIn inp,                          // (N, IC)
+                                 TensorIn weight,                       // (IC, OC)
                                  int N, int IC, int OC) {
   const bool fused = ctx.bf16() && dbias != nullptr;
   EMBER_ASSERT(fused || !dout.bf16, "matmul_gelu_backward: a bf16-stored dout needs a dbias on the CUDA backend");
@@ -211,11 +213,11 @@ inline void matmul_forward_transposed(const OpContext& ctx, TensorOut out,  // (
                                    ctx.stream);
 }
 
-inline void matmul_backward_transposed(const OpContext& ctx, float* dinp,  // (N, C) =
-                                       float* dwte,                        // (V, C) +=
-                                       TensorIn dout,                      // (N, V)
-                                       TensorIn inp,                       // (N, C)
-                                       TensorIn wte,                       // (V, C)
+inline void matmul_backward_transposed(const OpContext& ctx, TensorOut dinp,  // (N, C) =
+                                       float* dwte,                           // (V, C) +=
+                                       TensorIn dout,                         // (N, V)
+                                       TensorIn inp,                          // (N, C)
+                                       TensorIn wte,                          // (V, C)
                                        int N, int C, int V) {
   const size_t bytes = matmul_backward_transposed_scratch_bytes(ctx, dout, inp, N, C, V);
   launch_matmul_backward_transposed(dinp, dwte, dout, inp, wte, N, C, V, ctx.bf16(), ctx.cublas, ctx.scratch(bytes),

@@ -88,15 +88,17 @@ __global__ void residual_layernorm_forward_kernel(float* residual,      // (N, C
 //   dweight and dbias: then the group's rows again by column (thread t owns columns t, t + blockDim.x, ...), while
 //   they sit in this SM's L1, each thread adding g * xhat and g to its columns' sums in row order. The chunk's sums
 //   go to partial[chunk, c] and partial[chunks + chunk, c]; layernorm_backward_params_finish_kernel adds the chunks.
-// Fixed orders throughout: deterministic. dout and inp leave DRAM once for both results.
+// Fixed orders throughout: deterministic. dout and inp leave DRAM once for both results. dout is fp32 or bf16 (read
+// widened: the sums are fp32 either way).
 constexpr int kChunkRows = 8 * kRowsPerBlock;  // 64: 256 chunks at N = 16384, two blocks per SM on an H100
 constexpr int kBackwardThreads = kRowsPerBlock * kWarpSize;
 constexpr int kMaxColsPerThread = 32;  // the column sums' registers per thread: C up to 8192
 int param_chunks(int N) { return int(ceil_div(size_t(N), kChunkRows)); }
 
+template <typename DoutT>
 __global__ void __launch_bounds__(kBackwardThreads) layernorm_backward_kernel(float* dinp,          // (N, C) +=
                                                                               float* partial,       // (2 chunks, C) out
-                                                                              const float* dout,    // (N, C)
+                                                                              const DoutT* dout,    // (N, C)
                                                                               const float* inp,     // (N, C)
                                                                               const float* weight,  // (C)
                                                                               const float* mean,    // (N)
@@ -108,12 +110,12 @@ __global__ void __launch_bounds__(kBackwardThreads) layernorm_backward_kernel(fl
   for (int g0 = r0; g0 < r1; g0 += kRowsPerBlock) {
     const int row = g0 + warp;
     if (row < r1) {  // warp-uniform
-      const float* g = dout + size_t(row) * C;
+      const DoutT* g = dout + size_t(row) * C;
       const float* x = inp + size_t(row) * C;
       const float m = mean[row], rs = rstd[row];
       float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
       for (int c = lane; c < C; c += kWarpSize) {
-        const float dn = g[c] * weight[c];
+        const float dn = load(&g[c]) * weight[c];
         dn_sum += dn;
         dn_xhat_sum += dn * (x[c] - m) * rs;
       }
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(kBackwardThreads) layernorm_backward_kernel(fl
       float* dx = dinp + size_t(row) * C;
       for (int c = lane; c < C; c += kWarpSize) {
         const float xhat = (x[c] - m) * rs;
-        dx[c] += (g[c] * weight[c] - dn_mean - xhat * dn_xhat_mean) * rs;
+        dx[c] += (load(&g[c]) * weight[c] - dn_mean - xhat * dn_xhat_mean) * rs;
       }
     }
     for (int r = g0; r < min(g0 + kRowsPerBlock, r1); ++r) {
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kBackwardThreads) layernorm_backward_kernel(fl
         const int c = threadIdx.x + k * kBackwardThreads;
         if (c < C) {
           const size_t i = size_t(r) * C + c;
-          const float g = dout[i];
+          const float g = load(&dout[i]);
           dw[k] += g * (inp[i] - m) * rs;
           db[k] += g;
         }
@@ -213,7 +215,7 @@ void launch_residual_layernorm_forward(float* residual, TensorOut out, float* me
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C, float* partial,
                                cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "layernorm_backward: N and C must be positive");
@@ -221,13 +223,18 @@ void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const 
   // dout, inp and dinp (+=) read once per row (the warp's second pass and the column pass from L1), weight, mean and
   // rstd; dinp and the chunks' partial sums written. Then the partials read and dweight and dbias (+=) read and
   // written.
-  const double nc = double(N) * C;
+  const double nc = double(N) * C, dout_size = dout.bf16 ? 2.0 : 4.0;
   const unsigned chunks = unsigned(param_chunks(N));
   const double partials = 2.0 * chunks * C;
-  report_launch("layernorm_backward", 4.0 * (3.0 * nc + C + 2.0 * N), 4.0 * (nc + partials), 17.0 * nc);
+  report_launch("layernorm_backward", dout_size * nc + 4.0 * (2.0 * nc + C + 2.0 * N), 4.0 * (nc + partials),
+                17.0 * nc);
   report_launch("layernorm_backward_params_finish", 4.0 * (partials + 2.0 * C), 8.0 * C, partials);
-  EMBER_KERNEL_LAUNCH(layernorm_backward_kernel, chunks, kBackwardThreads, stream, dinp, partial, dout, inp, weight,
-                      mean, rstd, N, C);
+  if (dout.bf16)
+    EMBER_KERNEL_LAUNCH(layernorm_backward_kernel<__nv_bfloat16>, chunks, kBackwardThreads, stream, dinp, partial,
+                        device_bf16(dout), inp, weight, mean, rstd, N, C);
+  else
+    EMBER_KERNEL_LAUNCH(layernorm_backward_kernel<float>, chunks, kBackwardThreads, stream, dinp, partial, dout.f32(),
+                        inp, weight, mean, rstd, N, C);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(layernorm_backward_params_finish_kernel, ceil_div(size_t(C), kColTile), dim3(kColTile, kRowLanes),
                       stream, dweight, dbias, partial, int(chunks), C);

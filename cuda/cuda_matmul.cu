@@ -424,11 +424,12 @@ void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte,
   gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, V, N, C, in.weight.ptr, C, in.inp.ptr, C, 0.0f, out.ptr, V, out.bf16);
 }
 
-void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
+void launch_matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
                                        int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
                                        size_t scratch_bytes, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0 && V > 0, "matmul_backward_transposed: N, C and V must be positive");
-  EMBER_ASSERT(!dout.bf16 || bf16, "matmul_backward_transposed: a bf16-stored dout needs matmul precision bf16");
+  EMBER_ASSERT((!dout.bf16 && !dinp.bf16) || bf16,
+               "matmul_backward_transposed: bf16-stored dout or dinp need matmul precision bf16");
   const GemmInputs in = gemm_inputs(bf16, inp, size_t(N) * C, wte, size_t(V) * C, scratch, scratch_bytes, stream);
   // A bf16-stored dout is read as it is, all rows at once; an fp32 one under bf16 is cast in blocks of rows, as in
   // launch_matmul_backward.
@@ -443,7 +444,8 @@ void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, 
       g = dout_bf16;
     }
     // dinp^T (C, R) = wte^T (C, V) @ dout^T (V, R)
-    gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_N, C, R, V, in.weight.ptr, C, g, V, 0.0f, dinp + size_t(r0) * C, C);
+    void* dx = dinp.bf16 ? static_cast<void*>(dinp.b16() + size_t(r0) * C) : dinp.f32() + size_t(r0) * C;
+    gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_N, C, R, V, in.weight.ptr, C, g, V, 0.0f, dx, C, dinp.bf16);
     // dwte^T (C, V) += inp^T (C, R) @ dout (R, V); dout as stored is (V, R) column-major, hence op T.
     gemm(handle, in.bf16, CUBLAS_OP_N, CUBLAS_OP_T, C, V, R, in.inp.at(size_t(r0) * C).ptr, C, g, V, 1.0f, dwte, C);
   }

@@ -42,7 +42,8 @@ void launch_residual_layernorm_forward(float* residual, TensorOut out, float* me
 // `partial` is device scratch of layernorm_backward_scratch_floats(N, C) floats: the parameter gradients' partial sums
 // over chunks of rows.
 size_t layernorm_backward_scratch_floats(int N, int C);
-void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+// dout in fp32 or bf16 (read widened).
+void launch_layernorm_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C, float* partial,
                                cudaStream_t stream);
 
@@ -104,7 +105,7 @@ void launch_matmul_backward(TensorOut dinp, float* dweight, float* dbias, Tensor
                             size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle, void* scratch, size_t scratch_bytes, cudaStream_t stream);
-void launch_matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
+void launch_matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
                                        int C, int V, bool bf16, cublasHandle_t handle, void* scratch,
                                        size_t scratch_bytes, cudaStream_t stream);
 
@@ -116,10 +117,11 @@ void launch_attention_forward(float* out, float* lse, const float* qkv, int B, i
 void launch_attention_backward(TensorOut dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                                const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 // The tensor-core kernels' qkv and out may be stored in bf16 (both alike); their D = dO . O reads O rounded to bf16
-// either way. dqkv may be stored in bf16 where qkv is (either kernel family: the fp32 one's widened path writes it).
+// either way. dqkv and dout may be stored in bf16 where qkv is (either kernel family: the fp32 one's widened path
+// writes such a dqkv and widens such a dout).
 void launch_attention_forward_tc(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
                                  cudaStream_t stream);
-void launch_attention_backward_tc(TensorOut dqkv, float* delta, const float* dout, TensorIn qkv, TensorIn out,
+void launch_attention_backward_tc(TensorOut dqkv, float* delta, TensorIn dout, TensorIn qkv, TensorIn out,
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 
 // KV-cache inference (cuda_kv_cache.cu), fp32: rows are tokens of several sequences, row i at position pos[i] of the

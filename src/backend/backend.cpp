@@ -26,8 +26,9 @@ void Backend::check_gemm_dout(TensorIn dout, const char* op) const {
                std::string(op) + ": a bf16-stored dout needs matmul precision bf16");
 }
 
-void Backend::check_attention_grad_storage(TensorOut dqkv, TensorIn qkv, const char* op) const {
+void Backend::check_attention_grad_storage(TensorOut dqkv, TensorIn dout, TensorIn qkv, const char* op) const {
   EMBER_ASSERT(!dqkv.bf16 || qkv.bf16, std::string(op) + ": a bf16-stored dqkv needs a bf16-stored qkv");
+  EMBER_ASSERT(!dout.bf16 || qkv.bf16, std::string(op) + ": a bf16-stored dout needs bf16-stored qkv and out");
 }
 
 void Backend::check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const {

@@ -66,10 +66,12 @@ class Backend {
                                  const float* weight,  // (C)
                                  const float* bias,    // (C)
                                  int N, int C) = 0;
+  // dout may be stored in bf16 under matmul precision bf16 (the gradient a bf16 GEMM's backward pass wrote, rounded
+  // once, as PyTorch's bf16 autocast hands it on): its values are read widened, the sums stay fp32.
   virtual void layernorm_backward(float* dinp,          // (N, C) +=
                                   float* dweight,       // (C) +=
                                   float* dbias,         // (C) +=
-                                  const float* dout,    // (N, C)
+                                  TensorIn dout,        // (N, C)
                                   const float* inp,     // (N, C)
                                   const float* weight,  // (C)
                                   const float* mean,    // (N)
@@ -117,7 +119,7 @@ class Backend {
   // formed from its values, in fp32, and dbias sums that. This default runs gelu_backward in place over an fp32 dout
   // and then matmul_backward (the CPU backend widens a bf16 one first); a GPU backend forms the gradient in the pass
   // that rounds it to bf16 for the GEMMs and sums dbias, and never writes it back (a bf16 dout needs a dbias there).
-  virtual void matmul_gelu_backward(float* dinp,      // (N, IC) =
+  virtual void matmul_gelu_backward(TensorOut dinp,   // (N, IC) =, stored as matmul_backward's may be
                                     float* dweight,   // (IC, OC) +=
                                     float* dbias,     // (OC) += or null
                                     TensorOut dout,   // (N, OC) the gradient at gelu's output; clobbered
@@ -136,12 +138,12 @@ class Backend {
                                          TensorIn wte,   // (V, C)
                                          int N, int C, int V) = 0;
   // dinp = dout @ wte; dwte += dout^T @ inp. dout may be stored in bf16 under matmul precision bf16, where an
-  // fp32-stored one is rounded as read: a GEMM input like the others.
-  virtual void matmul_backward_transposed(float* dinp,    // (N, C) =
-                                          float* dwte,    // (V, C) +=
-                                          TensorIn dout,  // (N, V)
-                                          TensorIn inp,   // (N, C)
-                                          TensorIn wte,   // (V, C)
+  // fp32-stored one is rounded as read: a GEMM input like the others. So may dinp (its fp32 value rounded once).
+  virtual void matmul_backward_transposed(TensorOut dinp,  // (N, C) =
+                                          float* dwte,     // (V, C) +=
+                                          TensorIn dout,   // (N, V)
+                                          TensorIn inp,    // (N, C)
+                                          TensorIn wte,    // (V, C)
                                           int N, int C, int V) = 0;
 
   // --- causal multi-head self-attention, flash style: never stores the (T, T) matrix ---
@@ -150,16 +152,18 @@ class Backend {
   // bf16 only where attention_in_bf16 holds (core/dtype.h): there q, k and v are rounded to bf16 as read, and the
   // backward pass's D = dO . O reads O rounded to bf16, whichever the storage, so that the storage changes no value.
   // dqkv may be stored in bf16 where qkv is: its fp32 result rounded once (the layer before attention rounds its dout
-  // to bf16 for its GEMMs in any case, so only its bias gradient sees the difference).
+  // to bf16 for its GEMMs in any case, so only its bias gradient sees the difference). So may dout, where out is (the
+  // gradient c_proj's backward pass wrote, rounded once): the products read it as they would have rounded it, and
+  // D = dO . O reads its stored values.
   virtual void attention_forward(TensorOut out,  // (B, T, C)
                                  float* lse,     // (B, NH, T)
                                  TensorIn qkv,   // (B, T, 3C)
                                  int B, int T, int C, int NH) = 0;
-  virtual void attention_backward(TensorOut dqkv,     // (B, T, 3C) =
-                                  const float* dout,  // (B, T, C)
-                                  TensorIn qkv,       // (B, T, 3C)
-                                  TensorIn out,       // (B, T, C)
-                                  const float* lse,   // (B, NH, T)
+  virtual void attention_backward(TensorOut dqkv,    // (B, T, 3C) =
+                                  TensorIn dout,     // (B, T, C)
+                                  TensorIn qkv,      // (B, T, 3C)
+                                  TensorIn out,      // (B, T, C)
+                                  const float* lse,  // (B, NH, T)
                                   int B, int T, int C, int NH) = 0;
 
   // --- KV-cache inference (src/infer), in fp32. The N rows of a step are tokens of several sequences side by side:
@@ -273,7 +277,8 @@ class Backend {
   void check_gemm_output(TensorOut out, TensorIn bias, const char* op) const;  // matmul_forward's out and bias
   void check_gemm_dout(TensorIn dout, const char* op) const;                   // a backward matmul's dout
   void check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const;
-  void check_attention_grad_storage(TensorOut dqkv, TensorIn qkv, const char* op) const;  // attention_backward's dqkv
+  // attention_backward's dqkv and dout
+  void check_attention_grad_storage(TensorOut dqkv, TensorIn dout, TensorIn qkv, const char* op) const;
   // Implementations call these for every allocation they make and free (null pointers are ignored).
   void track_alloc(const void* ptr, size_t bytes);
   void track_free(const void* ptr);

@@ -62,8 +62,8 @@ GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, b
   const size_t layer = add_sat(add_sat(keep_attention ? attention : 0, keep_mlp ? mlp : 0), mul_sat(BT, C * f32));
   a = add_sat(a, mul_sat(layer, size_t(config.n_layer)));
   a = add_sat(a, mul_sat(BT, C * gemm_in + 2 * f32 + V * gemm_in + f32));  // ln_f, logits, losses
-  // dresidual and dC in fp32; d3C stored as qkv is; d4C as GEMM inputs are
-  if (with_grads) a = add_sat(a, mul_sat(BT, C, 2 * f32 + 3 * att + 4 * gemm_in));
+  // dresidual in fp32; dC and d3C stored as qkv is; d4C as GEMM inputs are
+  if (with_grads) a = add_sat(a, mul_sat(BT, C, f32 + 4 * att + 4 * gemm_in));
   fp.activation_bytes = a;
   return fp;
 }
@@ -149,7 +149,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   if (with_grads) {
     grads_ = alloc_floats(arena_numel_, /*weights=*/true);
     dresidual_ = alloc_floats(BT * C);
-    dC_ = alloc_floats(BT * C);
+    dC_ = alloc_activation(BT * C, bf16_attention_out_);
     d3C_ = alloc_activation(BT * 3 * C, bf16_attention_out_);
     d4C_ = alloc_activation(BT * 4 * C, bf16_storage_);
   }

@@ -173,7 +173,7 @@ class GPT {
   std::vector<float> losses_host_;
   // Backward scratch: each written whole by the op that produces it, except the residual's, zeroed once per pass.
   float* dresidual_ = nullptr;  // (B, T, C) gradient of the residual stream
-  float* dC_ = nullptr;         // (B, T, C)
+  TensorOut dC_;                // (B, T, C) a dense layer's dinp, stored as qkv is: bf16 where attention is
   TensorOut d3C_;               // (B, T, 3C), stored as qkv is
   TensorOut d4C_;               // (B, T, 4C) at the GELU's output, stored as GEMM inputs are
 };

@@ -89,6 +89,14 @@ TEST_P(CudaAttentionBf16, TensorCoresMatchTheCpuWithinTheRoundingOfPAndDS) {
   HBuf gx16(*gpu, qkv.size());  // dqkv stored in bf16 too: the fp32 one rounded
   gpu->attention_backward(gx16.get(), g.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
   expect_bitwise("tc attention dqkv stored in bf16", widened(gx16.host()), test::rounded_to_bf16(dqkv));
+  // dout stored in bf16 (the same values: staged as they are, D reading them widened): the same bits, into either
+  // storage of dqkv.
+  HBuf gd16(*gpu, test::bf16_values(dout)), gx16d(*gpu, qkv.size());
+  FBuf gx3(*gpu, dqkv0);
+  gpu->attention_backward(gx3.get(), gd16.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
+  expect_bitwise("tc attention dqkv from dout stored in bf16", gx3.host(), dqkv);
+  gpu->attention_backward(gx16d.get(), gd16.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
+  expect_bitwise("tc attention bf16 dqkv from dout stored in bf16", widened(gx16d.host()), widened(gx16.host()));
   gpu->set_matmul_precision(MatmulPrecision::fp32);
 
   test::AttnBounds bd = test::attention_bf16_bounds(qkv, dout, B, T, C, NH);

@@ -242,5 +242,50 @@ TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
   expect_close("lm_head dwte from a bf16-stored dout", ldwte16[1], ldwte16[0], fp32_tol(N + 1, ldwte16[0]));
 }
 
+// The gradient between a dense layer's backward pass and a layernorm's (the model's dC, stored in bf16 where
+// attention is): the lm_head's and c_fc's dinp stored in bf16 (their fp32 dinp rounded, within the CPU's tolerance
+// plus a bf16 ulp), and layernorm_backward from a bf16-stored dout: bit for bit what the device gives from the same
+// values in fp32, and within the CPU's tolerances of LayerNorm.
+TEST_F(CudaOps, Bf16StoredInputGradients) {
+  const int N = 200, C = 96, V = 130, H = 4 * C;
+  Rng rng(47);
+  const Floats x = rng.normal(size_t(N) * C, 2.0f), wte = rng.normal(size_t(V) * C), gl = rng.normal(size_t(N) * V),
+               w = rng.normal(C), b = rng.normal(C), wfc = rng.normal(size_t(C) * H),
+               pre = rng.normal(size_t(N) * H, 2.5f), dg = rng.normal(size_t(N) * H), dx0 = rng.normal(x.size()),
+               dw0 = rng.normal(C);
+  Halves lm16[2], fc16[2];
+  Floats ln[3][3];
+  Backend* be[3] = {cpu.get(), gpu.get(), gpu.get()};
+  for (int k = 0; k < 3; ++k) {  // the CPU and the device from bf16 dout, the device from the same values in fp32
+    Backend& e = *be[k];
+    e.set_matmul_precision(MatmulPrecision::bf16);
+    FBuf xf(e, x), tf(e, wte), glf(e, gl), gw(e, Floats(wte.size())), wf(e, wfc), pf(e, pre), g(e, dg),
+        fw(e, Floats(wfc.size())), fb(e, Floats(size_t(H)));
+    HBuf lx16(e, x.size()), fx16(e, x.size());
+    e.matmul_backward_transposed(lx16.get(), gw.get(), glf.get(), xf.get(), tf.get(), N, C, V);
+    e.matmul_gelu_backward(fx16.get(), fw.get(), fb.get(), g.get(), pf.get(), xf.get(), wf.get(), N, C, H);
+    if (k < 2) lm16[k] = lx16.host(), fc16[k] = fx16.host();
+    // layernorm_backward from the lm_head's bf16 dinp (the CPU's, so that all three start from the same values)
+    FBuf wi(e, w), bi(e, b), o(e, Floats(x.size())), m(e, Floats(N)), r(e, Floats(N)), dx(e, dx0), dw(e, dw0),
+        db(e, dw0), d32(e, widened(lm16[0]));
+    HBuf d16(e, lm16[0]);
+    e.layernorm_forward(o.get(), m.get(), r.get(), xf.get(), wi.get(), bi.get(), N, C);
+    e.layernorm_backward(dx.get(), dw.get(), db.get(), k < 2 ? TensorIn(d16.get()) : TensorIn(d32.get()), xf.get(),
+                         wi.get(), m.get(), r.get(), N, C);
+    ln[k][0] = dx.host(), ln[k][1] = dw.host(), ln[k][2] = db.host();
+    e.set_matmul_precision(MatmulPrecision::fp32);
+  }
+  expect_close_bf16("lm_head dinp stored in bf16 vs cpu", lm16[1], lm16[0], fp32_tol(V, widened(lm16[0])));
+  Tol tx = fp32_tol(H + 1, widened(fc16[0]));
+  tx.atol += std::ldexp(rms(widened(fc16[0])), -9);  // as in MatmulGeluBackward
+  expect_close_bf16("c_fc dinp stored in bf16 vs cpu", fc16[1], fc16[0], tx);
+  const char* names[3] = {"dinp", "dweight", "dbias"};
+  for (int i = 0; i < 3; ++i) {
+    expect_bitwise(std::string("layernorm ") + names[i] + " from a bf16 dout as from fp32", ln[1][i], ln[2][i]);
+    expect_close(std::string("layernorm ") + names[i] + " from a bf16 dout vs cpu", ln[1][i], ln[0][i],
+                 fp32_tol(i == 0 ? C : N, ln[0][i]));
+  }
+}
+
 }  // namespace
 }  // namespace ember

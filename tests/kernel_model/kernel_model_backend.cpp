@@ -194,8 +194,9 @@ class KernelModelBackend final : public Backend, private k::OpResources {
                                   const float* b, const float* weight, const float* bias, int N, int C) override {
     k::launch_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, kNoStream);
   }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override {
+    check_gemm_dout(dout, "layernorm_backward");
     k::layernorm_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
@@ -212,7 +213,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     check_gemm_dout(dout, "matmul_backward");
     k::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
-  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
+  void matmul_gelu_backward(TensorOut dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
                             TensorIn weight, int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_gelu_backward");
     k::matmul_gelu_backward(op_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);
@@ -222,7 +223,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     check_gemm_output(out, nullptr, "matmul_forward_transposed");
     k::matmul_forward_transposed(op_context(), out, inp, wte, N, C, V);
   }
-  void matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
+  void matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override {
     check_gemm_inputs(inp, wte, "matmul_backward_transposed");
     check_gemm_dout(dout, "matmul_backward_transposed");
@@ -233,10 +234,10 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     check_attention_storage(qkv, out, C, NH, "attention_forward");
     k::attention_forward(op_context(), out, lse, qkv, B, T, C, NH);
   }
-  void attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
+  void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH) override {
     check_attention_storage(qkv, out, C, NH, "attention_backward");
-    check_attention_grad_storage(dqkv, qkv, "attention_backward");
+    check_attention_grad_storage(dqkv, dout, qkv, "attention_backward");
     k::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
 

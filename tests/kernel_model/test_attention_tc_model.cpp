@@ -39,10 +39,10 @@ void model_attention(Floats& out, Floats& lse, Floats& dqkv, const Floats& qkv, 
   Floats delta(size_t(B) * NH * T);
   kernel_model::launch(attention_forward_tc_kernel<HS, float>, grid, block, out.data(), lse.data(), qkv.data(), T, C,
                        NH, scale);
-  kernel_model::launch(attention_backward_dq_tc_kernel<HS, float, float>, grid, block, dqkv.data(), delta.data(),
+  kernel_model::launch(attention_backward_dq_tc_kernel<HS, float, float, float>, grid, block, dqkv.data(), delta.data(),
                        dout.data(), qkv.data(), out_ref.data(), lse_ref.data(), T, C, NH, scale);
-  kernel_model::launch(attention_backward_dkv_tc_kernel<HS, float, float>, grid, block, dqkv.data(), delta.data(),
-                       dout.data(), qkv.data(), lse_ref.data(), T, C, NH, scale);
+  kernel_model::launch(attention_backward_dkv_tc_kernel<HS, float, float, float>, grid, block, dqkv.data(),
+                       delta.data(), dout.data(), qkv.data(), lse_ref.data(), T, C, NH, scale);
 }
 
 struct Shape {

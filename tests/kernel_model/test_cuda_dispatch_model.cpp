@@ -48,12 +48,13 @@ TEST(CudaDispatchModel, AttentionPathFollowsTheComputeCapability) {
   EXPECT_EQ(cuda::attention_forward_scratch_floats(AttentionPath::fp32_widened, 2, 5, 12), 4u * 2 * 5 * 12);
   EXPECT_EQ(cuda::attention_backward_scratch_floats(AttentionPath::fp32, 2, 5, 12, 3), 2u * 3 * 5);
   EXPECT_EQ(cuda::attention_backward_scratch_floats(AttentionPath::fp32_widened, 2, 5, 12, 3),
-            2u * 3 * 5 + 4u * 2 * 5 * 12);
+            2u * 3 * 5 + 5u * 2 * 5 * 12);
 }
 
 struct Attention {
   Floats out, lse, dqkv;
-  Floats dqkv16;  // with bf16 storage: the backward pass again into a bf16-stored dqkv, widened
+  Floats dqkv16;            // with bf16 storage: the backward pass again into a bf16-stored dqkv, widened
+  Floats dqkv_from_dout16;  // with bf16 storage: the backward pass again from dout stored in bf16 (rounded)
 };
 
 // Forward and backward attention on `be` at matmul precision bf16, qkv and out stored in bf16 or in fp32 (holding the
@@ -75,6 +76,10 @@ Attention run_attention(Backend& be, bool bf16_storage, const Floats& qkv, const
     HBuf d16(be, Halves(qkv.size()));
     be.attention_backward(d16.get(), g.get(), q.get(), ob.get(), l.get(), B, T, C, NH);
     r.dqkv16 = test::widened(d16.host());
+    HBuf g16(be, test::bf16_values(dout));
+    be.attention_backward(dqkv.get(), g16.get(), q.get(), ob.get(), l.get(), B, T, C, NH);
+    r.dqkv_from_dout16 = dqkv.host();
+    be.attention_backward(dqkv.get(), g.get(), q.get(), ob.get(), l.get(), B, T, C, NH);
   } else {
     FBuf q(be, qkv), o(be, Floats(n));
     be.attention_forward(o.get(), lse.get(), q.get(), B, T, C, NH);
@@ -102,6 +107,10 @@ TEST(CudaDispatchModel, Bf16AttentionBeforeSm80RunsTheFp32KernelsOnWidenedCopies
   test::expect_bitwise("sm_75 bf16-stored lse", widened_path.lse, fp32.lse);
   test::expect_bitwise("sm_75 bf16-stored dqkv", widened_path.dqkv, fp32.dqkv);
   test::expect_bitwise("sm_75 dqkv stored in bf16", widened_path.dqkv16, test::rounded_to_bf16(widened_path.dqkv));
+  // dout stored in bf16: widened for the fp32 kernels, so what the same values in fp32 give.
+  const Floats dout_r = test::rounded_to_bf16(dout);
+  const Attention rounded_dout = run_attention(*sm75, true, qkv, dout_r, B, T, C, NH);
+  test::expect_bitwise("sm_75 dqkv from dout stored in bf16", widened_path.dqkv_from_dout16, rounded_dout.dqkv);
 
   std::unique_ptr<Backend> cpu = make_cpu_backend();  // precision fp32: the plain fp32 attention
   FBuf q(*cpu, qkv), o(*cpu, Floats(size_t(B) * T * C)), l(*cpu, Floats(size_t(B) * NH * T));
@@ -114,6 +123,8 @@ TEST(CudaDispatchModel, Bf16AttentionBeforeSm80RunsTheFp32KernelsOnWidenedCopies
   for (size_t i = 0; i < tc.out.size(); ++i) differ += tc.out[i] != widened_path.out[i];
   EXPECT_GT(differ, 0u) << "sm_90 gave the sm_75 results: the tensor-core kernels did not run";
   test::expect_bitwise("sm_90 dqkv stored in bf16", tc.dqkv16, test::rounded_to_bf16(tc.dqkv));
+  const Attention tc_rounded_dout = run_attention(*sm90, true, qkv, dout_r, B, T, C, NH);
+  test::expect_bitwise("sm_90 dqkv from dout stored in bf16", tc.dqkv_from_dout16, tc_rounded_dout.dqkv);
 }
 
 // AdamW over segments refuses segments out of order or overlapping, before any kernel runs, at every capability.

@@ -114,6 +114,78 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
   }
 }
 
+// The gradient the model hands from a dense layer's backward pass to a layernorm's or to attention's (dC), stored in
+// bf16 where attention is: the lm_head's and the MLP's first layer's dinp stored in bf16 are their fp32 dinp rounded,
+// and layernorm_backward and attention_backward give from a bf16-stored dout the bits they give from the same values
+// in fp32. A bf16 dout is refused at matmul precision fp32 (layernorm) and with fp32 qkv (attention).
+TEST_F(CpuOpsMisc, Bf16StoredInputGradientsChangeNoValueButTheirRounding) {
+  using Halves = test::BackendArray<BFloat16>;
+  using test::widened;
+  Rng rng(231);
+  be->set_matmul_precision(MatmulPrecision::bf16);
+  {  // the lm_head's dinp and the MLP's first layer's
+    const int N = 37, C = 45, V = 101, H = 67;
+    const auto x = rng.normal(size_t(N) * C), wte = rng.normal(size_t(V) * C), gl = rng.normal(size_t(N) * V),
+               wfc = rng.normal(size_t(C) * H), pre = rng.normal(size_t(N) * H, 2.5f), dg = rng.normal(size_t(N) * H);
+    Floats d_x(*be, x), d_wte(*be, wte), d_gl(*be, gl), d_wfc(*be, wfc), d_pre(*be, pre);
+    Floats dx32(*be, nans(x.size())), dw32(*be, wte.size()), dw16(*be, wte.size());
+    Halves dx16(*be, x.size());
+    be->matmul_backward_transposed(dx32.get(), dw32.get(), d_gl.get(), d_x.get(), d_wte.get(), N, C, V);
+    be->matmul_backward_transposed(dx16.get(), dw16.get(), d_gl.get(), d_x.get(), d_wte.get(), N, C, V);
+    EXPECT_EQ(widened(dx16.host()), test::rounded_to_bf16(dx32.host())) << "lm_head dinp stored in bf16";
+    EXPECT_EQ(dw16.host(), dw32.host()) << "lm_head dwte beside a bf16-stored dinp";
+    Floats g32(*be, dg), g16(*be, dg), fx32(*be, nans(x.size())), fw32(*be, wfc.size()), fb32(*be, size_t(H)),
+        fw16(*be, wfc.size()), fb16(*be, size_t(H));
+    Halves fx16(*be, x.size());
+    be->matmul_gelu_backward(fx32.get(), fw32.get(), fb32.get(), g32.get(), d_pre.get(), d_x.get(), d_wfc.get(), N, C,
+                             H);
+    be->matmul_gelu_backward(fx16.get(), fw16.get(), fb16.get(), g16.get(), d_pre.get(), d_x.get(), d_wfc.get(), N, C,
+                             H);
+    EXPECT_EQ(widened(fx16.host()), test::rounded_to_bf16(fx32.host())) << "c_fc dinp stored in bf16";
+    EXPECT_EQ(fw16.host(), fw32.host()) << "c_fc dweight beside a bf16-stored dinp";
+    EXPECT_EQ(fb16.host(), fb32.host()) << "c_fc dbias beside a bf16-stored dinp";
+  }
+  {  // layernorm_backward from a bf16-stored dout
+    const int N = 37, C = 45;
+    const auto x = rng.normal(size_t(N) * C, 2.0f), w = rng.normal(C), b = rng.normal(C);
+    const auto g = test::rounded_to_bf16(rng.normal(size_t(N) * C)), dx0 = rng.normal(x.size()), dw0 = rng.normal(C);
+    Floats d_x(*be, x), d_w(*be, w), d_b(*be, b), out(*be, x.size()), m(*be, N), r(*be, N), g32(*be, g);
+    Halves g16(*be, test::bf16_values(g));
+    be->layernorm_forward(out.get(), m.get(), r.get(), d_x.get(), d_w.get(), d_b.get(), N, C);
+    std::vector<float> res[2][3];
+    for (int k = 0; k < 2; ++k) {
+      Floats dx(*be, dx0), dw(*be, dw0), db(*be, dw0);
+      be->layernorm_backward(dx.get(), dw.get(), db.get(), k ? TensorIn(g16.get()) : TensorIn(g32.get()), d_x.get(),
+                             d_w.get(), m.get(), r.get(), N, C);
+      res[k][0] = dx.host(), res[k][1] = dw.host(), res[k][2] = db.host();
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(res[1][i], res[0][i]) << "layernorm_backward from a bf16 dout, output " << i;
+    be->set_matmul_precision(MatmulPrecision::fp32);
+    Floats dx(*be, dx0), dw(*be, dw0), db(*be, dw0);
+    EXPECT_THROW(
+        be->layernorm_backward(dx.get(), dw.get(), db.get(), g16.get(), d_x.get(), d_w.get(), m.get(), r.get(), N, C),
+        Error);
+    be->set_matmul_precision(MatmulPrecision::bf16);
+  }
+  {  // attention_backward (bf16 attention, HS 16) from a bf16-stored dout: D = dO . O reads its values
+    const int B = 2, T = 21, AC = 32, NH = 2;
+    const auto qkv = rng.normal(size_t(B) * T * 3 * AC), dout = test::rounded_to_bf16(rng.normal(size_t(B) * T * AC));
+    Floats d_qkv(*be, qkv), d_dout(*be, dout), lse(*be, size_t(B) * NH * T), g32(*be, qkv.size());
+    Halves qkv16(*be, qkv.size()), o16(*be, dout.size()), dout16(*be, test::bf16_values(dout)), gq16(*be, qkv.size()),
+        gd16(*be, qkv.size());
+    be->cast_to_bf16(qkv16.get(), d_qkv.get(), qkv.size());
+    be->attention_forward(o16.get(), lse.get(), qkv16.get(), B, T, AC, NH);
+    be->attention_backward(gq16.get(), d_dout.get(), qkv16.get(), o16.get(), lse.get(), B, T, AC, NH);
+    be->attention_backward(gd16.get(), dout16.get(), qkv16.get(), o16.get(), lse.get(), B, T, AC, NH);
+    EXPECT_EQ(widened(gd16.host()), widened(gq16.host())) << "attention dqkv from a bf16-stored dout";
+    Floats o32(*be, dout.size());
+    be->attention_forward(o32.get(), lse.get(), d_qkv.get(), B, T, AC, NH);
+    EXPECT_THROW(be->attention_backward(g32.get(), dout16.get(), d_qkv.get(), o32.get(), lse.get(), B, T, AC, NH),
+                 Error);  // a bf16 dout for fp32 qkv and out
+  }
+  be->set_matmul_precision(MatmulPrecision::fp32);
+}
+
 // bf16 storage (TensorIn/TensorOut, core/dtype.h): a layernorm, fused residual layernorm, GELU, attention or dense
 // layer output stored in bf16 holds the fp32 output rounded to nearest even, bit for bit, with the same row
 // statistics (the dense layer's with its bias stored in bf16, and so the fp32 one from that bias widened); GELU from a

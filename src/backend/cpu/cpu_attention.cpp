@@ -185,14 +185,14 @@ void CpuBackend::attention_forward(TensorOut out,  // (B, T, C)
   }
 }
 
-void CpuBackend::attention_backward(TensorOut dqkv,     // (B, T, 3C) =
-                                    const float* dout,  // (B, T, C)
-                                    TensorIn qkv,       // (B, T, 3C)
-                                    TensorIn out,       // (B, T, C)
-                                    const float* lse,   // (B, NH, T)
+void CpuBackend::attention_backward(TensorOut dqkv,    // (B, T, 3C) =
+                                    TensorIn dout,     // (B, T, C)
+                                    TensorIn qkv,      // (B, T, 3C)
+                                    TensorIn out,      // (B, T, C)
+                                    const float* lse,  // (B, NH, T)
                                     int B, int T, int C, int NH) {
   check_attention_storage(qkv, out, C, NH, "attention_backward");
-  check_attention_grad_storage(dqkv, qkv, "attention_backward");
+  check_attention_grad_storage(dqkv, dout, qkv, "attention_backward");
   const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
   const float scale = 1.0f / std::sqrt(float(HS));
   const bool bf16 = attention_in_bf16(matmul_precision_, HS);
@@ -223,32 +223,33 @@ void CpuBackend::attention_backward(TensorOut dqkv,     // (B, T, 3C) =
       gather_head(vc, qkv.at(qkv_off + 2 * C), T, HS, C3, bf16);
       std::memset(dkc, 0, 2 * head_size * sizeof(float));
       float* dq = dqkv.bf16 ? nullptr : dqkv.f32() + qkv_off;  // (T, HS), row stride 3C (fp32 storage)
-      const float* dO = dout + out_off;
       const float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
         const int rows = std::min(BQ, T - i0), keys = i0 + rows;
         const int ld = pad_lanes(keys);
-        const float* dOb = dO + size_t(i0) * C;
+        const TensorIn dOs = dout.at(out_off + size_t(i0) * C);  // the block's dout rows, as stored
         const TensorIn q = qkv.at(qkv_off + size_t(i0) * C3);
         const float* qb = bf16 ? qr : q.f32();
+        const float* dOb = bf16 ? dor : dOs.f32();
         int ldq = C3, ldo = C;
         if (bf16) {
           gather_head(qr, q, rows, HS, C3, true), ldq = HS;
-          gather_head(dor, dOb, rows, HS, C, true), dOb = dor, ldo = HS;
+          gather_head(dor, dOs, rows, HS, C, true), ldo = HS;
         }
         gemm(false, true, rows, keys, HS, scale, qb, ldq, kc, HS, 0.0f, P, ld);   // scaled scores
         gemm(false, true, rows, keys, HS, 1.0f, dOb, ldo, vc, HS, 0.0f, dS, ld);  // dP = dO V^T
         for (int r = 0; r < rows; ++r) {
           const int i = i0 + r;
-          // D from the fp32 dout and O, in bf16 rounded to bf16 (as stored there or not).
+          // D from dout as stored (an fp32 one unrounded, a bf16 one widened: dor's row) and O, in bf16 rounded to
+          // bf16 (as stored there or not).
           const float* o = out.bf16 ? nullptr : out.f32() + out_off + size_t(i) * C;
           if (bf16) {
             for (int d = 0; d < HS; ++d)
               orow[d] = out.bf16 ? from_bf16(out.b16()[out_off + size_t(i) * C + d]) : round_to_bf16(o[d]);
             o = orow.data();
           }
-          attention_dscores_row(P + size_t(r) * ld, dS + size_t(r) * ld, i + 1, ld, row_lse[i], o, dO + size_t(i) * C,
-                                HS);
+          const float* dO_row = dout.bf16 ? dor + size_t(r) * HS : dout.f32() + out_off + size_t(i) * C;
+          attention_dscores_row(P + size_t(r) * ld, dS + size_t(r) * ld, i + 1, ld, row_lse[i], o, dO_row, HS);
         }
         if (bf16) round_rows(P, rows, keys, ld), round_rows(dS, rows, keys, ld);
         gemm(true, false, keys, HS, rows, 1.0f, P, ld, dOb, ldo, 1.0f, dvc, HS);  // dV += P^T dO

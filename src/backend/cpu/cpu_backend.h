@@ -30,20 +30,20 @@ class CpuBackend final : public Backend {
 
   void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
                          const float* bias, int N, int C) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
   void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override;
-  void matmul_gelu_backward(float* dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
+  void matmul_gelu_backward(TensorOut dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
                             TensorIn weight, int N, int IC, int OC) override;
   void matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight,
                        int N, int IC, int OC) override;
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
-  void matmul_backward_transposed(float* dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
+  void matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override;
 
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
-  void attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
+  void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH) override;
 
   void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,

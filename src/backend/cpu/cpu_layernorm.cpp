@@ -85,14 +85,15 @@ void CpuBackend::layernorm_forward(TensorOut out,        // (N, C)
 void CpuBackend::layernorm_backward(float* dinp,          // (N, C) +=
                                     float* dweight,       // (C) +=
                                     float* dbias,         // (C) +=
-                                    const float* dout,    // (N, C)
+                                    TensorIn dout,        // (N, C)
                                     const float* inp,     // (N, C)
                                     const float* weight,  // (C)
                                     const float* mean,    // (N)
                                     const float* rstd,    // (N)
                                     int N, int C) {
+  check_gemm_dout(dout, "layernorm_backward");
   // One pass over dout and inp: each thread takes a contiguous block of rows, writes its rows of dinp and sums its
-  // rows' dweight/dbias contributions into a private (2, C) partial.
+  // rows' dweight/dbias contributions into a private (2, C) partial. A bf16-stored dout is widened a row at a time.
   const int max_threads = omp_get_max_threads();
   const size_t stride = (2 * size_t(C) + 15) / 16 * 16;             // whole cache lines per thread: no false sharing
   std::vector<float> partials(size_t(max_threads) * stride, 0.0f);  // (threads, 2, C) padded
@@ -102,8 +103,12 @@ void CpuBackend::layernorm_backward(float* dinp,          // (N, C) +=
     const cpu::Span rows = cpu::thread_span(size_t(N), tid, omp_get_num_threads());
     float* dw = partials.data() + size_t(tid) * stride;
     float* db = dw + C;
-    for (size_t r = rows.begin; r < rows.end; ++r)
-      layernorm_backward_row(dinp + r * C, dw, db, dout + r * C, inp + r * C, weight, mean[r], rstd[r], C);
+    std::vector<float> row(dout.bf16 ? size_t(C) : 0);
+    for (size_t r = rows.begin; r < rows.end; ++r) {
+      const float* g = dout.bf16 ? row.data() : dout.f32() + r * C;
+      if (dout.bf16) widen_bf16(row.data(), dout.b16() + r * C, size_t(C));
+      layernorm_backward_row(dinp + r * C, dw, db, g, inp + r * C, weight, mean[r], rstd[r], C);
+    }
   }
   // Thread order, not completion order: deterministic for a fixed thread count. Unused partials are zero.
   for (int t = 0; t < max_threads; ++t) {

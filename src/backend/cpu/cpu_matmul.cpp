@@ -134,7 +134,7 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
   }
 }
 
-void CpuBackend::matmul_gelu_backward(float* dinp,      // (N, IC) =
+void CpuBackend::matmul_gelu_backward(TensorOut dinp,   // (N, IC) =
                                       float* dweight,   // (IC, OC) +=
                                       float* dbias,     // (OC) += or null
                                       TensorOut dout,   // (N, OC) clobbered
@@ -177,19 +177,24 @@ void CpuBackend::matmul_forward_transposed(TensorOut out,  // (N, V)
   });
 }
 
-void CpuBackend::matmul_backward_transposed(float* dinp,    // (N, C) =
-                                            float* dwte,    // (V, C) +=
-                                            TensorIn dout,  // (N, V)
-                                            TensorIn inp,   // (N, C)
-                                            TensorIn wte,   // (V, C)
+void CpuBackend::matmul_backward_transposed(TensorOut dinp,  // (N, C) =
+                                            float* dwte,     // (V, C) +=
+                                            TensorIn dout,   // (N, V)
+                                            TensorIn inp,    // (N, C)
+                                            TensorIn wte,    // (V, C)
                                             int N, int C, int V) {
   check_gemm_inputs(inp, wte, "matmul_backward_transposed");
   check_gemm_dout(dout, "matmul_backward_transposed");
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
+  EMBER_ASSERT(!dinp.bf16 || p == MatmulPrecision::bf16,
+               "matmul_backward_transposed: a bf16-stored dinp needs matmul precision bf16");
   const float* g = gemm_input(dout, size_t(N) * V, p, sg);
-  // dinp = dout @ wte; dwte += dout^T @ inp
-  gemm_parallel(false, false, N, C, V, 1.0f, g, V, gemm_input(wte, size_t(V) * C, p, sw), C, 0.0f, dinp, C);
+  // dinp = dout @ wte (into bf16 storage rounded, in blocks of rows); dwte += dout^T @ inp
+  const float* w = gemm_input(wte, size_t(V) * C, p, sw);
+  gemm_rows_into(dinp, N, C, so, [&](int r0, int R, float* o) {
+    gemm_parallel(false, false, R, C, V, 1.0f, g + size_t(r0) * V, V, w, C, 0.0f, o, C);
+  });
   gemm_parallel(true, false, V, C, N, 1.0f, g, V, gemm_input(inp, size_t(N) * C, p, si), C, 1.0f, dwte, C);
 }
 

@@ -18,7 +18,7 @@ using namespace tc;
 
 void check_tc_shape(int B, int T, int C, int NH) {
   EMBER_ASSERT(attention_in_bf16(MatmulPrecision::bf16, C / NH), "attention: no tensor-core kernel for this head size");
-  EMBER_ASSERT(ceil_div(size_t(T), kRows) <= 65535u && size_t(B) * NH <= 0x7fffffffu,
+  EMBER_ASSERT(ceil_div(size_t(T), kRows) <= 65535u && size_t(B) * NH <= 0x7fffffffu,  // kRows < kForwardRows
                "attention: grid too large for this T or B * NH");
 }
 
@@ -29,13 +29,13 @@ void check_tc_shape(int B, int T, int C, int NH) {
 struct CausalWork {
   double pairs = 0.0, blocks = 0.0;
 };
-// Forward and dQ: each block of query rows with the key tiles up to its last row.
-CausalWork query_block_work(int T) {
+// Forward and dQ: each block of query rows (of `warps` warps) with the key tiles up to its last row.
+CausalWork query_block_work(int T, int warps) {
   CausalWork w;
-  for (int i0 = 0; i0 < T; i0 += tc::kRows)
-    for (int j0 = 0; j0 <= std::min(i0 + tc::kRows, T) - 1; j0 += tc::kTile) {
+  for (int i0 = 0; i0 < T; i0 += 16 * warps)
+    for (int j0 = 0; j0 <= std::min(i0 + 16 * warps, T) - 1; j0 += tc::kTile) {
       w.pairs += 1.0;
-      for (int warp = 0; warp < tc::kWarps; ++warp) w.blocks += tc::visible_blocks(i0, j0, warp);
+      for (int warp = 0; warp < warps; ++warp) w.blocks += tc::visible_blocks(i0, j0, warp);
     }
   return w;
 }
@@ -53,14 +53,15 @@ CausalWork key_block_work(int T) {
 
 template <int HS, typename StoreT>
 void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
-  const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kRows));
+  const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kForwardRows));
   auto* const kernel = attention_forward_tc_kernel<HS, StoreT>;  // one macro argument
   // Per head: the Q rows read once, a K and a V tile per pair, out and lse written; two products per score block.
-  const CausalWork work = query_block_work(T);
+  const CausalWork work = query_block_work(T, kForwardWarps);
   const double heads = double(B) * NH, s = sizeof(StoreT), tile = double(tc::kTile) * HS;
   report_launch("attention_forward_tc", heads * (s * T * HS + 2.0 * s * tile * work.pairs),
                 heads * (s * T * HS + 4.0 * T), heads * work.blocks * 4.0 * 16 * 16 * HS, false, true);
-  EMBER_KERNEL_LAUNCH(kernel, grid, kWarps * kWarpSize, stream, out, lse, qkv, T, C, NH, 1.0f / sqrtf(float(HS)));
+  EMBER_KERNEL_LAUNCH(kernel, grid, kForwardWarps * kWarpSize, stream, out, lse, qkv, T, C, NH,
+                      1.0f / sqrtf(float(HS)));
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -74,7 +75,7 @@ void backward_tc(GradT* dqkv, float* delta, const DoutT* dout, const StoreT* qkv
   // dQ, per head: Q, O and dO rows and lse read once, delta written; K and V tiles per pair; dQ written; three
   // products per score block. dK/dV: K and V rows once; Q, dO, lse and delta per pair; dK and dV written; four
   // products per score block.
-  const CausalWork qw = query_block_work(T), kw = key_block_work(T);
+  const CausalWork qw = query_block_work(T, kWarps), kw = key_block_work(T);
   const double heads = double(B) * NH, s = sizeof(StoreT), g = sizeof(GradT), d = sizeof(DoutT),
                tile = double(tc::kTile) * HS;
   const double rows = double(T) * HS, product = 2.0 * 16 * 16 * HS * heads;  // FLOPs of a block's product, all heads

@@ -32,15 +32,17 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kWarps = 8;
-constexpr int kRows = 16 * kWarps;   // query rows (forward, dQ) or key rows (dK/dV) per block: 16 per warp
-constexpr int kTile = 64;            // keys (forward, dQ) or queries (dK/dV) per shared tile. kRows is a multiple, so
-                                     // a block's diagonal spans kRows / kTile whole tiles. Each tile is read once per
-                                     // block: 128 rows a block read K and V (or Q and dO) half as often as 64 did.
+constexpr int kWarps = 8;           // per block of the backward passes, whose registers allow no more
+constexpr int kRows = 16 * kWarps;  // query rows (dQ) or key rows (dK/dV) per block: 16 per warp
+constexpr int kForwardWarps = 16;   // per block of the forward pass (128 registers a thread at most: its usage)
+constexpr int kForwardRows = 16 * kForwardWarps;  // query rows per forward block
+constexpr int kTile = 64;            // keys (forward, dQ) or queries (dK/dV) per shared tile. The block rows are a
+                                     // multiple, so a block's diagonal spans whole tiles. Each tile is read once per
+                                     // block: the more rows a block has, the less often K and V (or Q and dO) are read.
 constexpr int kSkew = 8;             // bf16 of padding per shared row: a row of 64 + 8 is 36 words, 4 mod 32, so the
                                      // 8 rows x 4 words a fragment load touches hit 32 different banks
 constexpr int kLdT = kTile + kSkew;  // row length of tiles stored transposed (head dim major)
-static_assert(kRows % kTile == 0 && kTile % 16 == 0, "blocks and tiles share boundaries");
+static_assert(kRows % kTile == 0 && kForwardRows % kTile == 0 && kTile % 16 == 0, "blocks and tiles share boundaries");
 constexpr int kBlocksPerTile = kTile / 16;  // the 16-column blocks of a tile
 
 __device__ inline uint32_t pack_bf16(float lo, float hi) {
@@ -137,13 +139,13 @@ __device__ inline void mma_scores(float (&acc)[DT][4], const float (&c)[NT][4], 
   }
 }
 
-// Stages rows row0.. (ROWS of them: a tile, or a block's kRows) of one head's (T, HS) slice, rows `stride` elements
+// Stages rows row0.. (ROWS of them: a tile, or a block's rows) of one head's (T, HS) slice, rows `stride` elements
 // apart (fp32 or bf16), as bf16: row-major into dst[r * (HS + kSkew) + d] and, where dst_t is given (tiles only),
 // transposed into dst_t[d * kLdT + r]. Rows past T are zero, never garbage: a masked p = 0 times a NaN would still be
 // NaN.
 template <int HS, int ROWS, typename SrcT>
 __device__ inline void stage(bf16* dst, bf16* dst_t, const SrcT* src, int row0, int T, size_t stride) {
-  static_assert(ROWS == kTile || ROWS == kRows, "a tile or a block");
+  static_assert(ROWS == kTile || ROWS == kRows || ROWS == kForwardRows, "a tile or a block");
   for (int idx = threadIdx.x; idx < ROWS * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS;  // consecutive threads read consecutive d of one row
     const bf16 x = row0 + r < T ? as_bf16(src[size_t(row0 + r) * stride + d]) : __float2bfloat16_rn(0.0f);
@@ -167,31 +169,34 @@ __host__ __device__ inline int first_seen_block(int j_first, int i0, int warp) {
 }
 
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
-// Warp w owns query rows i0 + 16 w .. + 15 and keeps their q fragments and output accumulators in registers.
+// A block of kForwardWarps warps takes kForwardRows query rows; warp w owns rows i0 + 16 w .. + 15 and keeps their
+// q fragments and output accumulators in registers.
 template <int HS, typename StoreT>
-__global__ void __launch_bounds__(kWarps* kWarpSize) attention_forward_tc_kernel(StoreT* out,        // (B, T, C)
-                                                                                 float* lse,         // (B, NH, T)
-                                                                                 const StoreT* qkv,  // (B, T, 3C)
-                                                                                 int T, int C, int NH, float scale) {
+__global__ void __launch_bounds__(kForwardWarps* kWarpSize)
+    attention_forward_tc_kernel(StoreT* out,        // (B, T, C)
+                                float* lse,         // (B, NH, T)
+                                const StoreT* qkv,  // (B, T, 3C)
+                                int T, int C, int NH, float scale) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
-  __shared__ __align__(16) bf16 q_s[kRows * LD];
-  __shared__ __align__(16) bf16 k_s[kTile * LD];
-  __shared__ __align__(16) bf16 vt_s[HS * kLdT];
+  // The block's Q rows go into registers before the loop, whose K and V tiles then reuse their memory.
+  constexpr int kBlockElems = kForwardRows * LD, kLoopElems = kTile * LD + HS * kLdT;
+  __shared__ __align__(16) bf16 smem[kBlockElems > kLoopElems ? kBlockElems : kLoopElems];
+  bf16 *const q_s = smem, *const k_s = smem, *const vt_s = smem + kTile * LD;
   const int C3 = 3 * C, bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows;  // the longest rows (largest i) are scheduled first
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * kForwardRows;  // the longest rows (largest i) are scheduled first
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, t = lane % 4;
   const int rows[2] = {i0 + warp * 16 + lane / 4, i0 + warp * 16 + lane / 4 + 8};  // this thread's query rows
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // row t: q at +t*3C, k at +C, v at +2C
 
-  stage<HS, kRows>(q_s, nullptr, base, i0, T, C3);
+  stage<HS, kForwardRows>(q_s, nullptr, base, i0, T, C3);
   __syncthreads();
   uint32_t qf[KC][4];
   load_a_rows<LD>(qf, q_s, warp * 16, lane);
   float o[DT][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  const int last_row = min(i0 + kRows, T) - 1;
+  const int last_row = min(i0 + kForwardRows, T) - 1;
   for (int j0 = 0; j0 <= last_row; j0 += kTile) {
-    __syncthreads();  // the previous tile is no longer read
+    __syncthreads();  // the previous tile (or, first, the Q rows) is no longer read
     stage<HS, kTile>(k_s, nullptr, base + C, j0, T, C3);
     stage<HS, kTile>(nullptr, vt_s, base + 2 * C, j0, T, C3);
     __syncthreads();

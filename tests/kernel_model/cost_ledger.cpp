@@ -209,7 +209,7 @@ int run(int argc, char** argv) {
          (other.read + other.written) / 1e9, (attention.read + attention.written) / 1e9,
          (other.read + other.written - attention.read - attention.written) / 1e9);
   for (int i = 0; i < 2; ++i)
-    printf("%s: modelled step %.1f ms (GEMMs %.1f, other %.1f); model FLOPs %.3g per step; MFU bound %.1f%%\n",
+    printf("%s: modelled step %.2f ms (GEMMs %.2f, other %.2f); model FLOPs %.3g per step; MFU bound %.2f%%\n",
            kDevices[i].name, total.time[i] * 1e3, gemm.time[i] * 1e3, other.time[i] * 1e3, model_flops,
            100.0 * model_flops / (total.time[i] * kDevices[i].bf16_peak));
   return 0;

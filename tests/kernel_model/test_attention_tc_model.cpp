@@ -35,10 +35,11 @@ void model_attention(Floats& out, Floats& lse, Floats& dqkv, const Floats& qkv, 
                      const Floats& out_ref, const Floats& lse_ref, int B, int T, int C, int NH) {
   using namespace cuda::tc;
   const dim3 grid(unsigned(B * NH), unsigned((T + kRows - 1) / kRows)), block(kWarps * 32);
+  const dim3 forward_grid(unsigned(B * NH), unsigned((T + kForwardRows - 1) / kForwardRows));
   const float scale = 1.0f / std::sqrt(float(HS));
   Floats delta(size_t(B) * NH * T);
-  kernel_model::launch(attention_forward_tc_kernel<HS, float>, grid, block, out.data(), lse.data(), qkv.data(), T, C,
-                       NH, scale);
+  kernel_model::launch(attention_forward_tc_kernel<HS, float>, forward_grid, dim3(kForwardWarps * 32), out.data(),
+                       lse.data(), qkv.data(), T, C, NH, scale);
   kernel_model::launch(attention_backward_dq_tc_kernel<HS, float, float, float>, grid, block, dqkv.data(), delta.data(),
                        dout.data(), qkv.data(), out_ref.data(), lse_ref.data(), T, C, NH, scale);
   kernel_model::launch(attention_backward_dkv_tc_kernel<HS, float, float, float>, grid, block, dqkv.data(),
@@ -98,13 +99,14 @@ TEST_P(TensorCoreAttentionModel, MatchesTheCpuWithinTheRoundingOfPAndDS) {
   check("lse", lse, lse_ref, nullptr, double(T) * HS);
   check("dqkv", dqkv, dqkv_ref, &bd.dqkv, 2.0 * T * HS);
 }
-// Blocks of 128 rows over tiles of 64: HS = 16 over two blocks and three key tiles (the last partial, on the second
-// block's diagonal), HS = 32 in one partial tile, HS = 64 in one block over two tiles (the second past the first four
-// warps' rows), HS = 64 over two blocks where the second block's last tile starts past its first four warps' rows,
-// and T = 1.
+// Backward blocks of 128 rows and forward blocks of 256 over tiles of 64: HS = 16 over two backward blocks and three
+// key tiles (the last partial, on the second block's diagonal), HS = 32 in one partial tile, HS = 64 in one block
+// over two tiles (the second past the first four warps' rows), HS = 64 over two backward blocks where the second
+// block's last tile starts past its first four warps' rows, HS = 16 over two forward blocks (the second's last tile
+// past its first twelve warps' rows) and three backward blocks, and T = 1.
 INSTANTIATE_TEST_SUITE_P(Shapes, TensorCoreAttentionModel,
                          ::testing::Values(Shape{1, 150, 48, 3}, Shape{2, 41, 64, 2}, Shape{1, 70, 128, 2},
-                                           Shape{1, 200, 128, 2}, Shape{1, 1, 48, 3}),
+                                           Shape{1, 200, 128, 2}, Shape{1, 300, 48, 3}, Shape{1, 1, 48, 3}),
                          [](const auto& info) {
                            const Shape& s = info.param;
                            return "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_C" + std::to_string(s.C) +

@@ -1,6 +1,7 @@
 // The tensor-core attention kernels (device code only), included by cuda_attention_tc.cu, which launches them, and by
 // tests/kernel_model/test_attention_tc_model.cpp, which runs them on the CPU against a software model of the warp
-// (threads, barriers, shuffles and mma.sync) to check their indexing where no GPU is present. The includer provides
+// (threads, barriers, shuffles, mma.sync, ldmatrix and cp.async) to check their indexing and synchronisation where no
+// GPU is present. The includer provides
 // kWarpSize, kFullMask and warp_sum (cuda_common.cuh), and min for ints. Everything here has internal linkage, so the
 // two never meet at link time.
 //
@@ -10,7 +11,9 @@
 // an mma.sync m16n8k16 with bf16 inputs and fp32 accumulation: q, k, v and dout are rounded to bf16 as they are
 // staged in shared memory, P and dS as they are fed to the second product of each pair. Softmax statistics, the
 // output rescaling and D = dO . O stay fp32 (O in D rounded to bf16, so that it may be stored so). qkv and the output
-// are stored alike (StoreT), in fp32 or bf16.
+// are stored alike (StoreT), in fp32 or bf16. Tiles sit in shared memory row-major only: ldmatrix loads every
+// fragment, .trans where a product needs the tile transposed; bf16 sources are staged by cp.async, a tile ahead of
+// the one being computed on.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; g = lane / 4, t = lane % 4):
 //   A (16 x 16, row-major): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
@@ -36,12 +39,11 @@ constexpr int kWarps = 8;           // per block of the backward passes, whose r
 constexpr int kRows = 16 * kWarps;  // query rows (dQ) or key rows (dK/dV) per block: 16 per warp
 constexpr int kForwardWarps = 16;   // per block of the forward pass (128 registers a thread at most: its usage)
 constexpr int kForwardRows = 16 * kForwardWarps;  // query rows per forward block
-constexpr int kTile = 64;            // keys (forward, dQ) or queries (dK/dV) per shared tile. The block rows are a
-                                     // multiple, so a block's diagonal spans whole tiles. Each tile is read once per
-                                     // block: the more rows a block has, the less often K and V (or Q and dO) are read.
-constexpr int kSkew = 8;             // bf16 of padding per shared row: a row of 64 + 8 is 36 words, 4 mod 32, so the
-                                     // 8 rows x 4 words a fragment load touches hit 32 different banks
-constexpr int kLdT = kTile + kSkew;  // row length of tiles stored transposed (head dim major)
+constexpr int kTile = 64;  // keys (forward, dQ) or queries (dK/dV) per shared tile. The block rows are a
+                           // multiple, so a block's diagonal spans whole tiles. Each tile is read once per
+                           // block: the more rows a block has, the less often K and V (or Q and dO) are read.
+constexpr int kSkew = 8;   // bf16 of padding per shared row: a row of 64 + 8 is 36 words, 4 mod 32, so the
+                           // 8 rows x 4 words a fragment load touches hit 32 different banks
 static_assert(kRows % kTile == 0 && kForwardRows % kTile == 0 && kTile % 16 == 0, "blocks and tiles share boundaries");
 constexpr int kBlocksPerTile = kTile / 16;  // the 16-column blocks of a tile
 
@@ -51,10 +53,55 @@ __device__ inline uint32_t pack_bf16(float lo, float hi) {
   memcpy(&u, &v, sizeof(u));
   return u;
 }
-__device__ inline uint32_t ld32(const bf16* p) {  // two adjacent bf16, the first at an even index
-  uint32_t u;
-  memcpy(&u, p, sizeof(u));
-  return u;
+// ldmatrix.sync.aligned.m8n8.x4 (.trans): four 8 x 8 matrices of bf16 from shared memory; lane l points at row l % 8
+// of matrix l / 8 (16 bytes, 16-byte aligned), and register i of each lane receives matrix i's elements as an A or B
+// fragment half holds them (.trans: of the matrix transposed). EMBER_TC_EMULATION: the test's software model.
+template <bool Trans>
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const bf16* row) {
+#if defined(EMBER_TC_EMULATION)
+  emulated_ldmatrix_x4(r, row, Trans);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+  __trap();  // the launchers never choose these kernels below sm_80
+#endif
+}
+
+// cp.async.cg: 16 bytes from global to shared memory without passing through registers, zero-filled where !valid;
+// completed, in the issuing thread's view, by the cp_async_wait<N> that leaves at most N later commit groups pending,
+// and in the block's by a __syncthreads after that.
+__device__ inline void cp_async_16(void* dst, const void* src, bool valid) {
+#if defined(EMBER_TC_EMULATION)
+  emulated_cp_async_16(dst, src, valid);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ inline void cp_async_commit() {
+#if defined(EMBER_TC_EMULATION)
+  emulated_cp_async_commit();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ inline void cp_async_wait() {
+#if defined(EMBER_TC_EMULATION)
+  emulated_cp_async_wait(N);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
 }
 
 // d += a b for one 16 x 8 x 16 step (EMBER_TC_EMULATION: the test's software model of the instruction).
@@ -72,27 +119,14 @@ __device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t 
 #endif
 }
 
-// The A fragment of rows r0.. and columns c0.. of a row-major tile with rows of LD elements.
-template <int LD>
-__device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int r0, int c0, int lane) {
-  const bf16* p = tile + (r0 + lane / 4) * LD + c0 + 2 * (lane % 4);
-  a[0] = ld32(p);
-  a[1] = ld32(p + 8 * LD);
-  a[2] = ld32(p + 8);
-  a[3] = ld32(p + 8 * LD + 8);
-}
-// The A fragments of the warp's 16 rows r0.. across all KC 16-column blocks of a row-major tile.
+// The A fragments of the warp's 16 rows r0.. across all KC 16-column blocks of a row-major tile with rows of LD
+// elements: per block one ldmatrix, matrix i holding rows r0 + 8 (i % 2) .., columns 16 kc + 8 (i / 2) ..
 template <int LD, int KC>
 __device__ inline void load_a_rows(uint32_t (&a)[KC][4], const bf16* tile, int r0, int lane) {
+  const int m = lane / 8;
+  const bf16* row = tile + (r0 + lane % 8 + 8 * (m % 2)) * LD + 8 * (m / 2);
 #pragma unroll
-  for (int kc = 0; kc < KC; ++kc) load_a<LD>(a[kc], tile, r0, kc * 16, lane);
-}
-// The B fragment of k0.. and n0.. of a matrix B stored n-major: B[k][n] at tile[n * LD + k].
-template <int LD>
-__device__ inline void load_b(uint32_t& b0, uint32_t& b1, const bf16* tile, int n0, int k0, int lane) {
-  const bf16* p = tile + (n0 + lane / 4) * LD + k0 + 2 * (lane % 4);
-  b0 = ld32(p);
-  b1 = ld32(p + 8);
+  for (int kc = 0; kc < KC; ++kc) ldmatrix_x4<false>(a[kc], row + kc * 16);
 }
 // The A fragment of the 16 x 16 block kc of a warp's (16, 8 n) accumulators: n-tiles 2 kc and 2 kc + 1, rounded.
 template <int N>
@@ -104,53 +138,73 @@ __device__ inline void c_to_a(uint32_t (&a)[4], const float (&c)[N][4], int kc) 
 }
 
 // The warp's two products. acc (16 x 8 NT) += a (16 x 16 KC, fragments in registers) B, with B[k][n] = tile[n][k]
-// (rows of LD elements): the scores q k^T and dO v^T, and their transposes. Only the 16-column blocks [c0, c1) of acc
-// are formed (the others stay as they are): on the diagonal tile a warp's other columns are all masked.
+// (a row-major tile, rows of LD elements): the scores q k^T and dO v^T, and their transposes. Only the 16-column
+// blocks [c0, c1) of acc are formed (the others stay as they are): on the diagonal a warp's other columns are all
+// masked. Each ldmatrix gives the B fragments of two n-tiles: matrix i holds tile rows n0 + 8 (i / 2) .., columns
+// k0 + 8 (i % 2) ..
 template <int LD, int KC, int NT>
 __device__ inline void mma_rows(float (&acc)[NT][4], const uint32_t (&a)[KC][4], const bf16* tile, int lane, int c0,
                                 int c1) {
+  const int m = lane / 8;
+  const bf16* row = tile + (lane % 8 + 8 * (m / 2)) * LD + 8 * (m % 2);
 #pragma unroll
   for (int kc = 0; kc < KC; ++kc)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      if (nt < 2 * c0 || nt >= 2 * c1) continue;  // warp-uniform
-      uint32_t b0, b1;
-      load_b<LD>(b0, b1, tile, nt * 8, kc * 16, lane);
-      mma_bf16(acc[nt], a[kc], b0, b1);
+    for (int nb = 0; nb < NT / 2; ++nb) {
+      if (nb < c0 || nb >= c1) continue;  // warp-uniform
+      uint32_t b[4];
+      ldmatrix_x4<false>(b, row + nb * 16 * LD + kc * 16);
+      mma_bf16(acc[2 * nb], a[kc], b[0], b[1]);
+      mma_bf16(acc[2 * nb + 1], a[kc], b[2], b[3]);
     }
 }
-// acc (16 x 8 DT) += round(c) (16 x 8 NT, accumulators rounded to bf16 A fragments) B, with B[k][n] = tile_t[n][k]
-// (a tile stored transposed, rows of kLdT): P v, dS k, P^T dO and dS^T q. Only the 16-column blocks [c0, c1) of c
-// take part: the others are all zero (masked), and leaving them out adds nothing but zeros.
-template <int NT, int DT>
-__device__ inline void mma_scores(float (&acc)[DT][4], const float (&c)[NT][4], const bf16* tile_t, int lane, int c0,
+// acc (16 x 8 DT) += round(c) (16 x 8 NT, accumulators rounded to bf16 A fragments) B, with B[k][n] = tile[k][n] (a
+// row-major tile, rows of LD elements, read transposed by ldmatrix .trans): P v, dS k, P^T dO and dS^T q. Only the
+// 16-column blocks [c0, c1) of c take part: the others are all zero (masked), and leaving them out adds nothing but
+// zeros. Each ldmatrix gives the B fragments of two n-tiles: matrix i holds tile rows k0 + 8 (i % 2) .., columns
+// n0 + 8 (i / 2) ..
+template <int LD, int NT, int DT>
+__device__ inline void mma_scores(float (&acc)[DT][4], const float (&c)[NT][4], const bf16* tile, int lane, int c0,
                                   int c1) {
+  const int m = lane / 8;
+  const bf16* row = tile + (lane % 8 + 8 * (m % 2)) * LD + 8 * (m / 2);
 #pragma unroll
   for (int kc = 0; kc < NT / 2; ++kc) {
     if (kc < c0 || kc >= c1) continue;  // warp-uniform
     uint32_t a[4];
     c_to_a(a, c, kc);
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      uint32_t b0, b1;
-      load_b<kLdT>(b0, b1, tile_t, dt * 8, kc * 16, lane);
-      mma_bf16(acc[dt], a, b0, b1);
+    for (int dp = 0; dp < DT / 2; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4<true>(b, row + kc * 16 * LD + dp * 16);
+      mma_bf16(acc[2 * dp], a, b[0], b[1]);
+      mma_bf16(acc[2 * dp + 1], a, b[2], b[3]);
     }
   }
 }
 
 // Stages rows row0.. (ROWS of them: a tile, or a block's rows) of one head's (T, HS) slice, rows `stride` elements
-// apart (fp32 or bf16), as bf16: row-major into dst[r * (HS + kSkew) + d] and, where dst_t is given (tiles only),
-// transposed into dst_t[d * kLdT + r]. Rows past T are zero, never garbage: a masked p = 0 times a NaN would still be
-// NaN.
+// apart, row-major into dst[r * (HS + kSkew) + d] as bf16. Rows past T are zero, never garbage: a masked p = 0 times a
+// NaN would still be NaN. A bf16 source whose rows are 16-byte aligned is copied with cp.async, to be completed by the
+// caller's cp_async_wait and __syncthreads; an fp32 one is rounded on the way, by plain stores (complete at the
+// caller's __syncthreads).
 template <int HS, int ROWS, typename SrcT>
-__device__ inline void stage(bf16* dst, bf16* dst_t, const SrcT* src, int row0, int T, size_t stride) {
+__device__ inline void stage(bf16* dst, const SrcT* src, int row0, int T, size_t stride) {
   static_assert(ROWS == kTile || ROWS == kRows || ROWS == kForwardRows, "a tile or a block");
+  constexpr int LD = HS + kSkew, kChunks = HS / 8;  // 16-byte chunks per row
+  if constexpr (sizeof(SrcT) == sizeof(bf16)) {
+    if (reinterpret_cast<uintptr_t>(src) % 16 == 0 && stride % 8 == 0) {
+      for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += blockDim.x) {
+        const int r = idx / kChunks, ch = idx % kChunks;
+        const bool valid = row0 + r < T;
+        cp_async_16(dst + r * LD + ch * 8, src + size_t(valid ? row0 + r : 0) * stride + ch * 8, valid);
+      }
+      return;
+    }
+  }
   for (int idx = threadIdx.x; idx < ROWS * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS;  // consecutive threads read consecutive d of one row
-    const bf16 x = row0 + r < T ? as_bf16(src[size_t(row0 + r) * stride + d]) : __float2bfloat16_rn(0.0f);
-    if (dst) dst[r * (HS + kSkew) + d] = x;
-    if (dst_t) dst_t[d * kLdT + r] = x;
+    dst[r * LD + d] = row0 + r < T ? as_bf16(src[size_t(row0 + r) * stride + d]) : __float2bfloat16_rn(0.0f);
   }
 }
 
@@ -168,6 +222,11 @@ __host__ __device__ inline int first_seen_block(int j_first, int i0, int warp) {
   return c < 0 ? 0 : c > kBlocksPerTile ? kBlocksPerTile : c;
 }
 
+// The loops below run over tiles double-buffered: tile j + 1 is staged (with cp.async where it can be) while tile j is
+// computed on. Each iteration stages the next tile into the other buffer, waits for its own, then a barrier makes the
+// tile visible to the block; a second barrier at the end keeps the buffer from being refilled (two iterations later)
+// while a warp may still read it.
+
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
 // A block of kForwardWarps warps takes kForwardRows query rows; warp w owns rows i0 + 16 w .. + 15 and keeps their
 // q fragments and output accumulators in registers.
@@ -177,72 +236,88 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
                                 float* lse,         // (B, NH, T)
                                 const StoreT* qkv,  // (B, T, 3C)
                                 int T, int C, int NH, float scale) {
-  constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
-  // The block's Q rows go into registers before the loop, whose K and V tiles then reuse their memory.
-  constexpr int kBlockElems = kForwardRows * LD, kLoopElems = kTile * LD + HS * kLdT;
+  constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8, kTileElems = kTile * LD;
+  // The block's Q rows go into registers before the loop, whose K and V tiles (two of each) then reuse their memory.
+  constexpr int kBlockElems = kForwardRows * LD, kLoopElems = 4 * kTileElems;
   __shared__ __align__(16) bf16 smem[kBlockElems > kLoopElems ? kBlockElems : kLoopElems];
-  bf16 *const q_s = smem, *const k_s = smem, *const vt_s = smem + kTile * LD;
+  bf16* const q_s = smem;
+  auto k_s = [&](int buf) { return smem + (2 * buf) * kTileElems; };
+  auto v_s = [&](int buf) { return smem + (2 * buf + 1) * kTileElems; };
   const int C3 = 3 * C, bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kForwardRows;  // the longest rows (largest i) are scheduled first
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, t = lane % 4;
   const int rows[2] = {i0 + warp * 16 + lane / 4, i0 + warp * 16 + lane / 4 + 8};  // this thread's query rows
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // row t: q at +t*3C, k at +C, v at +2C
 
-  stage<HS, kForwardRows>(q_s, nullptr, base, i0, T, C3);
+  stage<HS, kForwardRows>(q_s, base, i0, T, C3);
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   uint32_t qf[KC][4];
-  load_a_rows<LD>(qf, q_s, warp * 16, lane);
+  load_a_rows<LD, KC>(qf, q_s, warp * 16, lane);
   float o[DT][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  __syncthreads();  // the Q rows are no longer read
 
   const int last_row = min(i0 + kForwardRows, T) - 1;
-  for (int j0 = 0; j0 <= last_row; j0 += kTile) {
-    __syncthreads();  // the previous tile (or, first, the Q rows) is no longer read
-    stage<HS, kTile>(k_s, nullptr, base + C, j0, T, C3);
-    stage<HS, kTile>(nullptr, vt_s, base + 2 * C, j0, T, C3);
-    __syncthreads();
+  auto stage_tile = [&](int j0, int buf) {
+    stage<HS, kTile>(k_s(buf), base + C, j0, T, C3);
+    stage<HS, kTile>(v_s(buf), base + 2 * C, j0, T, C3);
+    cp_async_commit();
+  };
+  stage_tile(0, 0);
+  for (int j0 = 0, buf = 0; j0 <= last_row; j0 += kTile, buf ^= 1) {
+    if (j0 + kTile <= last_row) {
+      stage_tile(j0 + kTile, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile j0 is in buffer buf for every thread
     const int c1 = visible_blocks(i0, j0, warp);
-    if (c1 == 0) continue;  // warp-uniform: the tile starts past this warp's rows
-    float s[NT][4] = {};
-    mma_rows<LD>(s, qf, k_s, lane, 0, c1);  // S = Q K^T
-    float mx[2] = {m[0], m[1]};
+    if (c1 > 0) {  // warp-uniform: otherwise the tile starts past this warp's rows
+      float s[NT][4] = {};
+      mma_rows<LD, KC, NT>(s, qf, k_s(buf), lane, 0, c1);  // S = Q K^T
+      float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = j0 + nt * 8 + 2 * t + (e & 1), i = rows[e / 2];
-        s[nt][e] = j <= i && j < T ? s[nt][e] * scale : -INFINITY;
-        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-      }
-    float shift[2], corr[2], sum[2] = {0.0f, 0.0f};
+        for (int e = 0; e < 4; ++e) {
+          const int j = j0 + nt * 8 + 2 * t + (e & 1), i = rows[e / 2];
+          s[nt][e] = j <= i && j < T ? s[nt][e] * scale : -INFINITY;
+          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+        }
+      float shift[2], corr[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      // A row's four threads are lanes 4g..4g+3: two xor steps give each the row's maximum.
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
-      // A row with nothing visible yet (only rows past T) keeps m = -inf; shifting by 0 keeps its p at 0, not NaN.
-      shift[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
-      corr[r] = expf(m[r] - shift[r]);  // 0 on a row's first visible tile
-      m[r] = mx[r];
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = expf(s[nt][e] - shift[e / 2]);
-        sum[e / 2] += s[nt][e];
+      for (int r = 0; r < 2; ++r) {
+        // A row's four threads are lanes 4g..4g+3: two xor steps give each the row's maximum.
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
+        // A row with nothing visible yet (only rows past T) keeps m = -inf; shifting by 0 keeps its p at 0, not NaN.
+        shift[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
+        corr[r] = expf(m[r] - shift[r]);  // 0 on a row's first visible tile
+        m[r] = mx[r];
       }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
-      sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
-      l[r] = l[r] * corr[r] + sum[r];
-    }
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      o[dt][0] *= corr[0], o[dt][1] *= corr[0];
-      o[dt][2] *= corr[1], o[dt][3] *= corr[1];
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = expf(s[nt][e] - shift[e / 2]);
+          sum[e / 2] += s[nt][e];
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
+        sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
+        l[r] = l[r] * corr[r] + sum[r];
+      }
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        o[dt][0] *= corr[0], o[dt][1] *= corr[0];
+        o[dt][2] *= corr[1], o[dt][3] *= corr[1];
+      }
+      mma_scores<LD, NT, DT>(o, s, v_s(buf), lane, 0, c1);  // O += P V
     }
-    mma_scores(o, s, vt_s, lane, 0, c1);  // O += P V
+    __syncthreads();  // buffer buf is no longer read
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -270,13 +345,14 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                                     const StoreT* out,  // (B, T, C)
                                     const float* lse,   // (B, NH, T)
                                     int T, int C, int NH, float scale) {
-  constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
-  // The block's Q and dO rows go into registers before the loop, whose K and V tiles then reuse their memory (both
-  // at once would pass the 48 KB of static shared memory at HS = 64).
-  constexpr int kBlockElems = 2 * kRows * LD, kLoopElems = 2 * kTile * LD + HS * kLdT;
+  constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8, kTileElems = kTile * LD;
+  // The block's Q and dO rows go into registers before the loop, whose K and V tiles (two of each) then reuse their
+  // memory (both at once would pass the 48 KB of static shared memory at HS = 64).
+  constexpr int kBlockElems = 2 * kRows * LD, kLoopElems = 4 * kTileElems;
   __shared__ __align__(16) bf16 smem[kBlockElems > kLoopElems ? kBlockElems : kLoopElems];
   bf16 *const q_s = smem, *const do_s = smem + kRows * LD;
-  bf16 *const k_s = smem, *const v_s = smem + kTile * LD, *const kt_s = smem + 2 * kTile * LD;
+  auto k_s = [&](int buf) { return smem + (2 * buf) * kTileElems; };
+  auto v_s = [&](int buf) { return smem + (2 * buf + 1) * kTileElems; };
   __shared__ float lse_s[kRows], d_s[kRows];
   const int C3 = 3 * C, bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows;
@@ -285,8 +361,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
   const size_t o_base = size_t(b) * T * C + size_t(h) * HS;  // row t of this head in out/dout: + t*C
 
-  stage<HS, kRows>(q_s, nullptr, base, i0, T, C3);
-  stage<HS, kRows>(do_s, nullptr, dout + o_base, i0, T, C);
+  stage<HS, kRows>(q_s, base, i0, T, C3);
+  stage<HS, kRows>(do_s, dout + o_base, i0, T, C);
+  cp_async_commit();
   for (int r = warp * 16; r < warp * 16 + 16; ++r) {  // each warp its own 16 rows, in fp32 from global memory
     const int i = i0 + r;
     float part = 0.0f;
@@ -300,34 +377,47 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
       if (i < T) delta[size_t(bh) * T + i] = D;
     }
   }
+  cp_async_wait<0>();
   __syncthreads();
   uint32_t qf[KC][4], dof[KC][4];
-  load_a_rows<LD>(qf, q_s, warp * 16, lane);
-  load_a_rows<LD>(dof, do_s, warp * 16, lane);
+  load_a_rows<LD, KC>(qf, q_s, warp * 16, lane);
+  load_a_rows<LD, KC>(dof, do_s, warp * 16, lane);
   const float row_lse[2] = {lse_s[warp * 16 + lane / 4], lse_s[warp * 16 + lane / 4 + 8]};
   const float row_D[2] = {d_s[warp * 16 + lane / 4], d_s[warp * 16 + lane / 4 + 8]};
   float dq[DT][4] = {};
+  __syncthreads();  // the Q and dO rows are no longer read
 
   const int last_row = min(i0 + kRows, T) - 1;
-  for (int j0 = 0; j0 <= last_row; j0 += kTile) {
-    __syncthreads();  // the previous tile (or, first, the Q and dO rows) is no longer read
-    stage<HS, kTile>(k_s, kt_s, base + C, j0, T, C3);
-    stage<HS, kTile>(v_s, nullptr, base + 2 * C, j0, T, C3);
-    __syncthreads();
+  auto stage_tile = [&](int j0, int buf) {
+    stage<HS, kTile>(k_s(buf), base + C, j0, T, C3);
+    stage<HS, kTile>(v_s(buf), base + 2 * C, j0, T, C3);
+    cp_async_commit();
+  };
+  stage_tile(0, 0);
+  for (int j0 = 0, buf = 0; j0 <= last_row; j0 += kTile, buf ^= 1) {
+    if (j0 + kTile <= last_row) {
+      stage_tile(j0 + kTile, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile j0 is in buffer buf for every thread
     const int c1 = visible_blocks(i0, j0, warp);
-    if (c1 == 0) continue;  // warp-uniform: the tile starts past this warp's rows
-    float s[NT][4] = {}, dp[NT][4] = {};
-    mma_rows<LD>(s, qf, k_s, lane, 0, c1);    // S = Q K^T
-    mma_rows<LD>(dp, dof, v_s, lane, 0, c1);  // dP = dO V^T
+    if (c1 > 0) {  // warp-uniform: otherwise the tile starts past this warp's rows
+      float s[NT][4] = {}, dp[NT][4] = {};
+      mma_rows<LD, KC, NT>(s, qf, k_s(buf), lane, 0, c1);    // S = Q K^T
+      mma_rows<LD, KC, NT>(dp, dof, v_s(buf), lane, 0, c1);  // dP = dO V^T
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = j0 + nt * 8 + 2 * t + (e & 1), i = rows[e / 2];
-        const float p = j <= i && i < T ? expf(s[nt][e] * scale - row_lse[e / 2]) : 0.0f;
-        s[nt][e] = p * (dp[nt][e] - row_D[e / 2]);  // dS
-      }
-    mma_scores(dq, s, kt_s, lane, 0, c1);  // dQ += dS K
+        for (int e = 0; e < 4; ++e) {
+          const int j = j0 + nt * 8 + 2 * t + (e & 1), i = rows[e / 2];
+          const float p = j <= i && i < T ? expf(s[nt][e] * scale - row_lse[e / 2]) : 0.0f;
+          s[nt][e] = p * (dp[nt][e] - row_D[e / 2]);  // dS
+        }
+      mma_scores<LD, NT, DT>(dq, s, k_s(buf), lane, 0, c1);  // dQ += dS K
+    }
+    __syncthreads();  // buffer buf is no longer read
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -353,14 +443,15 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                                      const StoreT* qkv,   // (B, T, 3C)
                                      const float* lse,    // (B, NH, T)
                                      int T, int C, int NH, float scale) {
-  constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8;
-  // The block's K and V rows go into registers before the loop, whose Q and dO tiles then reuse their memory.
-  constexpr int kBlockElems = 2 * kRows * LD, kLoopElems = 2 * (kTile * LD + HS * kLdT);
+  constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8, kTileElems = kTile * LD;
+  // The block's K and V rows go into registers before the loop, whose Q and dO tiles (two of each) then reuse their
+  // memory.
+  constexpr int kBlockElems = 2 * kRows * LD, kLoopElems = 4 * kTileElems;
   __shared__ __align__(16) bf16 smem[kBlockElems > kLoopElems ? kBlockElems : kLoopElems];
   bf16 *const k_rows = smem, *const v_rows = smem + kRows * LD;
-  bf16 *const q_s = smem, *const qt_s = q_s + kTile * LD, *const do_s = qt_s + HS * kLdT,
-              *const dot_s = do_s + kTile * LD;
-  __shared__ float lse_s[kTile], d_s[kTile];
+  auto q_s = [&](int buf) { return smem + (2 * buf) * kTileElems; };
+  auto do_s = [&](int buf) { return smem + (2 * buf + 1) * kTileElems; };
+  __shared__ float lse_s[2][kTile], d_s[2][kTile];
   const int C3 = 3 * C, bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int j_first = blockIdx.y * kRows;  // low j has the most queries, and low blockIdx.y starts first
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, t = lane % 4;
@@ -368,41 +459,55 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
   const size_t o_base = size_t(b) * T * C + size_t(h) * HS;
 
-  stage<HS, kRows>(k_rows, nullptr, base + C, j_first, T, C3);
-  stage<HS, kRows>(v_rows, nullptr, base + 2 * C, j_first, T, C3);
+  stage<HS, kRows>(k_rows, base + C, j_first, T, C3);
+  stage<HS, kRows>(v_rows, base + 2 * C, j_first, T, C3);
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   uint32_t kf[KC][4], vf[KC][4];
-  load_a_rows<LD>(kf, k_rows, warp * 16, lane);
-  load_a_rows<LD>(vf, v_rows, warp * 16, lane);
+  load_a_rows<LD, KC>(kf, k_rows, warp * 16, lane);
+  load_a_rows<LD, KC>(vf, v_rows, warp * 16, lane);
   float dk[DT][4] = {}, dv[DT][4] = {};
+  __syncthreads();  // the K and V rows are no longer read
 
-  for (int i0 = j_first; i0 < T; i0 += kTile) {
-    __syncthreads();  // the previous tile (or the K and V staging) is no longer read
-    stage<HS, kTile>(q_s, qt_s, base, i0, T, C3);
-    stage<HS, kTile>(do_s, dot_s, dout + o_base, i0, T, C);
+  auto stage_tile = [&](int i0, int buf) {
+    stage<HS, kTile>(q_s(buf), base, i0, T, C3);
+    stage<HS, kTile>(do_s(buf), dout + o_base, i0, T, C);
     if (threadIdx.x < kTile) {
       const int i = i0 + threadIdx.x;
-      lse_s[threadIdx.x] = i < T ? lse[size_t(bh) * T + i] : 0.0f;
-      d_s[threadIdx.x] = i < T ? delta[size_t(bh) * T + i] : 0.0f;
+      lse_s[buf][threadIdx.x] = i < T ? lse[size_t(bh) * T + i] : 0.0f;
+      d_s[buf][threadIdx.x] = i < T ? delta[size_t(bh) * T + i] : 0.0f;
     }
-    __syncthreads();
+    cp_async_commit();
+  };
+  stage_tile(j_first, 0);
+  for (int i0 = j_first, buf = 0; i0 < T; i0 += kTile, buf ^= 1) {
+    if (i0 + kTile < T) {
+      stage_tile(i0 + kTile, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile i0 is in buffer buf for every thread
     // On the block's diagonal warp w's keys see only the queries from its own first key on.
     const int c0 = first_seen_block(j_first, i0, warp);
-    if (c0 == kBlocksPerTile) continue;  // warp-uniform: the tile ends before this warp's keys
-    float st[NT][4] = {}, dpt[NT][4] = {};
-    mma_rows<LD>(st, kf, q_s, lane, c0, NT / 2);    // S^T = K Q^T
-    mma_rows<LD>(dpt, vf, do_s, lane, c0, NT / 2);  // dP^T = V dO^T
+    if (c0 < kBlocksPerTile) {  // warp-uniform: otherwise the tile ends before this warp's keys
+      float st[NT][4] = {}, dpt[NT][4] = {};
+      mma_rows<LD, KC, NT>(st, kf, q_s(buf), lane, c0, NT / 2);    // S^T = K Q^T
+      mma_rows<LD, KC, NT>(dpt, vf, do_s(buf), lane, c0, NT / 2);  // dP^T = V dO^T
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = nt * 8 + 2 * t + (e & 1), i = i0 + c, j = keys[e / 2];
-        const float p = i >= j && i < T && j < T ? expf(st[nt][e] * scale - lse_s[c]) : 0.0f;
-        st[nt][e] = p;
-        dpt[nt][e] = p * (dpt[nt][e] - d_s[c]);  // dS^T
-      }
-    mma_scores(dv, st, dot_s, lane, c0, NT / 2);  // dV += P^T dO
-    mma_scores(dk, dpt, qt_s, lane, c0, NT / 2);  // dK += dS^T Q
+        for (int e = 0; e < 4; ++e) {
+          const int c = nt * 8 + 2 * t + (e & 1), i = i0 + c, j = keys[e / 2];
+          const float p = i >= j && i < T && j < T ? expf(st[nt][e] * scale - lse_s[buf][c]) : 0.0f;
+          st[nt][e] = p;
+          dpt[nt][e] = p * (dpt[nt][e] - d_s[buf][c]);  // dS^T
+        }
+      mma_scores<LD, NT, DT>(dv, st, do_s(buf), lane, c0, NT / 2);  // dV += P^T dO
+      mma_scores<LD, NT, DT>(dk, dpt, q_s(buf), lane, c0, NT / 2);  // dK += dS^T Q
+    }
+    __syncthreads();  // buffer buf is no longer read
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

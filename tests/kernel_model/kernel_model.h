@@ -3,7 +3,8 @@
 //
 // Include this header first in its translation unit, then the kernels (cuda/*.cu or cuda/*.cuh). It defines
 // EMBER_KERNEL_MODEL, under which EMBER_KERNEL_LAUNCH (cuda_common.cuh) calls launch() below and
-// EMBER_CUDA_LAUNCH_CHECK does nothing, and EMBER_TC_EMULATION, under which mma.sync is emulated_mma_bf16().
+// EMBER_CUDA_LAUNCH_CHECK does nothing, and EMBER_TC_EMULATION, under which mma.sync, ldmatrix and cp.async are
+// emulated_mma_bf16(), emulated_ldmatrix_x4() and emulated_cp_async_16() with its commit and wait.
 //
 // The model: blocks run one after another; the threads of a block are fibers on the calling thread,
 // switched only at __syncthreads and at warp-wide operations, so shared memory (`__shared__` becomes `static`) and
@@ -13,7 +14,11 @@
 // memory among the live lanes of the warp, all of which must take part (as the full mask the kernels pass requires). A
 // barrier that can never complete (some threads wait where the others never arrive) aborts with a message. mma.sync
 // m16n8k16 (bf16 inputs, fp32 accumulation) places its fragments as the PTX ISA lays them out
-// (cuda/cuda_attention_tc.cuh) and sums the exact bf16 products in k order in fp32.
+// (cuda/cuda_attention_tc.cuh) and sums the exact bf16 products in k order in fp32; ldmatrix gathers the rows the
+// lanes point at into the same fragments. cp.async is modelled at its two extremes at once: the destination turns to
+// NaN when the copy is issued (as if the hardware wrote it at once, with garbage to catch a reader that still wanted
+// the old contents) and receives the data only at the cp.async.wait_group that covers it (as if the hardware were as
+// late as it may be), so a read between the two, by this thread or by one a missing barrier lets through, is wrong.
 //
 // What the model cannot check: timing, memory coalescing and bank conflicts, register limits, and whatever the
 // hardware does differently from this reading of the programming guide and the PTX ISA. The gpu tests check those.
@@ -41,6 +46,15 @@
 #include <memory>
 #include <tuple>
 #include <vector>
+
+// A rule of the hardware the model enforces: broken, it aborts with a message.
+#define EMBER_MODEL_CHECK(cond, msg)                   \
+  do {                                                 \
+    if (!(cond)) {                                     \
+      std::fprintf(stderr, "kernel model: %s\n", msg); \
+      std::abort();                                    \
+    }                                                  \
+  } while (0)
 
 // The built-in variables, set by the scheduler before it resumes each thread.
 inline uint3 threadIdx, blockIdx;
@@ -116,7 +130,14 @@ struct Scheduler {
   std::vector<Barrier> warps;
   std::vector<uint64_t> slot;                // one shuffle value per thread
   std::vector<std::array<uint32_t, 6>> mma;  // one mma.sync operand set (a[4], b0, b1) per thread
-  std::function<void()> body;                // the kernel with its arguments bound
+  struct AsyncCopy {
+    void* dst;
+    const void* src;  // null: zero fill
+    int group;        // -1 until committed
+  };
+  std::vector<std::vector<AsyncCopy>> copies;  // per thread: cp.async copies not yet waited for
+  std::vector<int> groups;                     // per thread: cp.async groups committed
+  std::function<void()> body;                  // the kernel with its arguments bound
 };
 inline Scheduler sched;
 
@@ -213,6 +234,8 @@ inline void run_block(int threads) {
   }
   sched.slot.assign(size_t(threads), 0);
   sched.mma.assign(size_t(threads), {});
+  sched.copies.assign(size_t(threads), {});
+  sched.groups.assign(size_t(threads), 0);
   for (int t = 0; t < threads; ++t) start_fiber(sched.fibers[size_t(t)]);
   // Warp by warp, each as far as it can go: a warp's lanes run (each until it waits or returns) until all of them
   // wait at __syncthreads or have returned, and only then does the next warp start. Letting one warp run ahead of
@@ -242,6 +265,12 @@ inline void run_block(int threads) {
       std::abort();
     }
   }
+  for (const auto& c : sched.copies)
+    if (!c.empty()) {
+      std::fprintf(stderr, "kernel model: block (%u, %u) ended with cp.async copies never waited for\n", blockIdx.x,
+                   blockIdx.y);
+      std::abort();
+    }
   sched.current = -1;
 }
 
@@ -320,6 +349,62 @@ inline void emulated_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
     for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
     d[e] = acc;
   }
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 for the calling lane: lane l points at row l % 8 of matrix l / 8
+// (8 bf16, 16 bytes); register i of lane l receives matrix i's elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1),
+// or with .trans (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4), the first in the low half.
+inline void emulated_ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
+  using namespace ember::kernel_model;
+  const int base = current_warp_base(), lane = current_lane();
+  EMBER_MODEL_CHECK(reinterpret_cast<uintptr_t>(row) % 16 == 0, "ldmatrix: a row address must be 16-byte aligned");
+  sched.slot[size_t(base + lane)] = reinterpret_cast<uintptr_t>(row);
+  warp_sync();
+  const int g = lane / 4, t = lane % 4;
+  auto at = [&](int matrix, int row_in, int col) {
+    uint16_t v;
+    std::memcpy(&v, reinterpret_cast<const char*>(sched.slot[size_t(base + matrix * 8 + row_in)]) + 2 * col, 2);
+    return uint32_t(v);
+  };
+  for (int i = 0; i < 4; ++i)
+    r[i] = trans ? at(i, 2 * t, g) | at(i, 2 * t + 1, g) << 16 : at(i, g, 2 * t) | at(i, g, 2 * t + 1) << 16;
+  warp_sync();  // every lane has read before any posts again
+}
+
+// cp.async.cg.shared.global [dst], [src], 16, (valid ? 16 : 0) for the calling thread, and its commit_group and
+// wait_group N (see the header comment).
+inline void emulated_cp_async_16(void* dst, const void* src, bool valid) {
+  using namespace ember::kernel_model;
+  EMBER_MODEL_CHECK(
+      reinterpret_cast<uintptr_t>(dst) % 16 == 0 && (!valid || reinterpret_cast<uintptr_t>(src) % 16 == 0),
+      "cp.async: 16-byte copies need 16-byte aligned addresses");
+  std::memset(dst, 0xff, 16);  // NaN in bf16 and fp32 alike
+  sched.copies[size_t(sched.current)].push_back({dst, valid ? src : nullptr, -1});
+}
+inline void emulated_cp_async_commit() {
+  using namespace ember::kernel_model;
+  const size_t me = size_t(sched.current);
+  for (auto& c : sched.copies[me])
+    if (c.group < 0) c.group = sched.groups[me];
+  ++sched.groups[me];
+}
+inline void emulated_cp_async_wait(int n) {
+  using namespace ember::kernel_model;
+  const size_t me = size_t(sched.current);
+  auto& pending = sched.copies[me];
+  const int done_below = sched.groups[me] - n;  // groups before this one are complete
+  std::vector<Scheduler::AsyncCopy> left;
+  for (const auto& c : pending) {
+    if (c.group < 0 || c.group >= done_below) {
+      left.push_back(c);
+      continue;
+    }
+    if (c.src)
+      std::memcpy(c.dst, c.src, 16);
+    else
+      std::memset(c.dst, 0, 16);
+  }
+  pending = std::move(left);
 }
 
 // Device functions the kernels call on ints. (A translation unit that renames the namespace `cuda` with a macro, to

@@ -46,6 +46,34 @@ void model_attention(Floats& out, Floats& lse, Floats& dqkv, const Floats& qkv, 
                        delta.data(), dout.data(), qkv.data(), lse_ref.data(), T, C, NH, scale);
 }
 
+// The same passes from bf16 storage (qkv, out and dout in bf16, which takes the kernels' cp.async staging; out written
+// in bf16, dqkv in fp32), on inputs that hold bf16 values already: out16 comes back widened.
+template <int HS>
+void model_attention_bf16(Floats& out16, Floats& lse, Floats& dqkv, const Floats& qkv, const Floats& dout,
+                          const Floats& out_ref, const Floats& lse_ref, int B, int T, int C, int NH) {
+  using namespace cuda::tc;
+  using Bf16s = std::vector<__nv_bfloat16>;
+  auto to16 = [](const Floats& v) {
+    Bf16s r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = __float2bfloat16_rn(v[i]);
+    return r;
+  };
+  const Bf16s qkv16 = to16(qkv), dout16 = to16(dout), out_ref16 = to16(out_ref);
+  Bf16s o16(out16.size(), __float2bfloat16_rn(NAN));
+  const dim3 grid(unsigned(B * NH), unsigned((T + kRows - 1) / kRows)), block(kWarps * 32);
+  const dim3 forward_grid(unsigned(B * NH), unsigned((T + kForwardRows - 1) / kForwardRows));
+  const float scale = 1.0f / std::sqrt(float(HS));
+  Floats delta(size_t(B) * NH * T);
+  kernel_model::launch(attention_forward_tc_kernel<HS, __nv_bfloat16>, forward_grid, dim3(kForwardWarps * 32),
+                       o16.data(), lse.data(), qkv16.data(), T, C, NH, scale);
+  kernel_model::launch(attention_backward_dq_tc_kernel<HS, __nv_bfloat16, float, __nv_bfloat16>, grid, block,
+                       dqkv.data(), delta.data(), dout16.data(), qkv16.data(), out_ref16.data(), lse_ref.data(), T, C,
+                       NH, scale);
+  kernel_model::launch(attention_backward_dkv_tc_kernel<HS, __nv_bfloat16, float, __nv_bfloat16>, grid, block,
+                       dqkv.data(), delta.data(), dout16.data(), qkv16.data(), lse_ref.data(), T, C, NH, scale);
+  for (size_t i = 0; i < o16.size(); ++i) out16[i] = __bfloat162float(o16[i]);
+}
+
 struct Shape {
   int B, T, C, NH;
 };
@@ -73,19 +101,28 @@ TEST_P(TensorCoreAttentionModel, MatchesTheCpuWithinTheRoundingOfPAndDS) {
   const Floats out_ref = co.host(), lse_ref = cl.host(), dqkv_ref = cgx.host();
 
   Floats out(out_ref.size(), NAN), lse(lse_ref.size(), NAN), dqkv = dqkv0;  // NaN: an unwritten element fails
+  Floats out16(out_ref.size(), NAN), lse16(lse_ref.size(), NAN), dqkv16 = dqkv0;
   switch (HS) {
     case 16:
       model_attention<16>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH);
+      model_attention_bf16<16>(out16, lse16, dqkv16, qkv, dout, out_ref, lse_ref, B, T, C, NH);
       break;
     case 32:
       model_attention<32>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH);
+      model_attention_bf16<32>(out16, lse16, dqkv16, qkv, dout, out_ref, lse_ref, B, T, C, NH);
       break;
     case 64:
       model_attention<64>(out, lse, dqkv, qkv, dout, out_ref, lse_ref, B, T, C, NH);
+      model_attention_bf16<64>(out16, lse16, dqkv16, qkv, dout, out_ref, lse_ref, B, T, C, NH);
       break;
     default:
       FAIL() << "no tensor-core kernel for HS = " << HS;
   }
+  // From bf16 storage (staged by cp.async) the same bits: the inputs hold bf16 values, which the fp32 path rounds to
+  // themselves, and the output is the fp32 one rounded. D reads O rounded either way.
+  test::expect_bitwise("out from bf16 storage", out16, test::rounded_to_bf16(out));
+  test::expect_bitwise("lse from bf16 storage", lse16, lse);
+  test::expect_bitwise("dqkv from bf16 storage", dqkv16, dqkv);
 
   const test::AttnBounds bd = test::attention_bf16_bounds(qkv, dout, B, T, C, NH);
   // The fp32 tolerance of the sums plus twice the first-order bound for rounding P and dS.

@@ -81,11 +81,11 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   void scale(float* x, float s, size_t n) override;
   void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override;
 
-  void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V) override;
-  void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
-                             int V) override;
-  void crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N,
-                                     int V) override;
+  void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V, int ld) override;
+  void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
+                             int ld) override;
+  void crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N, int V,
+                                     int ld) override;
   void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override;
 
   double sum_squares(const float* x, size_t n) override;

@@ -106,22 +106,22 @@ void CudaBackend::gelu_backward(float* dinp, TensorIn inp, const float* dout, si
 void CudaBackend::crossentropy_forward(float* losses,           // (N)
                                        TensorIn logits,         // (N, V)
                                        const int32_t* targets,  // (N)
-                                       int N, int V) {
-  cuda::launch_crossentropy_forward(losses, logits, targets, N, V, stream_);
+                                       int N, int V, int ld) {
+  cuda::launch_crossentropy_forward(losses, logits, targets, N, V, ld, stream_);
 }
 
 void CudaBackend::crossentropy_backward(TensorOut dlogits,       // (N, V), may alias logits
                                         TensorIn logits,         // (N, V)
                                         const int32_t* targets,  // (N)
-                                        float dloss, int N, int V) {
-  cuda::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
+                                        float dloss, int N, int V, int ld) {
+  cuda::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, ld, stream_);
 }
 
 void CudaBackend::crossentropy_forward_backward(float* losses,           // (N)
                                                 TensorOut logits,        // (N, V) in: logits; out: dlogits
                                                 const int32_t* targets,  // (N)
-                                                float dloss, int N, int V) {
-  cuda::launch_crossentropy_forward_backward(losses, logits, targets, dloss, N, V, stream_);
+                                                float dloss, int N, int V, int ld) {
+  cuda::launch_crossentropy_forward_backward(losses, logits, targets, dloss, N, V, ld, stream_);
 }
 
 void CudaBackend::softmax_forward(float* probs,         // (N, V)

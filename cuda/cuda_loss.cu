@@ -1,6 +1,7 @@
 // CUDA backend: softmax cross-entropy (forward losses, backward dlogits) and the sampling softmax.
 // One block per row with block-wide max and sum reductions (fixed trees), so any V works, 50257 included. The
-// cross-entropy's logits and dlogits may be stored in fp32 or bf16 (read widened, written rounded; sums in fp32).
+// cross-entropy's logits and dlogits may be stored in fp32 or bf16 (read widened, written rounded; sums in fp32), in
+// rows ld >= V apart, whose columns from V on are left out (and written as zero by the backward kernels).
 #include <cmath>
 
 #include "core/error.h"
@@ -19,11 +20,11 @@ constexpr int kRowThreads = 512;
 // are device data, so they cannot be checked on the host without a sync, and a NaN loss is reported downstream.
 template <typename InT>
 __global__ void __launch_bounds__(kRowThreads) crossentropy_forward_kernel(float* losses,           // (N)
-                                                                           const InT* logits,       // (N, V)
+                                                                           const InT* logits,       // (N, ld)
                                                                            const int32_t* targets,  // (N)
-                                                                           int V) {
+                                                                           int V, int ld) {
   __shared__ float scratch[kWarpSize];
-  const InT* x = logits + size_t(blockIdx.x) * V;
+  const InT* x = logits + size_t(blockIdx.x) * ld;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, load(&x[j]));
   m = block_reduce<float, true>(m, scratch);
@@ -37,15 +38,16 @@ __global__ void __launch_bounds__(kRowThreads) crossentropy_forward_kernel(float
 }
 
 // y = a * softmax(x * inv_t) - (j == target ? a : 0), y allowed to alias x: every thread reads x[j] before it
-// writes y[j] at the same j, and the reductions finish (block barriers) before any write.
+// writes y[j] at the same j, and the reductions finish (block barriers) before any write. y[V..ld) is zeroed.
 template <typename OutT, typename InT>
-__global__ void __launch_bounds__(kRowThreads) scaled_softmax_kernel(OutT* probs,        // (N, V), may alias logits
-                                                                     const InT* logits,  // (N, V)
+__global__ void __launch_bounds__(kRowThreads) scaled_softmax_kernel(OutT* probs,        // (N, ld), may alias logits
+                                                                     const InT* logits,  // (N, ld)
                                                                      const int32_t* targets,  // (N) or null
-                                                                     float inv_t, float a, int V) {
+                                                                     float inv_t, float a, int V, int ld) {
   __shared__ float scratch[kWarpSize];
-  const InT* x = logits + size_t(blockIdx.x) * V;
-  OutT* y = probs + size_t(blockIdx.x) * V;
+  const InT* x = logits + size_t(blockIdx.x) * ld;
+  OutT* y = probs + size_t(blockIdx.x) * ld;
+  for (int j = V + threadIdx.x; j < ld; j += blockDim.x) store(&y[j], 0.0f);  // never read below
   float m = -INFINITY;
   for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, load(&x[j]));
   const float shift = block_reduce<float, true>(m, scratch) * inv_t;  // max(x / t) = max(x) / t for t > 0
@@ -98,12 +100,13 @@ __device__ inline MaxSum block_merge(MaxSum v, float* m_scratch, float* s_scratc
 // two separate kernels do.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) crossentropy_forward_backward_kernel(float* losses,  // (N)
-                                                                                    T* logits,      // (N, V) in/out
+                                                                                    T* logits,      // (N, ld) in/out
                                                                                     const int32_t* targets,  // (N)
-                                                                                    float dloss, int V) {
+                                                                                    float dloss, int V, int ld) {
   __shared__ float m_scratch[kWarpSize], s_scratch[kWarpSize];
   __shared__ float target_logit;
-  T* x = logits + size_t(blockIdx.x) * V;
+  T* x = logits + size_t(blockIdx.x) * ld;
+  for (int j = V + threadIdx.x; j < ld; j += blockDim.x) store(&x[j], 0.0f);  // never read below
   MaxSum acc{-INFINITY, 0.0f};
   for (int j = threadIdx.x; j < V; j += blockDim.x) {
     const float v = load(&x[j]);
@@ -133,67 +136,68 @@ __global__ void __launch_bounds__(kRowThreads) crossentropy_forward_backward_ker
 
 template <typename OutT, typename InT>
 void scaled_softmax(unsigned rows, cudaStream_t stream, OutT* probs, const InT* logits, const int32_t* targets,
-                    float inv_t, float a, int V) {
+                    float inv_t, float a, int V, int ld) {
   auto* const kernel = scaled_softmax_kernel<OutT, InT>;  // one macro argument
   // A row (V values, far more than L1 keeps per block at GPT-2's vocabulary) is read in three passes and written in
-  // one.
+  // one, with its padding.
   const double nv = double(rows) * V;
   report_launch(targets ? "crossentropy_backward" : "softmax_forward", 3.0 * sizeof(InT) * nv + 4.0 * rows,
-                double(sizeof(OutT)) * nv, 6.0 * nv);
-  EMBER_KERNEL_LAUNCH(kernel, rows, kRowThreads, stream, probs, logits, targets, inv_t, a, V);
+                double(sizeof(OutT)) * rows * ld, 6.0 * nv);
+  EMBER_KERNEL_LAUNCH(kernel, rows, kRowThreads, stream, probs, logits, targets, inv_t, a, V, ld);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V,
+void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V, int ld,
                                  cudaStream_t stream) {
-  EMBER_ASSERT(N > 0 && V > 0, "crossentropy_forward: N and V must be positive");
+  EMBER_ASSERT(N > 0 && V > 0 && ld >= V, "crossentropy_forward: N and V must be positive, ld at least V");
   // Two passes over each row (max, then the sum of exponentials), a target and a loss per row.
   const double nv = double(N) * V;
   report_launch("crossentropy_forward", (logits.bf16 ? 2.0 : 4.0) * 2.0 * nv + 4.0 * N, 4.0 * N, 4.0 * nv);
   if (logits.bf16)
     EMBER_KERNEL_LAUNCH(crossentropy_forward_kernel<__nv_bfloat16>, unsigned(N), kRowThreads, stream, losses,
-                        device_bf16(logits), targets, V);
+                        device_bf16(logits), targets, V, ld);
   else
     EMBER_KERNEL_LAUNCH(crossentropy_forward_kernel<float>, unsigned(N), kRowThreads, stream, losses, logits.f32(),
-                        targets, V);
+                        targets, V, ld);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
-                                  cudaStream_t stream) {
-  EMBER_ASSERT(N > 0 && V > 0, "crossentropy_backward: N and V must be positive");
+                                  int ld, cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && V > 0 && ld >= V, "crossentropy_backward: N and V must be positive, ld at least V");
   const unsigned grid = unsigned(N);
   if (dlogits.bf16 && logits.bf16)
-    scaled_softmax(grid, stream, device_bf16(dlogits), device_bf16(logits), targets, 1.0f, dloss, V);
+    scaled_softmax(grid, stream, device_bf16(dlogits), device_bf16(logits), targets, 1.0f, dloss, V, ld);
   else if (dlogits.bf16)
-    scaled_softmax(grid, stream, device_bf16(dlogits), logits.f32(), targets, 1.0f, dloss, V);
+    scaled_softmax(grid, stream, device_bf16(dlogits), logits.f32(), targets, 1.0f, dloss, V, ld);
   else if (logits.bf16)
-    scaled_softmax(grid, stream, dlogits.f32(), device_bf16(logits), targets, 1.0f, dloss, V);
+    scaled_softmax(grid, stream, dlogits.f32(), device_bf16(logits), targets, 1.0f, dloss, V, ld);
   else
-    scaled_softmax(grid, stream, dlogits.f32(), logits.f32(), targets, 1.0f, dloss, V);
+    scaled_softmax(grid, stream, dlogits.f32(), logits.f32(), targets, 1.0f, dloss, V, ld);
 }
 
 void launch_crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N,
-                                          int V, cudaStream_t stream) {
-  EMBER_ASSERT(N > 0 && V > 0, "crossentropy_forward_backward: N and V must be positive");
-  // Each row read twice (it is far more than L1 keeps per block at GPT-2's vocabulary) and written once.
+                                          int V, int ld, cudaStream_t stream) {
+  EMBER_ASSERT(N > 0 && V > 0 && ld >= V, "crossentropy_forward_backward: N and V must be positive, ld at least V");
+  // Each row read twice (it is far more than L1 keeps per block at GPT-2's vocabulary) and written once, with its
+  // padding.
   const double nv = double(N) * V, size = logits.bf16 ? 2.0 : 4.0;
-  report_launch("crossentropy_forward_backward", 2.0 * size * nv + 4.0 * N, size * nv + 4.0 * N, 7.0 * nv);
+  report_launch("crossentropy_forward_backward", 2.0 * size * nv + 4.0 * N, size * double(N) * ld + 4.0 * N, 7.0 * nv);
   if (logits.bf16)
     EMBER_KERNEL_LAUNCH(crossentropy_forward_backward_kernel<__nv_bfloat16>, unsigned(N), kRowThreads, stream, losses,
-                        device_bf16(logits), targets, dloss, V);
+                        device_bf16(logits), targets, dloss, V, ld);
   else
     EMBER_KERNEL_LAUNCH(crossentropy_forward_backward_kernel<float>, unsigned(N), kRowThreads, stream, losses,
-                        logits.f32(), targets, dloss, V);
+                        logits.f32(), targets, dloss, V, ld);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && V > 0, "softmax_forward: N and V must be positive");
   EMBER_ASSERT(temperature > 0.0f, "softmax: temperature must be positive");
-  scaled_softmax(unsigned(N), stream, probs, logits, nullptr, 1.0f / temperature, 1.0f, V);
+  scaled_softmax(unsigned(N), stream, probs, logits, nullptr, 1.0f / temperature, 1.0f, V, V);
 }
 
 }  // namespace cuda

@@ -150,14 +150,15 @@ void launch_widen_bf16(float* out, const BFloat16* inp, size_t n, cudaStream_t s
 
 // loss and sampling softmax
 // logits and dlogits may be stored in fp32 or bf16; dlogits may alias logits (stored alike)
-void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V,
+// The cross-entropy over rows ld elements apart (backend.h): columns V.. are left out, and the backward ops zero them.
+void launch_crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V, int ld,
                                  cudaStream_t stream);
 void launch_crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
-                                  cudaStream_t stream);
+                                  int ld, cudaStream_t stream);
 void launch_softmax_forward(float* probs, const float* logits, float temperature, int N, int V, cudaStream_t stream);
 // The fused classifier: losses, and dlogits written over the logits (fp32 or bf16), two passes over each row.
 void launch_crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N,
-                                          int V, cudaStream_t stream);
+                                          int V, int ld, cudaStream_t stream);
 
 // optimizer; `partials` holds kSumSquaresBlocks + 1 doubles of device scratch, the result lands in partials[last].
 // AdamW's inverse bias corrections 1 / (1 - beta^t) come from the host in fp64, as the CPU backend computes them.

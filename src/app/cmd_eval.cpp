@@ -1,5 +1,6 @@
 // `ember eval`: mean cross-entropy (nats/token) and bits per byte of a checkpoint on a data split, evaluated over
 // the split's samples in order, so any reader of the shards and the checkpoint can reproduce the number.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -53,16 +54,20 @@ void write_npy(const std::string& path, const char* descr, const std::vector<int
 // `path` (B, T, V) float32 and, beside it, <path without .npy>.inputs.npy and .targets.npy (B, T) int32.
 void write_first_batch(const std::string& path, GPT& model, const std::vector<int32_t>& inputs,
                        const std::vector<int32_t>& targets, int B, int T) {
-  const int V = model.config().vocab_size;
-  std::vector<float> logits(size_t(B) * T * V);
+  // The model's rows are padded_vocab_size() long; the file holds the V real logits of each.
+  const int V = model.config().vocab_size, ld = model.config().padded_vocab_size();
+  std::vector<float> padded(size_t(B) * T * ld), logits(size_t(B) * T * V);
   const TensorIn stored = model.logits();
   if (stored.bf16) {
-    std::vector<BFloat16> b16(logits.size());
+    std::vector<BFloat16> b16(padded.size());
     model.backend().copy_to_host(b16.data(), stored.b16(), b16.size() * sizeof(BFloat16));
-    widen_bf16(logits.data(), b16.data(), b16.size());
+    widen_bf16(padded.data(), b16.data(), b16.size());
   } else {
-    model.backend().copy_to_host(logits.data(), stored.f32(), logits.size() * sizeof(float));
+    model.backend().copy_to_host(padded.data(), stored.f32(), padded.size() * sizeof(float));
   }
+  for (size_t r = 0; r < size_t(B) * T; ++r)
+    std::copy(padded.begin() + ptrdiff_t(r * ld), padded.begin() + ptrdiff_t(r * ld + V),
+              logits.begin() + ptrdiff_t(r * V));
   write_npy(path, "<f4", {B, T, V}, logits.data(), logits.size() * sizeof(float));
   const std::string stem = path.size() > 4 && path.ends_with(".npy") ? path.substr(0, path.size() - 4) : path;
   write_npy(stem + ".inputs.npy", "<i4", {B, T}, inputs.data(), inputs.size() * sizeof(int32_t));

@@ -208,26 +208,28 @@ class Backend {
   virtual void cast_to_bf16(BFloat16* out, const float* inp, size_t n) = 0;    // out = bf16(inp), nearest even
 
   // --- softmax cross-entropy over V classes; targets in [0, V). The logits and dlogits may be stored in bf16 (the
-  // sums are fp32 either way; dlogits is its fp32 value rounded). ---
+  // sums are fp32 either way; dlogits is its fp32 value rounded). Rows are ld >= V elements apart (the padded
+  // vocabulary: ModelConfig::padded_vocab_size): the columns from V on take no part, and the backward ops write them
+  // as zero, so that the lm_head's backward GEMMs over all ld columns see nothing there. ---
   virtual void crossentropy_forward(float* losses,           // (N) per-row -log p[target]
-                                    TensorIn logits,         // (N, V)
+                                    TensorIn logits,         // (N, ld)
                                     const int32_t* targets,  // (N)
-                                    int N, int V) = 0;
+                                    int N, int V, int ld) = 0;
   // dlogits = dloss * (softmax(logits) - onehot(target)); OVERWRITES dlogits, which may alias logits (stored alike).
-  virtual void crossentropy_backward(TensorOut dlogits,       // (N, V)
-                                     TensorIn logits,         // (N, V)
+  virtual void crossentropy_backward(TensorOut dlogits,       // (N, ld)
+                                     TensorIn logits,         // (N, ld)
                                      const int32_t* targets,  // (N)
-                                     float dloss, int N, int V) = 0;
+                                     float dloss, int N, int V, int ld) = 0;
   // --- fused classifier: crossentropy_forward and then crossentropy_backward of the same logits, the gradient written
   // over them (stored alike). This default calls the two ops; a GPU backend reads each row of logits twice instead of
   // five times (one online-softmax pass for the loss and the normaliser, one that writes the gradient), which sums in
   // another order, so its results agree with the two ops to rounding, not bitwise. ---
   virtual void crossentropy_forward_backward(float* losses,           // (N) per-row -log p[target]
-                                             TensorOut logits,        // (N, V) in: logits; out: dlogits
+                                             TensorOut logits,        // (N, ld) in: logits; out: dlogits
                                              const int32_t* targets,  // (N)
-                                             float dloss, int N, int V) {
-    crossentropy_forward(losses, logits, targets, N, V);
-    crossentropy_backward(logits, logits, targets, dloss, N, V);
+                                             float dloss, int N, int V, int ld) {
+    crossentropy_forward(losses, logits, targets, N, V, ld);
+    crossentropy_backward(logits, logits, targets, dloss, N, V, ld);
   }
   // Row-wise softmax with temperature, for sampling: probs = softmax(logits / temperature).
   virtual void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) = 0;

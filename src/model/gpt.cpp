@@ -45,7 +45,8 @@ size_t add_sat(size_t a, size_t b) {
 GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
                               bool bf16_storage) {
   // The constructor's allocations below, in the same order, counted instead of made.
-  const size_t BT = mul_sat(size_t(max_B), size_t(max_T)), C = config.n_embd, V = config.vocab_size, NH = config.n_head;
+  const size_t BT = mul_sat(size_t(max_B), size_t(max_T)), C = config.n_embd, V = config.padded_vocab_size(),
+               NH = config.n_head;
   const size_t arena = (ParamTable(config).total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
   const bool bf16_attention_out = bf16_storage && attention_in_bf16(MatmulPrecision::bf16, int(C / NH));
   const size_t f32 = sizeof(float), gemm_in = bf16_storage ? sizeof(BFloat16) : sizeof(float),
@@ -61,7 +62,7 @@ GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, b
   if (!keep_mlp) a = add_sat(a, mlp);
   const size_t layer = add_sat(add_sat(keep_attention ? attention : 0, keep_mlp ? mlp : 0), mul_sat(BT, C * f32));
   a = add_sat(a, mul_sat(layer, size_t(config.n_layer)));
-  a = add_sat(a, mul_sat(BT, C * gemm_in + 2 * f32 + V * gemm_in + f32));  // ln_f, logits, losses
+  a = add_sat(a, mul_sat(BT, C * gemm_in + 2 * f32 + V * gemm_in + f32));  // ln_f, logits (padded rows), losses
   // dresidual in fp32; dC and d3C stored as qkv is; d4C as GEMM inputs are
   if (with_grads) a = add_sat(a, mul_sat(BT, C, f32 + 4 * att + 4 * gemm_in));
   fp.activation_bytes = a;
@@ -94,7 +95,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   EMBER_ASSERT(max_T >= 1 && max_T <= config.block_size, "max_T must be in [1, block_size]");
   EMBER_ASSERT(max_B >= 1, "max_B must be positive");
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
-  const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
+  const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.padded_vocab_size(), NH = config.n_head;
   arena_numel_ = (table_.total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
   bf16_attention_out_ = bf16_storage_ && attention_in_bf16(MatmulPrecision::bf16, int(C / NH));
   params_ = alloc_floats(arena_numel_, /*weights=*/true);
@@ -192,7 +193,7 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   B_ = B;
   T_ = T;
   have_targets_ = targets != nullptr;
-  const int C = config_.n_embd, V = config_.vocab_size, N = B * T;
+  const int C = config_.n_embd, V = config_.vocab_size, Vp = config_.padded_vocab_size(), N = B * T;
   Backend& be = backend_;
   be.copy_to_device(inputs_, inputs, size_t(N) * sizeof(int32_t));
   if (targets) be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
@@ -215,10 +216,10 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
     mlp_out(l);
     residual = layers_[l].residual3;
   }
-  be.matmul_forward_transposed(logits_, lnf_, w(table_.wte()), N, C, V);
+  be.matmul_forward_transposed(logits_, lnf_, w(table_.wte()), N, C, Vp);  // the padding rows give zero logits
   if (!targets) return 0.0;
 
-  be.crossentropy_forward(losses_, logits_, targets_, N, V);
+  be.crossentropy_forward(losses_, logits_, targets_, N, V, Vp);
   return mean_loss();
 }
 
@@ -229,7 +230,8 @@ double GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int 
   have_targets_ = true;
   const int N = B * T;
   backend_.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
-  backend_.crossentropy_forward_backward(losses_, logits_, targets_, loss_scale / float(N), N, config_.vocab_size);
+  backend_.crossentropy_forward_backward(losses_, logits_, targets_, loss_scale / float(N), N, config_.vocab_size,
+                                         config_.padded_vocab_size());
   const double loss = mean_loss();
   backward_from_dlogits();
   return loss;
@@ -307,17 +309,19 @@ void GPT::backward(float loss_scale) {
   EMBER_ASSERT(have_targets_, "backward needs a forward with targets");
   const int N = B_ * T_;
   // Mean loss over N tokens: each token's loss has weight loss_scale / N.
-  backend_.crossentropy_backward(logits_, logits_, targets_, loss_scale / float(N), N, config_.vocab_size);
+  backend_.crossentropy_backward(logits_, logits_, targets_, loss_scale / float(N), N, config_.vocab_size,
+                                 config_.padded_vocab_size());
   backward_from_dlogits();
 }
 
 void GPT::backward_from_dlogits() {
-  const int B = B_, T = T_, C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, N = B * T;
+  const int B = B_, T = T_, C = config_.n_embd, NH = config_.n_head, V = config_.padded_vocab_size(), N = B * T;
   Backend& be = backend_;
   const size_t NC = size_t(N) * C;
   // Every activation gradient but the residual stream's is written by the op that produces it (backend.h); the
   // residual's gradient is summed over the branches that read the stream, starting from zero.
   be.zero(dresidual_, NC * sizeof(float));
+  // Over the padded vocabulary: dlogits is zero in the padding columns, so wte's padding rows get no gradient.
   be.matmul_backward_transposed(dC_, g(table_.wte()), logits_, lnf_, w(table_.wte()), N, C, V);
   const float* last = config_.n_layer > 0 ? layers_.back().residual3 : encoded_;
   be.layernorm_backward(dresidual_, g(table_.ln_f_weight()), g(table_.ln_f_bias()), dC_, last, p(table_.ln_f_weight()),

@@ -95,8 +95,10 @@ class GPT {
   // to start all-reducing a layer's gradients while earlier layers are still running backward. Empty: no calls.
   void set_backward_hook(std::function<void(int)> hook) { backward_hook_ = std::move(hook); }
 
-  // (B, T, V) backend memory, after forward; in bf16 under bf16 storage (the lm_head's output, rounded once, as
-  // PyTorch's bf16 autocast gives it; the cross-entropy reads it so, and backward writes dlogits over it in bf16).
+  // (B, T, padded_vocab_size()) backend memory, after forward: the logits of the V real tokens first in each row, the
+  // padding columns after them zero (nothing reads them); in bf16 under bf16 storage (the lm_head's output, rounded
+  // once, as PyTorch's bf16 autocast gives it; the cross-entropy reads it so, and backward writes dlogits over it in
+  // bf16).
   TensorIn logits() const { return logits_; }
 
  private:
@@ -168,7 +170,7 @@ class GPT {
   std::vector<LayerActs> layers_;
   TensorOut lnf_;                                    // (B, T, C), a GEMM input
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T), (B, T)
-  TensorOut logits_;                                 // (B, T, V)
+  TensorOut logits_;                                 // (B, T, V padded)
   float* losses_ = nullptr;                          // (B, T)
   std::vector<float> losses_host_;
   // Backward scratch: each written whole by the op that produces it, except the residual's, zeroed once per pass.

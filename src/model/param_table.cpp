@@ -1,11 +1,14 @@
 // The parameter table (implementation): builds rows in Hugging Face state_dict order, 16-float aligned offsets.
 #include "model/param_table.h"
 
+#include <algorithm>
+
 namespace ember {
 
 ParamTable::ParamTable(const ModelConfig& cfg) {
   const int64_t C = cfg.n_embd, V = cfg.vocab_size, T = cfg.block_size;
-  auto add = [&](std::string name, std::vector<int64_t> shape, bool decay, int layer) {
+  // `stored`: the arena floats the tensor takes before alignment (its numel, but for wte's padding rows).
+  auto add = [&](std::string name, std::vector<int64_t> shape, bool decay, int layer, size_t stored = 0) {
     ParamInfo p;
     p.name = std::move(name);
     p.shape = std::move(shape);
@@ -14,10 +17,10 @@ ParamTable::ParamTable(const ModelConfig& cfg) {
     p.offset = total_;
     p.decay = decay;
     p.layer = layer;
-    total_ += (p.numel + 15) / 16 * 16;  // 64-byte alignment for every tensor
+    total_ += (std::max(stored, p.numel) + 15) / 16 * 16;  // 64-byte alignment for every tensor
     params_.push_back(std::move(p));
   };
-  add("transformer.wte.weight", {V, C}, true, -1);
+  add("transformer.wte.weight", {V, C}, true, -1, size_t(cfg.padded_vocab_size()) * size_t(C));
   add("transformer.wpe.weight", {T, C}, true, -1);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";

@@ -1,5 +1,7 @@
 // The parameter table: every GPT parameter's Hugging Face GPT2LMHeadModel name, shape and offset in one fp32 arena.
-// Gradients and optimizer state mirror the arena; checkpoints, communication and sharding walk this table.
+// Gradients and optimizer state mirror the arena; checkpoints, communication and sharding walk this table. wte is
+// followed in the arena by the padding rows of the padded vocabulary (ModelConfig::padded_vocab_size), zero, outside
+// its numel: the lm_head reads and writes (V_padded, C) there, everything that walks the table only its V rows.
 #pragma once
 
 #include <cstddef>

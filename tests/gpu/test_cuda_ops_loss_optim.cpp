@@ -28,11 +28,11 @@ TEST_P(CudaLoss, CrossEntropyAndSoftmax) {
     FBuf x(*be[k], logits), l(*be[k], Floats(N)), d(*be[k], Floats(logits.size(), 5.0f)),
         p(*be[k], Floats(logits.size()));
     IBuf t(*be[k], targets);
-    be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V);
-    be[k]->crossentropy_backward(d.get(), x.get(), t.get(), dloss, N, V);  // overwrites the 5.0 fill
+    be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V, V);
+    be[k]->crossentropy_backward(d.get(), x.get(), t.get(), dloss, N, V, V);  // overwrites the 5.0 fill
     be[k]->softmax_forward(p.get(), x.get(), 0.7f, N, V);
     loss[k] = l.host(), dl[k] = d.host(), probs[k] = p.host();
-    be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V);  // in place: dlogits aliases logits
+    be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V, V);  // in place: dlogits aliases logits
     dl_inplace[k] = x.host();
   }
   // Each row is a V-term sum of exps (max-shifted), so K = V.
@@ -40,6 +40,49 @@ TEST_P(CudaLoss, CrossEntropyAndSoftmax) {
   expect_close("crossentropy_backward", dl[1], dl[0], fp32_tol(V, dl[0]));
   expect_close("crossentropy_backward in place", dl_inplace[1], dl[0], fp32_tol(V, dl[0]));
   expect_close("softmax_forward T=0.7", probs[1], probs[0], fp32_tol(V, probs[0]));
+}
+
+// Rows ld > V apart (the padded vocabulary), with NaN and huge values in the padding: the same results as the CPU
+// over the V real columns (which match the dense rows bitwise, CpuOpsMisc.CrossEntropyOverPaddedRows), and the
+// padding of dlogits written as zero by the backward and the fused kernels, into fp32 and bf16.
+TEST_F(CudaOps, CrossEntropyOverPaddedRows) {
+  const int N = 9, V = 45, ld = 128;
+  Rng rng(172);
+  const Floats dense = rng.normal(size_t(N) * V, 3.0f);
+  const Ints targets = rng.tokens(N, V);
+  Floats padded(size_t(N) * ld);
+  for (int r = 0; r < N; ++r)
+    for (int j = 0; j < ld; ++j) padded[size_t(r) * ld + j] = j < V ? dense[size_t(r) * V + j] : (j % 2 ? NAN : 1e30f);
+  Floats loss[2], dl[2], fused_loss[2], fused[2];
+  Halves dl16[2];
+  Backend* be[2] = {cpu.get(), gpu.get()};
+  for (int k = 0; k < 2; ++k) {
+    FBuf x(*be[k], padded), l(*be[k], Floats(N)), d(*be[k], nans(padded.size())), fl(*be[k], Floats(N));
+    IBuf t(*be[k], targets);
+    be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V, ld);
+    be[k]->crossentropy_backward(d.get(), x.get(), t.get(), 0.5f, N, V, ld);
+    loss[k] = l.host(), dl[k] = d.host();
+    be[k]->set_matmul_precision(MatmulPrecision::bf16);
+    HBuf d16(*be[k], size_t(N) * ld);
+    be[k]->crossentropy_backward(d16.get(), x.get(), t.get(), 0.5f, N, V, ld);
+    dl16[k] = d16.host();
+    be[k]->set_matmul_precision(MatmulPrecision::fp32);
+    be[k]->crossentropy_forward_backward(fl.get(), x.get(), t.get(), 0.5f, N, V, ld);
+    fused_loss[k] = fl.host(), fused[k] = x.host();
+  }
+  for (int r = 0; r < N; ++r)
+    for (int j = V; j < ld; ++j) {
+      const size_t i = size_t(r) * ld + j;
+      ASSERT_EQ(dl[1][i], 0.0f) << "dlogits padding, row " << r << " column " << j;
+      ASSERT_EQ(fused[1][i], 0.0f) << "fused dlogits padding, row " << r << " column " << j;
+      ASSERT_EQ(dl16[1][i].bits, 0u) << "bf16 dlogits padding, row " << r << " column " << j;
+    }
+  // Each row is a V-term sum of exps (max-shifted), so K = V, as CrossEntropyAndSoftmax; the CPU's padding is zero too.
+  expect_close("crossentropy_forward over padded rows", loss[1], loss[0], fp32_tol(V, loss[0]));
+  expect_close("crossentropy_backward over padded rows", dl[1], dl[0], fp32_tol(V, dl[0]));
+  expect_close("fused classifier losses over padded rows", fused_loss[1], fused_loss[0], fp32_tol(V, fused_loss[0]));
+  expect_close("fused classifier dlogits over padded rows", fused[1], fused[0], fp32_tol(V, fused[0]));
+  expect_close_bf16("bf16 dlogits over padded rows", dl16[1], dl16[0], fp32_tol(V, widened(dl16[0])));
 }
 
 // The cross-entropy on logits stored in bf16, as the model keeps them under matmul precision bf16 (the values rounded
@@ -61,10 +104,10 @@ TEST_P(CudaLoss, CrossEntropyFromBf16Logits) {
     test::BackendArray<BFloat16> x(*be[k], logits);
     FBuf l(*be[k], Floats(N)), d(*be[k], Floats(logits.size(), 5.0f));
     IBuf t(*be[k], targets);
-    be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V);
-    be[k]->crossentropy_backward(d.get(), x.get(), t.get(), dloss, N, V);
+    be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V, V);
+    be[k]->crossentropy_backward(d.get(), x.get(), t.get(), dloss, N, V, V);
     loss[k] = l.host(), dl[k] = d.host();
-    be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V);
+    be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V, V);
     dl_inplace[k] = x.host();
   }
   std::vector<BFloat16> dl16(dl[0].size());
@@ -90,10 +133,10 @@ TEST_P(CudaLoss, FusedClassifierMatchesTheTwoOps) {
   Backend* be[2] = {cpu.get(), gpu.get()};
   auto run = [&](int k, auto& x, FBuf& l, IBuf& t) {
     if (k == 0) {  // the reference: the two plain ops
-      be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V);
-      be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V);
+      be[k]->crossentropy_forward(l.get(), x.get(), t.get(), N, V, V);
+      be[k]->crossentropy_backward(x.get(), x.get(), t.get(), dloss, N, V, V);
     } else {
-      be[k]->crossentropy_forward_backward(l.get(), x.get(), t.get(), dloss, N, V);
+      be[k]->crossentropy_forward_backward(l.get(), x.get(), t.get(), dloss, N, V, V);
     }
   };
   auto check_nan_row = [&](const Floats& loss, const Floats& dl) {

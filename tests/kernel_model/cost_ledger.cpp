@@ -134,11 +134,11 @@ int run(int argc, char** argv) {
   }
 
   // The GEMMs' FLOPs against the model's shape: forward 2 x tokens x (each layer's 12 C^2 dense weights + the lm_head's
-  // V C), backward twice that plus what recomputation reruns of the forward: c_attn (3 C^2) per layer for attention,
-  // everything up to the MLP's output projection (8 C^2) for full. A GEMM left out, or a block of rows counted twice,
-  // shows here.
+  // V C, over the padded vocabulary), backward twice that plus what recomputation reruns of the forward: c_attn (3 C^2)
+  // per layer for attention, everything up to the MLP's output projection (8 C^2) for full. A GEMM left out, or a block
+  // of rows counted twice, shows here.
   const double Cm = c.model.n_embd, step_tokens = double(B) * T;
-  const double dense = c.model.n_layer * 12.0 * Cm * Cm + double(c.model.vocab_size) * Cm;
+  const double dense = c.model.n_layer * 12.0 * Cm * Cm + double(c.model.padded_vocab_size()) * Cm;
   const double rerun = c.training.recompute == Recompute::attention ? 3.0
                        : c.training.recompute == Recompute::full    ? 8.0
                                                                     : 0.0;
@@ -167,15 +167,19 @@ int run(int argc, char** argv) {
     total.add(e.cost);
     (e.cost.gemm ? gemm : other).add(e.cost);
   }
-  const double params = double(model.table().total_numel()), tokens_per_step = double(B) * T;
+  double params = 0.0;  // the model's own: the vocabulary's padding rows and the arena's alignment are not parameters
+  for (const ParamInfo& p : model.table().params()) params += double(p.numel);
+  const double tokens_per_step = double(B) * T;
   // Model FLOPs per token as PaLM (and llm.c) count them: 6 N for the dense products, 12 L C T for attention.
   const double model_flops =
       tokens_per_step * (6.0 * params + 12.0 * c.model.n_layer * double(c.model.n_embd) * double(T));
 
   printf("cost ledger: one training step of the CUDA backend (count-only kernel model, sm_90 paths)\n");
-  printf("model: %d layers, %d heads, C %d, V %d (%.1fM parameters); B %d, T %d; matmul precision %s; recompute %s\n",
-         c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, params / 1e6, B, T,
-         matmul_precision_name(precision).c_str(), recompute_name(c.training.recompute));
+  printf(
+      "model: %d layers, %d heads, C %d, V %d (padded %d) (%.1fM parameters); B %d, T %d; matmul precision %s; "
+      "recompute %s\n",
+      c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, c.model.padded_vocab_size(), params / 1e6, B,
+      T, matmul_precision_name(precision).c_str(), recompute_name(c.training.recompute));
   printf("devices: %s (%.2f TB/s, %.0f TFLOP/s bf16, %.0f fp32), %s (%.2f TB/s, %.0f TFLOP/s bf16, %.1f fp32)\n",
          kDevices[0].name, kDevices[0].bandwidth / 1e12, kDevices[0].bf16_peak / 1e12, kDevices[0].fp32_peak / 1e12,
          kDevices[1].name, kDevices[1].bandwidth / 1e12, kDevices[1].bf16_peak / 1e12, kDevices[1].fp32_peak / 1e12);

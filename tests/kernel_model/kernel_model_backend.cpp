@@ -266,16 +266,16 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     k::launch_cast_to_bf16(out, inp, n, kNoStream);
   }
 
-  void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V) override {
-    k::launch_crossentropy_forward(losses, logits, targets, N, V, kNoStream);
+  void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V, int ld) override {
+    k::launch_crossentropy_forward(losses, logits, targets, N, V, ld, kNoStream);
   }
-  void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N,
-                             int V) override {
-    k::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, kNoStream);
+  void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
+                             int ld) override {
+    k::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, ld, kNoStream);
   }
-  void crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N,
-                                     int V) override {
-    k::launch_crossentropy_forward_backward(losses, logits, targets, dloss, N, V, kNoStream);
+  void crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N, int V,
+                                     int ld) override {
+    k::launch_crossentropy_forward_backward(losses, logits, targets, dloss, N, V, ld, kNoStream);
   }
   void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override {
     k::launch_softmax_forward(probs, logits, temperature, N, V, kNoStream);

@@ -59,6 +59,58 @@ TEST(ParamTable, HuggingFaceNamesAndShapes) {
     EXPECT_EQ(p.decay, p.shape.size() == 2) << p.name;
   }
   EXPECT_EQ(total, 12 * L * C * C + 13 * L * C + (V + T) * C + 2 * C);
+  // wte's padding rows (48 ids padded to 128) follow its V rows in the arena, inside no tensor.
+  ASSERT_EQ(c.padded_vocab_size(), 128);
+  EXPECT_GE(table.wpe().offset, table.wte().offset + size_t(c.padded_vocab_size()) * C);
+  ModelConfig gpt2 = c;
+  gpt2.vocab_size = 50257;
+  EXPECT_EQ(gpt2.padded_vocab_size(), 50304);
+}
+
+// The padded vocabulary takes no part: wte's padding rows start zero, and whatever they hold (here huge values, as
+// an asynchronous exchange could leave in any arena gap) changes no loss and no gradient but their own, which stays
+// zero; AdamW leaves them as they are; and the logits' padding columns, which the lm_head computes from them, are
+// zero while the rows are.
+TEST(GPT, VocabularyPaddingTakesNoPart) {
+  const ModelConfig c = tiny_config();
+  const int B = 2, T = 7, C = c.n_embd, V = c.vocab_size, Vp = c.padded_vocab_size();
+  ASSERT_GT(Vp, V);
+  auto backend = make_cpu_backend();
+  GPT model(c, *backend, B, T);
+  model.init_weights(5);
+  const size_t n = model.table().total_numel(), pad0 = model.table().wte().offset + size_t(V) * C,
+               pad1 = model.table().wte().offset + size_t(Vp) * C;
+  std::vector<float> params(n);
+  backend->copy_to_host(params.data(), std::as_const(model).params(), n * sizeof(float));
+  for (size_t i = pad0; i < pad1; ++i) ASSERT_EQ(params[i], 0.0f) << "padding element " << i - pad0;
+  const auto in = random_tokens(size_t(B) * T, V, 9), tg = random_tokens(size_t(B) * T, V, 10);
+  auto run = [&](std::vector<float>& grads) {
+    model.zero_grad();
+    const double loss = model.forward(in.data(), tg.data(), B, T);
+    std::vector<float> logits(size_t(B) * T * Vp);
+    backend->copy_to_host(logits.data(), model.logits().f32(), logits.size() * sizeof(float));
+    model.backward(1.0f);
+    grads.resize(n);
+    backend->copy_to_host(grads.data(), model.grads(), n * sizeof(float));
+    return std::make_pair(loss, logits);
+  };
+  std::vector<float> g0, g1;
+  const auto [loss0, logits0] = run(g0);
+  for (size_t r = 0; r < size_t(B) * T; ++r)
+    for (int j = V; j < Vp; ++j) ASSERT_EQ(logits0[r * Vp + j], 0.0f) << "logits padding, row " << r;
+  Philox rng(17, 0, 0, RNG_PURPOSE_TEST);
+  for (size_t i = pad0; i < pad1; ++i) params[i] = 1e3f * rng.normal();
+  backend->copy_to_device(model.params(), params.data(), n * sizeof(float));
+  const auto [loss1, logits1] = run(g1);
+  EXPECT_EQ(loss1, loss0) << "the padding rows changed the loss";
+  EXPECT_EQ(g1, g0) << "the padding rows changed a gradient";
+  for (size_t i = pad0; i < pad1; ++i) ASSERT_EQ(g1[i], 0.0f) << "padding gradient " << i - pad0;
+  OptimizerConfig oc;
+  AdamW adam(*backend, model.table(), oc, 0, model.arena_numel());
+  adam.step(model.params(), model.grads(), 1e-2f);
+  std::vector<float> after(n);
+  backend->copy_to_host(after.data(), std::as_const(model).params(), n * sizeof(float));
+  for (size_t i = pad0; i < pad1; ++i) ASSERT_EQ(after[i], params[i]) << "AdamW moved padding element " << i - pad0;
 }
 
 TEST(GPT, InitialLossIsNearLogVocab) {
@@ -313,10 +365,10 @@ TEST(GPT, Bf16StorageHalvesTheActivationsAndTracksFp32Storage) {
   const size_t arena = (ParamTable(c).total_numel() + GPT::ARENA_ALIGN - 1) / GPT::ARENA_ALIGN * GPT::ARENA_ALIGN;
   EXPECT_EQ(bf16.weight_bytes - fp32.weight_bytes, arena * sizeof(BFloat16));
   // Per layer and token ln_1, attention's output (HS 16: bf16 attention), ln_2 (C each), qkv (3C), fch and GELU's
-  // output (4C each), then ln_f (C), the logits (V) and the backward pass's gradients of the dense layers' inputs (C)
-  // and of qkv (3C), stored as qkv is, and of GELU's output (4C, stored as GEMM inputs are).
+  // output (4C each), then ln_f (C), the logits (the padded vocabulary) and the backward pass's gradients of the dense
+  // layers' inputs (C) and of qkv (3C), stored as qkv is, and of GELU's output (4C, stored as GEMM inputs are).
   ASSERT_TRUE(attention_in_bf16(MatmulPrecision::bf16, c.n_embd / c.n_head));
-  const size_t halved = size_t(B) * T * ((size_t(c.n_layer) * 14 + 1 + 1 + 3 + 4) * c.n_embd + c.vocab_size);
+  const size_t halved = size_t(B) * T * ((size_t(c.n_layer) * 14 + 1 + 1 + 3 + 4) * c.n_embd + c.padded_vocab_size());
   EXPECT_EQ(fp32.activation_bytes - bf16.activation_bytes, halved * (sizeof(float) - sizeof(BFloat16)));
 }
 

@@ -2,6 +2,7 @@
 // sum of squares and AdamW, whole and over segments (cpu_optim.cpp), against float64 references.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -24,14 +25,14 @@ TEST_P(CpuOps, CrossEntropy) {
   const auto targets = rng.tokens(N, V);
   Floats d_logits(*be, logits), d_losses(*be, N), d_dlogits(*be, logits.size());
   Ints d_targets(*be, targets);
-  be->crossentropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), N, V);
+  be->crossentropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), N, V, V);
   Vec ld = to_double(logits);
   const Vec losses = ref_crossentropy(ld, targets, N, V);
   expect_close("crossentropy loss", d_losses.host(), losses, fp32_tol(V, losses));
 
   // Into a separate buffer (whose old contents must be overwritten), then in place over the logits.
   be->copy_to_device(d_dlogits.get(), rng.normal(logits.size()).data(), logits.size() * sizeof(float));
-  be->crossentropy_backward(d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+  be->crossentropy_backward(d_dlogits.get(), d_logits.get(), d_targets.get(), dloss, N, V, V);
   Vec dl = ref_softmax(ld, N, V);
   for (int r = 0; r < N; ++r) {
     dl[size_t(r) * V + targets[r]] -= 1.0;
@@ -40,7 +41,7 @@ TEST_P(CpuOps, CrossEntropy) {
   const Tol tol = fp32_tol(V, dl);  // the softmax normaliser is a V-term sum
   const auto got = d_dlogits.host();
   expect_close("crossentropy dlogits", got, dl, tol);
-  be->crossentropy_backward(d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V);
+  be->crossentropy_backward(d_logits.get(), d_logits.get(), d_targets.get(), dloss, N, V, V);
   const auto got_inplace = d_logits.host();
   EXPECT_EQ(0, std::memcmp(got.data(), got_inplace.data(), got.size() * sizeof(float)))
       << "in-place crossentropy_backward differs from the out-of-place result";
@@ -52,6 +53,52 @@ TEST_P(CpuOps, CrossEntropy) {
   };
   expect_fd("crossentropy dlogits", got, std::vector<float>(got.size(), 0.0f),
             finite_differences(ld, loss, rng, fd_points(double(N) * V)), tol);
+}
+
+// Rows ld > V apart (the padded vocabulary): the losses and dlogits of the V real columns are bitwise those of the
+// same rows stored densely, the padding columns (NaN and huge values here) take no part, and the backward pass
+// writes them as zero, into fp32 and bf16 storage, in place and not.
+TEST_F(CpuOpsMisc, CrossEntropyOverPaddedRows) {
+  const int N = 9, V = 45, ld = 128;
+  Rng rng(171);
+  const auto dense = rng.normal(size_t(N) * V, 3.0f);
+  const auto targets = rng.tokens(N, V);
+  std::vector<float> padded(size_t(N) * ld, NAN);
+  for (int r = 0; r < N; ++r)
+    for (int j = 0; j < ld; ++j) padded[size_t(r) * ld + j] = j < V ? dense[size_t(r) * V + j] : (j % 2 ? NAN : 1e30f);
+  Floats d_dense(*be, dense), d_padded(*be, padded), l_dense(*be, N), l_padded(*be, N), g_dense(*be, dense.size()),
+      g_padded(*be, padded.size());
+  Ints d_targets(*be, targets);
+  be->crossentropy_forward(l_dense.get(), d_dense.get(), d_targets.get(), N, V, V);
+  be->crossentropy_forward(l_padded.get(), d_padded.get(), d_targets.get(), N, V, ld);
+  EXPECT_EQ(l_padded.host(), l_dense.host()) << "losses over padded rows";
+  be->crossentropy_backward(g_dense.get(), d_dense.get(), d_targets.get(), 0.5f, N, V, V);
+  be->crossentropy_backward(g_padded.get(), d_padded.get(), d_targets.get(), 0.5f, N, V, ld);
+  auto check = [&](const std::vector<float>& got, const char* what) {
+    const std::vector<float> want = g_dense.host();
+    for (int r = 0; r < N; ++r)
+      for (int j = 0; j < ld; ++j) {
+        const float g = got[size_t(r) * ld + j], w = j < V ? want[size_t(r) * V + j] : 0.0f;
+        ASSERT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(w)) << what << " row " << r << " column " << j;
+      }
+  };
+  check(g_padded.host(), "dlogits over padded rows");
+  be->crossentropy_backward(d_padded.get(), d_padded.get(), d_targets.get(), 0.5f, N, V, ld);
+  check(d_padded.host(), "dlogits over padded rows, in place");
+  // bf16 storage: dlogits rounded, the padding zero.
+  be->set_matmul_precision(MatmulPrecision::bf16);
+  test::BackendArray<BFloat16> h16(*be, padded.size());
+  be->crossentropy_backward(h16.get(), d_dense.get(), d_targets.get(), 0.5f, N, V, V);  // dense into the front
+  const std::vector<BFloat16> dense16 = h16.host();
+  be->copy_to_device(d_padded.get(), padded.data(), padded.size() * sizeof(float));
+  be->crossentropy_backward(h16.get(), d_padded.get(), d_targets.get(), 0.5f, N, V, ld);
+  const std::vector<BFloat16> got16 = h16.host();
+  for (int r = 0; r < N; ++r)
+    for (int j = 0; j < ld; ++j)
+      ASSERT_EQ(got16[size_t(r) * ld + j].bits, j < V ? dense16[size_t(r) * V + j].bits : uint16_t(0))
+          << "bf16 dlogits over padded rows, row " << r << " column " << j;
+  be->set_matmul_precision(MatmulPrecision::fp32);
+  EXPECT_THROW(be->crossentropy_forward(l_padded.get(), d_padded.get(), d_targets.get(), N, V, V - 1), Error);
 }
 
 TEST_P(CpuOps, Softmax) {
@@ -182,11 +229,11 @@ TEST_F(CpuOpsMisc, CrossEntropyExtremeLogits) {
   const std::vector<int32_t> targets = {1, 5};
   Floats d_logits(*be, logits), d_losses(*be, N);
   Ints d_targets(*be, targets);
-  be->crossentropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), N, V);
+  be->crossentropy_forward(d_losses.get(), d_logits.get(), d_targets.get(), N, V, V);
   const auto losses = d_losses.host();
   EXPECT_NEAR(losses[0], 2000.0, 2000.0 * 4 * kEps);
   EXPECT_NEAR(losses[1], 0.0, 1e-6);  // log(1 + 36 e^-50) ~ 7e-21
-  be->crossentropy_backward(d_logits.get(), d_logits.get(), d_targets.get(), 1.0f, N, V);
+  be->crossentropy_backward(d_logits.get(), d_logits.get(), d_targets.get(), 1.0f, N, V, V);
   const auto g = d_logits.host();
   for (float x : g) ASSERT_TRUE(std::isfinite(x));
   EXPECT_NEAR(g[0], 1.0, 1e-6);

@@ -80,7 +80,7 @@ TEST_F(CpuOpsMisc, RejectsBadArguments) {
   EXPECT_THROW(be->attention_forward(out.get(), lse.get(), qkv.get(), 2, 4, 10, 3), Error);  // C % NH != 0
   Ints targets(*be, std::vector<int32_t>{1, 5});                                             // 5 is not < V
   Floats losses(*be, 2);
-  EXPECT_THROW(be->crossentropy_forward(losses.get(), logits.get(), targets.get(), 2, 5), Error);
+  EXPECT_THROW(be->crossentropy_forward(losses.get(), logits.get(), targets.get(), 2, 5, 5), Error);
 }
 
 // bf16: rounding to nearest, ties to even, checked on bit patterns whose answers are known.
@@ -394,16 +394,16 @@ TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
     Floats d_lg(*be, logits), loss32(*be, R), loss16(*be, R), dl32(*be, logits.size()), dl32b(*be, logits.size());
     Halves lg16(*be, logits.size()), dl16(*be, logits.size());
     be->cast_to_bf16(lg16.get(), d_lg.get(), logits.size());
-    be->crossentropy_forward(loss32.get(), d_lg.get(), d_tg.get(), R, K);
-    be->crossentropy_forward(loss16.get(), lg16.get(), d_tg.get(), R, K);
+    be->crossentropy_forward(loss32.get(), d_lg.get(), d_tg.get(), R, K, K);
+    be->crossentropy_forward(loss16.get(), lg16.get(), d_tg.get(), R, K, K);
     EXPECT_EQ(loss16.host(), loss32.host()) << "cross-entropy from bf16-stored logits";
-    be->crossentropy_backward(dl32.get(), d_lg.get(), d_tg.get(), 0.25f, R, K);
-    be->crossentropy_backward(dl32b.get(), lg16.get(), d_tg.get(), 0.25f, R, K);
+    be->crossentropy_backward(dl32.get(), d_lg.get(), d_tg.get(), 0.25f, R, K, K);
+    be->crossentropy_backward(dl32b.get(), lg16.get(), d_tg.get(), 0.25f, R, K, K);
     EXPECT_EQ(dl32b.host(), dl32.host()) << "dlogits from bf16-stored logits";
-    be->crossentropy_backward(dl16.get(), d_lg.get(), d_tg.get(), 0.25f, R, K);
+    be->crossentropy_backward(dl16.get(), d_lg.get(), d_tg.get(), 0.25f, R, K, K);
     const std::vector<float> want = test::rounded_to_bf16(dl32.host());
     EXPECT_EQ(widened(dl16.host()), want) << "dlogits stored in bf16";
-    be->crossentropy_backward(lg16.get(), lg16.get(), d_tg.get(), 0.25f, R, K);
+    be->crossentropy_backward(lg16.get(), lg16.get(), d_tg.get(), 0.25f, R, K, K);
     EXPECT_EQ(widened(lg16.host()), want) << "dlogits stored in bf16 over the logits";
   }
 }

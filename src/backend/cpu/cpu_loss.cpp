@@ -1,6 +1,7 @@
 // CPU backend: softmax cross-entropy (forward losses, backward dlogits) and the sampling softmax.
 // Rows are independent and split statically over threads; each row is max-shifted so exp never overflows. The
-// cross-entropy's logits and dlogits may be stored in bf16.
+// cross-entropy's logits and dlogits may be stored in bf16, in rows ld >= V apart whose columns from V on take no part
+// (the backward op writes them as zero).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -59,39 +60,45 @@ void check_targets(const int32_t* targets, int N, int V) {
 
 // Rows stored in bf16 are widened into (or computed in, and rounded from) a row of fp32 per thread.
 void CpuBackend::crossentropy_forward(float* losses,           // (N)
-                                      TensorIn logits,         // (N, V)
+                                      TensorIn logits,         // (N, ld)
                                       const int32_t* targets,  // (N)
-                                      int N, int V) {
+                                      int N, int V, int ld) {
+  EMBER_ASSERT(ld >= V, "cross-entropy: the row stride ld must be at least V");
   check_targets(targets, N, V);
 #pragma omp parallel if (size_t(N) * V >= kMinParallelWork)
   {
     std::vector<float> row(logits.bf16 ? size_t(V) : 0);
 #pragma omp for schedule(static)
     for (int r = 0; r < N; ++r) {
-      if (logits.bf16) widen_bf16(row.data(), logits.b16() + size_t(r) * V, size_t(V));
-      losses[r] = crossentropy_row(logits.bf16 ? row.data() : logits.f32() + size_t(r) * V, targets[r], V);
+      if (logits.bf16) widen_bf16(row.data(), logits.b16() + size_t(r) * ld, size_t(V));
+      losses[r] = crossentropy_row(logits.bf16 ? row.data() : logits.f32() + size_t(r) * ld, targets[r], V);
     }
   }
 }
 
-void CpuBackend::crossentropy_backward(TensorOut dlogits,       // (N, V), may alias logits
-                                       TensorIn logits,         // (N, V)
+void CpuBackend::crossentropy_backward(TensorOut dlogits,       // (N, ld), may alias logits
+                                       TensorIn logits,         // (N, ld)
                                        const int32_t* targets,  // (N)
-                                       float dloss, int N, int V) {
+                                       float dloss, int N, int V, int ld) {
+  EMBER_ASSERT(ld >= V, "cross-entropy: the row stride ld must be at least V");
   check_targets(targets, N, V);
 #pragma omp parallel if (size_t(N) * V >= kMinParallelWork)
   {
     std::vector<float> row(logits.bf16 || dlogits.bf16 ? size_t(V) : 0);
 #pragma omp for schedule(static)
     for (int r = 0; r < N; ++r) {
-      const size_t at = size_t(r) * V;
+      const size_t at = size_t(r) * ld;
       if (logits.bf16) widen_bf16(row.data(), logits.b16() + at, size_t(V));
       const float* x = logits.bf16 ? row.data() : logits.f32() + at;
       float* g = dlogits.bf16 ? row.data() : dlogits.f32() + at;
       scaled_softmax_row(g, x, 1.0f, dloss, V);  // dloss * softmax, in place if aliased
       g[targets[r]] -= dloss;
-      if (dlogits.bf16)
+      if (dlogits.bf16) {
         for (int j = 0; j < V; ++j) dlogits.b16()[at + size_t(j)] = to_bf16(row[size_t(j)]);
+        for (int j = V; j < ld; ++j) dlogits.b16()[at + size_t(j)] = to_bf16(0.0f);
+      } else {
+        for (int j = V; j < ld; ++j) g[j] = 0.0f;
+      }
     }
   }
 }

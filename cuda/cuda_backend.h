@@ -48,8 +48,8 @@ class CudaBackend final : public Backend, private cuda::OpResources {
 
   void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
                          const float* bias, int N, int C) override;
-  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
-                                  const float* b, const float* weight, const float* bias, int N, int C) override;
+  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a, TensorIn b,
+                                  const float* weight, const float* bias, int N, int C) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
 
@@ -76,7 +76,7 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
   void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;
 
-  void add(float* out, const float* a, const float* b, size_t n) override;
+  void add(float* out, const float* a, TensorIn b, size_t n) override;
   void accumulate(float* dst, const float* src, size_t n) override;
   void scale(float* x, float s, size_t n) override;
   void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override;

@@ -45,7 +45,7 @@ void CudaBackend::residual_layernorm_forward(float* residual,      // (N, C)
                                              float* mean,          // (N)
                                              float* rstd,          // (N)
                                              const float* a,       // (N, C)
-                                             const float* b,       // (N, C)
+                                             TensorIn b,           // (N, C)
                                              const float* weight,  // (C)
                                              const float* bias,    // (C)
                                              int N, int C) {
@@ -169,7 +169,7 @@ const AdamWSegment* CudaBackend::kernel_segments(const AdamWSegment* segs, size_
 }
 
 // --- elementwise ---
-void CudaBackend::add(float* out, const float* a, const float* b, size_t n) { cuda::launch_add(out, a, b, n, stream_); }
+void CudaBackend::add(float* out, const float* a, TensorIn b, size_t n) { cuda::launch_add(out, a, b, n, stream_); }
 void CudaBackend::accumulate(float* dst, const float* src, size_t n) { cuda::launch_accumulate(dst, src, n, stream_); }
 void CudaBackend::scale(float* x, float s, size_t n) { cuda::launch_scale(x, s, n, stream_); }
 void CudaBackend::cast_to_bf16(BFloat16* out, const float* inp, size_t n) {

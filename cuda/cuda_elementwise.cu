@@ -8,9 +8,10 @@ namespace ember {
 namespace cuda {
 namespace {
 
-__global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {  // (n) each
+template <typename BT>
+__global__ void add_kernel(float* out, const float* a, const BT* b, size_t n) {  // (n) each
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    out[i] = a[i] + b[i];
+    out[i] = a[i] + load(&b[i]);
 }
 
 __global__ void accumulate_kernel(float* dst, const float* src, size_t n) {  // (n) each
@@ -34,10 +35,14 @@ __global__ void widen_bf16_kernel(float* out, const __nv_bfloat16* inp, size_t n
 
 }  // namespace
 
-void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
+void launch_add(float* out, const float* a, TensorIn b, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  report_launch("add", 8.0 * double(n), 4.0 * double(n), double(n));
-  EMBER_KERNEL_LAUNCH(add_kernel, elementwise_blocks(n), kElementwiseThreads, stream, out, a, b, n);
+  report_launch("add", (b.bf16 ? 6.0 : 8.0) * double(n), 4.0 * double(n), double(n));
+  if (b.bf16)
+    EMBER_KERNEL_LAUNCH(add_kernel<__nv_bfloat16>, elementwise_blocks(n), kElementwiseThreads, stream, out, a,
+                        device_bf16(b), n);
+  else
+    EMBER_KERNEL_LAUNCH(add_kernel<float>, elementwise_blocks(n), kElementwiseThreads, stream, out, a, b.f32(), n);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

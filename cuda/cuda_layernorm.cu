@@ -1,6 +1,8 @@
 // CUDA backend: layernorm over the last dim (eps 1e-5, biased variance), forward and backward, and the forward fused
 // with the residual add before it. The forward output may be stored in fp32 or bf16 (rounded from the fp32 result).
 // One warp per row for the row-wise parts; dweight/dbias are column sums over rows in a fixed order (no atomics).
+#include <type_traits>
+
 #include "core/error.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
@@ -57,13 +59,14 @@ __global__ void layernorm_forward_kernel(OutT* out,            // (N, C)
 // residual = a + b, then the layernorm of residual, one warp per row. Each lane later reads back only the elements
 // it wrote itself (same c), so no barrier is needed, and those reads come from L1/L2 rather than a second pass over
 // DRAM. No __restrict__: residual may alias a or b (each element is read before it is written, by the same lane).
-template <typename OutT>
+// b is fp32 or bf16 (widened).
+template <typename OutT, typename BT>
 __global__ void residual_layernorm_forward_kernel(float* residual,      // (N, C)
                                                   OutT* out,            // (N, C)
                                                   float* mean,          // (N)
                                                   float* rstd,          // (N)
                                                   const float* a,       // (N, C)
-                                                  const float* b,       // (N, C)
+                                                  const BT* b,          // (N, C)
                                                   const float* weight,  // (C)
                                                   const float* bias,    // (C)
                                                   int N, int C) {
@@ -74,7 +77,7 @@ __global__ void residual_layernorm_forward_kernel(float* residual,      // (N, C
   float* x = residual + base;
   float sum = 0.0f;
   for (int c = lane; c < C; c += kWarpSize) {
-    const float v = a[base + c] + b[base + c];
+    const float v = a[base + c] + load(&b[base + c]);
     x[c] = v;
     sum += v;
   }
@@ -198,20 +201,29 @@ void launch_layernorm_forward(TensorOut out, float* mean, float* rstd, const flo
 }
 
 void launch_residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
-                                       const float* b, const float* weight, const float* bias, int N, int C,
+                                       TensorIn b, const float* weight, const float* bias, int N, int C,
                                        cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && C > 0, "residual_layernorm_forward: N and C must be positive");
   const unsigned blocks = ceil_div(size_t(N), kRowsPerBlock);
   // a and b read, the residual written (and read back from L1), out written, mean and rstd per row.
   const double nc = double(N) * C;
-  report_launch("residual_layernorm_forward", 4.0 * (2.0 * nc + 2.0 * C),
+  report_launch("residual_layernorm_forward", 4.0 * nc + (b.bf16 ? 2.0 : 4.0) * nc + 8.0 * C,
                 4.0 * nc + (out.bf16 ? 2.0 * nc : 4.0 * nc) + 8.0 * N, 9.0 * nc);
-  if (out.bf16)
-    EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel<__nv_bfloat16>, blocks, kRowsPerBlock * kWarpSize, stream,
-                        residual, device_bf16(out), mean, rstd, a, b, weight, bias, N, C);
+  auto run = [&](auto* o, const auto* bb) {
+    using O = std::remove_cv_t<std::remove_pointer_t<decltype(o)>>;
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(bb)>>;
+    auto* const kernel = residual_layernorm_forward_kernel<O, B>;  // one macro argument
+    EMBER_KERNEL_LAUNCH(kernel, blocks, kRowsPerBlock * kWarpSize, stream, residual, o, mean, rstd, a, bb, weight, bias,
+                        N, C);
+  };
+  if (out.bf16 && b.bf16)
+    run(device_bf16(out), device_bf16(b));
+  else if (out.bf16)
+    run(device_bf16(out), b.f32());
+  else if (b.bf16)
+    run(out.f32(), device_bf16(b));
   else
-    EMBER_KERNEL_LAUNCH(residual_layernorm_forward_kernel<float>, blocks, kRowsPerBlock * kWarpSize, stream, residual,
-                        out.f32(), mean, rstd, a, b, weight, bias, N, C);
+    run(out.f32(), b.f32());
   EMBER_CUDA_LAUNCH_CHECK();
 }
 

@@ -37,7 +37,7 @@ void launch_layernorm_forward(TensorOut out, float* mean, float* rstd, const flo
 // residual = a + b, then the layernorm of residual, in one kernel; bitwise equal to launch_add +
 // launch_layernorm_forward
 void launch_residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
-                                       const float* b, const float* weight, const float* bias, int N, int C,
+                                       TensorIn b, const float* weight, const float* bias, int N, int C,
                                        cudaStream_t stream);
 // `partial` is device scratch of layernorm_backward_scratch_floats(N, C) floats: the parameter gradients' partial sums
 // over chunks of rows.
@@ -142,7 +142,7 @@ void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t str
 void launch_gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n, cudaStream_t stream);
 
 // elementwise
-void launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t stream);
+void launch_add(float* out, const float* a, TensorIn b, size_t n, cudaStream_t stream);  // b fp32 or bf16
 void launch_accumulate(float* dst, const float* src, size_t n, cudaStream_t stream);
 void launch_scale(float* x, float s, size_t n, cudaStream_t stream);
 void launch_cast_to_bf16(BFloat16* out, const float* inp, size_t n, cudaStream_t stream);

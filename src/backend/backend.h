@@ -80,13 +80,14 @@ class Backend {
 
   // --- fused residual add + layernorm: residual = a + b, then out, mean and rstd as layernorm_forward of residual.
   // Bitwise equal to add() followed by layernorm_forward() on the same backend (this default does exactly that); a GPU
-  // backend reads a and b once and writes both results from one kernel. residual may alias a or b. ---
+  // backend reads a and b once and writes both results from one kernel. residual may alias a (or an fp32 b). b may be
+  // stored in bf16 (a branch's output under bf16 storage): its values are added, widened. ---
   virtual void residual_layernorm_forward(float* residual,      // (N, C)
                                           TensorOut out,        // (N, C)
                                           float* mean,          // (N)
                                           float* rstd,          // (N)
                                           const float* a,       // (N, C)
-                                          const float* b,       // (N, C)
+                                          TensorIn b,           // (N, C)
                                           const float* weight,  // (C)
                                           const float* bias,    // (C)
                                           int N, int C) {
@@ -202,10 +203,10 @@ class Backend {
   virtual void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) = 0;  // dinp = (n)
 
   // --- elementwise ---
-  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
-  virtual void accumulate(float* dst, const float* src, size_t n) = 0;         // dst += src
-  virtual void scale(float* x, float s, size_t n) = 0;                         // x *= s
-  virtual void cast_to_bf16(BFloat16* out, const float* inp, size_t n) = 0;    // out = bf16(inp), nearest even
+  virtual void add(float* out, const float* a, TensorIn b, size_t n) = 0;    // out = a + b (b fp32 or bf16)
+  virtual void accumulate(float* dst, const float* src, size_t n) = 0;       // dst += src
+  virtual void scale(float* x, float s, size_t n) = 0;                       // x *= s
+  virtual void cast_to_bf16(BFloat16* out, const float* inp, size_t n) = 0;  // out = bf16(inp), nearest even
 
   // --- softmax cross-entropy over V classes; targets in [0, V). The logits and dlogits may be stored in bf16 (the
   // sums are fp32 either way; dlogits is its fp32 value rounded). Rows are ld >= V elements apart (the padded

@@ -53,7 +53,7 @@ GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, b
                att = bf16_attention_out ? sizeof(BFloat16) : sizeof(float);
   Footprint fp;
   fp.weight_bytes = mul_sat(arena, f32 + (bf16_storage ? sizeof(BFloat16) : 0) + (with_grads ? f32 : 0));
-  size_t a = mul_sat(BT, 2 * sizeof(int32_t) + 3 * C * f32);  // token ids; encoded, attproj, fcproj
+  size_t a = mul_sat(BT, 2 * sizeof(int32_t) + C * f32 + 2 * C * gemm_in);  // token ids; encoded; attproj, fcproj
   const size_t attention = mul_sat(BT, C * gemm_in + 2 * f32 + 3 * C * att + C * att + NH * f32);
   const size_t mlp = mul_sat(BT, C * f32 + C * gemm_in + 2 * f32 + 8 * C * gemm_in);
   const Recompute layout = with_grads ? recompute : Recompute::full;
@@ -110,8 +110,8 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   allocations_.push_back(inputs_);
   allocations_.push_back(targets_);
   encoded_ = alloc_floats(BT * C);
-  attproj_ = alloc_floats(BT * C);
-  fcproj_ = alloc_floats(BT * C);
+  attproj_ = alloc_activation(BT * C, bf16_storage_);
+  fcproj_ = alloc_activation(BT * C, bf16_storage_);
   // Which tensors each layer keeps; the rest point into one shared layer of scratch.
   const Recompute layout = with_grads ? recompute : Recompute::full;
   const bool keep_attention = layout == Recompute::none, keep_mlp = layout != Recompute::full;
@@ -268,7 +268,8 @@ void GPT::attention_out(int l, const float* residual) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
   auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.matmul_forward(attproj_, a.atty, proj_weight(l), P(BLOCK_PARAM_PROJ_B), N, C, C);
+  const ParamInfo& proj_b = table_.block(l, BLOCK_PARAM_PROJ_B);
+  backend_.matmul_forward(attproj_, a.atty, proj_weight(l), bias(proj_b, attproj_), N, C, C);
   backend_.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, residual, attproj_,
                                       P(BLOCK_PARAM_LN2_W), P(BLOCK_PARAM_LN2_B), N, C);
 }
@@ -284,8 +285,8 @@ void GPT::mlp_in(int l) {
 void GPT::mlp_out(int l) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
-  auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-  backend_.matmul_forward(fcproj_, a.fch_gelu, w(table_.block(l, BLOCK_PARAM_FCPROJ_W)), P(BLOCK_PARAM_FCPROJ_B), N,
+  const ParamInfo& fcproj_b = table_.block(l, BLOCK_PARAM_FCPROJ_B);
+  backend_.matmul_forward(fcproj_, a.fch_gelu, w(table_.block(l, BLOCK_PARAM_FCPROJ_W)), bias(fcproj_b, fcproj_), N,
                           4 * C, C);
   // The layernorm after this layer: ln_f after the last, else the next layer's ln_1.
   TensorOut out = lnf_;

@@ -33,8 +33,8 @@ class GPT {
   // every layernorm and of GELU, attention's output where attention is bf16 too (attention_in_bf16), and a working
   // copy of the weights that forward() refreshes from the fp32 master weights where they may have changed (see
   // params()). That changes no value (those inputs are rounded to bf16 anyway) and halves their memory. So are the
-  // outputs of c_attn (where attention is bf16) and c_fc, their biases added in bf16 (core/dtype.h): GELU then reads
-  // its input rounded to bf16.
+  // outputs of c_attn (where attention is bf16), c_fc and the two projections (c_proj's), their biases added in bf16
+  // (core/dtype.h): GELU then reads its input rounded to bf16, and the residual adds each branch's output so.
   GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true,
       Recompute recompute = Recompute::none);
   ~GPT();
@@ -165,8 +165,8 @@ class GPT {
   bool weights_changed_ = true;                     // since the working copy was cast
   int32_t *inputs_ = nullptr, *targets_ = nullptr;  // (B, T)
   float* encoded_ = nullptr;                        // (B, T, C) block 0 input
-  float* attproj_ = nullptr;                        // (B, T, C) scratch: attention projection output
-  float* fcproj_ = nullptr;                         // (B, T, C) scratch: MLP projection output
+  TensorOut attproj_;                               // (B, T, C) scratch: attention projection output, as GEMM inputs
+  TensorOut fcproj_;                                // (B, T, C) scratch: MLP projection output, as GEMM inputs
   std::vector<LayerActs> layers_;
   TensorOut lnf_;                                    // (B, T, C), a GEMM input
   float *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B, T), (B, T)

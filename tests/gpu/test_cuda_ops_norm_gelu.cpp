@@ -287,5 +287,32 @@ TEST_F(CudaOps, Bf16StoredInputGradients) {
   }
 }
 
+// A branch's output stored in bf16: the fused residual layernorm from it gives the device's bits from the same values
+// in fp32, and the CPU's within LayerNorm's tolerances (the residual, one add per element, bitwise).
+TEST_F(CudaOps, ResidualLayerNormFromABf16Branch) {
+  const int N = 300, C = 96;
+  Rng rng(48);
+  const Floats a = rng.normal(size_t(N) * C), w = rng.normal(C), bias = rng.normal(C),
+               b = test::rounded_to_bf16(rng.normal(size_t(N) * C, 2.0f));
+  Floats res[3][4];
+  Backend* be[3] = {cpu.get(), gpu.get(), gpu.get()};
+  for (int k = 0; k < 3; ++k) {  // the CPU and the device from bf16 b, the device from b in fp32
+    Backend& e = *be[k];
+    FBuf ai(e, a), wi(e, w), bi(e, bias), b32(e, b), r(e, nans(a.size())), o(e, nans(a.size())), m(e, nans(N)),
+        s(e, nans(N));
+    HBuf b16(e, test::bf16_values(b));
+    e.residual_layernorm_forward(r.get(), o.get(), m.get(), s.get(), ai.get(), k < 2 ? TensorIn(b16.get()) : b32.get(),
+                                 wi.get(), bi.get(), N, C);
+    res[k][0] = r.host(), res[k][1] = o.host(), res[k][2] = m.host(), res[k][3] = s.host();
+  }
+  const char* names[4] = {"residual", "out", "mean", "rstd"};
+  for (int i = 0; i < 4; ++i)
+    expect_bitwise(std::string("residual layernorm ") + names[i] + " from a bf16 b as from fp32", res[1][i], res[2][i]);
+  expect_bitwise("residual from a bf16 b vs cpu", res[1][0], res[0][0]);
+  for (int i = 1; i < 4; ++i)
+    expect_close(std::string("residual layernorm ") + names[i] + " from a bf16 b vs cpu", res[1][i], res[0][i],
+                 fp32_tol(C, res[0][i]));
+}
+
 }  // namespace
 }  // namespace ember

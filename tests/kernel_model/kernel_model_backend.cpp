@@ -190,8 +190,8 @@ class KernelModelBackend final : public Backend, private k::OpResources {
                          const float* bias, int N, int C) override {
     k::launch_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, kNoStream);
   }
-  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a,
-                                  const float* b, const float* weight, const float* bias, int N, int C) override {
+  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a, TensorIn b,
+                                  const float* weight, const float* bias, int N, int C) override {
     k::launch_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, kNoStream);
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, const float* inp,
@@ -259,7 +259,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
     k::launch_gelu_backward(dinp, inp, dout, n, kNoStream);
   }
 
-  void add(float* out, const float* a, const float* b, size_t n) override { k::launch_add(out, a, b, n, kNoStream); }
+  void add(float* out, const float* a, TensorIn b, size_t n) override { k::launch_add(out, a, b, n, kNoStream); }
   void accumulate(float* dst, const float* src, size_t n) override { k::launch_accumulate(dst, src, n, kNoStream); }
   void scale(float* x, float s, size_t n) override { k::launch_scale(x, s, n, kNoStream); }
   void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override {

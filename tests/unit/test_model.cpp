@@ -360,15 +360,17 @@ TEST(GPT, Bf16StorageHalvesTheActivationsAndTracksFp32Storage) {
     EXPECT_NEAR(bf16.losses[s] / fp32.losses[s], 1.0, 0.02) << "step " << s;
     differ += bf16.losses[s] != fp32.losses[s];
   }
-  EXPECT_GT(differ, 0) << "storing c_attn's, c_fc's and the lm_head's outputs in bf16 changed no loss: were they "
+  EXPECT_GT(differ, 0) << "storing the dense layers' and the lm_head's outputs in bf16 changed no loss: were they "
                           "rounded?";
   const size_t arena = (ParamTable(c).total_numel() + GPT::ARENA_ALIGN - 1) / GPT::ARENA_ALIGN * GPT::ARENA_ALIGN;
   EXPECT_EQ(bf16.weight_bytes - fp32.weight_bytes, arena * sizeof(BFloat16));
   // Per layer and token ln_1, attention's output (HS 16: bf16 attention), ln_2 (C each), qkv (3C), fch and GELU's
-  // output (4C each), then ln_f (C), the logits (the padded vocabulary) and the backward pass's gradients of the dense
-  // layers' inputs (C) and of qkv (3C), stored as qkv is, and of GELU's output (4C, stored as GEMM inputs are).
+  // output (4C each), then the two projections' outputs (scratch, C each), ln_f (C), the logits (the padded
+  // vocabulary) and the backward pass's gradients of the dense layers' inputs (C) and of qkv (3C), stored as qkv is,
+  // and of GELU's output (4C, stored as GEMM inputs are).
   ASSERT_TRUE(attention_in_bf16(MatmulPrecision::bf16, c.n_embd / c.n_head));
-  const size_t halved = size_t(B) * T * ((size_t(c.n_layer) * 14 + 1 + 1 + 3 + 4) * c.n_embd + c.padded_vocab_size());
+  const size_t halved =
+      size_t(B) * T * ((size_t(c.n_layer) * 14 + 2 + 1 + 1 + 3 + 4) * c.n_embd + c.padded_vocab_size());
   EXPECT_EQ(fp32.activation_bytes - bf16.activation_bytes, halved * (sizeof(float) - sizeof(BFloat16)));
 }
 

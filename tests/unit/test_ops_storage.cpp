@@ -114,6 +114,28 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
   }
 }
 
+// A branch's output stored in bf16 (the projections' under bf16 storage): add and the fused residual layernorm give
+// from it the bits they give from its values in fp32 (widened exactly).
+TEST_F(CpuOpsMisc, ResidualAddFromABf16BranchChangesNoValue) {
+  using Halves = test::BackendArray<BFloat16>;
+  const int N = 37, C = 45;
+  Rng rng(232);
+  const auto a = rng.normal(size_t(N) * C), w = rng.normal(C), bias = rng.normal(C);
+  const auto b = test::rounded_to_bf16(rng.normal(size_t(N) * C, 2.0f));
+  Floats d_a(*be, a), d_w(*be, w), d_bias(*be, bias), b32(*be, b);
+  Halves b16(*be, test::bf16_values(b));
+  std::vector<float> res[2][4];
+  for (int k = 0; k < 2; ++k) {
+    const TensorIn bk = k ? TensorIn(b16.get()) : TensorIn(b32.get());
+    Floats sum(*be, a.size()), r(*be, a.size()), o(*be, a.size()), m(*be, N), s(*be, N);
+    be->add(sum.get(), d_a.get(), bk, a.size());
+    be->residual_layernorm_forward(r.get(), o.get(), m.get(), s.get(), d_a.get(), bk, d_w.get(), d_bias.get(), N, C);
+    EXPECT_EQ(r.host(), sum.host()) << "the fused residual equals add, " << (k ? "bf16" : "fp32") << " b";
+    res[k][0] = r.host(), res[k][1] = o.host(), res[k][2] = m.host(), res[k][3] = s.host();
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(res[1][i], res[0][i]) << "residual layernorm from a bf16 b, output " << i;
+}
+
 // The gradient the model hands from a dense layer's backward pass to a layernorm's or to attention's (dC), stored in
 // bf16 where attention is: the lm_head's and the MLP's first layer's dinp stored in bf16 are their fp32 dinp rounded,
 // and layernorm_backward and attention_backward give from a bf16-stored dout the bits they give from the same values

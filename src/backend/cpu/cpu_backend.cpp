@@ -54,9 +54,16 @@ void CpuBackend::zero(void* ptr, size_t bytes) {
 }
 void CpuBackend::synchronize() {}  // every op has finished when it returns
 
-void CpuBackend::add(float* out, const float* a, const float* b, size_t n) {
+void CpuBackend::add(float* out, const float* a, TensorIn b, size_t n) {
+  if (b.bf16) {
+    const BFloat16* h = b.b16();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+    for (size_t i = 0; i < n; ++i) out[i] = a[i] + from_bf16(h[i]);
+    return;
+  }
+  const float* f = b.f32();
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
-  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + f[i];
 }
 
 void CpuBackend::accumulate(float* dst, const float* src, size_t n) {

@@ -56,7 +56,7 @@ class CpuBackend final : public Backend {
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
   void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;
 
-  void add(float* out, const float* a, const float* b, size_t n) override;
+  void add(float* out, const float* a, TensorIn b, size_t n) override;
   void accumulate(float* dst, const float* src, size_t n) override;
   void scale(float* x, float s, size_t n) override;
   void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override;

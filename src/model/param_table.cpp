@@ -21,6 +21,7 @@ ParamTable::ParamTable(const ModelConfig& cfg) {
     params_.push_back(std::move(p));
   };
   add("transformer.wte.weight", {V, C}, true, -1, size_t(cfg.padded_vocab_size()) * size_t(C));
+  vocab_padding_ = total_ - (params_[0].numel + 15) / 16 * 16;
   add("transformer.wpe.weight", {T, C}, true, -1);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
@@ -39,6 +40,23 @@ ParamTable::ParamTable(const ModelConfig& cfg) {
   }
   add("transformer.ln_f.weight", {C}, false, -1);
   add("transformer.ln_f.bias", {C}, false, -1);
+}
+
+// wte is at the front; past its aligned unpadded size the two layouts differ by the padding, shifted as a whole.
+void ParamTable::to_unpadded(const float* arena, float* flat) const {
+  const ParamInfo& w = wte();
+  const size_t end = w.offset + (w.numel + 15) / 16 * 16;
+  std::copy(arena, arena + w.offset + w.numel, flat);
+  std::fill(flat + w.offset + w.numel, flat + end, 0.0f);  // wte's alignment gap, whatever the padding rows hold
+  std::copy(arena + end + vocab_padding_, arena + total_, flat + end);
+}
+
+void ParamTable::from_unpadded(const float* flat, float* arena) const {
+  const ParamInfo& w = wte();
+  const size_t end = w.offset + (w.numel + 15) / 16 * 16;
+  std::copy(flat, flat + w.offset + w.numel, arena);
+  std::fill(arena + w.offset + w.numel, arena + end + vocab_padding_, 0.0f);
+  std::copy(flat + end, flat + unpadded_numel(), arena + end + vocab_padding_);
 }
 
 const ParamInfo* ParamTable::find(const std::string& name) const {

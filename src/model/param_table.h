@@ -53,9 +53,18 @@ class ParamTable {
   // The row named `name`, or null.
   const ParamInfo* find(const std::string& name) const;
 
+  // The arena as it is laid out without wte's padding rows (as when the vocabulary is a multiple of 128, and as before
+  // the padding existed): the layout of flat arrays that outlive a run (an async worker's checkpointed moments and
+  // residual), so that their files do not depend on the padding. Equal to total_numel() when there is none.
+  size_t unpadded_numel() const { return total_ - vocab_padding_; }
+  // arena (total_numel()) into flat (unpadded_numel()), and back; the padding rows come back as zero.
+  void to_unpadded(const float* arena, float* flat) const;
+  void from_unpadded(const float* flat, float* arena) const;
+
  private:
   std::vector<ParamInfo> params_;
   size_t total_ = 0;
+  size_t vocab_padding_ = 0;  // arena floats wte's padding rows add to its aligned size
 };
 
 }  // namespace ember

@@ -76,14 +76,22 @@ std::string save_async(AsyncJob& job, const float* params, float* momentum, Adam
   } else {
     contents.sets = {{SET_MODEL, nullptr}, {SET_MOMENTUM, nullptr}};
     contents.write_begin = contents.write_end = total;  // the center writes every tensor
-    m.resize(total);
-    v.resize(total);
-    job.backend->copy_to_host(m.data(), adam->exp_avg(), total * sizeof(float));
-    job.backend->copy_to_host(v.data(), adam->exp_avg_sq(), total * sizeof(float));
-    residual = worker->feedback().residual();
+    // The flat arrays leave the arena's vocabulary padding out (ParamTable::to_unpadded): the file's layout is the
+    // same for any padding.
+    std::vector<float> arena(total);
+    const size_t flat = table.unpadded_numel();
+    auto unpadded = [&](std::vector<float>& out) {
+      out.resize(flat);
+      table.to_unpadded(arena.data(), out.data());
+    };
+    job.backend->copy_to_host(arena.data(), adam->exp_avg(), total * sizeof(float));
+    unpadded(m);
+    job.backend->copy_to_host(arena.data(), adam->exp_avg_sq(), total * sizeof(float));
+    unpadded(v);
+    arena = worker->feedback().residual();
+    unpadded(residual);
     const std::vector<std::string> names = async_worker_arrays();
-    contents.rank_arrays = {
-        {names[0], m.data(), total}, {names[1], v.data(), total}, {names[2], residual.data(), total}};
+    contents.rank_arrays = {{names[0], m.data(), flat}, {names[1], v.data(), flat}, {names[2], residual.data(), flat}};
   }
   return save_run_checkpoint(c, meta, table, contents, w);
 }

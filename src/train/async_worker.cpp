@@ -25,13 +25,18 @@ namespace {
 // (empty when the file holds no state for this rank, which then starts fresh).
 std::vector<float> resume_worker(AsyncJob& job, AdamW& adam) {
   const int rank = job.world.rank;
-  const size_t n = job.model->table().total_numel();
+  const ParamTable& table = job.model->table();
+  const size_t n = table.total_numel(), flat = table.unpadded_numel();
   if (job.resume.empty() || job.meta.mode != TrainingMode::async) return {};
-  std::vector<float> m(n), v(n), residual(n);
+  // The file's flat arrays leave the vocabulary padding out (ParamTable::to_unpadded).
+  std::vector<float> fm(flat), fv(flat), fr(flat), m(n), v(n), residual(n);
   const std::vector<std::string> names = async_worker_arrays();
   if (!load_rank_arrays(job.resume, rank,
-                        {{names[0], m.data(), n}, {names[1], v.data(), n}, {names[2], residual.data(), n}}))
+                        {{names[0], fm.data(), flat}, {names[1], fv.data(), flat}, {names[2], fr.data(), flat}}))
     return {};
+  table.from_unpadded(fm.data(), m.data());
+  table.from_unpadded(fv.data(), v.data());
+  table.from_unpadded(fr.data(), residual.data());
   job.backend->copy_to_device(adam.exp_avg(), m.data(), n * sizeof(float));
   job.backend->copy_to_device(adam.exp_avg_sq(), v.data(), n * sizeof(float));
   adam.set_step_count(int(job.meta.ranks.at(size_t(rank)).optimizer_step));

@@ -67,6 +67,33 @@ TEST(ParamTable, HuggingFaceNamesAndShapes) {
   EXPECT_EQ(gpt2.padded_vocab_size(), 50304);
 }
 
+// The unpadded layout (an async worker's checkpointed flat arrays): every tensor at its offset without wte's padding
+// rows (each tensor 16-float aligned, as the table lays them out), and back, the padding rows then zero.
+TEST(ParamTable, UnpaddedLayoutLeavesTheVocabularyPaddingOut) {
+  const ModelConfig c = tiny_config();
+  const ParamTable table(c);
+  size_t unpadded = 0;
+  for (const ParamInfo& p : table.params()) unpadded += (p.numel + 15) / 16 * 16;
+  ASSERT_EQ(table.unpadded_numel(), unpadded);
+  ASSERT_LT(table.unpadded_numel(), table.total_numel());
+  std::vector<float> arena(table.total_numel());
+  for (size_t i = 0; i < arena.size(); ++i) arena[i] = float(i % 1000) + 0.5f;  // the padding too: not zero
+  std::vector<float> flat(table.unpadded_numel()), back(arena.size(), -1.0f);
+  table.to_unpadded(arena.data(), flat.data());
+  size_t at = 0;  // each tensor's offset in the unpadded layout
+  for (const ParamInfo& p : table.params()) {
+    for (size_t k = 0; k < p.numel; ++k) ASSERT_EQ(flat[at + k], arena[p.offset + k]) << p.name << " element " << k;
+    for (size_t k = p.numel; k < (p.numel + 15) / 16 * 16 && &p == &table.wte(); ++k) ASSERT_EQ(flat[at + k], 0.0f);
+    at += (p.numel + 15) / 16 * 16;
+  }
+  table.from_unpadded(flat.data(), back.data());
+  const ParamInfo& w = table.wte();
+  for (size_t i = 0; i < arena.size(); ++i) {
+    const bool padding = i >= w.offset + w.numel && i < table.wpe().offset;
+    ASSERT_EQ(back[i], padding ? 0.0f : arena[i]) << "arena element " << i;
+  }
+}
+
 // The padded vocabulary takes no part: wte's padding rows start zero, and whatever they hold (here huge values, as
 // an asynchronous exchange could leave in any arena gap) changes no loss and no gradient but their own, which stays
 // zero; AdamW leaves them as they are; and the logits' padding columns, which the lm_head computes from them, are

@@ -227,6 +227,26 @@ __host__ __device__ inline int first_seen_block(int j_first, int i0, int warp) {
 // tile visible to the block; a second barrier at the end keeps the buffer from being refilled (two iterations later)
 // while a warp may still read it.
 
+// The head of such an iteration: stage_next() stages the next tile (where there is one, `more`) into the other
+// buffer; then this thread's copies of the current tile are waited for, and a barrier makes them the block's.
+template <typename StageNext>
+__device__ inline void next_tile_ready(bool more, StageNext stage_next) {
+  if (more) {
+    stage_next();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+// Stages key tile j0's K and V rows of one head (base: its q columns in qkv) as one commit group.
+template <int HS, typename StoreT>
+__device__ inline void stage_kv(bf16* k, bf16* v, const StoreT* base, int j0, int T, int C) {
+  stage<HS, kTile>(k, base + C, j0, T, size_t(3) * C);
+  stage<HS, kTile>(v, base + 2 * C, j0, T, size_t(3) * C);
+  cp_async_commit();
+}
+
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
 // A block of kForwardWarps warps takes kForwardRows query rows; warp w owns rows i0 + 16 w .. + 15 and keeps their
 // q fragments and output accumulators in registers.
@@ -259,20 +279,9 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
   __syncthreads();  // the Q rows are no longer read
 
   const int last_row = min(i0 + kForwardRows, T) - 1;
-  auto stage_tile = [&](int j0, int buf) {
-    stage<HS, kTile>(k_s(buf), base + C, j0, T, C3);
-    stage<HS, kTile>(v_s(buf), base + 2 * C, j0, T, C3);
-    cp_async_commit();
-  };
-  stage_tile(0, 0);
+  stage_kv<HS>(k_s(0), v_s(0), base, 0, T, C);
   for (int j0 = 0, buf = 0; j0 <= last_row; j0 += kTile, buf ^= 1) {
-    if (j0 + kTile <= last_row) {
-      stage_tile(j0 + kTile, buf ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile j0 is in buffer buf for every thread
+    next_tile_ready(j0 + kTile <= last_row, [&] { stage_kv<HS>(k_s(buf ^ 1), v_s(buf ^ 1), base, j0 + kTile, T, C); });
     const int c1 = visible_blocks(i0, j0, warp);
     if (c1 > 0) {  // warp-uniform: otherwise the tile starts past this warp's rows
       float s[NT][4] = {};
@@ -388,20 +397,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   __syncthreads();  // the Q and dO rows are no longer read
 
   const int last_row = min(i0 + kRows, T) - 1;
-  auto stage_tile = [&](int j0, int buf) {
-    stage<HS, kTile>(k_s(buf), base + C, j0, T, C3);
-    stage<HS, kTile>(v_s(buf), base + 2 * C, j0, T, C3);
-    cp_async_commit();
-  };
-  stage_tile(0, 0);
+  stage_kv<HS>(k_s(0), v_s(0), base, 0, T, C);
   for (int j0 = 0, buf = 0; j0 <= last_row; j0 += kTile, buf ^= 1) {
-    if (j0 + kTile <= last_row) {
-      stage_tile(j0 + kTile, buf ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile j0 is in buffer buf for every thread
+    next_tile_ready(j0 + kTile <= last_row, [&] { stage_kv<HS>(k_s(buf ^ 1), v_s(buf ^ 1), base, j0 + kTile, T, C); });
     const int c1 = visible_blocks(i0, j0, warp);
     if (c1 > 0) {  // warp-uniform: otherwise the tile starts past this warp's rows
       float s[NT][4] = {}, dp[NT][4] = {};
@@ -482,13 +480,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   };
   stage_tile(j_first, 0);
   for (int i0 = j_first, buf = 0; i0 < T; i0 += kTile, buf ^= 1) {
-    if (i0 + kTile < T) {
-      stage_tile(i0 + kTile, buf ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile i0 is in buffer buf for every thread
+    next_tile_ready(i0 + kTile < T, [&] { stage_tile(i0 + kTile, buf ^ 1); });
     // On the block's diagonal warp w's keys see only the queries from its own first key on.
     const int c0 = first_seen_block(j_first, i0, warp);
     if (c0 < kBlocksPerTile) {  // warp-uniform: otherwise the tile ends before this warp's keys

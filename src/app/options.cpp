@@ -241,6 +241,9 @@ std::vector<Binding> bindings(RunConfig& c) {
                           floats(0, 10, /*lo_open=*/true)));
   b.push_back(bind_number("async.outer_momentum", &c.async.outer_momentum, "async: the center's Nesterov momentum",
                           floats(-1, 1, true, true)));
+  b.push_back(bind_number("async.inner_beta1", &c.async.inner_beta1,
+                          "async: the workers' AdamW beta1 (optimizer.beta1 is sync mode's)",
+                          floats(-1, 1, true, true)));
   b.push_back(bind_number("async.center_timeout", &c.async.center_timeout,
                           "async: seconds a worker waits for the center before failing",
                           floats(0, 86400, /*lo_open=*/true)));  // a day: past it a job is dead, not waiting

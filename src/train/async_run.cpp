@@ -60,6 +60,7 @@ std::string save_async(AsyncJob& job, const float* params, float* momentum, Adam
   meta.async_version = version;
   meta.optimizer_step = int64_t(version);
   meta.lr = c.async.outer_lr;
+  meta.beta1 = c.async.inner_beta1;  // the workers' AdamW moments were taken with it
   meta.ranks.assign(size_t(w.size), CheckpointMeta::RankState{});
   for (int r = 0; r < w.size; ++r) {
     CheckpointMeta::RankState& rs = meta.ranks[size_t(r)];
@@ -132,9 +133,11 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   job.shape.error_feedback = c.async.error_feedback;
   job.shape.compression = c.async.compression;
   log_info(
-      "world: %d rank(s) | async: center on rank 0 (%s), %d worker(s) | %d local steps per sync | "
-      "%.1fx fewer bytes per delta than fp32 | global batch equivalent %d x %d tokens x %d accumulation x %d",
-      world.size, world.host.c_str(), job.workers, job.H,
+      "world: %d rank(s) | async: center on rank 0 (%s), %d worker(s) | %d local steps per sync | outer lr %g, "
+      "momentum %g | workers' beta1 %g | %.1fx fewer bytes per delta than fp32 | global batch equivalent %d x %d "
+      "tokens x %d accumulation x %d",
+      world.size, world.host.c_str(), job.workers, job.H, double(c.async.outer_lr), double(c.async.outer_momentum),
+      double(c.async.inner_beta1),
       4.0 * double(job.shape.n) /
           double(DeltaCodec(job.shape.compression, job.shape.n, job.shape.block_size).packed_bytes()),
       job.B, job.T, job.A, job.workers);

@@ -52,7 +52,9 @@ TrainResult run_worker(AsyncJob& job) {
   Backend& be = *job.backend;
   const ParamTable& table = model.table();
   const size_t n = table.total_numel(), arena = model.arena_numel();
-  AdamW adam(be, table, c.optimizer, 0, arena);
+  OptimizerConfig inner = c.optimizer;  // the inner optimizer: sync's AdamW with async.inner_beta1
+  inner.beta1 = c.async.inner_beta1;
+  AdamW adam(be, table, inner, 0, arena);
   const size_t counted_bytes = log_model_memory(model, adam, be);
   DataLoader train(c.data.dir, "train", job.T, c.model.vocab_size, c.training.seed, /*shuffle=*/true);
   const std::vector<float> residual = resume_worker(job, adam);

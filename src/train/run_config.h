@@ -45,11 +45,14 @@ struct AsyncConfig {
   int local_steps = 10;
   int block_size = 2048;                                    // values per fp32 scale of a 1-bit message
   DeltaCompression compression = DeltaCompression::onebit;  // of the deltas and downloads: onebit, or none (fp32)
-  float outer_lr = 1.4f;                                    // the center's (outer) learning rate on the weighted deltas
+  float outer_lr = 2.0f;                                    // the center's (outer) learning rate on the weighted deltas
   // The center's Nesterov momentum. Negative by default: applying deltas taken against older parameters acts like
-  // extra momentum already (README, "Several hosts of unequal speed"); -0.4 damps that. With outer_lr 1.4 and each
-  // delta weighted 1 / sqrt(N), the long-run gain on the mean of N deltas is 1.4 sqrt(N) / 1.4 = sqrt(N).
+  // extra momentum already (README, "Several hosts of unequal speed"); -0.4 damps that. With outer_lr 2.0 and each
+  // delta weighted 1 / sqrt(N), the long-run gain on the sum of N deltas is 2.0 sqrt(N) / 1.4 (1.01 at N = 2).
   float outer_momentum = -0.4f;
+  // The workers' AdamW beta1 (their inner optimizer; optimizer.beta1 is sync mode's). Below sync's 0.9 for the same
+  // reason: the momentum that asynchrony adds comes on top of each worker's own (docs/architecture.md).
+  float inner_beta1 = 0.8f;
   float center_timeout = 120.0f;  // seconds a worker waits for the center before failing the job
   bool error_feedback = true;     // test-only switch: false drops what the 1-bit compression lost, both ways
   int test_slow_worker = 0;       // test-only: this worker rank (>= 1) trains test_slowdown times slower

@@ -68,6 +68,28 @@ assert any("val_loss" in x for x in center)
 print(f"ok: center: {pub[-1]['version']} versions, bytes ratio {pub[-1]['bytes_ratio']:.1f}")
 EOF
 
+# 1b. The workers' AdamW takes async.inner_beta1. One worker with fp32 messages, outer lr 1 and no outer momentum takes
+# exactly sync's steps on one rank, so it ends where sync ends with optimizer.beta1 at that value (to fp32 rounding:
+# a worker adds its delta back onto the parameters it started from), far from sync at the default beta1, and its
+# checkpoint records the beta1 its moments were taken with.
+ONE=(--config "$SRC/configs/tiny.ini" --data.dir=data --training.threads=1 --training.steps=30 --eval.batches=4)
+timeout 300 mpirun -np 2 --oversubscribe "$EMBER" train "${ONE[@]}" --run.dir=beta_async --training.mode=async \
+  --async.compression=none --async.outer_lr=1 --async.outer_momentum=0 --async.inner_beta1=0.5 >beta_async.log 2>&1 ||
+  { cat beta_async.log >&2; fail "async run with async.inner_beta1=0.5"; }
+for beta in 0.5 0.9; do
+  timeout 300 mpirun -np 1 "$EMBER" train "${ONE[@]}" --run.dir="beta_sync$beta" --optimizer.beta1="$beta" \
+    >"beta_sync$beta.log" 2>&1 || { cat "beta_sync$beta.log" >&2; fail "sync run with optimizer.beta1=$beta"; }
+done
+"$EMBER" inspect beta_async/checkpoints/step_00000030.h5 | grep -q "beta1=0.5 " ||
+  fail "the async checkpoint does not record the workers' beta1 0.5"
+"$PYTHON" - beta_async beta_sync0.5 beta_sync0.9 <<'EOF' || fail "async.inner_beta1 is not the workers' beta1"
+import json, sys
+val = [[json.loads(l)["val_loss"] for l in open(f"{d}/metrics.jsonl") if "val_loss" in l][-1] for d in sys.argv[1:]]
+a, s5, s9 = val
+print(f"ok: one worker at inner beta1 0.5: {a:.6f}; sync at beta1 0.5: {s5:.6f}, at 0.9: {s9:.6f}")
+assert abs(a - s5) <= 1e-4 * s5 and abs(a - s9) > 10 * abs(a - s5) + 1e-3
+EOF
+
 # 2. Restarts with another number of workers: 3 (one without saved state) and 1 (one state dropped).
 for np in 4 2; do
   cp -r a "r$np"

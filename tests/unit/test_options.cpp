@@ -97,6 +97,20 @@ TEST(Options, OuterMomentumRangeIsOpenMinusOneToOne) {
   }
 }
 
+// The workers' AdamW beta1 in async mode: its own option, below sync's by default, leaving optimizer.beta1 alone;
+// the range of any AdamW beta.
+TEST(Options, InnerBeta1IsTheWorkersOwn) {
+  const RunConfig d;
+  EXPECT_LT(d.async.inner_beta1, d.optimizer.beta1);
+  const RunConfig c = parse({"--async.inner_beta1=0.7"}).config;
+  EXPECT_FLOAT_EQ(c.async.inner_beta1, 0.7f);
+  EXPECT_FLOAT_EQ(c.optimizer.beta1, d.optimizer.beta1);
+  for (const char* bad : {"--async.inner_beta1=1", "--async.inner_beta1=-1", "--async.inner_beta1=nan"}) {
+    const std::string msg = error_of({bad});
+    EXPECT_NE(msg.find("async.inner_beta1"), std::string::npos) << msg;
+  }
+}
+
 // training.deterministic: on unless switched off; a boolean, so anything but true/false (1/0) is an error naming it.
 TEST(Options, DeterministicIsOnByDefaultAndBoolean) {
   EXPECT_TRUE(parse({}).config.training.deterministic);

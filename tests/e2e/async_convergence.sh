@@ -3,14 +3,16 @@
 # (this checkout's text and the system's licence texts, staged as scripts/run.sh stages it), 300 sync-equivalent
 # steps. The async run (center + 2 workers, the [async] defaults) is compared with sync all-reduce over 2 ranks on the
 # same data and total tokens, in final validation loss. Async runs are not bitwise reproducible (message order depends
-# on timing), so the criterion is on the means over seeds 1..3: async at most +2% above sync (the target of async
-# mode). Measured on the corpus of 2026-11-27: sync 2.3987, 2.4333, 2.3920; async 2.4014, 2.4269, 2.4247 (+0.40%);
-# the defaults before the workers' beta1 went to 0.8 gave +4.1% there, and +3.6% to +5.8% on earlier corpora.
-# Error feedback: the same async runs with async.error_feedback = false (what the 1-bit messages lost is dropped, both
-# ways) must fail that criterion (mean more than +2% above sync) and end worse than with feedback on most seeds.
+# on timing), so the criterion is on the means over seeds 1..5: async at most +2% above sync (the target of async
+# mode). Per seed the gap spreads with an sd of about 1.2 points (measured over 15 seed runs on 2026-11-27: mean
+# +1.06%, from -0.6% to +4.1%; 3-seed means +0.40%, +0.84%, +1.09%, +1.13%, +1.81%), so 5 seeds put the mean's sd near
+# 0.55 points; the defaults before the workers' beta1 went to 0.8 gave +4.1% on the same corpus.
+# Error feedback: async runs of seeds 1..2 with async.error_feedback = false (what the 1-bit messages lost is dropped,
+# both ways) must fail that criterion (mean more than +2% above the same seeds' sync) and end worse than with feedback
+# on both seeds (measured +15.8% and +28.5%).
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-SEEDS=3
+SEEDS=5 FEEDBACK_SEEDS=2
 
 mkdir -p corpus/project corpus/licenses
 for item in README.md docs src configs scripts; do cp -R "$SRC/$item" corpus/project/; done
@@ -29,30 +31,35 @@ run() {  # run NAME NP SEED ARGS...: one run; its log is NAME.log
   rm -rf "$name"
 }
 : >results.txt
+: >feedback.txt
 for seed in $(seq 1 $SEEDS); do
   run "sync$seed" 2 "$seed" "${DEMO[@]}"
   run "async$seed" 3 "$seed" "${DEMO[@]}" --training.mode=async
-  run "noef$seed" 3 "$seed" "${DEMO[@]}" --training.mode=async --async.error_feedback=false
-  echo "$seed $(final_val "sync$seed.log") $(final_val "async$seed.log") $(final_val "noef$seed.log")" |
-    tee -a results.txt
+  echo "$seed $(final_val "sync$seed.log") $(final_val "async$seed.log")" | tee -a results.txt
+  if ((seed <= FEEDBACK_SEEDS)); then
+    run "noef$seed" 3 "$seed" "${DEMO[@]}" --training.mode=async --async.error_feedback=false
+    echo "$seed $(final_val "noef$seed.log")" | tee -a feedback.txt
+  fi
 done
-"$PYTHON" - results.txt <<'PY' || fail "async convergence criteria"
+"$PYTHON" - results.txt feedback.txt <<'PY' || fail "async convergence criteria"
 import statistics as st, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
-sync, ef, noef = ([r[i] for r in rows] for i in (1, 2, 3))
+noef = [float(l.split()[1]) for l in open(sys.argv[2])]
+sync, ef = [r[1] for r in rows], [r[2] for r in rows]
+k = len(noef)
 def show(name, v):
     print(f"{name:34s} mean {st.mean(v):.4f}  sd {st.stdev(v):.4f}  min {min(v):.4f}  max {max(v):.4f}")
 show("sync all-reduce (2 ranks)", sync)
 show("async, the defaults", ef)
-show("async, no error feedback", noef)
+show(f"async, no error feedback ({k} seeds)", noef)
 gaps = [a / s - 1 for s, a in zip(sync, ef)]
 gap = st.mean(ef) / st.mean(sync) - 1
-gap_noef = st.mean(noef) / st.mean(sync) - 1
+gap_noef = st.mean(noef) / st.mean(sync[:k]) - 1
 wins = sum(n > e for n, e in zip(noef, ef))
 print(f"async vs sync over {len(rows)} seeds: {gap:+.2%} (must be <= +2%); per seed {min(gaps):+.1%} to "
       f"{max(gaps):+.1%}")
-print(f"no error feedback vs sync: {gap_noef:+.2%} (must be > +2%), worse than feedback on {wins} of {len(rows)} seeds")
-ok = gap <= 0.02 and gap_noef > 0.02 and wins > len(rows) / 2
+print(f"no error feedback vs sync over {k} seeds: {gap_noef:+.2%} (must be > +2%), worse than feedback on {wins} of {k}")
+ok = gap <= 0.02 and gap_noef > 0.02 and wins == k
 print("PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
 PY

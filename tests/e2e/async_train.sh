@@ -80,8 +80,9 @@ for beta in 0.5 0.9; do
   timeout 300 mpirun -np 1 "$EMBER" train "${ONE[@]}" --run.dir="beta_sync$beta" --optimizer.beta1="$beta" \
     >"beta_sync$beta.log" 2>&1 || { cat "beta_sync$beta.log" >&2; fail "sync run with optimizer.beta1=$beta"; }
 done
-"$EMBER" inspect beta_async/checkpoints/step_00000030.h5 | grep -q "beta1=0.5 " ||
-  fail "the async checkpoint does not record the workers' beta1 0.5"
+"$EMBER" inspect beta_async/checkpoints/step_00000030.h5 >beta_inspect.log 2>&1 ||
+  { cat beta_inspect.log >&2; fail "inspect rejects the async checkpoint of beta_async"; }
+grep -q "beta1=0.5 " beta_inspect.log || fail "the async checkpoint does not record the workers' beta1 0.5"
 "$PYTHON" - beta_async beta_sync0.5 beta_sync0.9 <<'EOF' || fail "async.inner_beta1 is not the workers' beta1"
 import json, sys
 val = [[json.loads(l)["val_loss"] for l in open(f"{d}/metrics.jsonl") if "val_loss" in l][-1] for d in sys.argv[1:]]

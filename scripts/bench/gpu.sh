@@ -8,7 +8,8 @@ ROOT=$(pwd)
 
 # Knobs (environment): the model configs measured (their model shapes and batch_size), the sequence length, a batch
 # size for every config, steps and warm-up steps left out of the mean (torch.compile compiles during warm-up), the
-# matmul precision, the Python with a CUDA build of PyTorch (BENCH_TORCH=0 leaves PyTorch out), the build folder.
+# matmul precision, the Python with a CUDA build of PyTorch (BENCH_TORCH=0 leaves PyTorch out), the build folder
+# (BENCH_PREBUILT=1: use its binaries without building).
 # BENCH_DEVICE=cpu runs the whole script on the CPU, fp32, without MFU: a check of the script itself, not a benchmark.
 # BENCH_PROFILE=1 (the default where Nsight Systems' nsys is on PATH) adds, after each config's timed run, a short
 # run of Ember under nsys and prints its kernels by total GPU time; that run's timings are not used.
@@ -61,20 +62,30 @@ if [[ "$DEVICE" == cuda && "$WITH_TORCH" == 1 ]] && ! py -c "import torch, sys; 
       "run this on a GPU machine with a CUDA build of PyTorch, or BENCH_DEVICE=cpu to check the script"
 fi
 
-# --- Ember (Release; an existing build folder is reused, as on the GPU machine after scripts/device/gpu-run.sh) ---
-if [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-  [[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
-    "use another folder: EMBER_BUILD_DIR=build-release $0"
-else
-  bash scripts/setup.sh
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
-fi
+# --- Ember (Release; an existing build folder is reused, as on the GPU machine after scripts/device/gpu-run.sh;
+# BENCH_PREBUILT=1 takes the binaries as they are, as scripts/device/first-run.sh does with a bundle built elsewhere) ---
 targets=(ember)
-[[ "$DEVICE" == cuda ]] && targets+=(gpu_gemm_peak)
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${targets[@]}" >/dev/null ||
-  die "building ${targets[*]} in $BUILD_DIR failed" "run: cmake --build $BUILD_DIR --target ${targets[*]}" \
-      "gpu_gemm_peak exists only in a CUDA build (nvcc found at configure time)"
+[[ "$DEVICE" == cuda ]] && targets+=(tests/bench/gpu_gemm_peak)
+if [[ "${BENCH_PREBUILT:-0}" == 1 ]]; then
+  for target in "${targets[@]}"; do
+    [[ -x "$BUILD_DIR/$target" ]] || die "BENCH_PREBUILT=1 but $BUILD_DIR/$target is missing" \
+      "build it (cmake --build $BUILD_DIR --target $(basename "$target")) or leave BENCH_PREBUILT unset"
+  done
+else
+  if [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+    build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
+    [[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
+      "use another folder: EMBER_BUILD_DIR=build-release $0"
+  else
+    bash scripts/setup.sh
+    cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  fi
+  names=()
+  for target in "${targets[@]}"; do names+=("$(basename "$target")"); done
+  cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${names[@]}" >/dev/null ||
+    die "building ${names[*]} in $BUILD_DIR failed" "run: cmake --build $BUILD_DIR --target ${names[*]}" \
+        "gpu_gemm_peak exists only in a CUDA build (nvcc found at configure time)"
+fi
 [[ "$BUILD_DIR" == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 EMBER=$BUILD_DIR/ember
 

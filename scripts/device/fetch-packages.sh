@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Downloads, with this machine's apt, the Debian packages Ember's build needs and a GPU machine lacks (Open MPI,
-# parallel HDF5, Boost.Program_options, OpenBLAS, GoogleTest, nlohmann-json) into .device/debs/ for gpu-run.sh there.
+# parallel HDF5, Boost.Program_options, OpenBLAS, GoogleTest, nlohmann-json) into .device/debs/ for gpu-run.sh there;
+# or, with --runtime-for, only the packages that programs built here load at run time (for first-run.sh there).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 usage() {
   cat <<'EOF'
-usage: scripts/device/fetch-packages.sh [--dry-run]
+usage: scripts/device/fetch-packages.sh [--dry-run] [--dest DIR] [--runtime-for PROGRAM]...
 
 Resolves the packages the build needs (ROOTS in this script) and their Depends (no Recommends) that a machine with
 a C++ toolchain lacks, downloads them into .device/debs/ (replacing what is there) with a MANIFEST of names and
 versions, and an ALTERNATIVES list of the links their install scripts would make. Needs Debian's apt (amd64).
 
-  --dry-run  print the resolved list and its size, download nothing
+  --dry-run              print the resolved list and its size, download nothing
+  --dest DIR             download into DIR instead of .device/debs
+  --runtime-for PROGRAM  (repeatable) the roots are instead openmpi-bin (mpirun) and the packages that own the
+                         shared libraries PROGRAM loads (ldd); libraries no package owns (the CUDA toolkit's under
+                         /usr/local/cuda) are listed as the GPU machine's to provide
 
 CMake is not fetched: the device image has one (gpu-run.sh checks that it is 3.25 or newer).
 EOF
@@ -53,12 +58,18 @@ ASSUMED=(
 )
 
 DRY_RUN=0
-for arg in "$@"; do
-  case "$arg" in
+RUNTIME_FOR=()
+while (($#)); do
+  case "$1" in
     --dry-run) DRY_RUN=1 ;;
+    --dest|--runtime-for)
+      [[ $# -ge 2 && -n "$2" ]] || { echo "error: fetch-packages: $1 needs a value" >&2; echo "hint: $0 --help lists the options" >&2; exit 2; }
+      if [[ "$1" == --dest ]]; then DEST=$2; else RUNTIME_FOR+=("$2"); fi
+      shift ;;
     -h|--help) usage; exit 0 ;;
-    *) echo "error: fetch-packages: unknown argument '$arg'" >&2; usage >&2; exit 2 ;;
+    *) echo "error: fetch-packages: unknown argument '$1'" >&2; echo "hint: $0 --help lists the options" >&2; exit 2 ;;
   esac
+  shift
 done
 
 for tool in apt-get apt-cache dpkg dpkg-deb; do
@@ -74,6 +85,36 @@ if [[ "$arch" != amd64 ]]; then
   echo "hint: run this on an amd64 Debian machine" >&2
   exit 1
 fi
+# --runtime-for: the packages owning each library ldd resolves (dpkg knows a library by its /usr/lib or /lib path, the
+# two being one folder on Debian 12), less the assumed ones; unowned libraries are the GPU machine's (CUDA's).
+if ((${#RUNTIME_FOR[@]})); then
+  ROOTS=(openmpi-bin)
+  UNOWNED=()
+  for program in "${RUNTIME_FOR[@]}"; do
+    [[ -f "$program" ]] || { echo "error: fetch-packages: --runtime-for '$program': no such file" >&2;
+      echo "hint: build it first (cmake --build build)" >&2; exit 1; }
+    if ldd "$program" | grep -q 'not found'; then
+      ldd "$program" | grep 'not found' >&2
+      echo "error: fetch-packages: '$program' needs libraries this machine lacks (above)" >&2
+      echo "hint: run scripts/setup.sh, or rebuild the program here" >&2
+      exit 1
+    fi
+    while read -r lib; do
+      owner=""
+      for path in "$lib" "$(realpath "$lib")" "${lib/#\/lib\//\/usr\/lib\/}" "${lib/#\/usr\/lib\//\/lib\/}"; do
+        owner=$(dpkg -S "$path" 2>/dev/null | head -n 1 | cut -d: -f1) && [[ -n "$owner" ]] && break
+      done
+      if [[ -z "$owner" ]]; then
+        [[ " ${UNOWNED[*]} " == *" $lib "* ]] && continue
+        UNOWNED+=("$lib")
+        echo "fetch-packages: $(basename "$lib") ($lib) is in no Debian package: the GPU machine must provide it"
+      elif [[ " ${ASSUMED[*]} " != *" $owner "* && " ${ROOTS[*]} " != *" $owner "* ]]; then
+        ROOTS+=("$owner")
+      fi
+    done < <(ldd "$program" | awk '$2 == "=>" && $3 ~ /^\// {print $3}')
+  done
+fi
+
 for pkg in "${ROOTS[@]}"; do
   if ! apt-cache show --no-all-versions "$pkg" >/dev/null 2>&1; then
     echo "error: fetch-packages: apt knows no package '$pkg'" >&2

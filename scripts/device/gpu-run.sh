@@ -13,39 +13,16 @@ CUDA_ARCHS=${EMBER_CUDA_ARCHITECTURES:-90}
 LABELS=${EMBER_DEVICE_LABELS:-gpu unit}
 JOBS=${EMBER_DEVICE_JOBS:-$(nproc)}
 DEBS=$ROOT/.device/debs
-MULTIARCH=x86_64-linux-gnu  # the packages are amd64 (fetch-packages.sh checks)
-
 die() { echo "error: gpu-run: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
 abs() { [[ "$1" == /* ]] && echo "$1" || echo "$ROOT/$1"; }
 os_name() { sed -n 's/^PRETTY_NAME=//p' /etc/os-release 2>/dev/null | tr -d '"'; }
-# dpkg -x, or by hand where the image has no dpkg: a .deb is an ar archive holding data.tar.{xz,zst,gz}.
-extract_deb() {
-  if command -v dpkg-deb >/dev/null; then
-    dpkg-deb -x "$1" "$PREFIX"
-    return
-  fi
-  local member
-  member=$(ar t "$1" | grep '^data\.tar')
-  case "$member" in
-    *.xz) ar p "$1" "$member" | tar -x -J -C "$PREFIX" ;;
-    *.zst) ar p "$1" "$member" | tar -x --zstd -C "$PREFIX" ;;
-    *.gz) ar p "$1" "$member" | tar -x -z -C "$PREFIX" ;;
-    *) die "$(basename "$1"): no data.tar member found" "fetch the packages again (scripts/device/fetch-packages.sh)" ;;
-  esac
-}
+source "$ROOT/scripts/device/prefix.bash"
 OUT=$(abs "$OUT")
 BUILD_DIR=$(abs "$BUILD_DIR")
 PREFIX=$BUILD_DIR/prefix
 P=$PREFIX/usr
-LIBDIR=$P/lib/$MULTIARCH
 
 # --- preconditions ---
-if ! compgen -G "$DEBS/*.deb" >/dev/null || [[ ! -f "$DEBS/MANIFEST" ]]; then
-  die "no packages in .device/debs" \
-      "run scripts/device/fetch-packages.sh on a machine with Debian's apt first, and carry .device" \
-      "(device tool: command 'bash scripts/device/gpu-run.sh', carry [\".device\"])"
-fi
-[[ "$(uname -m)" == x86_64 ]] || die "this machine is $(uname -m); the packages are x86-64" "run it on the GPU machine"
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -62,78 +39,12 @@ cmake_version=$(cmake --version | awk 'NR == 1 {print $3}')
 printf '%s\n' 3.25 "$cmake_version" | sort -V -C ||
   die "cmake $cmake_version is older than 3.25" "put a newer cmake first on PATH (pip's 'cmake' package has one)"
 glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
-printf '%s\n' 2.36 "$glibc" | sort -V -C ||
-  die "glibc $glibc is older than Debian 12's 2.36, which the carried packages were built against" \
-      "fetch the packages on an older Debian instead (see docs/device.md)"
 
-# --- unpack into the private prefix (kept while MANIFEST is unchanged, so a warm machine rebuilds incrementally) ---
-unpacked=0
-if ! cmp -s "$DEBS/MANIFEST" "$PREFIX/MANIFEST"; then
-  unpacked=1
-  rm -rf "$PREFIX"
-  mkdir -p "$PREFIX"
-  for deb in "$DEBS"/*.deb; do
-    extract_deb "$deb"
-  done
-  # Absolute links point into / (libz.so -> /lib/.../libz.so.1.2.13): aim them into the prefix; a library link whose
-  # target is absent here too (zlib1g is not carried) goes to this machine's library of the same soname.
-  while IFS= read -r link; do
-    target=$(readlink "$link")
-    if [[ -e "$PREFIX$target" ]]; then
-      ln -sfn "$PREFIX$target" "$link"
-    elif [[ ! -e "$target" && "$(basename "$link")" == lib*.so ]]; then
-      soname=$(basename "$target" | sed -E 's/^(lib.*\.so\.[0-9]+).*/\1/')
-      system=$(ldconfig -p | awk -v s="$soname" '$1 == s && !found {found = $NF} END {print found}')
-      if [[ -n "$system" ]]; then
-        ln -sfn "$system" "$link"
-      fi
-    fi
-  done < <(find "$PREFIX" -type l -lname '/*')
-  # The links Debian's postinst scripts make with update-alternatives (mpicc, mpiexec, h5pcc, libopenblas.so, ...).
-  while read -r link target; do
-    mkdir -p "$(dirname "$PREFIX$link")"
-    ln -sfn "$PREFIX$target" "$PREFIX$link"
-  done < <(grep -v '^#' "$DEBS/ALTERNATIVES" 2>/dev/null || true)
-  # Text files with the install prefix written in: HDF5's compiler wrapper, pkg-config files.
-  sed -i "s|^prefix=\"/usr\"|prefix=\"$P\"|" "$P/bin/h5pcc.openmpi"
-  find "$P" -name '*.pc' -type f -exec sed -i -E "s#(^|[=[:space:]]|-[IL])/usr([/[:space:]]|\$)#\1$P\2#g" {} +
-  cp "$DEBS/MANIFEST" "$PREFIX/MANIFEST"
-  note "prefix: unpacked $(find "$DEBS" -name '*.deb' | wc -l) packages into $PREFIX"
-else
-  note "prefix: reusing $PREFIX (same MANIFEST)"
-fi
-
-# --- environment: the prefix first, for the build and for every process the tests start ---
-# The machine's own library path, kept for its Python and PyTorch (scripts/bench/gpu.sh runs them with it).
-export BENCH_PYTHON_LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}
-export PATH=$P/bin:$PATH
-# Library folders: a few packages (libnl, keyutils) still install into /lib rather than /usr/lib.
-PREFIX_LIBS=$PREFIX/lib/$MULTIARCH:$LIBDIR
-export LD_LIBRARY_PATH=$PREFIX_LIBS:$LIBDIR/openmpi/lib:$LIBDIR/hdf5/openmpi:$LIBDIR/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# gcc's search path for -l: HDF5's wrapper links -lcrypto -lcurl -lsz -lz, which a system keeps in the default one.
-export LIBRARY_PATH=$PREFIX_LIBS${LIBRARY_PATH:+:$LIBRARY_PATH}
-export CMAKE_PREFIX_PATH=$P${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
-export PKG_CONFIG_PATH=$LIBDIR/pkgconfig:$P/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-# A relocated Open MPI finds its components and help files through OPAL_PREFIX, and Debian's MCA defaults (the same
-# as on a machine with the package installed) through OPAL_SYSCONFDIR. PMIx has its own prefix, and Debian built it
-# with absolute lib and share folders, which OPAL_PREFIX does not move: each is named.
-export OPAL_PREFIX=$P
-export OPAL_SYSCONFDIR=$PREFIX/etc/openmpi
-pmix=$LIBDIR/pmix2
-export PMIX_PREFIX=$pmix PMIX_LIBDIR=$pmix/lib PMIX_PKGLIBDIR=$pmix/lib/pmix PMIX_INCLUDEDIR=$pmix/include \
-       PMIX_DATADIR=$pmix/share PMIX_PKGDATADIR=$pmix/share/pmix
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Without ssh (the device image has none), Open MPI launches local ranks itself instead of looking for an rsh agent.
-if ! command -v ssh >/dev/null && ! command -v rsh >/dev/null; then
-  export OMPI_MCA_plm=isolated
-fi
-# Each test program's MPI_Init starts a singleton that makes, and at exit removes when empty, the session folder
-# $TMPDIR/ompi.<host>.<uid>; Open MPI 4.1.4 fails with "mkdir ... File exists" when two tests race on it (seen in a
-# ctest -j2 run). A subfolder of ours keeps it from ever being empty, so it is made once, here.
-host=$(uname -n)
-session_top=${TMPDIR:-/tmp}/ompi.${host%%.*}.$(id -u)
-[[ -d "$session_top" ]] || mkdir -m 700 "$session_top"
-mkdir -p "$session_top/ember-keep"
+# --- unpack into the private prefix (kept while MANIFEST is unchanged, so a warm machine rebuilds incrementally),
+# then the prefix first in the environment, for the build and for every process the tests start ---
+prefix_unpack "$DEBS" "$PREFIX"
+unpacked=$PREFIX_UNPACKED
+prefix_env "$PREFIX"
 
 {
   echo "host: $(uname -srm); $(os_name); glibc $glibc"

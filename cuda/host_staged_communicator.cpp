@@ -130,7 +130,8 @@ class StagedRequest final : public PendingCollective {
 
 class HostStagedCommunicator final : public Communicator {
  public:
-  HostStagedCommunicator(MPI_Comm comm, Backend* backend) : host_(make_mpi_communicator(comm)) {
+  HostStagedCommunicator(MPI_Comm comm, Backend* backend, std::shared_ptr<const CollectiveWatch> watch)
+      : Communicator(std::move(watch)), host_(make_mpi_communicator(comm, watch_)) {
     if (auto* cuda = dynamic_cast<CudaBackend*>(backend)) {
       producer_ = cuda->stream();
       EMBER_CUDA_CHECK(cudaSetDevice(cuda->device()));
@@ -282,8 +283,9 @@ void StagedRequest::copy_back() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_host_staged_communicator(MPI_Comm comm, Backend* backend) {
-  return std::make_unique<HostStagedCommunicator>(comm, backend);
+std::unique_ptr<Communicator> make_host_staged_communicator(MPI_Comm comm, Backend* backend,
+                                                            std::shared_ptr<const CollectiveWatch> watch) {
+  return std::make_unique<HostStagedCommunicator>(comm, backend, std::move(watch));
 }
 
 }  // namespace ember

@@ -18,6 +18,7 @@ class Backend;
 // completion (non-blocking) returns. The copy in is synchronous, so non-blocking collectives start in call order on
 // every rank; staging buffers are pooled and reused. Host buffers go to MPI directly. Requests must not outlive the
 // communicator.
-std::unique_ptr<Communicator> make_host_staged_communicator(MPI_Comm comm, Backend* backend = nullptr);
+std::unique_ptr<Communicator> make_host_staged_communicator(MPI_Comm comm, Backend* backend = nullptr,
+                                                            std::shared_ptr<const CollectiveWatch> watch = {});
 
 }  // namespace ember

@@ -54,10 +54,13 @@ bool event_done(cudaEvent_t e) {
 struct NcclShared {
   ncclComm_t comm = nullptr;
   CollectiveHealth health;
+  std::shared_ptr<const CollectiveWatch> watch;  // the communicator's dist.timeout and context
 
-  // Waits for `done` by polling, aborting the communicator on an asynchronous error (dist/collective_wait.h).
+  // Waits for `done` by polling, aborting the communicator on an asynchronous error or at dist.timeout
+  // (dist/collective_wait.h).
   void wait(const std::function<bool()>& done, const std::string& what) {
-    wait_or_abort(health, {done, [this] { return async_error(comm); }, [this] { ncclCommAbort(comm); }}, what);
+    wait_or_abort(health, {done, [this] { return async_error(comm); }, [this] { ncclCommAbort(comm); }}, what,
+                  watch ? *watch : CollectiveWatch{});
   }
 };
 
@@ -113,7 +116,9 @@ class DoneRequest final : public PendingCollective {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(MPI_Comm comm, Backend* backend) : host_(make_mpi_communicator(comm)) {
+  NcclCommunicator(MPI_Comm comm, Backend* backend, std::shared_ptr<const CollectiveWatch> watch)
+      : Communicator(std::move(watch)), host_(make_mpi_communicator(comm, watch_)) {
+    shared_->watch = watch_;
     if (auto* cuda = dynamic_cast<CudaBackend*>(backend)) {
       device_ = cuda->device();
       producer_ = cuda->stream();
@@ -292,8 +297,9 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend* backend) {
-  return std::make_unique<NcclCommunicator>(comm, backend);
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend* backend,
+                                                     std::shared_ptr<const CollectiveWatch> watch) {
+  return std::make_unique<NcclCommunicator>(comm, backend, std::move(watch));
 }
 
 }  // namespace ember

@@ -19,6 +19,7 @@ class Backend;
 // call (after all work on the device when backend is null); blocking calls return with the result in place,
 // non-blocking ones return a request whose wait() synchronizes on its event. Host buffers (scalars, the resume path)
 // go over MPI on a duplicate of `comm`. Requests must not outlive the communicator.
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend* backend = nullptr);
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, Backend* backend = nullptr,
+                                                     std::shared_ptr<const CollectiveWatch> watch = {});
 
 }  // namespace ember

@@ -2,7 +2,7 @@
 # Installs the Debian packages Ember needs to build, test and run (compiler, CMake, Open MPI, parallel HDF5, Boost,
 # OpenBLAS, nlohmann-json, PCRE2, zlib, zstd, libzip, cpp-httplib, GoogleTest, Python with numpy/h5py/torch, venv and
 # pip, clang-format for the format check, Slurm for the
-# job-script tests). Idempotent: quiet and does nothing when all are present.
+# job-script tests, iproute2 and ping for the emulated cluster). Idempotent: quiet and does nothing when all are present.
 set -euo pipefail
 
 PACKAGES=(
@@ -28,6 +28,9 @@ PACKAGES=(
   # clients (sbatch, srun, scontrol, ...) and the plugins, among them mpi_pmix.so that `srun --mpi=pmix` needs to
   # start Open MPI ranks.
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins
+  # scripts/cluster/: network namespaces, veth links and tc (iproute2), per-host names (util-linux's unshare), the
+  # reachability check (ping)
+  iproute2 util-linux iputils-ping
 )
 
 missing=()

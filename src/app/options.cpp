@@ -258,6 +258,10 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_number("async.test_center_stall", &c.async.test_center_stall,
                           "async (test-only): the center stops serving after this many versions (0: never)",
                           ints(0, kMaxCount)));
+  b.push_back(bind_number("dist.timeout", &c.dist.timeout,
+                          "seconds a collective may wait without completing before the job ends with an error naming "
+                          "it (a peer died, froze or lost its link)",
+                          floats(0, 86400, /*lo_open=*/true)));
   b.push_back(
       bind_number("optimizer.lr", &c.optimizer.lr, "peak learning rate", floats(0, 10, /*lo_open=*/true, true)));
   b.push_back(bind_number<float>("optimizer.min_lr", &c.optimizer.min_lr,

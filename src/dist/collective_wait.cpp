@@ -2,6 +2,7 @@
 #include "dist/collective_wait.h"
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "core/error.h"
@@ -17,7 +18,36 @@ namespace {
 
 }  // namespace
 
-void wait_or_abort(CollectiveHealth& health, const CollectivePoll& poll, const std::string& what) {
+void poll_until(const std::function<bool()>& done, const CollectiveWatch& watch, const std::string& what,
+                const std::function<void()>& check, const std::function<void()>& on_timeout) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const bool bounded = watch.timeout_seconds > 0.0;
+  const auto limit = std::chrono::duration<double>(watch.timeout_seconds);
+  int polls = 0;
+  while (!done()) {
+    if (check) check();
+    if (++polls < 64) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(polls < 1024 ? 20 : 1000));
+    if (bounded && (polls & 63) == 0 && Clock::now() - start > limit) {
+      if (on_timeout) on_timeout();
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", watch.timeout_seconds);
+      throw_error(what + " did not complete within dist.timeout = " + seconds + " s" +
+                      (watch.context.empty() ? "" : " (" + watch.context + ")") +
+                      ": a peer rank died, froze or lost its network link",
+                  "every rank of the job stops with an error like this one; the host that failed is the one whose "
+                  "log ends without it, or with another error: fix it (or leave it out), then resume with --resume "
+                  "auto. Raise dist.timeout if a collective can legitimately take longer on these links");
+    }
+  }
+}
+
+void wait_or_abort(CollectiveHealth& health, const CollectivePoll& poll, const std::string& what,
+                   const CollectiveWatch& watch) {
   if (health.aborted) fail(health, what);
   const auto check = [&] {
     std::string error = poll.async_error();
@@ -27,14 +57,11 @@ void wait_or_abort(CollectiveHealth& health, const CollectivePoll& poll, const s
     poll.abort();
     fail(health, what);
   };
-  int polls = 0;
-  while (!poll.done()) {
-    check();
-    if (++polls < 64)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(polls < 1024 ? 20 : 1000));
-  }
+  poll_until(poll.done, watch, what, check, [&] {
+    health.aborted = true;
+    health.error = "timed out after dist.timeout = " + std::to_string(int(watch.timeout_seconds)) + " s";
+    poll.abort();
+  });
   check();
 }
 

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 
+#include "dist/collective_watch.h"
+
 namespace ember {
 
 // A communicator's health, shared with its pending requests.
@@ -25,10 +27,18 @@ struct CollectivePoll {
   std::function<void()> abort;
 };
 
-// Polls poll.done() until it is true, checking poll.async_error() between polls and once more at the end. On an
-// error: calls poll.abort() once, marks `health` aborted and throws ember::Error naming `what` ("NCCL all-reduce")
-// and the error, with a hint. With `health` already aborted it throws at once, polling nothing. Polls back off from
-// a yield to sleeps of at most 1 ms, so a wait costs little CPU and adds little latency.
-void wait_or_abort(CollectiveHealth& health, const CollectivePoll& poll, const std::string& what);
+// Polls done() until it is true, backing off from a yield to sleeps of at most 1 ms, so a wait costs little CPU and
+// adds little latency; between polls calls check() where given. When watch.timeout_seconds > 0 and the wait has
+// lasted that long, calls on_timeout() where given and throws ember::Error naming `what` ("MPI all-reduce"),
+// dist.timeout and watch.context, with a hint.
+void poll_until(const std::function<bool()>& done, const CollectiveWatch& watch, const std::string& what,
+                const std::function<void()>& check = {}, const std::function<void()>& on_timeout = {});
+
+// poll_until over poll.done(), checking poll.async_error() between polls and once more at the end. On an error, or
+// when the wait outlasts watch.timeout_seconds: calls poll.abort() once, marks `health` aborted and throws
+// ember::Error naming `what` ("NCCL all-reduce") and the cause, with a hint. With `health` already aborted it throws
+// at once, polling nothing.
+void wait_or_abort(CollectiveHealth& health, const CollectivePoll& poll, const std::string& what,
+                   const CollectiveWatch& watch = {});
 
 }  // namespace ember

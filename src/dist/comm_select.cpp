@@ -26,9 +26,9 @@ std::unique_ptr<Communicator> make_mpi(const World& world, const DeviceChoice& d
                                        const std::string& why) {
   log_info("communicator: %s (%s)", device.kind == DEVICE_KIND_CUDA ? "mpi, staged through pinned host memory" : "mpi",
            why.c_str());
-  if (device.kind == DEVICE_KIND_CPU) return make_mpi_communicator(world.comm);
+  if (device.kind == DEVICE_KIND_CPU) return make_mpi_communicator(world.comm, world.watch);
 #ifdef EMBER_HAVE_CUDA
-  return make_host_staged_communicator(world.comm, &backend);
+  return make_host_staged_communicator(world.comm, &backend, world.watch);
 #else
   (void)backend;
   EMBER_ASSERT(false, "a CUDA device was chosen in a build without the CUDA backend");
@@ -39,7 +39,7 @@ std::unique_ptr<Communicator> make_mpi(const World& world, const DeviceChoice& d
 std::unique_ptr<Communicator> make_nccl(const World& world, Backend& backend, const std::string& why) {
   log_info("communicator: nccl (%s)", why.c_str());
 #ifdef EMBER_HAVE_NCCL
-  return make_nccl_communicator(world.comm, &backend);
+  return make_nccl_communicator(world.comm, &backend, world.watch);
 #else
   (void)world, (void)backend;
   EMBER_ASSERT(false, "NCCL chosen in a build without it");

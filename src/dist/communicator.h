@@ -8,6 +8,9 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
+
+#include "dist/collective_watch.h"
 
 namespace ember {
 
@@ -26,6 +29,10 @@ class PendingCollective {
 class Communicator {
  public:
   virtual ~Communicator() = default;
+
+  // The dist.timeout and context its waits go by.
+  const CollectiveWatch& watch() const { return *watch_; }
+
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -45,9 +52,16 @@ class Communicator {
   virtual std::unique_ptr<PendingCollective> all_gather_async(const float* send, float* recv, size_t count) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+ protected:
+  // `watch`: the World's (its owner sets the timeout and context), or none for waits without a limit.
+  explicit Communicator(std::shared_ptr<const CollectiveWatch> watch)
+      : watch_(watch ? std::move(watch) : std::make_shared<const CollectiveWatch>()) {}
+  std::shared_ptr<const CollectiveWatch> watch_;
 };
 
-// An MPI communicator over host memory on a duplicate of `comm` (so its traffic never matches anyone else's).
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+// An MPI communicator over host memory on a duplicate of `comm` (so its traffic never matches anyone else's); its
+// waits go by `watch` (the World's, normally).
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::shared_ptr<const CollectiveWatch> watch = {});
 
 }  // namespace ember

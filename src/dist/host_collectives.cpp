@@ -1,4 +1,5 @@
-// Host-side collectives (implementation): thin, checked wrappers of MPI calls; with one rank none of them calls MPI.
+// Host-side collectives (implementation): thin, checked wrappers of MPI's non-blocking calls, each waited for within
+// the World's dist.timeout; with one rank none of them calls MPI.
 #include "dist/host_collectives.h"
 
 #include <mpi.h>
@@ -10,9 +11,25 @@
 #include <cstdio>
 #include <exception>
 
+#include "dist/collective_wait.h"
 #include "dist/mpi_check.h"
 
 namespace ember {
+
+namespace {
+
+// Waits for `request` by polling (MPI_Test drives MPI's progress), within the World's dist.timeout.
+void wait_for(const World& world, MPI_Request& request, const char* what) {
+  poll_until(
+      [&] {
+        int done = 0;
+        EMBER_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      *world.watch, std::string("MPI ") + what);
+}
+
+}  // namespace
 
 World self_world() {
   World w;
@@ -23,16 +40,23 @@ World self_world() {
 std::string broadcast_string(const World& world, const std::string& text, int root) {
   if (world.size == 1) return text;
   uint64_t n = world.rank == root ? text.size() : 0;
-  EMBER_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, root, world.comm));
+  MPI_Request r = MPI_REQUEST_NULL;
+  EMBER_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_UINT64_T, root, world.comm, &r));
+  wait_for(world, r, "broadcast");
   EMBER_ASSERT(n <= uint64_t(INT_MAX), "string too long for one MPI_Bcast");
   std::string out = world.rank == root ? text : std::string(size_t(n), '\0');
-  if (n > 0) EMBER_MPI_CHECK(MPI_Bcast(out.data(), int(n), MPI_CHAR, root, world.comm));
+  if (n > 0) {
+    EMBER_MPI_CHECK(MPI_Ibcast(out.data(), int(n), MPI_CHAR, root, world.comm, &r));
+    wait_for(world, r, "broadcast");
+  }
   return out;
 }
 
 void broadcast_values(const World& world, uint64_t* values, int n, int root) {
   if (world.size == 1 || n == 0) return;
-  EMBER_MPI_CHECK(MPI_Bcast(values, n, MPI_UINT64_T, root, world.comm));
+  MPI_Request r = MPI_REQUEST_NULL;
+  EMBER_MPI_CHECK(MPI_Ibcast(values, n, MPI_UINT64_T, root, world.comm, &r));
+  wait_for(world, r, "broadcast");
 }
 
 namespace {
@@ -41,7 +65,9 @@ template <typename T>
 std::vector<T> all_gather(const World& world, const T* values, int n, MPI_Datatype type) {
   if (world.size == 1) return std::vector<T>(values, values + n);
   std::vector<T> all(size_t(n) * size_t(world.size));
-  EMBER_MPI_CHECK(MPI_Allgather(values, n, type, all.data(), n, type, world.comm));
+  MPI_Request r = MPI_REQUEST_NULL;
+  EMBER_MPI_CHECK(MPI_Iallgather(values, n, type, all.data(), n, type, world.comm, &r));
+  wait_for(world, r, "all-gather");
   return all;
 }
 
@@ -60,7 +86,9 @@ std::vector<std::string> all_gather_strings(const World& world, const std::strin
   EMBER_ASSERT(text.size() <= size_t(INT_MAX), "string too long for one MPI_Allgatherv");
   const int n = int(text.size());
   std::vector<int> lengths(size_t(world.size)), offsets(size_t(world.size), 0);
-  EMBER_MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, lengths.data(), 1, MPI_INT, world.comm));
+  MPI_Request r = MPI_REQUEST_NULL;
+  EMBER_MPI_CHECK(MPI_Iallgather(&n, 1, MPI_INT, lengths.data(), 1, MPI_INT, world.comm, &r));
+  wait_for(world, r, "all-gather");
   int64_t total = 0;
   for (int r = 0; r < world.size; ++r) {
     offsets[size_t(r)] = int(total);
@@ -69,7 +97,8 @@ std::vector<std::string> all_gather_strings(const World& world, const std::strin
   EMBER_ASSERT(total <= INT_MAX, "strings too long for one MPI_Allgatherv");
   std::string all(size_t(total), '\0');
   EMBER_MPI_CHECK(
-      MPI_Allgatherv(text.data(), n, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, world.comm));
+      MPI_Iallgatherv(text.data(), n, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, world.comm, &r));
+  wait_for(world, r, "all-gather");
   std::vector<std::string> out;
   for (int r = 0; r < world.size; ++r)
     out.push_back(all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
@@ -79,14 +108,18 @@ std::vector<std::string> all_gather_strings(const World& world, const std::strin
 bool any_rank(const World& world, bool flag) {
   if (world.size == 1) return flag;
   int mine = flag ? 1 : 0, any = 0;
-  EMBER_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, world.comm));
+  MPI_Request r = MPI_REQUEST_NULL;
+  EMBER_MPI_CHECK(MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, world.comm, &r));
+  wait_for(world, r, "all-reduce");
   return any != 0;
 }
 
 std::optional<Error> agree_on_error(const World& world, std::optional<Error> local) {
   if (world.size == 1) return local;
   int mine = local ? world.rank : INT_MAX, first = INT_MAX;
-  EMBER_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.comm));
+  MPI_Request r = MPI_REQUEST_NULL;
+  EMBER_MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.comm, &r));
+  wait_for(world, r, "all-reduce");
   if (first == INT_MAX) return std::nullopt;
   const bool owner = world.rank == first;
   const std::string what = broadcast_string(world, owner ? std::string(local->what()) : std::string(), first);
@@ -101,7 +134,7 @@ std::optional<Error> agree_on_error_within(const World& world, std::optional<Err
   MPI_Request req = MPI_REQUEST_NULL;
   EMBER_MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.comm, &req));
   if (!local) {
-    EMBER_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    wait_for(world, req, "all-reduce");
   } else {
     // Polled every millisecond: the test is cheap, and the bound is seconds.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s);
@@ -148,7 +181,10 @@ void run_agreed(const World& world, bool root_only, const std::function<void()>&
 }
 
 void barrier(const World& world) {
-  if (world.size > 1) EMBER_MPI_CHECK(MPI_Barrier(world.comm));
+  if (world.size == 1) return;
+  MPI_Request r = MPI_REQUEST_NULL;
+  EMBER_MPI_CHECK(MPI_Ibarrier(world.comm, &r));
+  wait_for(world, r, "barrier");
 }
 
 SubWorld::SubWorld(const World& parent, int color) {

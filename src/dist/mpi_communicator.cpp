@@ -1,5 +1,6 @@
-// The Communicator over MPI and host memory: blocking and non-blocking collectives on a private duplicate of the
-// caller's communicator, with size_t counts split into int-sized pieces and AVG done as SUM then a 1/size scale.
+// The Communicator over MPI and host memory: collectives on a private duplicate of the caller's communicator, with
+// size_t counts split into int-sized pieces and AVG done as SUM then a 1/size scale. Every collective is MPI's
+// non-blocking one, and a blocking call waits for it by polling, so that no wait outlasts dist.timeout.
 #include "dist/mpi_communicator.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/collective_wait.h"
 #include "dist/mpi_check.h"
 
 namespace ember {
@@ -71,8 +73,9 @@ MPI_Datatype strided_piece_type(int len, size_t block) {
 // The requests of one collective (one per piece) and what to do once all have completed (the AVG scaling).
 class MpiRequest final : public PendingCollective {
  public:
-  MpiRequest(std::vector<MPI_Request> requests, std::function<void()> on_complete)
-      : requests_(std::move(requests)), on_complete_(std::move(on_complete)) {}
+  MpiRequest(std::vector<MPI_Request> requests, std::function<void()> on_complete,
+             std::shared_ptr<const CollectiveWatch> watch, const char* what)
+      : requests_(std::move(requests)), on_complete_(std::move(on_complete)), watch_(std::move(watch)), what_(what) {}
 
   MpiRequest(const MpiRequest&) = delete;
   MpiRequest& operator=(const MpiRequest&) = delete;
@@ -88,35 +91,39 @@ class MpiRequest final : public PendingCollective {
     }
   }
 
+  // Polls (MPI_Testall drives MPI's progress), so that a peer that never answers ends the wait at dist.timeout.
   void wait() override {
     if (done_) return;
-    if (!requests_.empty()) {
-      try {
-        EMBER_MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
-      } catch (...) {
-        done_ = true;  // never wait on a failed request again (from the destructor): the error ends the job
-        throw;
-      }
+    try {
+      poll_until([this] { return test_all(); }, *watch_, std::string("MPI ") + what_);
+    } catch (...) {
+      done_ = true;  // never wait on a failed request again (from the destructor): the error ends the job
+      throw;
     }
     finish();
   }
 
   bool test() override {
     if (done_) return true;
-    int complete = 1;
-    if (!requests_.empty()) {
-      try {
-        EMBER_MPI_CHECK(MPI_Testall(int(requests_.size()), requests_.data(), &complete, MPI_STATUSES_IGNORE));
-      } catch (...) {
-        done_ = true;
-        throw;
-      }
+    bool complete = false;
+    try {
+      complete = test_all();
+    } catch (...) {
+      done_ = true;
+      throw;
     }
     if (complete) finish();
     return done_;
   }
 
  private:
+  bool test_all() {
+    int complete = 1;
+    if (!requests_.empty())
+      EMBER_MPI_CHECK(MPI_Testall(int(requests_.size()), requests_.data(), &complete, MPI_STATUSES_IGNORE));
+    return complete != 0;
+  }
+
   void finish() {
     done_ = true;
     if (on_complete_) on_complete_();
@@ -124,12 +131,15 @@ class MpiRequest final : public PendingCollective {
 
   std::vector<MPI_Request> requests_;
   std::function<void()> on_complete_;
+  std::shared_ptr<const CollectiveWatch> watch_;
+  const char* what_;  // "all-reduce", ...
   bool done_ = false;
 };
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, size_t max_chunk) : max_chunk_(max_chunk) {
+  MpiCommunicator(MPI_Comm comm, size_t max_chunk, std::shared_ptr<const CollectiveWatch> watch)
+      : Communicator(std::move(watch)), max_chunk_(max_chunk) {
     EMBER_ASSERT(max_chunk >= 1 && max_chunk <= MPI_MAX_CHUNK_ELEMENTS,
                  "max_chunk " + std::to_string(max_chunk) + " outside [1, 2^30]");
     EMBER_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
@@ -155,35 +165,15 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(float* buf, size_t n, ReduceOp op) override { all_reduce_blocking(buf, n, op); }
-  void all_reduce(double* buf, size_t n, ReduceOp op) override { all_reduce_blocking(buf, n, op); }
+  void all_reduce(float* buf, size_t n, ReduceOp op) override { all_reduce_async_of(buf, n, op)->wait(); }
+  void all_reduce(double* buf, size_t n, ReduceOp op) override { all_reduce_async_of(buf, n, op)->wait(); }
 
   std::unique_ptr<PendingCollective> all_reduce_async(float* buf, size_t n, ReduceOp op) override {
-    const MPI_Op mop = mpi_op(op);
-    std::vector<MPI_Request> requests;
-    for_each_chunk(n, max_chunk_, [&](size_t off, int len) {
-      MPI_Request r = MPI_REQUEST_NULL;
-      EMBER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf + off, len, MPI_FLOAT, mop, comm_, &r));
-      requests.push_back(r);
-    });
-    return std::make_unique<MpiRequest>(std::move(requests), avg_scaler(buf, n, op));
+    return all_reduce_async_of(buf, n, op);
   }
 
   void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) override {
-    check_reduce_scatter_buffers(send, recv, count);
-    const MPI_Op mop = mpi_op(op);
-    if (count <= max_chunk_) {
-      if (count > 0) EMBER_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, int(count), MPI_FLOAT, mop, comm_));
-    } else {
-      // Pieces of a block are not contiguous across blocks, and predefined reductions are only defined on plain
-      // datatypes, so the rare huge case reduces each block's piece to its owner instead.
-      for_each_chunk(count, max_chunk_, [&](size_t off, int len) {
-        for (int b = 0; b < size_; ++b)
-          EMBER_MPI_CHECK(MPI_Reduce(send + size_t(b) * count + off, b == rank_ ? recv + off : nullptr, len, MPI_FLOAT,
-                                     mop, b, comm_));
-      });
-    }
-    if (op == REDUCE_OP_AVG) scale_by_inverse_size(recv, count, size_);
+    reduce_scatter_async(send, recv, count, op)->wait();
   }
 
   std::unique_ptr<PendingCollective> reduce_scatter_async(const float* send, float* recv, size_t count,
@@ -198,6 +188,8 @@ class MpiCommunicator final : public Communicator {
         requests.push_back(r);
       }
     } else {
+      // Pieces of a block are not contiguous across blocks, and predefined reductions are only defined on plain
+      // datatypes, so the rare huge case reduces each block's piece to its owner instead.
       for_each_chunk(count, max_chunk_, [&](size_t off, int len) {
         for (int b = 0; b < size_; ++b) {
           MPI_Request r = MPI_REQUEST_NULL;
@@ -207,21 +199,11 @@ class MpiCommunicator final : public Communicator {
         }
       });
     }
-    return std::make_unique<MpiRequest>(std::move(requests), avg_scaler(recv, count, op));
+    return request(std::move(requests), avg_scaler(recv, count, op), "reduce-scatter");
   }
 
   void all_gather(const float* send, float* recv, size_t count) override {
-    const void* source = gather_source(send, recv, count);
-    if (count <= max_chunk_) {
-      if (count > 0) EMBER_MPI_CHECK(MPI_Allgather(source, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, comm_));
-      return;
-    }
-    for_each_chunk(count, max_chunk_, [&](size_t off, int len) {
-      MPI_Datatype piece = strided_piece_type(len, count);
-      const void* src = source == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const void*>(send + off);
-      EMBER_MPI_CHECK(MPI_Allgather(src, len, MPI_FLOAT, recv + off, 1, piece, comm_));
-      EMBER_MPI_CHECK(MPI_Type_free(&piece));
-    });
+    all_gather_async(send, recv, count)->wait();
   }
 
   std::unique_ptr<PendingCollective> all_gather_async(const float* send, float* recv, size_t count) override {
@@ -244,30 +226,48 @@ class MpiCommunicator final : public Communicator {
         requests.push_back(r);
       });
     }
-    return std::make_unique<MpiRequest>(std::move(requests), nullptr);
+    return request(std::move(requests), nullptr, "all-gather");
   }
 
   void broadcast(void* buf, size_t bytes, int root) override {
     EMBER_ASSERT(root >= 0 && root < size_,
                  "broadcast root " + std::to_string(root) + " outside a world of " + std::to_string(size_));
     auto* p = static_cast<char*>(buf);
-    for_each_chunk(bytes, max_chunk_,
-                   [&](size_t off, int len) { EMBER_MPI_CHECK(MPI_Bcast(p + off, len, MPI_BYTE, root, comm_)); });
+    std::vector<MPI_Request> requests;
+    for_each_chunk(bytes, max_chunk_, [&](size_t off, int len) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      EMBER_MPI_CHECK(MPI_Ibcast(p + off, len, MPI_BYTE, root, comm_, &r));
+      requests.push_back(r);
+    });
+    request(std::move(requests), nullptr, "broadcast")->wait();
   }
 
-  void barrier() override { EMBER_MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    MPI_Request r = MPI_REQUEST_NULL;
+    EMBER_MPI_CHECK(MPI_Ibarrier(comm_, &r));
+    request({r}, nullptr, "barrier")->wait();
+  }
 
  private:
-  template <class T>
-  void all_reduce_blocking(T* buf, size_t n, ReduceOp op) {
-    const MPI_Op mop = mpi_op(op);
-    for_each_chunk(n, max_chunk_, [&](size_t off, int len) {
-      EMBER_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + off, len, mpi_type<T>(), mop, comm_));
-    });
-    if (op == REDUCE_OP_AVG) scale_by_inverse_size(buf, n, size_);
+  std::unique_ptr<PendingCollective> request(std::vector<MPI_Request> requests, std::function<void()> on_complete,
+                                             const char* what) const {
+    return std::make_unique<MpiRequest>(std::move(requests), std::move(on_complete), watch_, what);
   }
 
-  std::function<void()> avg_scaler(float* buf, size_t n, ReduceOp op) const {
+  template <class T>
+  std::unique_ptr<PendingCollective> all_reduce_async_of(T* buf, size_t n, ReduceOp op) {
+    const MPI_Op mop = mpi_op(op);
+    std::vector<MPI_Request> requests;
+    for_each_chunk(n, max_chunk_, [&](size_t off, int len) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      EMBER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf + off, len, mpi_type<T>(), mop, comm_, &r));
+      requests.push_back(r);
+    });
+    return request(std::move(requests), avg_scaler(buf, n, op), "all-reduce");
+  }
+
+  template <class T>
+  std::function<void()> avg_scaler(T* buf, size_t n, ReduceOp op) const {
     if (op != REDUCE_OP_AVG || n == 0) return nullptr;
     const int size = size_;
     return [buf, n, size] { scale_by_inverse_size(buf, n, size); };
@@ -295,12 +295,13 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator_chunked(MPI_Comm comm, size_t max_chunk) {
-  return std::make_unique<MpiCommunicator>(comm, max_chunk);
+std::unique_ptr<Communicator> make_mpi_communicator_chunked(MPI_Comm comm, size_t max_chunk,
+                                                            std::shared_ptr<const CollectiveWatch> watch) {
+  return std::make_unique<MpiCommunicator>(comm, max_chunk, std::move(watch));
 }
 
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) {
-  return make_mpi_communicator_chunked(comm, MPI_MAX_CHUNK_ELEMENTS);
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::shared_ptr<const CollectiveWatch> watch) {
+  return make_mpi_communicator_chunked(comm, MPI_MAX_CHUNK_ELEMENTS, std::move(watch));
 }
 
 }  // namespace ember

@@ -15,7 +15,8 @@ namespace ember {
 inline constexpr size_t MPI_MAX_CHUNK_ELEMENTS = size_t{1} << 30;
 
 // As make_mpi_communicator, but every collective is split into pieces of at most max_chunk elements (bytes for
-// broadcast). make_mpi_communicator(comm) is make_mpi_communicator_chunked(comm, MPI_MAX_CHUNK_ELEMENTS).
-std::unique_ptr<Communicator> make_mpi_communicator_chunked(MPI_Comm comm, size_t max_chunk);
+// broadcast). make_mpi_communicator(comm, watch) is make_mpi_communicator_chunked(comm, MPI_MAX_CHUNK_ELEMENTS, watch).
+std::unique_ptr<Communicator> make_mpi_communicator_chunked(MPI_Comm comm, size_t max_chunk,
+                                                            std::shared_ptr<const CollectiveWatch> watch = {});
 
 }  // namespace ember

@@ -4,7 +4,10 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <string>
+
+#include "dist/collective_watch.h"
 
 namespace ember {
 
@@ -15,6 +18,9 @@ struct World {
   int local_rank = 0;  // rank among the processes on this node (MPI_COMM_TYPE_SHARED split)
   int local_size = 1;
   std::string host;
+  // dist.timeout and what the rank is doing: shared by every copy of this World and the communicators made from it
+  // (make_communicator); the host collectives (dist/host_collectives.h) wait by it too.
+  std::shared_ptr<CollectiveWatch> watch = std::make_shared<CollectiveWatch>();
 };
 
 // Describes MPI_COMM_WORLD. MPI must be initialised.

@@ -60,6 +60,14 @@ struct AsyncConfig {
   int test_center_stall = 0;  // test-only: the center stops serving after this many versions (0: never)
 };
 
+// Collectives between ranks (the section torch.distributed's init_process_group options would be).
+struct DistConfig {
+  // Seconds a collective may wait without completing before every rank ends with an error naming it: a peer that
+  // died, froze or lost its link never lets it finish. As torch's process-group timeout; ours is shorter (5
+  // minutes) since a step of the models Ember trains takes seconds.
+  float timeout = 300.0f;
+};
+
 struct OptimizerConfig {
   float lr = 6e-4f;           // peak learning rate
   float min_lr = 6e-5f;       // floor reached at the end of the cosine decay
@@ -99,6 +107,7 @@ struct RunConfig {
   ModelConfig model;
   TrainingConfig training;
   AsyncConfig async;
+  DistConfig dist;
   OptimizerConfig optimizer;
   DataConfig data;
   EvalConfig eval;

@@ -110,6 +110,8 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
         "training.deterministic = false: GPU GEMMs may accumulate with atomics, so losses need not repeat "
         "bitwise");
   Backend& be = s.backend();
+  // dist.timeout bounds every collective wait from here on: the communicator's and the host collectives'.
+  world.watch->timeout_seconds = c.dist.timeout;
   s.comm = make_communicator(world, s.tb.device, c.training.comm, be);
 
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,
@@ -255,6 +257,7 @@ TrainResult SyncTrainer::run() {
   const int64_t first_step = s.step;
   StepClock clock(first_step, c.training.steps);
   while (s.step < c.training.steps) {
+    s.world.watch->context = "step " + std::to_string(s.step + 1);
     const double t0 = now_seconds();
     double comm_ms = 0.0, exposed_ms = 0.0;
     const uint64_t cursor = s.train_data->cursor();

@@ -4,14 +4,17 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "collective_checks.h"
+#include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/mpi_communicator.h"
 #include "test_support.h"
@@ -298,6 +301,38 @@ TEST_P(CommunicatorTest, SubCommunicator) {
 
 INSTANTIATE_TEST_SUITE_P(Chunking, CommunicatorTest, ::testing::ValuesIn(CHUNKINGS),
                          [](const ::testing::TestParamInfo<Chunking>& info) { return std::string(info.param.name); });
+
+// dist.timeout: rank 0's all-reduce, which the other ranks join only after 1.5 s, ends at its 0.3 s timeout with an
+// error naming the operation and the context; the others, without a limit, wait until rank 0 (through the barrier
+// that follows, which progresses its abandoned request) completes theirs. Bounds as in test_collective_wait.cpp.
+TEST(CommunicatorTimeout, AWaitPastTheTimeoutNamesTheOperationAndStep) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  auto watch = std::make_shared<CollectiveWatch>();
+  if (rank == 0) *watch = CollectiveWatch{0.3, "step 7"};
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD, watch);
+  double x = 1.0;
+  if (rank == 0) {
+    const double start = MPI_Wtime();
+    try {
+      comm->all_reduce(&x, 1, REDUCE_OP_SUM);
+      ADD_FAILURE() << "no error thrown";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(),
+                   "MPI all-reduce did not complete within dist.timeout = 0.3 s (step 7): a peer rank died, froze or "
+                   "lost its network link");
+    }
+    const double waited = MPI_Wtime() - start;
+    EXPECT_GE(waited, 0.3);
+    EXPECT_LT(waited, 1.4);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    comm->all_reduce(&x, 1, REDUCE_OP_SUM);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 
 }  // namespace
 }  // namespace ember

@@ -1,8 +1,10 @@
 // The polling wait of the NCCL communicator (dist/collective_wait.h) with injected completions and errors: a
 // healthy collective is waited for without an abort; an asynchronous error that appears while the collective never
 // finishes (a dead peer) aborts the communicator once and throws instead of hanging; after that no wait polls again.
+// A wait that outlasts dist.timeout (a peer that froze or lost its link reports no error) aborts and throws too.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -71,6 +73,37 @@ TEST(CollectiveWait, AnErrorAtCompletionStillAborts) {
   EXPECT_THROW(wait_or_abort(health, comm.poll(), "NCCL all-gather"), Error);
   EXPECT_EQ(comm.aborts, 1);
   EXPECT_TRUE(health.aborted);
+}
+
+// No error ever comes, and the collective never completes: the wait ends at the timeout, with an abort, naming the
+// operation, dist.timeout and the context. Bounds: at least the timeout; at most the timeout plus the 1 ms polls
+// between checks of the clock (64 of them) and a generous allowance for a loaded machine.
+TEST(CollectiveWait, AWaitThatOutlastsTheTimeoutAbortsAndNamesTheStep) {
+  CollectiveHealth health;
+  FakeComm comm;  // never done, never an error
+  const CollectiveWatch watch{0.25, "step 7"};
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    wait_or_abort(health, comm.poll(), "NCCL all-reduce", watch);
+    FAIL() << "no error thrown";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "NCCL all-reduce did not complete within dist.timeout = 0.25 s (step 7): a peer rank died, froze or "
+                 "lost its network link");
+    EXPECT_NE(e.hint().find("--resume auto"), std::string::npos) << e.hint();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 0.25);
+  EXPECT_LT(waited, 2.0);
+  EXPECT_EQ(comm.aborts, 1);
+  EXPECT_TRUE(health.aborted);
+}
+
+// Without a timeout (0) a slow collective is waited for however long it takes.
+TEST(CollectiveWait, NoTimeoutWaitsAsLongAsItTakes) {
+  int polls = 0;
+  poll_until([&] { return ++polls > 3000; }, CollectiveWatch{}, "MPI all-reduce");
+  EXPECT_EQ(polls, 3001);
 }
 
 }  // namespace

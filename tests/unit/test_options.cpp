@@ -111,6 +111,20 @@ TEST(Options, InnerBeta1IsTheWorkersOwn) {
   }
 }
 
+// dist.timeout: a few minutes by default, in the resolved INI under [dist]; zero, negative, non-finite or over a day
+// are errors naming it.
+TEST(Options, DistTimeoutIsPositiveSecondsUnderADay) {
+  EXPECT_FLOAT_EQ(RunConfig{}.dist.timeout, 300.0f);
+  const ParsedRun p = parse({"--dist.timeout=45"});
+  EXPECT_FLOAT_EQ(p.config.dist.timeout, 45.0f);
+  EXPECT_NE(p.config_ini.find("[dist]\ntimeout = 45"), std::string::npos) << p.config_ini;
+  for (const char* bad :
+       {"--dist.timeout=0", "--dist.timeout=-5", "--dist.timeout=inf", "--dist.timeout=90000", "--dist.timeout=soon"}) {
+    const std::string msg = error_of({bad});
+    EXPECT_NE(msg.find("dist.timeout"), std::string::npos) << bad << ": " << msg;
+  }
+}
+
 // training.deterministic: on unless switched off; a boolean, so anything but true/false (1/0) is an error naming it.
 TEST(Options, DeterministicIsOnByDefaultAndBoolean) {
   EXPECT_TRUE(parse({}).config.training.deterministic);

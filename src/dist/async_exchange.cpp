@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "dist/mpi_check.h"
+#include "dist/stall_watchdog.h"
 
 namespace ember {
 namespace {
@@ -265,9 +266,29 @@ AsyncWorker::~AsyncWorker() {
   if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
 }
 
-void AsyncWorker::lock() { EMBER_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, kCenter, 0, win_)); }
-void AsyncWorker::unlock() { EMBER_MPI_CHECK(MPI_Win_unlock(kCenter, win_)); }
-void AsyncWorker::flush() { EMBER_MPI_CHECK(MPI_Win_flush(kCenter, win_)); }
+// Each waits inside MPI for the center to answer: a center whose host is down, frozen or cut off never does, so each
+// is bounded by async.center_timeout (dist/stall_watchdog.h).
+void AsyncWorker::lock() {
+  const StallGuard guard = center_guard("MPI_Win_lock");
+  EMBER_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, kCenter, 0, win_));
+}
+void AsyncWorker::unlock() {
+  const StallGuard guard = center_guard("MPI_Win_unlock");
+  EMBER_MPI_CHECK(MPI_Win_unlock(kCenter, win_));
+}
+void AsyncWorker::flush() {
+  const StallGuard guard = center_guard("MPI_Win_flush");
+  EMBER_MPI_CHECK(MPI_Win_flush(kCenter, win_));
+}
+
+StallGuard AsyncWorker::center_guard(const char* call) const {
+  return StallGuard(timeout_,
+                    "async worker rank " + std::to_string(worker_ + 1) + ": the center (rank 0) did not answer " +
+                        call + " within async.center_timeout = " + std::to_string(int(timeout_)) +
+                        " s: its host is down, frozen or cut off from this one",
+                    "check that rank 0 is running and reachable from this host; once it is, resume the job with "
+                    "--resume auto (on slow links raise async.center_timeout)");
+}
 
 void AsyncWorker::get(void* dst, size_t offset, size_t bytes) {
   for (size_t done = 0; done < bytes; done += kMaxTransfer) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dist/delta_codec.h"
+#include "dist/stall_watchdog.h"
 
 namespace ember {
 
@@ -226,6 +227,8 @@ class AsyncWorker {
   void put(const void* src, size_t offset, size_t bytes);
   void flush();
   [[noreturn]] void center_timeout(const char* what) const;
+  // Bounds one blocking one-sided call to the center (`call`, "MPI_Win_flush") by the timeout.
+  StallGuard center_guard(const char* call) const;
 
   AsyncShape shape_;
   AsyncLayout layout_;

@@ -100,6 +100,9 @@ std::string save_async(AsyncJob& job, const float* params, float* momentum, Adam
 TrainResult run_async(const World& world, const RunConfig& config, const std::string& config_ini, TrainLimits limits) {
   const RunConfig& c = config;
   check_async_job(world, c);
+  // dist.timeout bounds the collectives every rank takes together (start-up, checkpoints); the one-sided traffic
+  // with the center has async.center_timeout.
+  world.watch->timeout_seconds = c.dist.timeout;
   set_training_threads(c.training);
   AsyncJob job{world, c, config_ini, limits};
   // The tokenizer first: a mismatch with the shards or the model is refused before any heavy work.

@@ -144,6 +144,16 @@ cmd_link() {
   check_host "${1:-}"
   [[ "${2:-}" == up || "${2:-}" == down ]] || die "link needs up or down, not '${2:-}'" "cluster.sh link 1 down"
   ip link set "$NAME-v$1" "$2"
+  [[ "$2" == up && "$1" != 0 ]] || return 0
+  # Back up only once host 0 reaches host I again: the neighbour entries the outage left behind fail the first
+  # connections for a moment, and a daemon launched into that moment dies without a word.
+  local addr
+  addr=$(awk -v i="$1" '$1 == i {print $3}' "$STATE/hosts")
+  for _ in $(seq 1 50); do
+    ip netns exec "$NAME-h0" ping -c 1 -W 1 "$addr" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  die "host $1's link is up, but host 0 cannot reach $addr" "look at 'ip -n $NAME-h$1 addr' and the bridge $NAME-br"
 }
 
 cmd_exec() {

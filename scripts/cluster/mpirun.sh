@@ -66,4 +66,5 @@ done
   --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" \
   --mca oob_tcp_if_include "$subnet.0/24" "${osc[@]}" \
   --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3 \
+  --mca orte_startup_timeout 60 \
   "${forward[@]}" "${EXTRA[@]+"${EXTRA[@]}"}" "$@"

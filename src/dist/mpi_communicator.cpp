@@ -73,16 +73,23 @@ MPI_Datatype strided_piece_type(int len, size_t block) {
 // The requests of one collective (one per piece) and what to do once all have completed (the AVG scaling).
 class MpiRequest final : public PendingCollective {
  public:
+  // `failed` is shared by every request of one communicator: set once any of them failed.
   MpiRequest(std::vector<MPI_Request> requests, std::function<void()> on_complete,
-             std::shared_ptr<const CollectiveWatch> watch, const char* what)
-      : requests_(std::move(requests)), on_complete_(std::move(on_complete)), watch_(std::move(watch)), what_(what) {}
+             std::shared_ptr<const CollectiveWatch> watch, std::shared_ptr<bool> failed, const char* what)
+      : requests_(std::move(requests)),
+        on_complete_(std::move(on_complete)),
+        watch_(std::move(watch)),
+        failed_(std::move(failed)),
+        what_(what) {}
 
   MpiRequest(const MpiRequest&) = delete;
   MpiRequest& operator=(const MpiRequest&) = delete;
 
-  // A destructor cannot throw, and a collective that failed leaves the ranks out of step: log and end the job.
+  // A destructor cannot throw, and a collective that failed leaves the ranks out of step: log and end the job. When
+  // another request of the communicator failed already (its error is on its way up, unwinding past this one), the
+  // peers are known to be gone: waiting another dist.timeout would only delay that error.
   ~MpiRequest() override {
-    if (done_) return;
+    if (done_ || *failed_) return;
     try {
       wait();
     } catch (const std::exception& e) {
@@ -98,6 +105,7 @@ class MpiRequest final : public PendingCollective {
       poll_until([this] { return test_all(); }, *watch_, std::string("MPI ") + what_);
     } catch (...) {
       done_ = true;  // never wait on a failed request again (from the destructor): the error ends the job
+      *failed_ = true;
       throw;
     }
     finish();
@@ -110,6 +118,7 @@ class MpiRequest final : public PendingCollective {
       complete = test_all();
     } catch (...) {
       done_ = true;
+      *failed_ = true;
       throw;
     }
     if (complete) finish();
@@ -132,6 +141,7 @@ class MpiRequest final : public PendingCollective {
   std::vector<MPI_Request> requests_;
   std::function<void()> on_complete_;
   std::shared_ptr<const CollectiveWatch> watch_;
+  std::shared_ptr<bool> failed_;
   const char* what_;  // "all-reduce", ...
   bool done_ = false;
 };
@@ -251,7 +261,7 @@ class MpiCommunicator final : public Communicator {
  private:
   std::unique_ptr<PendingCollective> request(std::vector<MPI_Request> requests, std::function<void()> on_complete,
                                              const char* what) const {
-    return std::make_unique<MpiRequest>(std::move(requests), std::move(on_complete), watch_, what);
+    return std::make_unique<MpiRequest>(std::move(requests), std::move(on_complete), watch_, failed_, what);
   }
 
   template <class T>
@@ -288,6 +298,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::shared_ptr<bool> failed_ = std::make_shared<bool>(false);  // a request failed: the others need not wait
   size_t max_chunk_;
   int rank_ = 0;
   int size_ = 1;

@@ -37,3 +37,56 @@ cluster_gone() {
   if ip netns list | grep -q "^$CLUSTER_NAME-"; then fail "namespaces of $CLUSTER_NAME are left"; fi
   if ip -o link show | grep -q " $CLUSTER_NAME-"; then fail "links of $CLUSTER_NAME are left"; fi
 }
+
+# For jobs whose links are cut: each rank's stderr, exit code and exit time go to files under $WORK/ranks on the
+# rank's own host (a cut link would never carry them to mpirun).
+# start_job_with_rank_files ARGS...: ember ARGS on every host, one rank each, in the background ($mpirun_pid).
+start_job_with_rank_files() {
+  cat >"$WORK/rank.sh" <<'SH'
+#!/bin/sh
+"$@" 2>"$RANK_DIR/rank$OMPI_COMM_WORLD_RANK.err"
+rc=$?
+echo "$rc $(date +%s.%N)" >"$RANK_DIR/rank$OMPI_COMM_WORLD_RANK.exit"
+exit $rc
+SH
+  chmod +x "$WORK/rank.sh"
+  export RANK_DIR=$WORK/ranks
+  mkdir -p "$RANK_DIR"
+  "$SRC/scripts/cluster/mpirun.sh" --name "$CLUSTER_NAME" --ranks-per-host 1 -x RANK_DIR -- \
+    "$WORK/rank.sh" "$EMBER" "$@" >"$WORK/job.log" 2>&1 &
+  mpirun_pid=$!
+}
+# wait_for_file FILE SECONDS: until FILE exists while the job runs; fails if the job ends first or time runs out.
+wait_for_file() {
+  for _ in $(seq 1 $(($2 * 5))); do
+    [[ -f "$1" ]] && return 0
+    kill -0 "$mpirun_pid" 2>/dev/null || { cat "$WORK/job.log" "$WORK"/ranks/*.err >&2; fail "the job ended before $1 appeared"; }
+    sleep 0.2
+  done
+  cat "$WORK/job.log" >&2
+  fail "no $1 within $2 s"
+}
+# expect_rank_error R SINCE BOUND PATTERN: rank R exited non-zero within BOUND seconds of SINCE (date +%s.%N), with
+# exactly one error line, which matches PATTERN (an extended regex, after the "[rank R] " prefix), and a hint.
+expect_rank_error() {
+  local r=$1 since=$2 bound=$3 pattern=$4 f=$WORK/ranks/rank$1
+  for _ in $(seq 1 $((bound * 10))); do [[ -f $f.exit ]] && break; sleep 0.1; done
+  [[ -f $f.exit ]] || { cat "$WORK"/ranks/*.err >&2; fail "rank $r had not exited $bound s after the failure"; }
+  local rc at
+  read -r rc at <"$f.exit"
+  [[ $rc -ne 0 ]] || fail "rank $r exited 0"
+  grep -Eq "^\[rank $r\] error: $pattern" "$f.err" || { cat "$f.err" >&2; fail "rank $r: no error line matching '$pattern'"; }
+  [[ $(grep -Ec '^(\[rank [0-9]+\] )?error: ' "$f.err") -eq 1 ]] || { cat "$f.err" >&2; fail "rank $r: more than one error line"; }
+  grep -q '^hint: ' "$f.err" || fail "rank $r: no hint line"
+  echo "ok: rank $r exited $rc after $("$PYTHON" -c "print(round($at - $since, 1))") s: $(grep 'error: ' "$f.err" | cut -c1-110)"
+}
+# expect_mpirun_end SINCE BOUND: the background mpirun ends non-zero within BOUND seconds of SINCE.
+expect_mpirun_end() {
+  local since=$1 bound=$2 rc=0
+  for _ in $(seq 1 $((bound * 10))); do kill -0 "$mpirun_pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$mpirun_pid" 2>/dev/null; then fail "mpirun still runs $bound s after the failure"; fi
+  wait "$mpirun_pid" || rc=$?
+  mpirun_pid=""
+  [[ $rc -ne 0 ]] || fail "mpirun exited 0"
+  echo "ok: mpirun exited $rc after $("$PYTHON" -c "import time; print(round(time.time() - $since, 1))") s"
+}

@@ -29,6 +29,11 @@ for shape in 2x1 2x2 4x1 4x2; do
   diff "one_np$np.txt" "hosts_$shape.txt" || fail "$shape: losses differ from $np ranks on one host"
   # 12 steps of gradient all-reduce over a 0.3 MiB model cross host 1's link: far more than 1 MB, both ways.
   ((moved > 1000000)) || fail "$shape: only $moved bytes crossed host 1's link"
+  # The communication time is measured and reported per step.
+  "$PYTHON" -c 'import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if "comm_ms" in l]
+assert recs and all(r["comm_ms"] > 0 and 0 <= r["comm_exposed_ms"] for r in recs), recs' "hosts_$shape/metrics.jsonl" ||
+    fail "$shape: metrics lack comm_ms > 0 and comm_exposed_ms"
   echo "ok: $hosts hosts x $per ranks: losses bitwise equal to $np ranks on one host; $moved bytes over host 1's link"
 done
 

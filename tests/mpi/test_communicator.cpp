@@ -303,8 +303,10 @@ INSTANTIATE_TEST_SUITE_P(Chunking, CommunicatorTest, ::testing::ValuesIn(CHUNKIN
                          [](const ::testing::TestParamInfo<Chunking>& info) { return std::string(info.param.name); });
 
 // dist.timeout: rank 0's all-reduce, which the other ranks join only after 1.5 s, ends at its 0.3 s timeout with an
-// error naming the operation and the context; the others, without a limit, wait until rank 0 (through the barrier
-// that follows, which progresses its abandoned request) completes theirs. Bounds as in test_collective_wait.cpp.
+// error naming the operation and the context; a second request of the same communicator, pending meanwhile, is then
+// destroyed at once (its peers are known to be gone) instead of after another timeout. The others, without a limit,
+// wait until rank 0 (through the barrier that follows, which progresses its abandoned requests) completes theirs.
+// Bounds as in test_collective_wait.cpp.
 TEST(CommunicatorTimeout, AWaitPastTheTimeoutNamesTheOperationAndStep) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -313,11 +315,13 @@ TEST(CommunicatorTimeout, AWaitPastTheTimeoutNamesTheOperationAndStep) {
   auto watch = std::make_shared<CollectiveWatch>();
   if (rank == 0) *watch = CollectiveWatch{0.3, "step 7"};
   auto comm = make_mpi_communicator(MPI_COMM_WORLD, watch);
-  double x = 1.0;
+  float x = 1.0f, y = 2.0f;
   if (rank == 0) {
     const double start = MPI_Wtime();
+    std::unique_ptr<PendingCollective> first = comm->all_reduce_async(&x, 1, REDUCE_OP_SUM);
+    std::unique_ptr<PendingCollective> second = comm->all_reduce_async(&y, 1, REDUCE_OP_SUM);
     try {
-      comm->all_reduce(&x, 1, REDUCE_OP_SUM);
+      first->wait();
       ADD_FAILURE() << "no error thrown";
     } catch (const Error& e) {
       EXPECT_STREQ(e.what(),
@@ -327,9 +331,13 @@ TEST(CommunicatorTimeout, AWaitPastTheTimeoutNamesTheOperationAndStep) {
     const double waited = MPI_Wtime() - start;
     EXPECT_GE(waited, 0.3);
     EXPECT_LT(waited, 1.4);
+    const double destroy = MPI_Wtime();
+    second.reset();
+    EXPECT_LT(MPI_Wtime() - destroy, 0.1);
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    comm->all_reduce(&x, 1, REDUCE_OP_SUM);
+    comm->all_reduce_async(&x, 1, REDUCE_OP_SUM)->wait();
+    comm->all_reduce_async(&y, 1, REDUCE_OP_SUM)->wait();
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -24,13 +24,5 @@ done
 expect_mpirun_end "$down" $((TIMEOUT + 60))
 
 "${CLUSTER[@]}" link 0 up
-step=$(sed -E 's/step_0*([0-9]+)\.h5/\1/' run/checkpoints/latest)
-on_cluster 3 1 "${common[@]}" --resume auto --stop-after 50 >resume.log 2>&1 ||
-  { cat resume.log >&2; fail "--resume auto after the link came back"; }
-grep -q "resumed from .* at step $step" resume.log || { cat resume.log >&2; fail "did not resume at step $step"; }
-echo "ok: resumed at step $step"
-
-cluster_down
-trap - EXIT
-cluster_gone
-echo PASS
+expect_resume 3 "${common[@]}" --stop-after 50
+finish_cluster_test

@@ -34,7 +34,4 @@ PY
   echo "ok: async over osc/$osc across 3 hosts; $moved bytes over host 2's link"
 done
 
-cluster_down
-trap - EXIT
-cluster_gone
-echo PASS
+finish_cluster_test

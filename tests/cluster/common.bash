@@ -90,3 +90,22 @@ expect_mpirun_end() {
   [[ $rc -ne 0 ]] || fail "mpirun exited 0"
   echo "ok: mpirun exited $rc after $("$PYTHON" -c "import time; print(round(time.time() - $since, 1))") s"
 }
+# expect_resume HOSTS ARGS...: once the link is back, `--resume auto` with ARGS on HOSTS hosts (one rank each)
+# resumes from the checkpoint `latest` names and ends cleanly.
+expect_resume() {
+  local hosts=$1 step
+  shift
+  step=$(sed -E 's/step_0*([0-9]+)\.h5/\1/' "$WORK/run/checkpoints/latest")
+  on_cluster "$hosts" 1 "$@" --resume auto >"$WORK/resume.log" 2>&1 ||
+    { cat "$WORK/resume.log" >&2; fail "--resume auto after the link came back"; }
+  grep -q "resumed from .* at step $step " "$WORK/resume.log" ||
+    { cat "$WORK/resume.log" >&2; fail "did not resume at step $step"; }
+  echo "ok: resumed at step $step"
+}
+# finish_cluster_test: the cluster is removed and nothing of it is left.
+finish_cluster_test() {
+  cluster_down
+  trap - EXIT
+  cluster_gone
+  echo PASS
+}

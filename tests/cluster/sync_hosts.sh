@@ -47,7 +47,4 @@ losses split/metrics.jsonl >split.txt
 diff hosts_4x2.txt split.txt || fail "4x2: losses after the resume differ from the straight run"
 echo "ok: 4 hosts x 2 ranks stop at step 6 and resume bitwise"
 
-cluster_down
-trap - EXIT
-cluster_gone
-echo PASS
+finish_cluster_test

@@ -34,13 +34,5 @@ last=$(cat run/checkpoints/latest)
 
 # The link returns; the job resumes from the last checkpoint and runs on.
 "${CLUSTER[@]}" link 1 up
-step=$(sed -E 's/step_0*([0-9]+)\.h5/\1/' run/checkpoints/latest)
-on_cluster 2 1 "${common[@]}" --resume auto --stop-after 100 >resume.log 2>&1 ||
-  { cat resume.log >&2; fail "--resume auto after the link came back"; }
-grep -q "resumed from .* at step $step " resume.log || { cat resume.log >&2; fail "did not resume at step $step"; }
-echo "ok: resumed at step $step and ran 100 more"
-
-cluster_down
-trap - EXIT
-cluster_gone
-echo PASS
+expect_resume 2 "${common[@]}" --stop-after 100
+finish_cluster_test

@@ -34,6 +34,10 @@ struct CollectivePoll {
 void poll_until(const std::function<bool()>& done, const CollectiveWatch& watch, const std::string& what,
                 const std::function<void()>& check = {}, const std::function<void()>& on_timeout = {});
 
+// The error and hint of a collective `what` that did not complete within watch.timeout_seconds.
+std::string collective_timeout_error(const std::string& what, const CollectiveWatch& watch);
+const char* collective_timeout_hint();
+
 // poll_until over poll.done(), checking poll.async_error() between polls and once more at the end. On an error, or
 // when the wait outlasts watch.timeout_seconds: calls poll.abort() once, marks `health` aborted and throws
 // ember::Error naming `what` ("NCCL all-reduce") and the cause, with a hint. With `health` already aborted it throws

@@ -1,5 +1,5 @@
 // Host-side collectives (implementation): thin, checked wrappers of MPI's non-blocking calls, each waited for within
-// the World's dist.timeout; with one rank none of them calls MPI.
+// the World's dist.timeout (a watchdog bounds the wait); with one rank none of them calls MPI.
 #include "dist/host_collectives.h"
 
 #include <mpi.h>
@@ -13,20 +13,25 @@
 
 #include "dist/collective_wait.h"
 #include "dist/mpi_check.h"
+#include "dist/stall_watchdog.h"
 
 namespace ember {
 
 namespace {
 
-// Waits for `request` by polling (MPI_Test drives MPI's progress), within the World's dist.timeout.
+// Waits for `request` within the World's dist.timeout. MPI_Wait, not a polling loop: with ranks oversubscribing the
+// cores, polled waits here made a checkpoint take seconds instead of tens of milliseconds, past the second mpirun
+// gives ranks between SIGTERM and SIGKILL. A wait that outlasts the timeout (a peer died, froze or lost its link)
+// ends the rank from the watchdog thread (dist/stall_watchdog.h) with the error the communicator's waits give.
 void wait_for(const World& world, MPI_Request& request, const char* what) {
-  poll_until(
-      [&] {
-        int done = 0;
-        EMBER_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-        return done != 0;
-      },
-      *world.watch, std::string("MPI ") + what);
+  const CollectiveWatch& watch = *world.watch;
+  if (watch.timeout_seconds <= 0.0) {
+    EMBER_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    return;
+  }
+  const StallGuard guard(watch.timeout_seconds, collective_timeout_error(std::string("MPI ") + what, watch),
+                         collective_timeout_hint());
+  EMBER_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
 }
 
 }  // namespace

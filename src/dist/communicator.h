@@ -30,9 +30,6 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
 
-  // The dist.timeout and context its waits go by.
-  const CollectiveWatch& watch() const { return *watch_; }
-
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;

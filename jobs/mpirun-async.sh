@@ -77,7 +77,10 @@ fi
 # default 0 = OMP_NUM_THREADS). The first app context is rank 0, the center; the second, ranks 1..WORKERS.
 # --bind-to none: a rank's OpenMP threads may use all of its share of cores, not the one core mpirun would pin it to.
 # --resume auto: the first run trains from scratch, a rerun continues from checkpoints/latest.
+# --enable-recovery and orte_abort_on_non_zero_status 0: a worker that dies, or that the center dropped (silent for
+# async.worker_timeout), does not end the job; the center and the other workers go on (docs/cluster.md).
 train=("$EMBER" train --config "$CONFIG" --data.dir="$DATA_DIR" --run.dir="$RUN_DIR" --resume auto "$@")
-exec mpirun "${hosts[@]}" --bind-to none ${osc[@]+"${osc[@]}"} ${MCA_NET:+"${MCA_NET[@]}"} \
+exec mpirun "${hosts[@]}" --bind-to none --enable-recovery --mca orte_abort_on_non_zero_status 0 \
+  ${osc[@]+"${osc[@]}"} ${MCA_NET:+"${MCA_NET[@]}"} \
   -np 1 env OMP_NUM_THREADS="$CENTER_THREADS" "${train[@]}" \
   : -np "$WORKERS" env OMP_NUM_THREADS="$THREADS" "${train[@]}"

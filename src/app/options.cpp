@@ -247,6 +247,10 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_number("async.center_timeout", &c.async.center_timeout,
                           "async: seconds a worker waits for the center before failing",
                           floats(0, 86400, /*lo_open=*/true)));  // a day: past it a job is dead, not waiting
+  b.push_back(bind_number("async.worker_timeout", &c.async.worker_timeout,
+                          "async: seconds without a sign of life (one per local step) before the center drops a "
+                          "worker and the job goes on without it",
+                          floats(0, 86400, /*lo_open=*/true)));
   b.push_back(
       bind_key("async.error_feedback", &c.async.error_feedback,
                "async (test-only switch): keep what the 1-bit compression lost for the next message, up and down"));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -24,6 +25,10 @@ constexpr int kCenter = 0;
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
+// The center's loads and stores of its own window memory, in program order as the workers' gets and puts see them
+// (the unified memory model: the window is that memory).
+void fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
 // The window's memory: the whole layout on the center, nothing on a worker. Errors on the window return to the
 // checks (and from there end the job with a message) instead of aborting inside MPI.
 MPI_Win allocate_window(MPI_Comm comm, size_t bytes, uint8_t** base) {
@@ -36,6 +41,12 @@ MPI_Win allocate_window(MPI_Comm comm, size_t bytes, uint8_t** base) {
   EMBER_MPI_CHECK(MPI_Win_allocate(MPI_Aint(bytes), 1, info, comm, &mem, &win));
   EMBER_MPI_CHECK(MPI_Info_free(&info));
   EMBER_MPI_CHECK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  int* model = nullptr;
+  int found = 0;
+  EMBER_MPI_CHECK(MPI_Win_get_attr(win, MPI_WIN_MODEL, &model, &found));
+  if (!found || *model != MPI_WIN_UNIFIED)
+    throw_error("async exchange: this MPI's one-sided component gives windows the separate memory model",
+                "choose another one-sided component (e.g. --mca osc pt2pt or --mca osc ucx with Open MPI)");
   *base = static_cast<uint8_t*>(mem);
   return win;
 }
@@ -53,7 +64,8 @@ void check_comm(MPI_Comm comm, const AsyncShape& shape, int expected_rank) {
 
 AsyncLayout::AsyncLayout(const AsyncShape& shape) {
   packed = DeltaCodec(shape.compression, shape.n, shape.block_size).packed_bytes();
-  slots = align_up(sizeof(Header));
+  roster = align_up(sizeof(Header));
+  slots = roster + align_up(size_t(shape.workers) * sizeof(uint64_t));
   slot_stride = align_up(sizeof(Slot) + packed);
   downloads = slots + size_t(shape.workers) * slot_stride;
   download_stride = align_up(download_bytes());
@@ -82,12 +94,15 @@ AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* gl
       version_(version),
       tokens_applied_(tokens_applied),
       barrier_acks_(size_t(shape.workers), 0),
-      applied_in_(size_t(shape.workers), 0) {
+      applied_in_(size_t(shape.workers), 0),
+      roster_(size_t(shape.workers), 0),
+      heartbeats_(size_t(shape.workers), 0),
+      reserved_(size_t(shape.workers), 0),
+      tokens_taken_(size_t(shape.workers), 0) {
   check_comm(comm, shape, kCenter);
   EMBER_MPI_CHECK(MPI_Comm_dup(comm, &probe_comm_));
   win_ = allocate_window(comm, layout_.total, &base_);
-  // Nobody reaches the window before the barrier below; the epoch makes the stores public in any memory model.
-  lock();
+  // Nobody reaches the window before the barrier below.
   std::memset(base_, 0, layout_.params);
   if (shape.n > 0) std::memcpy(base_ + layout_.params, global, shape.n * sizeof(float));
   AsyncLayout::Header* h = header();
@@ -95,22 +110,21 @@ AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* gl
   h->params_version = version;
   h->tokens_applied = tokens_applied;
   h->samples_reserved = samples_reserved;
-  unlock();
+  fence();
   EMBER_MPI_CHECK(MPI_Barrier(comm));
 }
 
 // Freeing a window is collective: while an error unwinds the stack, the other ranks will never join it, so the
-// window is left to MPI_Abort, which main() calls next.
+// window is left to MPI_Abort, which main() calls next; once a worker was dropped it never will either, and the
+// process ends without MPI (dist/world.h, leave_job).
 AsyncCenter::~AsyncCenter() {
-  if (std::uncaught_exceptions() > 0) return;
+  if (std::uncaught_exceptions() > 0 || live_workers() < shape_.workers) return;
   if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
   if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
 }
 
-void AsyncCenter::lock() { EMBER_MPI_CHECK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, kCenter, 0, win_)); }
-void AsyncCenter::unlock() { EMBER_MPI_CHECK(MPI_Win_unlock(kCenter, win_)); }
-
 AsyncLayout::Header* AsyncCenter::header() { return reinterpret_cast<AsyncLayout::Header*>(base_); }
+uint64_t* AsyncCenter::roster() { return reinterpret_cast<uint64_t*>(base_ + layout_.roster); }
 AsyncLayout::Slot* AsyncCenter::slot(int worker) {
   return reinterpret_cast<AsyncLayout::Slot*>(base_ + layout_.slot(worker));
 }
@@ -126,14 +140,18 @@ void AsyncCenter::progress() {
 std::vector<AsyncMessage> AsyncCenter::take() {
   std::vector<AsyncMessage> taken;
   progress();
-  lock();
+  fence();
   stop_requested_ = false;
   for (int w = 0; w < shape_.workers; ++w) {
+    if (dropped(w)) continue;
     AsyncLayout::Slot* s = slot(w);
     barrier_acks_[size_t(w)] = s->barrier_ack;
     download_taken_[size_t(w)] = s->download_taken;
+    heartbeats_[size_t(w)] = s->heartbeat;
+    reserved_[size_t(w)] = s->reserved;
     stop_requested_ = stop_requested_ || s->stop_request != 0;
     if (s->seq == s->taken) continue;
+    fence();  // the message was whole before its seq said so: read it after the seq
     AsyncMessage m;
     m.worker = w;
     m.seq = s->seq;
@@ -145,20 +163,22 @@ std::vector<AsyncMessage> AsyncCenter::take() {
     const uint64_t own = applied_in_[size_t(w)] > s->base_version ? 1 : 0;
     m.staleness = version_ >= s->base_version + own ? version_ - s->base_version - own : 0;
     m.bytes.assign(base_ + layout_.slot_message(w), base_ + layout_.slot_message(w) + layout_.packed);
-    s->taken = s->seq;
     s->staleness = m.staleness;
+    fence();  // the copy is done before the worker may write the slot again
+    s->taken = m.seq;
     bytes_taken_ += layout_.packed;
+    tokens_taken_[size_t(w)] += m.tokens;
     ++messages_taken_;
     taken.push_back(std::move(m));
   }
   serve();
-  unlock();
   return taken;
 }
 
 void AsyncCenter::serve() {
   const size_t n = shape_.n;
   for (int w = 0; w < shape_.workers; ++w) {
+    if (dropped(w)) continue;
     const size_t k = size_t(w);
     float* mirror = mirrors_[k].data();
     std::deque<Written>& written = written_[k];
@@ -188,11 +208,19 @@ void AsyncCenter::serve() {
     Written x{++download_seq_[k], version_, std::vector<uint8_t>(layout_.packed), {}};
     codec_.pack(diff, x.bytes.data());
     if (!shape_.error_feedback) x.target.assign(global, global + n);
+    // A worker may be reading the record meanwhile: the leading seq says busy while the rest changes, and turns to
+    // the new seq only after the trailing one has (AsyncWorker::fetch reads them in the opposite order).
     AsyncLayout::Download d{x.seq, version_, applied_seq_[k], folded_seq_[k]};
     uint8_t* area = base_ + layout_.download(w);
-    std::memcpy(area, &d, sizeof(d));
+    const uint64_t busy = AsyncLayout::Download::kBusy;
+    std::memcpy(area, &busy, sizeof(busy));
+    fence();
+    std::memcpy(area + sizeof(d.seq), reinterpret_cast<const uint8_t*>(&d) + sizeof(d.seq), sizeof(d) - sizeof(d.seq));
     std::memcpy(area + sizeof(d), x.bytes.data(), layout_.packed);
+    fence();
     std::memcpy(area + sizeof(d) + layout_.packed, &x.seq, sizeof(x.seq));
+    fence();
+    std::memcpy(area, &x.seq, sizeof(x.seq));
     written.push_back(std::move(x));
     ++downloads_written_;
   }
@@ -202,7 +230,6 @@ void AsyncCenter::decode(const AsyncMessage& message, float* out) const { codec_
 
 uint64_t AsyncCenter::publish(uint64_t tokens, const std::vector<AsyncMessage>& included) {
   const uint64_t next = version_ + 1;
-  lock();
   AsyncLayout::Header* h = header();
   h->version = next;
   h->tokens_applied += tokens;
@@ -212,33 +239,53 @@ uint64_t AsyncCenter::publish(uint64_t tokens, const std::vector<AsyncMessage>& 
   }
   version_ = next;
   tokens_applied_ = h->tokens_applied;
+  fence();
   serve();
-  unlock();
   return next;
 }
 
 void AsyncCenter::request_barrier(AsyncBarrier kind) {
   EMBER_ASSERT(kind != AsyncBarrier::none, "request_barrier needs a kind");
-  lock();
   AsyncLayout::Header* h = header();
-  h->barrier_seq = ++barrier_seq_;
   h->barrier_kind = uint64_t(kind);
-  unlock();
+  fence();  // a worker that sees the new seq sees its kind
+  h->barrier_seq = ++barrier_seq_;
+  fence();
   barrier_kind_ = kind;
 }
 
 bool AsyncCenter::barrier_reached() const {
   if (barrier_kind_ == AsyncBarrier::none) return false;
-  for (uint64_t ack : barrier_acks_)
-    if (ack != barrier_seq_) return false;
+  for (int w = 0; w < shape_.workers; ++w)
+    if (!dropped(w) && barrier_acks_[size_t(w)] != barrier_seq_) return false;
   return true;
 }
 
+void AsyncCenter::release_barrier() {
+  fence();  // the roster is final before the go
+  header()->barrier_go = barrier_seq_;
+  fence();
+}
+
+void AsyncCenter::drop(int worker) {
+  if (dropped(worker)) return;
+  roster_[size_t(worker)] = version_ + 1;
+  roster()[worker] = version_ + 1;
+  fence();
+}
+
+int AsyncCenter::live_workers() const { return int(std::count(roster_.begin(), roster_.end(), uint64_t(0))); }
+
+std::vector<int> AsyncCenter::members() const {
+  std::vector<int> ranks = {kCenter};
+  for (int w = 0; w < shape_.workers; ++w)
+    if (!dropped(w)) ranks.push_back(w + 1);
+  return ranks;
+}
+
 uint64_t AsyncCenter::samples_reserved() {
-  lock();
-  const uint64_t s = header()->samples_reserved;
-  unlock();
-  return s;
+  fence();
+  return header()->samples_reserved;
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -252,7 +299,8 @@ AsyncWorker::AsyncWorker(MPI_Comm comm, const AsyncShape& shape, int worker_rank
       codec_(shape.compression, shape.n, shape.block_size),
       feedback_(codec_),
       message_(layout_.packed),
-      download_(layout_.download_bytes()) {
+      download_(layout_.download_bytes()),
+      roster_(size_t(shape.workers), 0) {
   check_comm(comm, shape, -1);
   EMBER_MPI_CHECK(MPI_Comm_dup(comm, &probe_comm_));  // collective with the center's
   uint8_t* unused = nullptr;
@@ -261,7 +309,7 @@ AsyncWorker::AsyncWorker(MPI_Comm comm, const AsyncShape& shape, int worker_rank
 }
 
 AsyncWorker::~AsyncWorker() {
-  if (std::uncaught_exceptions() > 0) return;  // as ~AsyncCenter
+  if (std::uncaught_exceptions() > 0 || !intact()) return;  // as ~AsyncCenter
   if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
   if (probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
 }
@@ -315,17 +363,36 @@ void AsyncWorker::center_timeout(const char* what) const {
               "calls); on slow links raise async.center_timeout");
 }
 
-uint64_t AsyncWorker::reserve(uint64_t count) {
+AsyncWorker::Reservation AsyncWorker::reserve(uint64_t count, uint64_t quantum, uint64_t target) {
   const double t0 = now_seconds();
+  const size_t reserved_at = layout_.slot(worker_) + offsetof(AsyncLayout::Slot, reserved);
   uint64_t first = 0;
   lock();
+  // Owed before taken: a worker lost in between counts as owing a few samples too many, which ends the run a little
+  // early, never as owing too few, which would have the center wait for ever for samples nobody holds.
+  const uint64_t most = reserved_ + count;
+  put(&most, reserved_at, sizeof(most));
+  flush();
   EMBER_MPI_CHECK(MPI_Fetch_and_op(&count, &first, MPI_UINT64_T, kCenter,
                                    MPI_Aint(offsetof(AsyncLayout::Header, samples_reserved)), MPI_SUM, win_));
+  flush();
+  const uint64_t take = first >= target ? 0 : std::min(count, (target - first) / quantum * quantum);
+  reserved_ += take;
+  put(&reserved_, reserved_at, sizeof(reserved_));
   unlock();
   bytes_put_ += sizeof(count);
   bytes_got_ += sizeof(first);
   blocked_ += now_seconds() - t0;
-  return first;
+  return {first, take};
+}
+
+void AsyncWorker::heartbeat() {
+  const double t0 = now_seconds();
+  const uint64_t beat = ++heartbeat_;
+  lock();
+  put(&beat, layout_.slot(worker_) + offsetof(AsyncLayout::Slot, heartbeat), sizeof(beat));
+  unlock();
+  blocked_ += now_seconds() - t0;
 }
 
 void AsyncWorker::send(const float* delta, uint64_t base_version, uint64_t tokens, double loss, float weight) {
@@ -364,31 +431,42 @@ AsyncWorker::Published AsyncWorker::fetch(float* base) {
   const double t0 = now_seconds();
   AsyncLayout::Header h{};
   AsyncLayout::Slot mine{};
-  AsyncLayout::Download d{};
+  uint64_t lead = 0;
   Published p;
+  const size_t slot = layout_.slot(worker_), area = layout_.download(worker_);
+  const uint64_t beat = ++heartbeat_;
   lock();
   get(&h, 0, sizeof(h));
-  get(&mine, layout_.slot(worker_), sizeof(mine));
-  get(&d, layout_.download(worker_), sizeof(d));
+  get(roster_.data(), layout_.roster, roster_.size() * sizeof(uint64_t));
+  get(&mine, slot, sizeof(mine));
+  get(&lead, area, sizeof(lead));
+  put(&beat, slot + offsetof(AsyncLayout::Slot, heartbeat), sizeof(beat));
   flush();
+  if (roster_[size_t(worker_)] != 0) {
+    unlock();
+    p.dropped = true;
+    return p;
+  }
   p.full = !have_params_;
   if (p.full) get(base, layout_.params, shape_.n * sizeof(float));
-  // A download is for this worker only when it was computed against the parameters this worker holds (base_seq is
-  // the download it took last); one the center wrote before it learnt of that take is refused.
-  bool fresh = d.seq != download_taken_ && d.base_seq == download_taken_;
+  // The center rewrites a download while workers may read it (async_exchange.h): the record is whole when its
+  // leading seq, read before it, inside it and after it, and its trailing seq all agree. A download is for this
+  // worker only when it was computed against the parameters this worker holds (base_seq is the download it took
+  // last); one the center wrote before it learnt of that take is refused.
+  AsyncLayout::Download d{};
+  bool fresh = lead != download_taken_ && lead != AsyncLayout::Download::kBusy;
   if (fresh) {
-    // Record, message and trailing seq in one get: one-sided components may serve the gets of one epoch on
-    // either side of the center's writes, and a record whose seqs disagree is refused as torn.
-    get(download_.data(), layout_.download(worker_), layout_.download_bytes());
+    get(download_.data(), area, layout_.download_bytes());
     flush();
-    AsyncLayout::Download again{};
-    uint64_t trailer = 0;
-    std::memcpy(&again, download_.data(), sizeof(again));
-    std::memcpy(&trailer, download_.data() + sizeof(again) + layout_.packed, sizeof(trailer));
-    fresh = again.seq == d.seq && trailer == d.seq;
-    if (fresh) put(&d.seq, layout_.slot(worker_) + offsetof(AsyncLayout::Slot, download_taken), sizeof(d.seq));
+    uint64_t again = 0, trailer = 0;
+    get(&again, area, sizeof(again));
+    flush();
+    std::memcpy(&d, download_.data(), sizeof(d));
+    std::memcpy(&trailer, download_.data() + sizeof(d) + layout_.packed, sizeof(trailer));
+    fresh = d.seq == lead && trailer == lead && again == lead && d.base_seq == download_taken_;
+    if (fresh) put(&d.seq, slot + offsetof(AsyncLayout::Slot, download_taken), sizeof(d.seq));
   }
-  unlock();  // completes the gets and the put
+  unlock();  // completes the gets and the puts
   blocked_ += now_seconds() - t0;
   if (p.full) {
     have_params_ = true;
@@ -409,8 +487,20 @@ AsyncWorker::Published AsyncWorker::fetch(float* base) {
   p.samples_reserved = h.samples_reserved;
   p.barrier_seq = h.barrier_seq;
   p.barrier_kind = AsyncBarrier(h.barrier_kind);
+  p.barrier_go = h.barrier_go;
   p.staleness = mine.staleness;
   return p;
+}
+
+std::vector<int> AsyncWorker::members() const {
+  std::vector<int> ranks = {kCenter};
+  for (size_t w = 0; w < roster_.size(); ++w)
+    if (roster_[w] == 0) ranks.push_back(int(w) + 1);
+  return ranks;
+}
+
+bool AsyncWorker::intact() const {
+  return std::all_of(roster_.begin(), roster_.end(), [](uint64_t r) { return r == 0; });
 }
 
 void AsyncWorker::add_pending(float* out) const {

@@ -1,18 +1,26 @@
 // The async-mode exchange (docs/architecture.md, "Asynchronous mode"): one MPI_Win_allocate window on the center
 // (rank 0) holding, per worker, a mailbox slot for its deltas and a download for the parameters it lacks, plus the
-// parameters the job started from. Workers reach it only with passive target operations (MPI_Put, MPI_Get,
-// MPI_Fetch_and_op under a shared lock of rank 0); the center touches its own window memory only under an exclusive
-// lock of itself, so neither side ever sees the other's half-written data. No bulk MPI_Accumulate (over UCX it moves
-// the data twice) and no MPI_MODE_NOCHECK with lock_all (osc/pt2pt hangs).
+// roster and the parameters the job started from. Workers reach it only with passive target operations (MPI_Put,
+// MPI_Get, MPI_Fetch_and_op under a shared lock of rank 0). The center never locks its own window: a worker frozen
+// or cut off inside its epoch would hold that lock, and with it the whole job. It reads and writes its memory
+// directly (every osc component here gives the unified memory model), and each record says by itself when it is
+// whole: a worker writes its message, flushes, then its seq, and does not write again until the center has taken
+// it; the center writes a download between two copies of its seq, and a worker accepts it only when both agree
+// with a third read after it. No bulk MPI_Accumulate (over UCX it moves the data twice) and no MPI_MODE_NOCHECK with
+// lock_all (osc/pt2pt hangs).
 //
-// A worker's cycle: reserve() a range of global sample indices, train on it, send() the error-feedback compressed
-// delta of its parameters since its last sync, fetch() its download and rebase onto it. The center's cycle: take()
-// every new message, fold the deltas into the global parameters with its outer optimizer, and publish() the new
-// version. For each worker the center keeps a mirror of the parameters that worker holds; whenever the worker has
-// consumed its previous download and the mirror is behind, the center compresses (global - mirror) into the
-// worker's download and adds what it sent to the mirror. A download is therefore one message whatever the number of
-// versions the worker missed, and what it could not carry stays in (global - mirror) for the next one: error
-// feedback on the way down, per worker.
+// A worker's cycle: reserve() a range of global sample indices, train on it (heartbeat() after each step), send()
+// the error-feedback compressed delta of its parameters since its last sync, fetch() its download and rebase onto
+// it. The center's cycle: take() every new message, fold the deltas into the global parameters with its outer
+// optimizer, and publish() the new version. For each worker the center keeps a mirror of the parameters that worker
+// holds; whenever the worker has consumed its previous download and the mirror is behind, the center compresses
+// (global - mirror) into the worker's download and adds what it sent to the mirror. A download is therefore one
+// message whatever the number of versions the worker missed, and what it could not carry stays in (global - mirror)
+// for the next one: error feedback on the way down, per worker.
+//
+// A worker the center hears nothing from for too long is dropped(): the roster says so, the center serves it no
+// more and no barrier waits for it; the samples it reserved but never delivered are skipped (reserved() and
+// tokens_taken() tell how many). A dropped worker that comes back learns it from its next fetch and must leave.
 #pragma once
 
 #include <mpi.h>
@@ -42,6 +50,7 @@ enum class AsyncBarrier : uint64_t { none = 0, checkpoint = 1, stop = 2, finish 
 
 // Byte offsets in the center's window, each 64-byte aligned:
 //   header                Header
+//   roster                one uint64_t per worker: 0 while it takes part, else 1 + the version it was dropped at
 //   slot w (w < workers)  Slot, then the packed message of worker rank w + 1 (written by the worker)
 //   download w            Download, a packed message for worker rank w + 1, and the seq again (by the center)
 //   params                n floats: the parameters at the window's creation, every worker's first fetch
@@ -53,7 +62,8 @@ struct AsyncLayout {
     uint64_t samples_reserved;  // the next global sample index to hand out (MPI_Fetch_and_op)
     uint64_t barrier_seq;       // barriers requested so far
     uint64_t barrier_kind;      // AsyncBarrier of the newest one
-    uint64_t pad[2];
+    uint64_t barrier_go;        // the newest barrier whose members are final: the roster holds them
+    uint64_t pad;
   };
   struct Slot {
     uint64_t seq;             // messages the worker has written; written last, after a flush of the message
@@ -65,13 +75,16 @@ struct AsyncLayout {
     uint64_t barrier_ack;     // the newest barrier_seq the worker has reached
     uint64_t stop_request;    // non-zero: the worker asks the job to stop (it received SIGUSR1/SIGTERM)
     uint64_t download_taken;  // the newest download seq the worker has applied: the center may write the next
+    uint64_t heartbeat;       // counts the worker's signs of life (one per local step and per fetch)
+    uint64_t reserved;        // samples the worker will train of those it reserved (while reserving: at most), in total
   };
   // A download record: this, the packed message, then seq again (a reader whose two seqs differ saw a torn record).
   struct Download {
-    uint64_t seq;       // downloads written so far
+    uint64_t seq;       // downloads written so far; kBusy while the center rewrites the record
     uint64_t version;   // the version the worker holds once it has added the message
     uint64_t applied;   // the newest seq of this worker whose delta that version includes
     uint64_t base_seq;  // the download taken last that the message is relative to (0: the first parameters)
+    static constexpr uint64_t kBusy = ~uint64_t(0);
   };
 
   explicit AsyncLayout(const AsyncShape& shape);
@@ -81,7 +94,7 @@ struct AsyncLayout {
   size_t download_bytes() const { return sizeof(Download) + packed + sizeof(uint64_t); }
 
   size_t packed = 0;  // bytes of one packed message
-  size_t slots = 0, slot_stride = 0, downloads = 0, download_stride = 0, params = 0, total = 0;
+  size_t roster = 0, slots = 0, slot_stride = 0, downloads = 0, download_stride = 0, params = 0, total = 0;
 };
 
 // A message as the center took it out of a slot.
@@ -104,7 +117,7 @@ class AsyncCenter {
   // applied and sample counter, and is what every worker's first fetch brings.
   AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* global, uint64_t version, uint64_t tokens_applied,
               uint64_t samples_reserved);
-  ~AsyncCenter();  // frees the window: collective, like the constructor
+  ~AsyncCenter();  // frees the window: collective, like the constructor (not once a worker was dropped)
   AsyncCenter(const AsyncCenter&) = delete;
   AsyncCenter& operator=(const AsyncCenter&) = delete;
 
@@ -119,12 +132,26 @@ class AsyncCenter {
   // `included` messages. Writes the downloads that can be written now. Returns the new version.
   uint64_t publish(uint64_t tokens, const std::vector<AsyncMessage>& included = {});
 
-  // Asks every worker to join a barrier of `kind`; reached() once every worker has acknowledged it.
+  // Asks every worker to join a barrier of `kind`; reached() once every worker still in the job has acknowledged
+  // it. release_barrier() then fixes its members (the roster as it is now) and lets the workers go on to the
+  // collective step, which members() take part in.
   void request_barrier(AsyncBarrier kind);
   bool barrier_pending() const { return barrier_kind_ != AsyncBarrier::none; }
   AsyncBarrier barrier_kind() const { return barrier_kind_; }
   bool barrier_reached() const;  // as of the last take()
+  void release_barrier();
   void end_barrier() { barrier_kind_ = AsyncBarrier::none; }
+
+  // Takes worker w (0-based) out of the job for good: the roster says so, its slot is read and its download written
+  // no more, and barriers do not wait for it. Messages already taken stay valid.
+  void drop(int worker);
+  bool dropped(int worker) const { return roster_[size_t(worker)] != 0; }
+  int live_workers() const;
+  std::vector<int> members() const;  // ranks of comm still in the job: 0, then the live workers' ranks
+  // As of the last take(): worker w's heartbeat counter, and the samples it reserved and will train in total.
+  uint64_t heartbeat(int worker) const { return heartbeats_[size_t(worker)]; }
+  uint64_t reserved(int worker) const { return reserved_[size_t(worker)]; }
+  uint64_t tokens_taken(int worker) const { return tokens_taken_[size_t(worker)]; }  // in its messages taken
   bool stop_requested() const { return stop_requested_; }  // as of the last take(): some worker asked to stop
 
   uint64_t version() const { return version_; }
@@ -139,10 +166,9 @@ class AsyncCenter {
 
  private:
   void progress();
-  void serve();  // under the lock: writes the downloads that can be written
-  void lock();
-  void unlock();
+  void serve();  // writes the downloads that can be written
   AsyncLayout::Header* header();
+  uint64_t* roster();
   AsyncLayout::Slot* slot(int worker);
 
   AsyncShape shape_;
@@ -171,6 +197,8 @@ class AsyncCenter {
   AsyncBarrier barrier_kind_ = AsyncBarrier::none;
   std::vector<uint64_t> barrier_acks_;
   std::vector<uint64_t> applied_in_;  // per worker: the version that applied its last message (0: none yet)
+  std::vector<uint64_t> roster_;      // per worker, as in the window
+  std::vector<uint64_t> heartbeats_, reserved_, tokens_taken_;
   bool stop_requested_ = false;
   uint64_t bytes_taken_ = 0, messages_taken_ = 0, downloads_written_ = 0;
 };
@@ -184,8 +212,16 @@ class AsyncWorker {
   AsyncWorker(const AsyncWorker&) = delete;
   AsyncWorker& operator=(const AsyncWorker&) = delete;
 
-  // Atomically takes `count` global sample indices from the center's counter; returns the first one.
-  uint64_t reserve(uint64_t count);
+  // Atomically takes the next `count` global sample indices from the center's counter (MPI_Fetch_and_op); of them
+  // this worker trains those below `target`, in whole multiples of `quantum` (`count` of the result; 0 once the
+  // target is reached). Its slot counts them as reserved, and counts all `count` while the take is under way: the
+  // center never believes a worker lost on the way owed less than it did.
+  struct Reservation {
+    uint64_t first = 0, count = 0;
+  };
+  Reservation reserve(uint64_t count, uint64_t quantum, uint64_t target);
+  // A sign of life for the center, between two messages (one small put).
+  void heartbeat();
   // Compresses delta (n floats) with this worker's error feedback and sends it: waits until the center has taken
   // the previous message, puts the message with its base version and token count, flushes, then writes the seq.
   // `weight` is what the center is expected to apply of it, for add_pending().
@@ -193,19 +229,23 @@ class AsyncWorker {
 
   // What a fetch saw in the center's header.
   struct Published {
-    uint64_t version = 0, tokens_applied = 0, samples_reserved = 0, barrier_seq = 0;
+    uint64_t version = 0, tokens_applied = 0, samples_reserved = 0, barrier_seq = 0, barrier_go = 0;
     AsyncBarrier barrier_kind = AsyncBarrier::none;
     uint64_t staleness = 0;   // of this worker's newest message the center has taken
     uint64_t applied = 0;     // the newest seq of this worker that the parameters in `base` include
     uint64_t newest = 0;      // the newest version published (version may trail it)
     bool full = false;        // the full parameters were fetched (the first fetch)
     bool downloaded = false;  // a download was added
+    bool dropped = false;     // the center dropped this worker: it must leave the job (the other fields are unset)
   };
   // Brings `base` (n floats, this worker's parameters as of its previous fetch) forward: the first fetch reads the
   // parameters the window started with, and every fetch adds the download the center has written since, if any.
   Published fetch(float* base);
   // Tells the center this worker has reached barrier `seq`.
   void ack_barrier(uint64_t seq);
+  // The ranks of comm still in the job as of the last fetch: 0, then the live workers' ranks.
+  std::vector<int> members() const;
+  bool intact() const;  // no worker has been dropped, as of the last fetch
   // Asks the center to stop the job (sticky).
   void request_stop();
 
@@ -244,8 +284,11 @@ class AsyncWorker {
     float weight;
     std::vector<uint8_t> bytes;
   };
-  std::deque<Sent> sent_;  // sent messages the fetched parameters do not include yet
+  std::deque<Sent> sent_;         // sent messages the fetched parameters do not include yet
+  std::vector<uint64_t> roster_;  // as of the last fetch
   uint64_t seq_ = 0;
+  uint64_t heartbeat_ = 0;
+  uint64_t reserved_ = 0;
   uint64_t download_taken_ = 0;
   uint64_t version_ = 0;  // of the parameters the fetches built
   uint64_t applied_ = 0;  // the newest seq of this worker they include

@@ -2,8 +2,12 @@
 // Node-local rank comes from a shared-memory split rather than environment variables, so it works under any launcher.
 #include "dist/world.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -11,6 +15,7 @@
 #include "core/error.h"
 #include "dist/host_collectives.h"
 #include "dist/mpi_check.h"
+#include "dist/stall_watchdog.h"
 
 namespace ember {
 
@@ -136,7 +141,36 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 
+namespace {
+std::atomic<bool> g_left_job{false};
+}  // namespace
+
+void leave_job() { g_left_job = true; }
+
+World make_sub_world(const World& world, const std::vector<int>& ranks, int tag) {
+  MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  EMBER_MPI_CHECK(MPI_Comm_group(world.comm, &all));
+  EMBER_MPI_CHECK(MPI_Group_incl(all, int(ranks.size()), ranks.data(), &some));
+  const StallGuard guard(
+      world.watch->timeout_seconds,
+      "making a communicator of " + std::to_string(ranks.size()) + " ranks did not complete within dist.timeout = " +
+          std::to_string(int(world.watch->timeout_seconds)) + " s: one of them died, froze or lost its link",
+      "resume the job with --resume auto once every host is back");
+  EMBER_MPI_CHECK(MPI_Comm_create_group(world.comm, some, tag, &comm));
+  EMBER_MPI_CHECK(MPI_Group_free(&some));
+  EMBER_MPI_CHECK(MPI_Group_free(&all));
+  World sub = make_world(comm);
+  sub.watch = world.watch;
+  return sub;
+}
+
 void MpiSession::finish(bool failed, int code) {
+  if (g_left_job) {
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
+  }
   // A failure on one rank must end every rank, never leave the others waiting in a collective.
   if (failed && size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
   MPI_Finalize();

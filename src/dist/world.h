@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dist/collective_watch.h"
 
@@ -37,9 +38,20 @@ void require_power_of_two(const World& world);
 // Collective over world.comm: every rank must call it.
 void require_same_config(const World& world, const std::string& config_ini);
 
+// The ranks of world.comm listed in `ranks` (ascending, in world.comm's numbering) as a World of their own, made by
+// those ranks alone (MPI_Comm_create_group with `tag`), so ranks left out may be dead. Bounded by dist.timeout;
+// shares world's watch.
+World make_sub_world(const World& world, const std::vector<int>& ranks, int tag);
+
+// This rank goes on without some ranks of the job (an async worker was dropped, or this worker was): MPI_Finalize
+// would wait for them and MPI_Abort would end the ranks still at work, so MpiSession::finish() then ends the process
+// with its exit code and without MPI.
+void leave_job();
+
 // MPI for the life of the process: initialised at construction, with MPI_ERRORS_RETURN on MPI_COMM_WORLD so that
-// EMBER_MPI_CHECK reports a failed call itself. finish() ends it: with `failed` and several ranks it aborts every rank
-// with `code` (no rank is left waiting in a collective), otherwise it finalises.
+// EMBER_MPI_CHECK reports a failed call itself. finish() ends it: after leave_job() it exits with `code`; else with
+// `failed` and several ranks it aborts every rank with `code` (no rank is left waiting in a collective), otherwise
+// it finalises.
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);

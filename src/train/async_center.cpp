@@ -1,6 +1,7 @@
 // The async center (rank 0): loops on the exchange window (so one-sided traffic always progresses), folds each delta
 // in with the outer optimizer, publishes versions, evaluates, and decides barriers: periodic checkpoints, a stop
-// (signal, --max-runtime, a worker's request) or the finish.
+// (signal, --max-runtime, a worker's request) or the finish. A worker silent for async.worker_timeout is dropped and
+// the job goes on without it.
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/async_job.h"
@@ -57,6 +59,67 @@ void resume_center(AsyncJob& job, OuterOptimizer& outer, uint64_t& version, uint
            (unsigned long long)tokens, (unsigned long long)version);
 }
 
+// Drops workers that gave no sign of life for async.worker_timeout: the center takes nothing of them any more, and no
+// barrier waits for them. The samples a dropped worker had reserved but never delivered (its round in flight) are
+// skipped: they count towards the run's end as sync training counts a step, so the run still ends where it would.
+class WorkerWatch {
+ public:
+  WorkerWatch(AsyncJob& job, AsyncCenter& center)
+      : job_(job), center_(center), seen_(size_t(job.workers), now_seconds()), beat_(size_t(job.workers), 0) {}
+
+  // After each take().
+  void check() {
+    const double now = now_seconds();
+    for (int w = 0; w < job_.workers; ++w) {
+      if (center_.dropped(w)) continue;
+      const size_t k = size_t(w);
+      if (center_.heartbeat(w) != beat_[k]) {
+        beat_[k] = center_.heartbeat(w);
+        seen_[k] = now;
+      } else if (now - seen_[k] > job_.c.async.worker_timeout) {
+        drop(w, now - seen_[k]);
+      }
+    }
+  }
+
+  // The center was busy elsewhere (evaluating, saving) since `since`: the workers could not reach it meanwhile, so
+  // that time counts for none of them.
+  void excuse(double since) {
+    const double away = now_seconds() - since;
+    for (double& t : seen_) t += away;
+  }
+
+  // Samples reserved by dropped workers and never delivered.
+  uint64_t skipped() const { return skipped_; }
+
+ private:
+  void drop(int w, double silent) {
+    center_.drop(w);
+    const uint64_t delivered = center_.tokens_taken(w) / uint64_t(job_.T);
+    const uint64_t lost = center_.reserved(w) - std::min(center_.reserved(w), delivered);
+    skipped_ += lost;
+    const int rank = w + 1;
+    log_warn(
+        "async center: worker rank %d on %s gave no sign of life for %.0f s (async.worker_timeout = %g s): dropped; "
+        "%d worker(s) go on, and the %llu samples of its round in flight are skipped",
+        rank, job_.hosts.at(size_t(rank)).c_str(), silent, double(job_.c.async.worker_timeout), center_.live_workers(),
+        (unsigned long long)lost);
+    if (center_.live_workers() == 0) {
+      leave_job();
+      throw_error("async center: every worker is lost (the last, rank " + std::to_string(rank) + " on " +
+                      job_.hosts.at(size_t(rank)) + ", after " + std::to_string(int(silent)) +
+                      " s without a sign of life): nothing is left to train",
+                  "bring the workers' hosts back, then resume with --resume auto from the last checkpoint");
+    }
+  }
+
+  AsyncJob& job_;
+  AsyncCenter& center_;
+  std::vector<double> seen_;    // per worker: when its heartbeat last changed
+  std::vector<uint64_t> beat_;  // per worker: its heartbeat then
+  uint64_t skipped_ = 0;
+};
+
 }  // namespace
 
 TrainResult run_center(AsyncJob& job) {
@@ -76,6 +139,7 @@ TrainResult run_center(AsyncJob& job) {
   std::vector<float> global(n);
   be.copy_to_host(global.data(), std::as_const(model).params(), n * sizeof(float));
   AsyncCenter center(job.world.comm, job.shape, global.data(), version, tokens, samples);
+  WorkerWatch watch(job, center);
 
   // The center evaluates alone, on the global parameters.
   Evaluator evaluator(c);
@@ -105,7 +169,7 @@ TrainResult run_center(AsyncJob& job) {
   // reaches the next checkpoint, the target or the step limit, so the barrier is asked for at that very step.
   std::deque<AsyncMessage> queued;
   auto boundary = [&](uint64_t tokens) {
-    const uint64_t samples = tokens / uint64_t(job.T);
+    const uint64_t samples = tokens / uint64_t(job.T) + watch.skipped();
     const int64_t s = job.step_of(samples);
     return s >= next_ckpt || samples >= job.target_samples ||
            (job.limits.stop_after > 0 && s - first_step >= job.limits.stop_after);
@@ -114,6 +178,7 @@ TrainResult run_center(AsyncJob& job) {
   for (;;) {
     std::vector<AsyncMessage> taken = center.take();
     const bool took = !taken.empty();
+    watch.check();
     for (AsyncMessage& m : taken) queued.push_back(std::move(m));
     std::vector<AsyncMessage> msgs;
     for (uint64_t tokens = center.tokens_applied(); !center.barrier_pending() && !queued.empty();) {
@@ -140,7 +205,7 @@ TrainResult run_center(AsyncJob& job) {
       outer.apply(global.data(), update.data());
       version = center.publish(msg_tokens, msgs);
       const double minutes = (now_seconds() - start) / 60.0;
-      const int64_t step = job.step_of(center.tokens_applied() / uint64_t(job.T));
+      const int64_t step = job.step_of(center.tokens_applied() / uint64_t(job.T) + watch.skipped());
       metrics.write({{"step", step},
                      {"version", version},
                      {"tokens_seen", center.tokens_applied()},
@@ -154,7 +219,8 @@ TrainResult run_center(AsyncJob& job) {
         for (;;) sleep(60);  // no MPI call ever again: the workers must notice on their own
       }
     }
-    const uint64_t applied = center.tokens_applied() / uint64_t(job.T);
+    // The global samples done: trained and folded in, or skipped with a dropped worker.
+    const uint64_t applied = center.tokens_applied() / uint64_t(job.T) + watch.skipped();
     const int64_t step = job.step_of(applied);
     if (step >= next_log && loss_count > 0) {
       const double now = now_seconds();
@@ -174,6 +240,7 @@ TrainResult run_center(AsyncJob& job) {
     if (step >= next_eval && applied < job.target_samples) {
       const double t0 = now_seconds();
       result.last_val_loss = evaluate();
+      watch.excuse(t0);
       metrics.write({{"step", step}, {"tokens_seen", center.tokens_applied()}, {"val_loss", result.last_val_loss}});
       log_val(step, t0);
       next_eval = next_multiple(step, c.eval.every);
@@ -192,7 +259,12 @@ TrainResult run_center(AsyncJob& job) {
     } else if (center.barrier_reached()) {
       const AsyncBarrier kind = center.barrier_kind();
       uint64_t counters[3] = {version, center.tokens_applied(), applied};
-      result.last_checkpoint = save_async(job, global.data(), outer.momentum().data(), nullptr, nullptr, counters);
+      center.release_barrier();
+      const double t0 = now_seconds();
+      const World& members = job.members_world(center.members());
+      result.last_checkpoint =
+          save_async(job, members, global.data(), outer.momentum().data(), nullptr, nullptr, counters);
+      watch.excuse(t0);
       center.end_barrier();
       if (kind != AsyncBarrier::checkpoint) {
         result.stopped_early = kind == AsyncBarrier::stop && applied < job.target_samples;
@@ -201,7 +273,7 @@ TrainResult run_center(AsyncJob& job) {
     }
     if (!took) usleep(200);
   }
-  result.step = job.step_of(center.tokens_applied() / uint64_t(job.T));
+  result.step = job.step_of(center.tokens_applied() / uint64_t(job.T) + watch.skipped());
   const double t0 = now_seconds();
   result.last_val_loss = evaluate();
   metrics.write({{"step", result.step}, {"tokens_seen", center.tokens_applied()}, {"val_loss", result.last_val_loss}});
@@ -212,6 +284,7 @@ TrainResult run_center(AsyncJob& job) {
            (unsigned long long)center.messages_taken(),
            double(center.messages_taken()) * 4.0 * double(n) / double(std::max<uint64_t>(center.bytes_taken(), 1)));
   if (result.stopped_early) log_stopped_early(result.step);
+  if (center.live_workers() < job.workers) leave_job();  // MPI_Finalize would wait for the dropped workers
   return result;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ struct AsyncJob {
   CheckpointMeta meta{};            // of `resume`
   CheckpointTokenizer tokenizer{};  // the run's, recorded in every checkpoint
   AsyncShape shape{};
+  std::vector<std::string> hosts{};  // by rank: where each rank runs, for messages
+
+  // The ranks that join a checkpoint: world itself while no worker was dropped, else a communicator of the ranks
+  // still in the job (`members`, ascending, rank 0 first), made once per change of members.
+  const World& members_world(const std::vector<int>& members);
+  std::vector<int> member_ranks{};
+  std::optional<World> member_world{};
 
   // The sync-equivalent step at global sample index `samples` (at least sample_base).
   int64_t step_of(uint64_t samples) const {
@@ -51,12 +59,12 @@ struct AsyncJob {
   double round_tokens() const { return double(H) * A * B * T; }
 };
 
-// One collective checkpoint over the whole world. The center passes the global parameters (n floats, host) and its
-// momentum; a worker passes any n floats (it writes no weights), its AdamW and its exchange (the error-feedback
-// residual). Every rank learns the counters (version, tokens, samples) from the center first, so the metadata (which
-// parallel HDF5 needs identical everywhere) agrees. Returns the path written.
-std::string save_async(AsyncJob& job, const float* params, float* momentum, AdamW* adam, AsyncWorker* worker,
-                       uint64_t counters[3]);
+// One collective checkpoint over `members` (AsyncJob::members_world). The center passes the global parameters (n
+// floats, host) and its momentum; a worker passes any n floats (it writes no weights), its AdamW and its exchange (the
+// error-feedback residual). Every rank learns the counters (version, tokens, samples) from the center first, so the
+// metadata (which parallel HDF5 needs identical everywhere) agrees. Returns the path written.
+std::string save_async(AsyncJob& job, const World& members, const float* params, float* momentum, AdamW* adam,
+                       AsyncWorker* worker, uint64_t counters[3]);
 
 // The two roles: rank 0 serves, ranks 1.. train.
 TrainResult run_center(AsyncJob& job);

@@ -41,9 +41,17 @@ std::string async_metrics_path(const RunConfig& c, int rank) {
   return rank == 0 ? c.run.dir + "/metrics.jsonl" : c.run.dir + "/metrics_rank" + std::to_string(rank) + ".jsonl";
 }
 
-std::string save_async(AsyncJob& job, const float* params, float* momentum, AdamW* adam, AsyncWorker* worker,
-                       uint64_t counters[3]) {
-  const World& w = job.world;
+const World& AsyncJob::members_world(const std::vector<int>& members) {
+  if (int(members.size()) == world.size) return world;
+  if (member_world && members == member_ranks) return *member_world;
+  // The one before is not freed: freeing is collective in MPI's terms, and a member it had may be gone.
+  member_world = make_sub_world(world, members, /*tag=*/int(members.size()));
+  member_ranks = members;
+  return *member_world;
+}
+
+std::string save_async(AsyncJob& job, const World& w, const float* params, float* momentum, AdamW* adam,
+                       AsyncWorker* worker, uint64_t counters[3]) {
   const RunConfig& c = job.c;
   broadcast_values(w, counters, 3, 0);
   const uint64_t version = counters[0], tokens = counters[1], samples = counters[2];
@@ -108,6 +116,7 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   // The tokenizer first: a mismatch with the shards or the model is refused before any heavy work.
   job.tokenizer = checkpoint_tokenizer(*agree_run_tokenizer(world, c));
   job.workers = world.size - 1;
+  job.hosts = all_gather_strings(world, world.host);
   job.B = c.training.batch_size;
   job.T = c.training.seq_len;
   job.A = c.training.grad_accum_steps;

@@ -1,5 +1,6 @@
 // An async worker (ranks 1..N): runs rounds of reserve samples, train async.local_steps local steps, send the 1-bit
-// delta, fetch and rebase; at a barrier the center announces it joins the collective checkpoint save.
+// delta, fetch and rebase; at a barrier the center announces it joins the collective checkpoint save. A worker the
+// center dropped (it was silent too long) leaves the job on its own.
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +44,17 @@ std::vector<float> resume_worker(AsyncJob& job, AdamW& adam) {
   return residual;
 }
 
+// What a worker the center dropped reports as it leaves: the run goes on without it.
+[[noreturn]] void dropped(const AsyncJob& job) {
+  leave_job();  // MPI_Abort would end the job that goes on without this worker
+  throw_error("async worker rank " + std::to_string(job.world.rank) + " on " + job.world.host +
+                  ": the center dropped this worker, which gave no sign of life for async.worker_timeout = " +
+                  std::to_string(int(job.c.async.worker_timeout)) +
+                  " s (it was frozen, or its link was down); the run goes on without it",
+              "nothing is lost but this worker's last round; if its host is sound again, start it into the next run "
+              "(--resume auto), or raise async.worker_timeout when rounds are slow");
+}
+
 }  // namespace
 
 TrainResult run_worker(AsyncJob& job) {
@@ -66,6 +78,7 @@ TrainResult run_worker(AsyncJob& job) {
   // never trains from parameters that lack its own last round.
   std::vector<float> base(n), origin(n), x(n), delta(n);
   AsyncWorker::Published p = ex.fetch(base.data());
+  if (p.dropped) dropped(job);
   be.copy_to_device(model.params(), base.data(), n * sizeof(float));
   origin = base;
   uint64_t acked = p.barrier_seq;
@@ -83,8 +96,15 @@ TrainResult run_worker(AsyncJob& job) {
     if (p.barrier_seq > acked && p.barrier_kind != AsyncBarrier::none) {
       acked = p.barrier_seq;
       ex.ack_barrier(acked);
+      // The center lets the barrier go once every worker still in the job has reached it: its members are final.
+      while (p.barrier_go < acked) {
+        usleep(1000);
+        p = ex.fetch(base.data());
+        if (p.dropped) dropped(job);
+      }
       uint64_t counters[3] = {0, 0, 0};
-      result.last_checkpoint = save_async(job, base.data(), nullptr, &adam, &ex, counters);
+      const World& members = job.members_world(ex.members());
+      result.last_checkpoint = save_async(job, members, base.data(), nullptr, &adam, &ex, counters);
       result.step = job.step_of(counters[2]);
       if (p.barrier_kind != AsyncBarrier::checkpoint) {
         result.stopped_early = p.barrier_kind == AsyncBarrier::stop && counters[2] < job.target_samples;
@@ -99,16 +119,18 @@ TrainResult run_worker(AsyncJob& job) {
     if (!reserving) {  // every sample is handed out: wait for the center's finish (not counted as blocked)
       usleep(1000);
       p = ex.fetch(base.data());
+      if (p.dropped) dropped(job);
       continue;
     }
     const double t_round = now_seconds(), blocked_before = ex.blocked_seconds();
-    const uint64_t first = ex.reserve(round_samples);
-    if (first >= job.target_samples) {
+    const uint64_t step_samples = uint64_t(job.A) * job.B;
+    const AsyncWorker::Reservation r = ex.reserve(round_samples, step_samples, job.target_samples);
+    if (r.count == 0) {
       reserving = false;
       continue;
     }
-    const int steps =
-        int(std::min<uint64_t>(uint64_t(job.H), (job.target_samples - first) / (uint64_t(job.A) * job.B)));
+    const uint64_t first = r.first;
+    const int steps = int(r.count / step_samples);
     double loss_sum = 0.0;
     float lr = 0.0f;
     for (int i = 0; i < steps; ++i) {
@@ -123,6 +145,7 @@ TrainResult run_worker(AsyncJob& job) {
       if (round == 0 && i == 0) log_measured_memory(be, counted_bytes, job.gpu_shared);
       loss_sum += loss;
       if (slow) usleep(useconds_t((c.async.test_slowdown - 1.0f) * (now_seconds() - t_step) * 1e6));
+      if (i + 1 < steps) ex.heartbeat();  // the fetch after the last step's send is one too
     }
     be.copy_to_host(x.data(), std::as_const(model).params(), n * sizeof(float));
 #pragma omp parallel for schedule(static)
@@ -134,6 +157,7 @@ TrainResult run_worker(AsyncJob& job) {
     ex.send(delta.data(), p.version, tokens, loss_sum / steps, own_weight);
     const uint64_t put_bytes = ex.bytes_put() - put_before;
     p = ex.fetch(base.data());
+    if (p.dropped) dropped(job);
     origin = base;
     ex.add_pending(origin.data());
     be.copy_to_device(model.params(), origin.data(), n * sizeof(float));
@@ -163,6 +187,7 @@ TrainResult run_worker(AsyncJob& job) {
                    {"pending", ex.pending()},
                    {"full_fetch", p.full}});
   }
+  if (!ex.intact()) leave_job();  // MPI_Finalize would wait for the dropped workers
   return result;
 }
 

@@ -2,12 +2,14 @@
 #include "train/run_checkpoint.h"
 
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "dist/host_collectives.h"
+#include "dist/stall_watchdog.h"
 #include "train/run_tokenizer.h"
 
 namespace ember {
@@ -157,8 +159,19 @@ CheckpointMeta run_checkpoint_meta(const RunConfig& config, const std::string& c
 std::string save_run_checkpoint(const RunConfig& config, const CheckpointMeta& meta, const ParamTable& table,
                                 const CheckpointContents& contents, const World& world) {
   const double t0 = now_seconds();
+  // Parallel HDF5's collective writes wait inside MPI-IO for every rank: a rank that died, froze or lost its link
+  // mid-save would hold the others for ever. The save goes to a temporary file, so earlier checkpoints stay intact.
+  std::optional<StallGuard> guard;
+  if (world.size > 1 && world.watch->timeout_seconds > 0)
+    guard.emplace(world.watch->timeout_seconds,
+                  "the checkpoint of step " + std::to_string(meta.step) +
+                      " was not written within dist.timeout = " + std::to_string(int(world.watch->timeout_seconds)) +
+                      " s: a rank died, froze or lost its link, or the file system stalls",
+                  "resume with --resume auto once every host is back (earlier checkpoints are intact); raise "
+                  "dist.timeout if the file system is that slow");
   const std::string path =
       save_checkpoint(config.checkpoint_folder(), meta, table, contents, config.checkpoint.keep_latest_k, world);
+  guard.reset();
   log_info("checkpoint %s (%.0f ms)", path.c_str(), 1e3 * (now_seconds() - t0));
   return path;
 }

@@ -54,8 +54,11 @@ struct AsyncConfig {
   // reason: the momentum that asynchrony adds comes on top of each worker's own (docs/architecture.md).
   float inner_beta1 = 0.8f;
   float center_timeout = 120.0f;  // seconds a worker waits for the center before failing the job
-  bool error_feedback = true;     // test-only switch: false drops what the 1-bit compression lost, both ways
-  int test_slow_worker = 0;       // test-only: this worker rank (>= 1) trains test_slowdown times slower
+  // Seconds the center waits for a sign of life from a worker (one per local step) before it drops it and the job
+  // goes on without it: a dead, frozen or cut-off host costs its share of the work, not the job.
+  float worker_timeout = 120.0f;
+  bool error_feedback = true;  // test-only switch: false drops what the 1-bit compression lost, both ways
+  int test_slow_worker = 0;    // test-only: this worker rank (>= 1) trains test_slowdown times slower
   float test_slowdown = 1.0f;
   int test_center_stall = 0;  // test-only: the center stops serving after this many versions (0: never)
 };

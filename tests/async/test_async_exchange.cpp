@@ -21,8 +21,9 @@ namespace {
 
 constexpr size_t kN = 1000;  // not a multiple of the block size or of 8
 constexpr size_t kBlock = 64;
-constexpr int kMessages = 6;      // per worker
-constexpr uint64_t kReserve = 7;  // samples reserved per message
+constexpr int kMessages = 6;                   // per worker
+constexpr uint64_t kReserve = 7;               // samples reserved per message
+constexpr uint64_t kUnbounded = ~uint64_t(0);  // a reserve target the tests never reach
 
 int rank() { return test::world_rank(); }
 int workers() { return test::world_size() - 1; }
@@ -178,7 +179,7 @@ TEST(AsyncExchange, EveryMessageOnceInOrderAndEachWorkerHoldsItsMirror) {
     int downloads = 0;
     std::vector<float> held(kN), before_last(kN);  // the parameters before a fetch, and before the last download
     for (int k = 0; k < kMessages; ++k) {
-      firsts.push_back(worker.reserve(kReserve));
+      firsts.push_back(worker.reserve(kReserve, 1, kUnbounded).first);
       const std::vector<float> d = make_delta(rank(), k);
       for (size_t i = 0; i < kN; ++i) sum_deltas[i] += d[i];
       worker.send(d.data(), p.version, 100 + uint64_t(k) + 1);
@@ -269,8 +270,10 @@ TEST(AsyncExchange, ADownloadIsOneMessageHoweverManyVersionsWereMissed) {
     const uint64_t got = worker.bytes_got() - got_before;
     EXPECT_TRUE(p.downloaded);
     EXPECT_EQ(p.version, 40u + kMissed);
-    // The header, this worker's slot and download record, then the record again with its message.
-    const size_t small = sizeof(AsyncLayout::Header) + sizeof(AsyncLayout::Slot) + sizeof(AsyncLayout::Download);
+    // The header, the roster, this worker's slot and its download's seq, then the record with its message, then the
+    // seq again.
+    const size_t small = sizeof(AsyncLayout::Header) + size_t(workers()) * sizeof(uint64_t) +
+                         sizeof(AsyncLayout::Slot) + 2 * sizeof(uint64_t);
     EXPECT_EQ(got, small + layout.download_bytes()) << "a download is one message";
     // One 1-bit message of the difference removes a good share of it (the sign is right wherever the difference is
     // not zero; in expectation the L1 gap shrinks by at least half for these sinusoids).
@@ -369,6 +372,92 @@ TEST(AsyncExchange, CenterThatDoesNotServeFailsTheWorkerWithANamedError) {
       EXPECT_NE(std::string(e.what()).find("the center (rank 0) has not taken"), std::string::npos) << e.what();
       EXPECT_NE(e.hint().find("async.center_timeout"), std::string::npos) << e.hint();
     }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+// A worker the center drops is told so by its next fetch; the others see the roster without it, and a barrier
+// reaches its go with their acknowledgements alone. The center knew what the dropped worker had reserved.
+TEST(AsyncExchange, ADroppedWorkerIsToldSoAndBarriersGoOnWithoutIt) {
+  if (test::world_size() < 3) GTEST_SKIP() << "needs a center and at least two workers (np >= 3)";
+  const AsyncShape s = shape();
+  const std::vector<float> init = initial_params();
+  const int last = workers();  // the rank dropped
+  std::vector<int> members(static_cast<size_t>(last));
+  for (int r = 0; r < last; ++r) members[size_t(r)] = r;
+  if (rank() == 0) {
+    AsyncCenter center(MPI_COMM_WORLD, s, init.data(), 0, 0, 0);
+    for (bool all = false; !all; usleep(200)) {  // every worker fetched (a heartbeat) and reserved
+      center.take();
+      all = true;
+      for (int w = 0; w < workers(); ++w) all = all && center.heartbeat(w) > 0 && center.reserved(w) == kReserve;
+    }
+    center.drop(last - 1);
+    EXPECT_TRUE(center.dropped(last - 1));
+    EXPECT_EQ(center.live_workers(), workers() - 1);
+    EXPECT_EQ(center.members(), members);
+    EXPECT_EQ(center.tokens_taken(last - 1), 0u);
+    MPI_Barrier(MPI_COMM_WORLD);  // the drop is in the window
+    center.request_barrier(AsyncBarrier::checkpoint);
+    while (!center.barrier_reached()) {
+      center.take();
+      usleep(200);
+    }
+    center.release_barrier();
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    AsyncWorker worker(MPI_COMM_WORLD, s, rank(), 60.0);
+    std::vector<float> base(kN);
+    AsyncWorker::Published p = worker.fetch(base.data());
+    EXPECT_FALSE(p.dropped);
+    EXPECT_TRUE(worker.intact());
+    const AsyncWorker::Reservation r = worker.reserve(kReserve, 1, kUnbounded);
+    EXPECT_EQ(r.count, kReserve);
+    MPI_Barrier(MPI_COMM_WORLD);
+    p = worker.fetch(base.data());
+    if (rank() == last) {
+      EXPECT_TRUE(p.dropped) << "the dropped worker's fetch must say so";
+    } else {
+      EXPECT_FALSE(p.dropped);
+      EXPECT_FALSE(worker.intact());
+      EXPECT_EQ(worker.members(), members);
+      while (p.barrier_seq != 1) {
+        usleep(200);
+        p = worker.fetch(base.data());
+      }
+      worker.ack_barrier(p.barrier_seq);
+      while (p.barrier_go != 1) {
+        usleep(200);
+        p = worker.fetch(base.data());
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+// The counter hands out whole multiples of the quantum below the target, and nothing once it is reached.
+TEST(AsyncExchange, ReservationsStopAtTheTargetInWholeQuanta) {
+  if (test::world_size() != 3) GTEST_SKIP() << "counts one worker's reservations after another's (np = 3)";
+  const AsyncShape s = shape();
+  const std::vector<float> init = initial_params();
+  if (rank() == 0) {
+    AsyncCenter center(MPI_COMM_WORLD, s, init.data(), 0, 0, 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_EQ(center.samples_reserved(), 27u) << "the counter moves by whole requests, past the target too";
+    center.take();
+    EXPECT_EQ(center.reserved(0), 9u + 6u);
+    EXPECT_EQ(center.reserved(1), 0u);
+  } else {
+    AsyncWorker worker(MPI_COMM_WORLD, s, rank(), 60.0);
+    if (rank() == 1) {  // target 17, quantum 3: all of [0, 9), 6 of [9, 18), none of [18, 27)
+      EXPECT_EQ(worker.reserve(9, 3, 17).count, 9u);
+      const AsyncWorker::Reservation second = worker.reserve(9, 3, 17);
+      EXPECT_EQ(second.first, 9u);
+      EXPECT_EQ(second.count, 6u);
+      EXPECT_EQ(worker.reserve(9, 3, 17).count, 0u);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
   }
 }

@@ -39,21 +39,25 @@ cluster_gone() {
 }
 
 # For jobs whose links are cut: each rank's stderr, exit code and exit time go to files under $WORK/ranks on the
-# rank's own host (a cut link would never carry them to mpirun).
-# start_job_with_rank_files ARGS...: ember ARGS on every host, one rank each, in the background ($mpirun_pid).
+# rank's own host (a cut link would never carry them to mpirun), and its process id to rank<r>.pid.
+# start_job_with_rank_files ARGS...: ember ARGS on every host, one rank each, in the background ($mpirun_pid), with
+# the mpirun options in the array MPIRUN_OPTIONS, if set.
 start_job_with_rank_files() {
   cat >"$WORK/rank.sh" <<'SH'
 #!/bin/sh
-"$@" 2>"$RANK_DIR/rank$OMPI_COMM_WORLD_RANK.err"
+f=$RANK_DIR/rank$OMPI_COMM_WORLD_RANK
+"$@" 2>"$f.err" &
+echo $! >"$f.pid"
+wait $!
 rc=$?
-echo "$rc $(date +%s.%N)" >"$RANK_DIR/rank$OMPI_COMM_WORLD_RANK.exit"
+echo "$rc $(date +%s.%N)" >"$f.exit"
 exit $rc
 SH
   chmod +x "$WORK/rank.sh"
   export RANK_DIR=$WORK/ranks
   mkdir -p "$RANK_DIR"
-  "$SRC/scripts/cluster/mpirun.sh" --name "$CLUSTER_NAME" --ranks-per-host 1 -x RANK_DIR -- \
-    "$WORK/rank.sh" "$EMBER" "$@" >"$WORK/job.log" 2>&1 &
+  "$SRC/scripts/cluster/mpirun.sh" --name "$CLUSTER_NAME" --ranks-per-host 1 -x RANK_DIR \
+    ${MPIRUN_OPTIONS[@]+"${MPIRUN_OPTIONS[@]}"} -- "$WORK/rank.sh" "$EMBER" "$@" >"$WORK/job.log" 2>&1 &
   mpirun_pid=$!
 }
 # wait_for_file FILE SECONDS: until FILE exists while the job runs; fails if the job ends first or time runs out.

@@ -44,6 +44,8 @@ bad_case unknown_key 2 "n_layers" -- "${train[@]}" --model.n_layers=3
 printf '[model]\nn_layer = 2\nwidth = 7\n' > bad.ini
 bad_case unknown_key_in_file 1 "width" -- "$EMBER" train --config bad.ini
 bad_case negative_lr 1 "optimizer.lr" -- "${train[@]}" --optimizer.lr=-0.001 --resume auto
+bad_case zero_worker_timeout 1 "async.worker_timeout" -- "${train[@]}" --async.worker_timeout=0 --resume auto
+bad_case negative_dist_timeout 1 "dist.timeout" -- "${train[@]}" --dist.timeout=-1 --resume auto
 bad_case wrong_type 1 "batch_size" -- "${train[@]}" --training.batch_size=lots
 
 # Checkpoint problems.

@@ -125,6 +125,17 @@ TEST(Options, DistTimeoutIsPositiveSecondsUnderADay) {
   }
 }
 
+// async.worker_timeout: two minutes by default; the same bounds as the other timeouts, with errors naming it.
+TEST(Options, WorkerTimeoutIsPositiveSecondsUnderADay) {
+  EXPECT_FLOAT_EQ(RunConfig{}.async.worker_timeout, 120.0f);
+  EXPECT_FLOAT_EQ(parse({"--async.worker_timeout=7.5"}).config.async.worker_timeout, 7.5f);
+  for (const char* bad : {"--async.worker_timeout=0", "--async.worker_timeout=-1", "--async.worker_timeout=nan",
+                          "--async.worker_timeout=86401", "--async.worker_timeout="}) {
+    const std::string msg = error_of({bad});
+    EXPECT_NE(msg.find("async.worker_timeout"), std::string::npos) << bad << ": " << msg;
+  }
+}
+
 // training.deterministic: on unless switched off; a boolean, so anything but true/false (1/0) is an error naming it.
 TEST(Options, DeterministicIsOnByDefaultAndBoolean) {
   EXPECT_TRUE(parse({}).config.training.deterministic);

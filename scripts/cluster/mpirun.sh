@@ -7,9 +7,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 usage() {
   cat <<'EOF_USAGE'
-usage: scripts/cluster/mpirun.sh [--name NAME] [--hosts N] --ranks-per-host K [MPIRUN OPTION...] -- PROGRAM [ARG...]
+usage: scripts/cluster/mpirun.sh [--name NAME] [--hosts N] --ranks-per-host K [--center-host] [MPIRUN OPTION...]
+                                 -- PROGRAM [ARG...]
 
-Runs N x K ranks, K on each of hosts 0..N-1 (N defaults to every host of the cluster), ranks in host order. MPIRUN
+Runs N x K ranks, K on each of hosts 0..N-1 (N defaults to every host of the cluster), ranks in host order. With
+--center-host, host 0 runs one rank only (an async job's center) and hosts 1..N-1 K each: 1 + (N - 1) x K ranks. MPIRUN
 OPTIONs (e.g. -x VAR, --mca osc ucx) go to mpirun as they are. What it sets: Open MPI's rsh launcher with this
 folder's agent, pml ob1 with the btl tcp between hosts and vader within one, TCP (MPI and Open MPI's own
 out-of-band traffic) only on the cluster's subnet, osc pt2pt unless an --mca osc is given; with osc ucx, UCX over
@@ -21,6 +23,7 @@ die() { echo "error: cluster mpirun: $1" >&2; shift; for line in "$@"; do echo "
 NAME=${EMBER_CLUSTER:-ember}
 HOSTS=""
 PER_HOST=""
+CENTER=0
 EXTRA=()
 while (($#)); do
   case "$1" in
@@ -28,6 +31,7 @@ while (($#)); do
       [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value" "scripts/cluster/mpirun.sh --help"
       case "$1" in --name) NAME=$2 ;; --hosts) HOSTS=$2 ;; --ranks-per-host) PER_HOST=$2 ;; esac
       shift ;;
+    --center-host) CENTER=1 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
     *) EXTRA+=("$1") ;;
@@ -47,7 +51,9 @@ subnet=$(cat "$STATE/subnet")
 
 hostfile=$(mktemp "${TMPDIR:-/tmp}/ember-cluster-hosts.XXXXXX")
 trap 'rm -f "$hostfile"' EXIT
-head -n "$HOSTS" "$STATE/hosts" | awk -v k="$PER_HOST" '{print $3 " slots=" k}' >"$hostfile"
+head -n "$HOSTS" "$STATE/hosts" | awk -v k="$PER_HOST" -v c="$CENTER" '{print $3 " slots=" (NR == 1 && c ? 1 : k)}' >"$hostfile"
+ranks=$((HOSTS * PER_HOST))
+((CENTER)) && ranks=$((1 + (HOSTS - 1) * PER_HOST))
 
 osc=(--mca osc pt2pt)
 for ((i = 0; i < ${#EXTRA[@]}; ++i)); do
@@ -60,7 +66,7 @@ forward=(-x EMBER_CLUSTER -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0)
 for var in PATH LD_LIBRARY_PATH OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMP_NUM_THREADS; do
   [[ -n "${!var+set}" ]] && forward+=(-x "$var")
 done
-"$HERE/cluster.sh" --name "$NAME" exec 0 mpirun --hostfile "$hostfile" -np $((HOSTS * PER_HOST)) \
+"$HERE/cluster.sh" --name "$NAME" exec 0 mpirun --hostfile "$hostfile" -np "$ranks" \
   --map-by slot --oversubscribe \
   --mca plm rsh --mca plm_rsh_agent "$HERE/rsh-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
   --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" \

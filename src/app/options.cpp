@@ -248,9 +248,13 @@ std::vector<Binding> bindings(RunConfig& c) {
                           "async: seconds a worker waits for the center before failing",
                           floats(0, 86400, /*lo_open=*/true)));  // a day: past it a job is dead, not waiting
   b.push_back(bind_number("async.worker_timeout", &c.async.worker_timeout,
-                          "async: seconds without a sign of life (one per local step) before the center drops a "
-                          "worker and the job goes on without it",
+                          "async: seconds without a sign of life (sent between local steps, at most once a second) "
+                          "before the center drops a worker and the job goes on without it",
                           floats(0, 86400, /*lo_open=*/true)));
+  b.push_back(bind_number("async.ranks_per_worker", &c.async.ranks_per_worker,
+                          "async: ranks per worker, which train in sync among themselves (a box of GPUs); its first "
+                          "rank alone exchanges with the center",
+                          ints(1, 1 << 20)));
   b.push_back(
       bind_key("async.error_feedback", &c.async.error_feedback,
                "async (test-only switch): keep what the 1-bit compression lost for the next message, up and down"));

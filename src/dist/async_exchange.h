@@ -9,7 +9,7 @@
 // with a third read after it. No bulk MPI_Accumulate (over UCX it moves the data twice) and no MPI_MODE_NOCHECK with
 // lock_all (osc/pt2pt hangs).
 //
-// A worker's cycle: reserve() a range of global sample indices, train on it (heartbeat() after each step), send()
+// A worker's cycle: reserve() a range of global sample indices, train on it (heartbeat() between steps), send()
 // the error-feedback compressed delta of its parameters since its last sync, fetch() its download and rebase onto
 // it. The center's cycle: take() every new message, fold the deltas into the global parameters with its outer
 // optimizer, and publish() the new version. For each worker the center keeps a mirror of the parameters that worker
@@ -75,7 +75,7 @@ struct AsyncLayout {
     uint64_t barrier_ack;     // the newest barrier_seq the worker has reached
     uint64_t stop_request;    // non-zero: the worker asks the job to stop (it received SIGUSR1/SIGTERM)
     uint64_t download_taken;  // the newest download seq the worker has applied: the center may write the next
-    uint64_t heartbeat;       // counts the worker's signs of life (one per local step and per fetch)
+    uint64_t heartbeat;       // counts the worker's signs of life (every fetch, and heartbeat() between them)
     uint64_t reserved;        // samples the worker will train of those it reserved (while reserving: at most), in total
   };
   // A download record: this, the packed message, then seq again (a reader whose two seqs differ saw a torn record).

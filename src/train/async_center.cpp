@@ -38,23 +38,24 @@ void resume_center(AsyncJob& job, OuterOptimizer& outer, uint64_t& version, uint
   tokens = uint64_t(meta.tokens_seen);
   samples = meta.ranks.at(0).data_cursor;
   version = async_file ? meta.async_version : 0;
-  const int old_workers = async_file ? meta.world_size - 1 : 0;
+  const int old_workers = async_file ? meta.world_size - 1 : 0;  // worker ranks, as `workers` below
+  const int workers = job.world.size - 1;
   const char* path = job.resume.c_str();
   if (!async_file)
     log_info(
         "notice: %s was written in %s mode: the workers start with fresh AdamW state, the center with zero "
         "momentum",
         path, training_mode_name(meta.mode));
-  else if (old_workers < job.workers)
+  else if (old_workers < workers)
     log_info(
         "notice: %s holds the state of %d worker(s); worker rank(s) %d..%d start with fresh AdamW state and "
         "a zero error-feedback residual",
-        path, old_workers, old_workers + 1, job.workers);
-  else if (old_workers > job.workers)
+        path, old_workers, old_workers + 1, workers);
+  else if (old_workers > workers)
     log_info(
         "notice: %s holds the state of %d workers; %d resume theirs, the state of worker rank(s) %d..%d is "
         "dropped (what their residuals still owed is lost)",
-        path, old_workers, job.workers, job.workers + 1, old_workers);
+        path, old_workers, workers, workers + 1, old_workers);
   log_info("resumed from %s at step %lld (%llu tokens seen, version %llu)", path, (long long)job.step_of(samples),
            (unsigned long long)tokens, (unsigned long long)version);
 }
@@ -98,12 +99,15 @@ class WorkerWatch {
     const uint64_t delivered = center_.tokens_taken(w) / uint64_t(job_.T);
     const uint64_t lost = center_.reserved(w) - std::min(center_.reserved(w), delivered);
     skipped_ += lost;
-    const int rank = w + 1;
+    const int rank = job_.leader_rank(w);
+    const std::string group =
+        job_.K > 1 ? " (the group of ranks " + std::to_string(rank) + ".." + std::to_string(rank + job_.K - 1) + ")"
+                   : "";
     log_warn(
-        "async center: worker rank %d on %s gave no sign of life for %.0f s (async.worker_timeout = %g s): dropped; "
-        "%d worker(s) go on, and the %llu samples of its round in flight are skipped",
-        rank, job_.hosts.at(size_t(rank)).c_str(), silent, double(job_.c.async.worker_timeout), center_.live_workers(),
-        (unsigned long long)lost);
+        "async center: worker rank %d%s on %s gave no sign of life for %.0f s (async.worker_timeout = %g s): "
+        "dropped; %d worker(s) go on, and the %llu samples of its round in flight are skipped",
+        rank, group.c_str(), job_.hosts.at(size_t(rank)).c_str(), silent, double(job_.c.async.worker_timeout),
+        center_.live_workers(), (unsigned long long)lost);
     if (center_.live_workers() == 0) {
       leave_job();
       throw_error("async center: every worker is lost (the last, rank " + std::to_string(rank) + " on " +
@@ -138,7 +142,7 @@ TrainResult run_center(AsyncJob& job) {
   }
   std::vector<float> global(n);
   be.copy_to_host(global.data(), std::as_const(model).params(), n * sizeof(float));
-  AsyncCenter center(job.world.comm, job.shape, global.data(), version, tokens, samples);
+  AsyncCenter center(job.exchange->world().comm, job.shape, global.data(), version, tokens, samples);
   WorkerWatch watch(job, center);
 
   // The center evaluates alone, on the global parameters.
@@ -200,7 +204,8 @@ TrainResult run_center(AsyncJob& job) {
         loss_sum += m.loss;
         ++loss_count;
         max_staleness = std::max(max_staleness, m.staleness);
-        deltas.push_back({{"worker", m.worker + 1}, {"staleness", m.staleness}, {"weight", wgt}, {"loss", m.loss}});
+        deltas.push_back(
+            {{"worker", job.leader_rank(m.worker)}, {"staleness", m.staleness}, {"weight", wgt}, {"loss", m.loss}});
       }
       outer.apply(global.data(), update.data());
       version = center.publish(msg_tokens, msgs);
@@ -261,7 +266,7 @@ TrainResult run_center(AsyncJob& job) {
       uint64_t counters[3] = {version, center.tokens_applied(), applied};
       center.release_barrier();
       const double t0 = now_seconds();
-      const World& members = job.members_world(center.members());
+      const World& members = job.members_world(job.world_ranks(center.members()));
       result.last_checkpoint =
           save_async(job, members, global.data(), outer.momentum().data(), nullptr, nullptr, counters);
       watch.excuse(t0);

@@ -13,6 +13,9 @@
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
 #include "dist/async_exchange.h"
+#include "dist/communicator.h"
+#include "dist/device_select.h"
+#include "dist/host_collectives.h"
 #include "dist/world.h"
 #include "model/gpt.h"
 #include "train/run.h"
@@ -30,14 +33,22 @@ struct AsyncJob {
   const RunConfig& c;
   const std::string& config_ini;
   TrainLimits limits;
-  int workers = 0;
+  // Workers are groups of K = async.ranks_per_worker ranks: group g is world ranks 1 + g K .. (g + 1) K, trains with
+  // the sync path among its ranks, and its first rank (the leader) alone exchanges with the center, as worker g + 1
+  // of the exchange. K = 1: every worker rank is a group of its own.
+  int workers = 0;  // groups
+  int K = 1;        // ranks per group
   int B = 0, T = 0, A = 0, H = 0;
-  uint64_t samples_per_step = 0;  // samples of one sync-equivalent optimizer step: A x B x workers
+  uint64_t samples_per_step = 0;  // samples of one sync-equivalent optimizer step: A x B x workers x K
   int64_t step_base = 0;          // the step and global sample index this invocation starts from (a resume may
   uint64_t sample_base = 0;       // have been written with another number of workers, hence another step size)
   uint64_t target_samples = 0;    // where training.steps is reached
   std::unique_ptr<Backend> backend{};
-  bool gpu_shared = false;  // workers share this GPU (EMBER_SHARE_GPU=1)
+  DeviceChoice device{};                       // a worker rank's
+  std::unique_ptr<SubWorld> exchange{};        // the center and the leaders: the exchange's communicator
+  std::unique_ptr<SubWorld> group{};           // this rank's group (the center: itself)
+  std::unique_ptr<Communicator> group_comm{};  // a worker's, over its group: the gradients' all-reduce
+  bool gpu_shared = false;                     // workers share this GPU (EMBER_SHARE_GPU=1)
   std::unique_ptr<GPT> model{};
   std::string resume{};             // "" for a fresh start
   CheckpointMeta meta{};            // of `resume`
@@ -55,8 +66,12 @@ struct AsyncJob {
   int64_t step_of(uint64_t samples) const {
     return step_base + int64_t((samples - std::min(samples, sample_base)) / samples_per_step);
   }
-  // Tokens of a full round of one worker: H local steps of A micro-batches of B x T.
-  double round_tokens() const { return double(H) * A * B * T; }
+  // Tokens of a full round of one worker (a group): H local steps of A micro-batches of B x T on each of K ranks.
+  double round_tokens() const { return double(H) * A * B * T * K; }
+  int leader_rank(int worker) const { return 1 + worker * K; }  // the world rank of worker (group) `worker`, 0-based
+  bool leader() const { return world.rank > 0 && (world.rank - 1) % K == 0; }
+  // The world ranks of the center and of the groups whose leaders (exchange ranks) are listed in `members`.
+  std::vector<int> world_ranks(const std::vector<int>& members) const;
 };
 
 // One collective checkpoint over `members` (AsyncJob::members_world). The center passes the global parameters (n

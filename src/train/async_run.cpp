@@ -3,10 +3,12 @@
 // Also the checkpoint save that both roles join.
 #include "train/async_run.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/comm_select.h"
 #include "dist/host_collectives.h"
 #include "dist/onebit_codec.h"
 #include "train/adamw.h"
@@ -29,6 +31,13 @@ void check_async_job(const World& world, const RunConfig& c) {
   if (c.training.zero != 0)
     throw_error("config: training.zero = " + std::to_string(c.training.zero) + " applies to sync mode only",
                 "set training.zero = 0 with training.mode = async (each worker keeps its own AdamW state)");
+  const int K = c.async.ranks_per_worker;
+  if ((world.size - 1) % K != 0)
+    throw_error("config: async.ranks_per_worker = " + std::to_string(K) + " does not divide the " +
+                    std::to_string(world.size - 1) + " worker ranks of this job (ranks 1.." +
+                    std::to_string(world.size - 1) + "; rank 0 is the center)",
+                "launch 1 + G x " + std::to_string(K) + " ranks for G workers of " + std::to_string(K) +
+                    " ranks each, or set async.ranks_per_worker to a divisor of " + std::to_string(world.size - 1));
   if (c.async.test_slow_worker >= world.size)
     throw_error("config: async.test_slow_worker = " + std::to_string(c.async.test_slow_worker) +
                     " is not a worker rank of this job (1.." + std::to_string(world.size - 1) + ")",
@@ -39,6 +48,14 @@ void check_async_job(const World& world, const RunConfig& c) {
 
 std::string async_metrics_path(const RunConfig& c, int rank) {
   return rank == 0 ? c.run.dir + "/metrics.jsonl" : c.run.dir + "/metrics_rank" + std::to_string(rank) + ".jsonl";
+}
+
+std::vector<int> AsyncJob::world_ranks(const std::vector<int>& members) const {
+  std::vector<int> ranks = {0};
+  for (int m : members)
+    if (m > 0)
+      for (int k = 0; k < K; ++k) ranks.push_back(leader_rank(m - 1) + k);
+  return ranks;
 }
 
 const World& AsyncJob::members_world(const std::vector<int>& members) {
@@ -97,7 +114,10 @@ std::string save_async(AsyncJob& job, const World& w, const float* params, float
     unpadded(m);
     job.backend->copy_to_host(arena.data(), adam->exp_avg_sq(), total * sizeof(float));
     unpadded(v);
-    arena = worker->feedback().residual();
+    if (worker)
+      arena = worker->feedback().residual();
+    else  // a group's other ranks: only the leader compresses
+      std::fill(arena.begin(), arena.end(), 0.0f);
     unpadded(residual);
     const std::vector<std::string> names = async_worker_arrays();
     contents.rank_arrays = {{names[0], m.data(), flat}, {names[1], v.data(), flat}, {names[2], residual.data(), flat}};
@@ -115,13 +135,14 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   AsyncJob job{world, c, config_ini, limits};
   // The tokenizer first: a mismatch with the shards or the model is refused before any heavy work.
   job.tokenizer = checkpoint_tokenizer(*agree_run_tokenizer(world, c));
-  job.workers = world.size - 1;
+  job.K = c.async.ranks_per_worker;
+  job.workers = (world.size - 1) / job.K;
   job.hosts = all_gather_strings(world, world.host);
   job.B = c.training.batch_size;
   job.T = c.training.seq_len;
   job.A = c.training.grad_accum_steps;
   job.H = c.async.local_steps;
-  job.samples_per_step = uint64_t(job.A) * job.B * job.workers;
+  job.samples_per_step = uint64_t(job.A) * job.B * job.workers * job.K;
   // Workers pick their device among themselves (one GPU per worker by its rank among the workers on its node); the
   // center only serves and evaluates, on the CPU.
   {
@@ -131,9 +152,17 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     } else {
       TrainingBackend tb = make_training_backend(role.world(), c.training);
       job.backend = std::move(tb.backend);
+      job.device = tb.device;
       job.gpu_shared = tb.device.gpus_shared;
     }
   }
+  // The exchange's communicator (the center and the leaders, in world order: leader of group g is its rank g + 1)
+  // and each group's. Within a group the gradients are averaged as sync training averages them.
+  job.exchange = std::make_unique<SubWorld>(world, world.rank == 0 || job.leader() ? 0 : 1);
+  job.group = std::make_unique<SubWorld>(world, world.rank == 0 ? 0 : 1 + (world.rank - 1) / job.K);
+  job.group->world().watch->timeout_seconds = c.dist.timeout;
+  if (world.rank != 0 && job.K > 1)
+    job.group_comm = make_communicator(job.group->world(), job.device, c.training.comm, *job.backend);
   if (world.rank != 0)  // a worker trains as a sync rank without ZeRO-1 does; the center holds far less
     require_memory("training", estimate_training_memory(c, 1, job.backend->matmul_precision()), *job.backend,
                    world.local_size, training_memory_hint());
@@ -145,14 +174,15 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   job.shape.error_feedback = c.async.error_feedback;
   job.shape.compression = c.async.compression;
   log_info(
-      "world: %d rank(s) | async: center on rank 0 (%s), %d worker(s) | %d local steps per sync | outer lr %g, "
+      "world: %d rank(s) | async: center on rank 0 (%s), %d worker(s) of %d rank(s) | %d local steps per sync | "
+      "outer lr %g, "
       "momentum %g | workers' beta1 %g | %.1fx fewer bytes per delta than fp32 | global batch equivalent %d x %d "
       "tokens x %d accumulation x %d",
-      world.size, world.host.c_str(), job.workers, job.H, double(c.async.outer_lr), double(c.async.outer_momentum),
-      double(c.async.inner_beta1),
+      world.size, world.host.c_str(), job.workers, job.K, job.H, double(c.async.outer_lr),
+      double(c.async.outer_momentum), double(c.async.inner_beta1),
       4.0 * double(job.shape.n) /
           double(DeltaCodec(job.shape.compression, job.shape.n, job.shape.block_size).packed_bytes()),
-      job.B, job.T, job.A, job.workers);
+      job.B, job.T, job.A, job.workers * job.K);
 
   // Rank 0 picks the checkpoint (falling back past damaged ones); every rank reads its metadata.
   job.resume = choose_resume(world, c);

@@ -36,4 +36,20 @@ void require_finite_loss(double loss, int64_t step, int worker_rank, const char*
               hint);
 }
 
+std::vector<GradientBucket> gradient_buckets(const ParamTable& table, int n_layer, size_t arena_numel,
+                                             float bucket_mb) {
+  const size_t bucket_floats = size_t(double(bucket_mb) * 1048576.0 / sizeof(float));
+  std::vector<GradientBucket> buckets;
+  size_t end = arena_numel;  // the first bucket also carries ln_f and the arena padding
+  for (int l = n_layer - 1; l >= 0; --l) {
+    const size_t begin = table.block(l, BlockParam(0)).offset;
+    if (end - begin >= bucket_floats || l == 0) {
+      buckets.push_back({begin, end, l});
+      end = begin;
+    }
+  }
+  buckets.push_back({0, end, -1});  // wte and wpe (and everything left when n_layer is 0)
+  return buckets;
+}
+
 }  // namespace ember

@@ -37,6 +37,17 @@ double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int
 float apply_update(AdamW& optimizer, float* params, const float* grads, float norm, const RunConfig& config,
                    int64_t step);
 
+// A contiguous range of the gradient arena averaged over ranks as one message, launched once backward has finished
+// the lowest layer it covers (stage as in GPT::set_backward_hook).
+struct GradientBucket {
+  size_t begin, end;
+  int stage;
+};
+
+// Buckets from the last layer down, each at least bucket_mb MiB (the last may be smaller): layer l's parameters are
+// contiguous in the arena and become final in the order n_layer-1, ..., 0, then wte and wpe (stage -1).
+std::vector<GradientBucket> gradient_buckets(const ParamTable& table, int n_layer, size_t arena_numel, float bucket_mb);
+
 // Throws ember::Error "training diverged [on worker rank R ]at step S: loss is L" with `hint` unless the loss is
 // finite (worker_rank < 0: no rank named). The message is built only on failure: this runs every step.
 void require_finite_loss(double loss, int64_t step, int worker_rank, const char* hint);

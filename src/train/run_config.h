@@ -54,9 +54,13 @@ struct AsyncConfig {
   // reason: the momentum that asynchrony adds comes on top of each worker's own (docs/architecture.md).
   float inner_beta1 = 0.8f;
   float center_timeout = 120.0f;  // seconds a worker waits for the center before failing the job
-  // Seconds the center waits for a sign of life from a worker (one per local step) before it drops it and the job
-  // goes on without it: a dead, frozen or cut-off host costs its share of the work, not the job.
+  // Seconds the center waits for a sign of life from a worker (sent between local steps, at most once a second or
+  // every worker_timeout / 8) before it drops it and the job goes on without it: a dead, frozen or cut-off host
+  // costs its share of the work, not the job.
   float worker_timeout = 120.0f;
+  // Ranks per worker: a worker is a group of this many ranks (a box of GPUs) that trains with the sync path among
+  // them, and whose first rank alone exchanges with the center: sync inside a box, async between boxes.
+  int ranks_per_worker = 1;
   bool error_feedback = true;  // test-only switch: false drops what the 1-bit compression lost, both ways
   int test_slow_worker = 0;    // test-only: this worker rank (>= 1) trains test_slowdown times slower
   float test_slowdown = 1.0f;

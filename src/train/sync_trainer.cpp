@@ -30,32 +30,7 @@
 
 namespace ember {
 
-namespace {
-
-// A contiguous range of the gradient arena all-reduced as one message, launched once backward has finished the
-// lowest layer it covers (stage as in GPT::set_backward_hook).
-struct Bucket {
-  size_t begin, end;
-  int stage;
-};
-
-// Buckets from the last layer down, each at least bucket_bytes (the last may be smaller): layer l's parameters are
-// contiguous in the arena and become final in the order n_layer-1, ..., 0, then wte and wpe (stage -1).
-std::vector<Bucket> make_buckets(const ParamTable& table, int n_layer, size_t arena_numel, size_t bucket_floats) {
-  std::vector<Bucket> buckets;
-  size_t end = arena_numel;  // the first bucket also carries ln_f and the arena padding
-  for (int l = n_layer - 1; l >= 0; --l) {
-    const size_t begin = table.block(l, BlockParam(0)).offset;
-    if (end - begin >= bucket_floats || l == 0) {
-      buckets.push_back({begin, end, l});
-      end = begin;
-    }
-  }
-  buckets.push_back({0, end, -1});  // wte and wpe (and everything left when n_layer is 0)
-  return buckets;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 struct SyncTrainer::State {
   World world;
@@ -72,7 +47,7 @@ struct SyncTrainer::State {
   size_t shard_begin = 0, shard_end = 0;  // this rank's equal share of the arena (ZeRO-1 shard; checkpoint writes)
   float* shard_grads = nullptr;           // ZeRO-1: reduce-scattered gradients of the shard
   size_t counted_bytes = 0;               // backend memory counted at start-up (log_model_memory)
-  std::vector<Bucket> buckets;
+  std::vector<GradientBucket> buckets;
   int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
 
@@ -131,8 +106,7 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
     s.shard_grads = static_cast<float*>(be.alloc(share * sizeof(float)));
   } else {
     s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, 0, arena);
-    if (world.size > 1)
-      s.buckets = make_buckets(table, c.model.n_layer, arena, size_t(c.training.bucket_mb * 1048576.0 / 4.0));
+    if (world.size > 1) s.buckets = gradient_buckets(table, c.model.n_layer, arena, c.training.bucket_mb);
   }
   s.counted_bytes = log_model_memory(*s.model, *s.optimizer, be, s.zero() ? share * sizeof(float) : 0);
   log_info("world: %d rank(s) | data parallel%s | global batch %d x %d tokens x %d accumulation x %d ranks", world.size,
@@ -245,7 +219,7 @@ TrainResult SyncTrainer::run() {
   std::function<void(int)> on_layer_done;
   if (!s.buckets.empty())
     on_layer_done = [&](int stage) {
-      for (const Bucket& b : s.buckets)
+      for (const GradientBucket& b : s.buckets)
         if (b.stage == stage) {
           if (pending.empty()) first_launch = now_seconds();
           pending.push_back(comm.all_reduce_async(model.grads() + b.begin, b.end - b.begin, REDUCE_OP_AVG));

@@ -43,17 +43,7 @@ cluster_gone() {
 # start_job_with_rank_files ARGS...: ember ARGS on every host, one rank each, in the background ($mpirun_pid), with
 # the mpirun options in the array MPIRUN_OPTIONS, if set.
 start_job_with_rank_files() {
-  cat >"$WORK/rank.sh" <<'SH'
-#!/bin/sh
-f=$RANK_DIR/rank$OMPI_COMM_WORLD_RANK
-"$@" 2>"$f.err" &
-echo $! >"$f.pid"
-wait $!
-rc=$?
-echo "$rc $(date +%s.%N)" >"$f.exit"
-exit $rc
-SH
-  chmod +x "$WORK/rank.sh"
+  write_rank_wrapper "$WORK/rank.sh"
   export RANK_DIR=$WORK/ranks
   mkdir -p "$RANK_DIR"
   "$SRC/scripts/cluster/mpirun.sh" --name "$CLUSTER_NAME" --ranks-per-host 1 -x RANK_DIR \

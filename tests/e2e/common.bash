@@ -60,3 +60,20 @@ kill_background_job() {
     kill -KILL "$mpirun_pid" 2>/dev/null || true
   fi
 }
+
+# write_rank_wrapper FILE: a script that runs its arguments as one MPI rank, with that rank's stderr, process id and
+# exit code (then the time, date +%s.%N) in $RANK_DIR/rank<r>.err, .pid and .exit: where a rank is killed or cut
+# off, these say what became of it.
+write_rank_wrapper() {
+  cat >"$1" <<'SH'
+#!/bin/sh
+f=$RANK_DIR/rank$OMPI_COMM_WORLD_RANK
+"$@" 2>"$f.err" &
+echo $! >"$f.pid"
+wait $!
+rc=$?
+echo "$rc $(date +%s.%N)" >"$f.exit"
+exit $rc
+SH
+  chmod +x "$1"
+}

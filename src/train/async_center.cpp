@@ -212,6 +212,7 @@ TrainResult run_center(AsyncJob& job) {
       const double minutes = (now_seconds() - start) / 60.0;
       const int64_t step = job.step_of(center.tokens_applied() / uint64_t(job.T) + watch.skipped());
       metrics.write({{"step", step},
+                     {"elapsed_s", now_seconds() - start},
                      {"version", version},
                      {"tokens_seen", center.tokens_applied()},
                      {"deltas", deltas},
@@ -246,7 +247,10 @@ TrainResult run_center(AsyncJob& job) {
       const double t0 = now_seconds();
       result.last_val_loss = evaluate();
       watch.excuse(t0);
-      metrics.write({{"step", step}, {"tokens_seen", center.tokens_applied()}, {"val_loss", result.last_val_loss}});
+      metrics.write({{"step", step},
+                     {"elapsed_s", now_seconds() - start},
+                     {"tokens_seen", center.tokens_applied()},
+                     {"val_loss", result.last_val_loss}});
       log_val(step, t0);
       next_eval = next_multiple(step, c.eval.every);
     }
@@ -281,7 +285,10 @@ TrainResult run_center(AsyncJob& job) {
   result.step = job.step_of(center.tokens_applied() / uint64_t(job.T) + watch.skipped());
   const double t0 = now_seconds();
   result.last_val_loss = evaluate();
-  metrics.write({{"step", result.step}, {"tokens_seen", center.tokens_applied()}, {"val_loss", result.last_val_loss}});
+  metrics.write({{"step", result.step},
+                 {"elapsed_s", now_seconds() - start},
+                 {"tokens_seen", center.tokens_applied()},
+                 {"val_loss", result.last_val_loss}});
   log_val(result.step, t0);
   const double minutes = (now_seconds() - start) / 60.0;
   log_info("center: %llu versions in %.1f min (%.0f/min), %llu deltas, %.1fx fewer bytes than fp32 deltas",

@@ -287,7 +287,8 @@ TrainResult SyncTrainer::run() {
                           {"ms_per_step", 1e3 * dt},
                           {"tokens_seen", s.tokens_seen},
                           {"comm_ms", comm_ms},
-                          {"comm_exposed_ms", exposed_ms}};
+                          {"comm_exposed_ms", exposed_ms},
+                          {"elapsed_s", now_seconds() - run_start}};
     const bool limit_reached = s.limits.stop_after > 0 && s.step - first_step >= s.limits.stop_after;
     const bool last = s.step == c.training.steps || limit_reached || stop_requested;
     if ((c.eval.every > 0 && s.step % c.eval.every == 0) || last) {

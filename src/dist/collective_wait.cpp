@@ -26,7 +26,8 @@ std::string collective_timeout_error(const std::string& what, const CollectiveWa
          ": a peer rank died, froze or lost its network link";
 }
 
-const char* collective_timeout_hint() {
+std::string collective_timeout_hint(const CollectiveWatch& watch) {
+  if (!watch.hint.empty()) return watch.hint;
   return "every rank of the job stops with an error like this one; the host that failed is the one whose log ends "
          "without it, or with another error: fix it (or leave it out), then resume with --resume auto. Raise "
          "dist.timeout if a collective can legitimately take longer on these links";
@@ -51,7 +52,7 @@ void poll_until(const std::function<bool()>& done, const CollectiveWatch& watch,
       std::this_thread::sleep_for(std::chrono::microseconds(waited < fine ? 50 : 1000));
     if (bounded && waited > limit) {
       if (on_timeout) on_timeout();
-      throw_error(collective_timeout_error(what, watch), collective_timeout_hint());
+      throw_error(collective_timeout_error(what, watch), collective_timeout_hint(watch));
     }
   }
 }

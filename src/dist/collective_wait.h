@@ -36,7 +36,7 @@ void poll_until(const std::function<bool()>& done, const CollectiveWatch& watch,
 
 // The error and hint of a collective `what` that did not complete within watch.timeout_seconds.
 std::string collective_timeout_error(const std::string& what, const CollectiveWatch& watch);
-const char* collective_timeout_hint();
+std::string collective_timeout_hint(const CollectiveWatch& watch);
 
 // poll_until over poll.done(), checking poll.async_error() between polls and once more at the end. On an error, or
 // when the wait outlasts watch.timeout_seconds: calls poll.abort() once, marks `health` aborted and throws

@@ -11,6 +11,7 @@ namespace ember {
 struct CollectiveWatch {
   double timeout_seconds = 0.0;
   std::string context;
+  std::string hint;  // what the timeout's error tells the user to do (empty: that the whole job stops)
 };
 
 }  // namespace ember

@@ -30,7 +30,7 @@ void wait_for(const World& world, MPI_Request& request, const char* what) {
     return;
   }
   const StallGuard guard(watch.timeout_seconds, collective_timeout_error(std::string("MPI ") + what, watch),
-                         collective_timeout_hint());
+                         collective_timeout_hint(watch));
   EMBER_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
 }
 

@@ -161,6 +161,10 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   job.exchange = std::make_unique<SubWorld>(world, world.rank == 0 || job.leader() ? 0 : 1);
   job.group = std::make_unique<SubWorld>(world, world.rank == 0 ? 0 : 1 + (world.rank - 1) / job.K);
   job.group->world().watch->timeout_seconds = c.dist.timeout;
+  job.group->world().watch->hint =
+      "this worker's group leaves the job, which goes on without it once the center drops the group "
+      "(async.worker_timeout); the rank whose log ends without this error, or with another one, is the one that "
+      "failed";
   if (world.rank != 0 && job.K > 1)
     job.group_comm = make_communicator(job.group->world(), job.device, c.training.comm, *job.backend);
   if (world.rank != 0)  // a worker trains as a sync rank without ZeRO-1 does; the center holds far less

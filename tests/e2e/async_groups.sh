@@ -84,6 +84,8 @@ for r in 0 3 4; do [[ $(cut -d' ' -f1 ranks/rank$r.exit) -eq 0 ]] || fail "rank 
 [[ $(cut -d' ' -f1 ranks/rank1.exit) -ne 0 ]] || fail "the leader of the broken group exited 0"
 grep -q "^\[rank 1\] error: MPI all-reduce did not complete within dist.timeout = 10 s" ranks/rank1.err ||
   { cat ranks/rank1.err >&2; fail "rank 1: no error naming the all-reduce"; }
+grep -q "^hint: this worker's group leaves the job, which goes on" ranks/rank1.err ||
+  { cat ranks/rank1.err >&2; fail "rank 1: the hint does not say that only its group leaves"; }
 [[ $(grep -c "worker rank 1 (the group of ranks 1..2) on .* dropped" ranks/rank0.err) -eq 1 ]] ||
   { cat ranks/rank0.err >&2; fail "the center did not drop group 1 exactly once"; }
 echo "ok: a group that lost a rank was dropped; the other group finished the run"

@@ -99,6 +99,25 @@ TEST(CollectiveWait, AWaitThatOutlastsTheTimeoutAbortsAndNamesTheStep) {
   EXPECT_TRUE(health.aborted);
 }
 
+// A watch may carry its own hint (an async worker group's: the group leaves, the job goes on); the default says
+// that the whole job stops.
+TEST(CollectiveWait, ATimeoutGivesTheWatchsOwnHintWhereItHasOne) {
+  CollectiveWatch watch{0.01, "", "this group leaves the job"};
+  try {
+    poll_until([] { return false; }, watch, "MPI all-reduce");
+    FAIL() << "no error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.hint(), "this group leaves the job");
+  }
+  watch.hint.clear();
+  try {
+    poll_until([] { return false; }, watch, "MPI all-reduce");
+    FAIL() << "no error thrown";
+  } catch (const Error& e) {
+    EXPECT_NE(e.hint().find("every rank of the job stops"), std::string::npos) << e.hint();
+  }
+}
+
 // Without a timeout (0) a slow collective is waited for however long it takes.
 TEST(CollectiveWait, NoTimeoutWaitsAsLongAsItTakes) {
   int polls = 0;

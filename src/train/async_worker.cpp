@@ -163,8 +163,10 @@ TrainResult run_worker(AsyncJob& job) {
     };
   }
 
-  // A failure inside a group (a rank of it lost, its collectives timed out) ends that group only: its ranks leave
-  // without taking the job down, and the center drops the group as it drops any silent worker.
+  // A failure of a worker (its center lost, its loss diverged) or inside a group (a rank of it lost, its
+  // collectives timed out) ends that worker only: its ranks leave without MPI_Abort, which would take the job down
+  // (and can itself hang when the link is cut). Under a launcher that ends the job on a non-zero exit, as mpirun
+  // does by default, that still ends it; otherwise the center drops the worker as it drops any silent one.
   try {
     for (;;) {
       // The leader decides the group's next step: {what, first sample, samples, barrier kind}.
@@ -305,7 +307,7 @@ TrainResult run_worker(AsyncJob& job) {
                       {"full_fetch", p.full}});
     }
   } catch (const Error&) {
-    if (K > 1) leave_job();
+    leave_job();
     throw;
   }
   if (ex && !ex->intact()) leave_job();  // MPI_Finalize would wait for the dropped workers

@@ -69,15 +69,18 @@ echo "ok: --max-runtime 3 -> exit 3 after $elapsed s with checkpoint $timed_late
 mkdir -p stubs
 printf '#!/usr/bin/env bash\necho "$*" >>"%s/scontrol.calls"\n' "$WORK" >stubs/scontrol
 chmod +x stubs/scontrol
-# mpirun relays SIGTERM to the ranks but sends SIGKILL a second later (odls_base_sigkill_timeout); on a loaded machine
-# the checkpoint may not make it, the state stays "running" and the job end rightly fails the job: then try again.
+# mpirun relays SIGTERM to the ranks and sends SIGKILL odls_base_sigkill_timeout seconds later (default 1; it also
+# waits that long between the SIGCONT it sends first and the SIGTERM). One second is too short for the stop and the
+# checkpoint when other tests load both cores (three attempts in a row failed so), so the ranks get 4 s here. If the
+# checkpoint still does not make it, the state stays "running" and the job end rightly fails the job: then try again.
 for attempt in 1 2 3; do
   rm -rf term scontrol.calls
   rc=0
   (
     source "$SRC/jobs/lib/requeue.bash"
     export PATH="$WORK/stubs:$PATH" SLURM_JOB_ID=4343
-    mpirun -np 2 --oversubscribe "$EMBER" "${train[@]}" --run.dir=term --training.steps=100000 >term.log 2>&1 &
+    mpirun --mca odls_base_sigkill_timeout 4 -np 2 --oversubscribe "$EMBER" "${train[@]}" --run.dir=term \
+      --training.steps=100000 >term.log 2>&1 &
     launcher=$!
     (
       for _ in $(seq 600); do [ "$(lines term/metrics.jsonl)" -ge 5 ] && break; sleep 0.1; done

@@ -5,6 +5,7 @@
 
 #include "app/commands.h"
 #include "app/options.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "dist/world.h"
 #include "train/run.h"
@@ -27,6 +28,16 @@ int cmd_train(int argc, char** argv) {
   if (!async) require_power_of_two(world);  // async: a center and any number of workers
   log_info("ember %s | %d rank(s), rank 0 on %s | resolved config:\n%s", EMBER_VERSION, world.size, world.host.c_str(),
            parsed.config_ini.c_str());
+  if (!async && parsed.config.async.join)
+    throw_error("config: async.join = true applies to training.mode = async only",
+                "set training.mode = async (the job to join must run in async mode too)");
+  if (async && parsed.config.async.join) {  // the running job holds the run folder: this start only adds workers
+    const TrainResult r = run_training(world, parsed.config, parsed.config_ini,
+                                       TrainLimits{parsed.stop_after, parsed.max_runtime, nullptr});
+    log_info("%s at step %lld | loss %.4f (joined the job in %s)", r.stopped_early ? "stopped" : "done",
+             (long long)r.step, r.last_loss, parsed.config.run.dir.c_str());
+    return r.stopped_early ? EXIT_CODE_REQUEUE : EXIT_CODE_OK;
+  }
   RunFolder folder(world, parsed.config, parsed.overwrite);
   const TrainLimits limits{parsed.stop_after, parsed.max_runtime, [&folder](int64_t step) { folder.start(step); }};
   TrainResult r;

@@ -255,6 +255,9 @@ std::vector<Binding> bindings(RunConfig& c) {
                           "async: ranks per worker, which train in sync among themselves (a box of GPUs); its first "
                           "rank alone exchanges with the center",
                           ints(1, 1 << 20)));
+  b.push_back(bind_key("async.join", &c.async.join,
+                       "async: join the job running in run.dir (started with --ompi-server, as this mpirun) as more "
+                       "workers, rather than start one; it takes them in at its next barrier"));
   b.push_back(
       bind_key("async.error_feedback", &c.async.error_feedback,
                "async (test-only switch): keep what the 1-bit compression lost for the next message, up and down"));

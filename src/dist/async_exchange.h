@@ -45,8 +45,9 @@ struct AsyncShape {
                                // switch)
 };
 
-// Barriers the center asks the workers to join; all ranks then run a collective step (a checkpoint) together.
-enum class AsyncBarrier : uint64_t { none = 0, checkpoint = 1, stop = 2, finish = 3 };
+// Barriers the center asks the workers to join; all ranks then run a collective step (a checkpoint) together. After
+// a join barrier's checkpoint the ranks that asked to join are taken in and every rank starts again from it.
+enum class AsyncBarrier : uint64_t { none = 0, checkpoint = 1, stop = 2, finish = 3, join = 4 };
 
 // Byte offsets in the center's window, each 64-byte aligned:
 //   header                Header

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -59,16 +60,32 @@ std::vector<std::string> qualified_lines(const std::string& ini) {
 
 // "rank R: <its line>, rank 0: <rank 0's line>" for the first key line where the two texts differ.
 std::string first_difference(int rank, const std::string& mine, const std::string& root) {
-  const std::vector<std::string> a = qualified_lines(mine), b = qualified_lines(root);
-  for (std::size_t i = 0; i < a.size() || i < b.size(); ++i) {
-    const std::string x = i < a.size() ? a[i] : "(end of config)";
-    const std::string y = i < b.size() ? b[i] : "(end of config)";
-    if (x != y) return "rank " + std::to_string(rank) + ": " + x + ", rank 0: " + y;
-  }
-  return "rank " + std::to_string(rank) + ": same keys and values as rank 0 but a different config text";
+  const auto [x, y] = first_config_difference(mine, root);
+  if (x.empty()) return "rank " + std::to_string(rank) + ": same keys and values as rank 0 but a different config text";
+  return "rank " + std::to_string(rank) + ": " + x + ", rank 0: " + y;
 }
 
 }  // namespace
+
+std::pair<std::string, std::string> first_config_difference(const std::string& mine, const std::string& theirs,
+                                                            const std::vector<std::string>& ignored) {
+  auto keep = [&](const std::string& line) {
+    for (const std::string& key : ignored)
+      if (line.compare(0, key.size() + 3, key + " = ") == 0) return false;
+    return true;
+  };
+  std::vector<std::string> a, b;
+  for (std::string& line : qualified_lines(mine))
+    if (keep(line)) a.push_back(std::move(line));
+  for (std::string& line : qualified_lines(theirs))
+    if (keep(line)) b.push_back(std::move(line));
+  for (std::size_t i = 0; i < a.size() || i < b.size(); ++i) {
+    std::string x = i < a.size() ? a[i] : "(end of config)";
+    std::string y = i < b.size() ? b[i] : "(end of config)";
+    if (x != y) return {std::move(x), std::move(y)};
+  }
+  return {};
+}
 
 World make_world() { return make_world(MPI_COMM_WORLD); }
 
@@ -163,6 +180,10 @@ World make_sub_world(const World& world, const std::vector<int>& ranks, int tag)
   World sub = make_world(comm);
   sub.watch = world.watch;
   return sub;
+}
+
+void free_sub_world(World& world) {
+  if (world.comm != MPI_COMM_NULL && world.comm != MPI_COMM_WORLD) EMBER_MPI_CHECK(MPI_Comm_free(&world.comm));
 }
 
 void MpiSession::finish(bool failed, int code) {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/collective_watch.h"
@@ -32,6 +33,11 @@ World make_world(MPI_Comm comm);
 // Throws ember::Error (on every rank alike, since every rank sees the same size) unless size is a power of two.
 void require_power_of_two(const World& world);
 
+// The first key line ("section.key = value", as require_same_config names it) where two resolved config texts differ,
+// as {mine, theirs}, leaving out the keys listed in `ignored` ("section.key"); two empty strings when they agree.
+std::pair<std::string, std::string> first_config_difference(const std::string& mine, const std::string& theirs,
+                                                            const std::vector<std::string>& ignored = {});
+
 // Throws ember::Error on every rank alike unless every rank resolved the same configuration text: the message names
 // the first rank whose config differs from rank 0's and its first differing line ("rank 2: training.seq_len = 64,
 // rank 0: training.seq_len = 32"; keys are "section.key" from the INI text's [section] headers), with a hint.
@@ -42,6 +48,9 @@ void require_same_config(const World& world, const std::string& config_ini);
 // those ranks alone (MPI_Comm_create_group with `tag`), so ranks left out may be dead. Bounded by dist.timeout;
 // shares world's watch.
 World make_sub_world(const World& world, const std::vector<int>& ranks, int tag);
+// Frees the communicator of a World from make_sub_world. MPI calls the free collective, yet Open MPI completes it on
+// each rank alone (no other rank takes part), so ranks of it that are gone do not matter.
+void free_sub_world(World& world);
 
 // This rank goes on without some ranks of the job (an async worker was dropped, or this worker was): MPI_Finalize
 // would wait for them and MPI_Abort would end the ranks still at work, so MpiSession::finish() then ends the process

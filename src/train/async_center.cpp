@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/async_job.h"
+#include "train/async_join.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/outer_optimizer.h"
@@ -143,6 +146,12 @@ TrainResult run_center(AsyncJob& job) {
   std::vector<float> global(n);
   be.copy_to_host(global.data(), std::as_const(model).params(), n * sizeof(float));
   AsyncCenter center(job.exchange->world().comm, job.shape, global.data(), version, tokens, samples);
+  if (job.desk && !*job.desk) {  // the first pass: this launch's ranks alone
+    const bool spans_hosts =
+        std::any_of(job.hosts.begin(), job.hosts.end(), [&](const std::string& h) { return h != job.hosts[0]; });
+    *job.desk = std::make_unique<JoinDesk>(c, job.config_ini, spans_hosts);
+  }
+  JoinDesk* desk = job.desk ? job.desk->get() : nullptr;
   WorkerWatch watch(job, center);
 
   // The center evaluates alone, on the global parameters.
@@ -264,6 +273,8 @@ TrainResult run_center(AsyncJob& job) {
       else if (step >= next_ckpt) {
         center.request_barrier(AsyncBarrier::checkpoint);
         next_ckpt = next_multiple(step, c.checkpoint.interval);
+      } else if (desk && desk->poll(job.K)) {
+        center.request_barrier(AsyncBarrier::join);
       }
     } else if (center.barrier_reached()) {
       const AsyncBarrier kind = center.barrier_kind();
@@ -275,6 +286,11 @@ TrainResult run_center(AsyncJob& job) {
           save_async(job, members, global.data(), outer.momentum().data(), nullptr, nullptr, counters);
       watch.excuse(t0);
       center.end_barrier();
+      if (kind == AsyncBarrier::join) {
+        job.joined = desk->accept(members, result.last_checkpoint, c.dist.timeout);
+        if (job.joined) break;
+        continue;
+      }
       if (kind != AsyncBarrier::checkpoint) {
         result.stopped_early = kind == AsyncBarrier::stop && applied < job.target_samples;
         break;
@@ -283,6 +299,12 @@ TrainResult run_center(AsyncJob& job) {
     if (!took) usleep(200);
   }
   result.step = job.step_of(center.tokens_applied() / uint64_t(job.T) + watch.skipped());
+  if (center.live_workers() < job.workers) leave_job();  // MPI_Finalize would wait for the dropped workers
+  if (job.joined) {
+    log_info("async center: %d worker(s) and the ranks taken in start again from %s", center.live_workers(),
+             result.last_checkpoint.c_str());
+    return result;
+  }
   const double t0 = now_seconds();
   result.last_val_loss = evaluate();
   metrics.write({{"step", result.step},
@@ -296,7 +318,6 @@ TrainResult run_center(AsyncJob& job) {
            (unsigned long long)center.messages_taken(),
            double(center.messages_taken()) * 4.0 * double(n) / double(std::max<uint64_t>(center.bytes_taken(), 1)));
   if (result.stopped_early) log_stopped_early(result.step);
-  if (center.live_workers() < job.workers) leave_job();  // MPI_Finalize would wait for the dropped workers
   return result;
 }
 

@@ -24,6 +24,7 @@
 namespace ember {
 
 class AdamW;
+class JoinDesk;
 
 // Each worker's arrays under /ranks/<r>, in this order.
 inline std::vector<std::string> async_worker_arrays() { return {"exp_avg", "exp_avg_sq", "residual"}; }
@@ -55,9 +56,15 @@ struct AsyncJob {
   CheckpointTokenizer tokenizer{};  // the run's, recorded in every checkpoint
   AsyncShape shape{};
   std::vector<std::string> hosts{};  // by rank: where each rank runs, for messages
+  // The center's port and the requests of hosts that ask to join: made by the center once the run has started, and
+  // kept over the passes of the run (run_async).
+  std::unique_ptr<JoinDesk>* desk = nullptr;
+  // Set by a join barrier: the World of the members and the ranks taken in, which start the run again from the
+  // checkpoint that barrier wrote.
+  std::optional<World> joined{};
 
   // The ranks that join a checkpoint: world itself while no worker was dropped, else a communicator of the ranks
-  // still in the job (`members`, ascending, rank 0 first), made once per change of members.
+  // still in the job (`members`, ascending, rank 0 first), made once per change of members (the one before is freed).
   const World& members_world(const std::vector<int>& members);
   std::vector<int> member_ranks{};
   std::optional<World> member_world{};

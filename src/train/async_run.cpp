@@ -4,15 +4,20 @@
 #include "train/async_run.h"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
 #include "dist/comm_select.h"
 #include "dist/host_collectives.h"
 #include "dist/onebit_codec.h"
 #include "train/adamw.h"
 #include "train/async_job.h"
+#include "train/async_join.h"
 #include "train/memory_estimate.h"
 #include "train/run_checkpoint.h"
 #include "train/run_setup.h"
@@ -61,7 +66,7 @@ std::vector<int> AsyncJob::world_ranks(const std::vector<int>& members) const {
 const World& AsyncJob::members_world(const std::vector<int>& members) {
   if (int(members.size()) == world.size) return world;
   if (member_world && members == member_ranks) return *member_world;
-  // The one before is not freed: freeing is collective in MPI's terms, and a member it had may be gone.
+  if (member_world) free_sub_world(*member_world);  // no other rank takes part: a member it had may be gone
   member_world = make_sub_world(world, members, /*tag=*/int(members.size()));
   member_ranks = members;
   return *member_world;
@@ -125,8 +130,11 @@ std::string save_async(AsyncJob& job, const World& w, const float* params, float
   return save_run_checkpoint(c, meta, table, contents, w);
 }
 
-TrainResult run_async(const World& world, const RunConfig& config, const std::string& config_ini, TrainLimits limits) {
-  const RunConfig& c = config;
+namespace {
+
+// One pass of the run over `world`: until the end, or until a join barrier takes ranks in (then `joined` is set).
+TrainResult run_async_job(const World& world, const RunConfig& c, const std::string& config_ini, TrainLimits limits,
+                          std::unique_ptr<JoinDesk>* desk, std::optional<World>& joined) {
   check_async_job(world, c);
   // dist.timeout bounds the collectives every rank takes together (start-up, checkpoints); the one-sided traffic
   // with the center has async.center_timeout.
@@ -207,7 +215,48 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
   }
   if (limits.on_start) limits.on_start(job.step_base);
   job.target_samples = job.sample_base + uint64_t(c.training.steps - job.step_base) * job.samples_per_step;
-  return world.rank == 0 ? run_center(job) : run_worker(job);
+  job.desk = desk;
+  TrainResult result = world.rank == 0 ? run_center(job) : run_worker(job);
+  joined = std::move(job.joined);
+  return result;
+}
+
+}  // namespace
+
+TrainResult run_async(const World& world, const RunConfig& config, const std::string& config_ini, TrainLimits limits) {
+  RunConfig c = config;
+  std::string ini = config_ini;
+  std::optional<World> current;
+  if (c.async.join) {  // this start's ranks join a running job, as workers after the job's ranks
+    world.watch->timeout_seconds = c.dist.timeout;
+    std::string checkpoint;
+    current = join_running_job(world, c, ini, checkpoint);
+    c.checkpoint.resume = checkpoint;
+    limits.on_start = nullptr;  // the job's rank 0 keeps the run state
+  }
+  std::unique_ptr<JoinDesk> desk;  // the center's, made once the run has started (run_center)
+  const double start = now_seconds();
+  int64_t first_step = -1;
+  if (limits.on_start) {
+    limits.on_start = [on_start = limits.on_start, &first_step](int64_t step) {
+      if (first_step < 0) first_step = step;
+      on_start(step);
+    };
+  }
+  for (;;) {
+    if (current) ini = broadcast_string(*current, ini, 0);  // the job's config text, which every checkpoint records
+    std::optional<World> next;
+    const TrainResult r = run_async_job(current ? *current : world, c, ini, limits, &desk, next);
+    if (!next) return r;
+    current = std::move(next);
+    // Every rank, the ones taken in last, starts again from the join barrier's checkpoint; the limits of this
+    // invocation go on counting from its start.
+    c.checkpoint.resume = r.last_checkpoint;
+    if (limits.max_runtime > 0) limits.max_runtime = std::max(1.0, limits.max_runtime - (now_seconds() - start));
+    if (limits.stop_after > 0 && first_step >= 0)
+      limits.stop_after = int(std::max<int64_t>(1, limits.stop_after - (r.step - first_step)));
+    first_step = r.step;
+  }
 }
 
 }  // namespace ember

@@ -17,6 +17,7 @@
 #include "dist/host_collectives.h"
 #include "train/adamw.h"
 #include "train/async_job.h"
+#include "train/async_join.h"
 #include "train/local_step.h"
 #include "train/metrics.h"
 #include "train/outer_optimizer.h"
@@ -84,234 +85,300 @@ void require_same_replicas(const AsyncJob& job, const float* params, size_t n) {
                   "of device, and set training.deterministic = true");
 }
 
-}  // namespace
+// One worker's rounds. The leader of a group (K > 1) decides each next step and the group's other ranks follow what
+// it broadcasts; with K = 1 every worker rank is a leader of its own.
+class WorkerLoop {
+ public:
+  explicit WorkerLoop(AsyncJob& job);
+  TrainResult run();
 
-TrainResult run_worker(AsyncJob& job) {
-  const RunConfig& c = job.c;
-  const int rank = job.world.rank, K = job.K;
-  const bool leader = job.leader();
-  const World& group = job.group->world();
-  const int member = group.rank;  // 0: the leader
-  GPT& model = *job.model;
-  Backend& be = *job.backend;
-  const ParamTable& table = model.table();
-  const size_t n = table.total_numel(), arena = model.arena_numel();
-  OptimizerConfig inner = c.optimizer;  // the inner optimizer: sync's AdamW with async.inner_beta1
-  inner.beta1 = c.async.inner_beta1;
-  AdamW adam(be, table, inner, 0, arena);
-  const size_t counted_bytes = log_model_memory(model, adam, be);
-  DataLoader train(c.data.dir, "train", job.T, c.model.vocab_size, c.training.seed, /*shuffle=*/true);
-  const std::vector<float> residual = resume_worker(job, adam);
-  if (K > 1) {  // a group's ranks start alike, whatever the file held for each of them: from the leader's state
-    job.group_comm->broadcast(adam.exp_avg(), arena * sizeof(float), 0);
-    job.group_comm->broadcast(adam.exp_avg_sq(), arena * sizeof(float), 0);
-    uint64_t steps = uint64_t(adam.step_count());
-    broadcast_values(group, &steps, 1, 0);
-    adam.set_step_count(int(steps));
-  }
-  // Only the leader reaches the center; the others of its group follow what it broadcasts.
-  std::unique_ptr<AsyncWorker> exchange;
-  if (leader) {
-    exchange = std::make_unique<AsyncWorker>(job.exchange->world().comm, job.shape, job.exchange->world().rank,
-                                             c.async.center_timeout);
-    if (!residual.empty()) exchange->feedback().set_residual(residual.data());
-  }
-  AsyncWorker* ex = exchange.get();
+ private:
+  // What the group does next: {what, first sample, samples, barrier kind}, decided by the leader.
+  struct Next {
+    GroupStep what = GroupStep::idle;
+    uint64_t first = 0, count = 0;
+    AsyncBarrier kind = AsyncBarrier::none;
+  };
+  Next decide();
+  // Joins the barrier's collective checkpoint; true when the loop ends with it (a stop, the finish, a join).
+  bool barrier(AsyncBarrier kind);
+  // Trains `count` samples from `first` as local steps; the leader then sends the delta, fetches and rebases.
+  void train_round(uint64_t first, uint64_t count);
+  void send_and_rebase(uint64_t first, int steps, double loss_sum, float lr);
 
+  AsyncJob& job_;
+  const RunConfig& c_;
+  const int rank_, K_;
+  const bool leader_;
+  const World& group_;
+  GPT& model_;
+  Backend& be_;
+  const size_t n_, arena_;
+  AdamW adam_;
+  size_t counted_bytes_ = 0;
+  DataLoader train_;
+  TokenBatch batch_;
+  std::unique_ptr<AsyncWorker> exchange_;  // the leader's: only the leader reaches the center
+  AsyncWorker* ex_ = nullptr;
+  std::unique_ptr<MetricsWriter> metrics_;
   // base: the published parameters as of the last fetch. origin: where this round starts, base plus this worker's
   // own newest delta while the center has not folded it in yet (it was sent just before the fetch), so a worker
   // never trains from parameters that lack its own last round. A group's other ranks hold origin on the device only.
-  std::vector<float> base(n), origin(n), x(n), delta(n);
-  AsyncWorker::Published p;
-  if (leader) {
-    p = ex->fetch(base.data());
-    if (p.dropped) dropped(job);
-    be.copy_to_device(model.params(), base.data(), n * sizeof(float));
-  }
-  uint64_t start[2] = {p.barrier_seq, p.tokens_applied};
-  broadcast_values(group, start, 2, 0);
-  if (K > 1) job.group_comm->broadcast(model.params(), n * sizeof(float), 0);
-  origin = base;
-  uint64_t acked = start[0];
-  std::unique_ptr<MetricsWriter> metrics;
-  if (leader)
-    metrics = std::make_unique<MetricsWriter>(async_metrics_path(c, rank), job.step_of(start[1] / uint64_t(job.T)));
-  TokenBatch batch(job.B, job.T);
-  const uint64_t step_samples = uint64_t(job.A) * job.B * K;  // one local step of the group
-  const uint64_t round_samples = uint64_t(job.H) * step_samples;
-  const bool slow = c.async.test_slow_worker == rank && c.async.test_slowdown > 1.0f;
-  bool reserving = true, stop_sent = false;
-  double train_seconds = 0.0, blocked_seconds = 0.0;
-  int64_t round = 0;
-  TrainResult result;
-  install_stop_signal_handlers();
-  const double sign_interval = std::min(1.0, double(c.async.worker_timeout) / 8);
-  double last_sign = now_seconds();
-
+  std::vector<float> base_, origin_, x_, delta_;
+  AsyncWorker::Published p_{};
+  uint64_t acked_ = 0;
+  const uint64_t step_samples_;  // one local step of the group
+  const bool slow_;
+  bool reserving_ = true, stop_sent_ = false;
+  double train_seconds_ = 0.0, blocked_seconds_ = 0.0, t_round_ = 0.0, blocked_before_ = 0.0;
+  int64_t round_ = 0;
+  const double sign_interval_;
+  double last_sign_ = 0.0;
   // Within a group: each local step's gradients are averaged over its ranks, in buckets launched while backward
   // still runs (as sync training does), before the AdamW update every rank takes alike.
-  std::vector<std::unique_ptr<PendingCollective>> pending;
-  std::function<void(int)> on_layer_done;
-  std::vector<GradientBucket> buckets;
-  if (K > 1) {
-    buckets = gradient_buckets(table, c.model.n_layer, arena, c.training.bucket_mb);
-    on_layer_done = [&](int stage) {
-      for (const GradientBucket& b : buckets)
+  std::vector<std::unique_ptr<PendingCollective>> pending_;
+  std::function<void(int)> on_layer_done_;
+  std::vector<GradientBucket> buckets_;
+  TrainResult result_;
+};
+
+OptimizerConfig inner_optimizer(const RunConfig& c) {  // sync's AdamW with async.inner_beta1
+  OptimizerConfig inner = c.optimizer;
+  inner.beta1 = c.async.inner_beta1;
+  return inner;
+}
+
+WorkerLoop::WorkerLoop(AsyncJob& job)
+    : job_(job),
+      c_(job.c),
+      rank_(job.world.rank),
+      K_(job.K),
+      leader_(job.leader()),
+      group_(job.group->world()),
+      model_(*job.model),
+      be_(*job.backend),
+      n_(model_.table().total_numel()),
+      arena_(model_.arena_numel()),
+      adam_(be_, model_.table(), inner_optimizer(job.c), 0, arena_),
+      train_(c_.data.dir, "train", job.T, c_.model.vocab_size, c_.training.seed, /*shuffle=*/true),
+      batch_(job.B, job.T),
+      base_(n_),
+      origin_(n_),
+      x_(n_),
+      delta_(n_),
+      step_samples_(uint64_t(job.A) * job.B * job.K),
+      slow_(c_.async.test_slow_worker == rank_ && c_.async.test_slowdown > 1.0f),
+      sign_interval_(std::min(1.0, double(c_.async.worker_timeout) / 8)) {
+  counted_bytes_ = log_model_memory(model_, adam_, be_);
+  const std::vector<float> residual = resume_worker(job, adam_);
+  if (K_ > 1) {  // a group's ranks start alike, whatever the file held for each of them: from the leader's state
+    job.group_comm->broadcast(adam_.exp_avg(), arena_ * sizeof(float), 0);
+    job.group_comm->broadcast(adam_.exp_avg_sq(), arena_ * sizeof(float), 0);
+    uint64_t steps = uint64_t(adam_.step_count());
+    broadcast_values(group_, &steps, 1, 0);
+    adam_.set_step_count(int(steps));
+  }
+  if (leader_) {
+    exchange_ = std::make_unique<AsyncWorker>(job.exchange->world().comm, job.shape, job.exchange->world().rank,
+                                              c_.async.center_timeout);
+    if (!residual.empty()) exchange_->feedback().set_residual(residual.data());
+    ex_ = exchange_.get();
+    p_ = ex_->fetch(base_.data());
+    if (p_.dropped) dropped(job);
+    be_.copy_to_device(model_.params(), base_.data(), n_ * sizeof(float));
+  }
+  uint64_t start[2] = {p_.barrier_seq, p_.tokens_applied};
+  broadcast_values(group_, start, 2, 0);
+  if (K_ > 1) job.group_comm->broadcast(model_.params(), n_ * sizeof(float), 0);
+  origin_ = base_;
+  acked_ = start[0];
+  if (leader_)
+    metrics_ = std::make_unique<MetricsWriter>(async_metrics_path(c_, rank_), job.step_of(start[1] / uint64_t(job.T)));
+  last_sign_ = now_seconds();
+  if (K_ > 1) {
+    buckets_ = gradient_buckets(model_.table(), c_.model.n_layer, arena_, c_.training.bucket_mb);
+    on_layer_done_ = [this](int stage) {
+      for (const GradientBucket& b : buckets_)
         if (b.stage == stage)
-          pending.push_back(job.group_comm->all_reduce_async(model.grads() + b.begin, b.end - b.begin, REDUCE_OP_AVG));
-      for (auto& q : pending) q->test();
+          pending_.push_back(
+              job_.group_comm->all_reduce_async(model_.grads() + b.begin, b.end - b.begin, REDUCE_OP_AVG));
+      for (auto& q : pending_) q->test();
     };
   }
+}
 
+WorkerLoop::Next WorkerLoop::decide() {
+  uint64_t next[4] = {uint64_t(GroupStep::idle), 0, 0, 0};
+  t_round_ = now_seconds();
+  blocked_before_ = 0.0;
+  if (leader_) {
+    if (p_.barrier_seq > acked_ && p_.barrier_kind != AsyncBarrier::none) {
+      acked_ = p_.barrier_seq;
+      ex_->ack_barrier(acked_);
+      // The center lets the barrier go once every worker still in the job has reached it: its members are final.
+      while (p_.barrier_go < acked_) {
+        usleep(1000);
+        p_ = ex_->fetch(base_.data());
+        if (p_.dropped) dropped(job_);
+      }
+      next[0] = uint64_t(GroupStep::barrier);
+      next[3] = uint64_t(p_.barrier_kind);
+    } else {
+      if (stop_signal_received() != 0 && !stop_sent_) {
+        ex_->request_stop();
+        stop_sent_ = true;
+      }
+      if (!reserving_) {  // every sample is handed out: wait for the center's finish (not counted as blocked)
+        usleep(1000);
+        p_ = ex_->fetch(base_.data());
+        if (p_.dropped) dropped(job_);
+      } else {
+        blocked_before_ = ex_->blocked_seconds();
+        const uint64_t round_samples = uint64_t(job_.H) * step_samples_;
+        const AsyncWorker::Reservation r = ex_->reserve(round_samples, step_samples_, job_.target_samples);
+        if (r.count == 0)
+          reserving_ = false;
+        else
+          next[0] = uint64_t(GroupStep::train), next[1] = r.first, next[2] = r.count;
+      }
+    }
+  }
+  if (K_ > 1) broadcast_values(group_, next, 4, 0);
+  return Next{GroupStep(next[0]), next[1], next[2], AsyncBarrier(next[3])};
+}
+
+bool WorkerLoop::barrier(AsyncBarrier kind) {
+  // The members (the center and the live groups' ranks) from the leader's roster, to every rank of the group.
+  std::vector<uint64_t> roster(size_t(job_.workers) + 1, 0);
+  if (leader_)
+    for (int m : ex_->members()) roster[size_t(m)] = 1;
+  if (K_ > 1) broadcast_values(group_, roster.data(), int(roster.size()), 0);
+  std::vector<int> members;
+  for (size_t m = 0; m < roster.size(); ++m)
+    if (roster[m] != 0) members.push_back(int(m));
+  if (K_ > 1) require_same_replicas(job_, model_.params(), n_);
+  if (!leader_) be_.copy_to_host(base_.data(), std::as_const(model_).params(), n_ * sizeof(float));
+  uint64_t counters[3] = {0, 0, 0};
+  const World& members_world = job_.members_world(job_.world_ranks(members));
+  result_.last_checkpoint = save_async(job_, members_world, base_.data(), nullptr, &adam_, ex_, counters);
+  result_.step = job_.step_of(counters[2]);
+  if (members.size() < size_t(job_.workers) + 1) leave_job();  // MPI_Finalize would wait for the dropped
+  if (kind == AsyncBarrier::join) {
+    job_.joined = accept_joiners_as_member(members_world, c_.dist.timeout);
+    return job_.joined.has_value();
+  }
+  if (kind == AsyncBarrier::checkpoint) return false;
+  result_.stopped_early = kind == AsyncBarrier::stop && counters[2] < job_.target_samples;
+  return true;
+}
+
+void WorkerLoop::train_round(uint64_t first, uint64_t count) {
+  const int steps = int(count / step_samples_);
+  double loss_sum = 0.0;
+  float lr = 0.0f;
+  for (int i = 0; i < steps; ++i) {
+    const double t_step = now_seconds();
+    const uint64_t at = first + uint64_t(i) * step_samples_;
+    // Rank m of the group takes micro-batch samples at + m B, then every K B further, as sync ranks do.
+    double loss = accumulate_gradients(model_, train_, batch_, job_.A, at + uint64_t(group_.rank) * job_.B,
+                                       uint64_t(K_) * job_.B, on_layer_done_);
+    if (K_ > 1) {
+      for (auto& q : pending_) q->wait();
+      pending_.clear();
+      job_.group_comm->all_reduce(&loss, 1, REDUCE_OP_AVG);
+    }
+    require_finite_loss(loss, job_.step_of(at), rank_,
+                        "lower optimizer.lr or async.outer_lr, then resume from the last checkpoint");
+    const float norm = float(std::sqrt(be_.sum_squares(model_.grads(), arena_)));
+    lr = apply_update(adam_, model_.params(), model_.grads(), norm, c_, job_.step_of(at));
+    be_.synchronize();
+    if (round_ == 0 && i == 0) log_measured_memory(be_, counted_bytes_, job_.gpu_shared);
+    loss_sum += loss;
+    if (slow_) usleep(useconds_t((c_.async.test_slowdown - 1.0f) * (now_seconds() - t_step) * 1e6));
+    // A sign of life between fetches, at most a few per worker_timeout (each is a round trip to the center).
+    if (leader_ && i + 1 < steps && now_seconds() - last_sign_ >= sign_interval_) {
+      ex_->heartbeat();
+      last_sign_ = now_seconds();
+    }
+  }
+  ++round_;
+  result_.last_loss = loss_sum / steps;
+  result_.step = job_.step_of(first) + 1;
+  if (leader_)
+    send_and_rebase(first, steps, loss_sum, lr);
+  else  // the leader sends, fetches and rebases; the group starts the next round from its origin
+    job_.group_comm->broadcast(model_.params(), n_ * sizeof(float), 0);
+}
+
+void WorkerLoop::send_and_rebase(uint64_t first, int steps, double loss_sum, float lr) {
+  be_.copy_to_host(x_.data(), std::as_const(model_).params(), n_ * sizeof(float));
+  float* delta = delta_.data();
+  const float *x = x_.data(), *origin = origin_.data();
+  const size_t n = n_;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) delta[i] = x[i] - origin[i];
+  const uint64_t tokens = uint64_t(steps) * step_samples_ * job_.T;
+  const uint64_t put_before = ex_->bytes_put(), got_before = ex_->bytes_got();
+  // What the center applies at once of this delta (before momentum and any staleness discount).
+  const float own_weight = c_.async.outer_lr * outer_weight(tokens, 0, job_.workers, job_.round_tokens());
+  ex_->send(delta_.data(), p_.version, tokens, loss_sum / steps, own_weight);
+  const uint64_t put_bytes = ex_->bytes_put() - put_before;
+  p_ = ex_->fetch(base_.data());
+  last_sign_ = now_seconds();
+  if (p_.dropped) dropped(job_);
+  origin_ = base_;
+  ex_->add_pending(origin_.data());
+  be_.copy_to_device(model_.params(), origin_.data(), n_ * sizeof(float));
+  if (K_ > 1) job_.group_comm->broadcast(model_.params(), n_ * sizeof(float), 0);
+  const double round_seconds = now_seconds() - t_round_, blocked = ex_->blocked_seconds() - blocked_before_;
+  train_seconds_ += round_seconds;
+  blocked_seconds_ += blocked;
+  metrics_->write({{"step", job_.step_of(first + uint64_t(steps) * step_samples_)},
+                   {"round", round_},
+                   {"local_steps", steps},
+                   {"optimizer_step", adam_.step_count()},
+                   {"loss", loss_sum / steps},
+                   {"lr", lr},
+                   {"tokens", tokens},
+                   {"bytes_put", put_bytes},
+                   {"bytes_got", ex_->bytes_got() - got_before},
+                   {"fp32_delta_bytes", n_ * sizeof(float)},
+                   {"blocked_ms", 1e3 * blocked},
+                   {"round_ms", 1e3 * round_seconds},
+                   {"blocked_fraction", blocked_seconds_ / std::max(train_seconds_, 1e-9)},
+                   {"staleness", p_.staleness},
+                   {"version", p_.version},
+                   {"behind", p_.newest - p_.version},
+                   {"downloaded", p_.downloaded},
+                   {"pending", ex_->pending()},
+                   {"full_fetch", p_.full}});
+}
+
+TrainResult WorkerLoop::run() {
+  install_stop_signal_handlers();
+  for (;;) {
+    const Next next = decide();
+    if (next.what == GroupStep::barrier && barrier(next.kind)) break;
+    if (next.what == GroupStep::train) train_round(next.first, next.count);
+  }
+  if (ex_ && !ex_->intact()) leave_job();  // MPI_Finalize would wait for the dropped workers
+  return result_;
+}
+
+}  // namespace
+
+TrainResult run_worker(AsyncJob& job) {
   // A failure of a worker (its center lost, its loss diverged) or inside a group (a rank of it lost, its
   // collectives timed out) ends that worker only: its ranks leave without MPI_Abort, which would take the job down
   // (and can itself hang when the link is cut). Under a launcher that ends the job on a non-zero exit, as mpirun
   // does by default, that still ends it; otherwise the center drops the worker as it drops any silent one.
+  WorkerLoop loop(job);  // set-up: a failure there still ends the whole job
   try {
-    for (;;) {
-      // The leader decides the group's next step: {what, first sample, samples, barrier kind}.
-      uint64_t next[4] = {uint64_t(GroupStep::idle), 0, 0, 0};
-      double t_round = now_seconds(), blocked_before = 0.0;
-      if (leader) {
-        if (p.barrier_seq > acked && p.barrier_kind != AsyncBarrier::none) {
-          acked = p.barrier_seq;
-          ex->ack_barrier(acked);
-          // The center lets the barrier go once every worker still in the job has reached it: its members are final.
-          while (p.barrier_go < acked) {
-            usleep(1000);
-            p = ex->fetch(base.data());
-            if (p.dropped) dropped(job);
-          }
-          next[0] = uint64_t(GroupStep::barrier);
-          next[3] = uint64_t(p.barrier_kind);
-        } else {
-          if (stop_signal_received() != 0 && !stop_sent) {
-            ex->request_stop();
-            stop_sent = true;
-          }
-          if (!reserving) {  // every sample is handed out: wait for the center's finish (not counted as blocked)
-            usleep(1000);
-            p = ex->fetch(base.data());
-            if (p.dropped) dropped(job);
-          } else {
-            t_round = now_seconds();
-            blocked_before = ex->blocked_seconds();
-            const AsyncWorker::Reservation r = ex->reserve(round_samples, step_samples, job.target_samples);
-            if (r.count == 0)
-              reserving = false;
-            else
-              next[0] = uint64_t(GroupStep::train), next[1] = r.first, next[2] = r.count;
-          }
-        }
-      }
-      if (K > 1) broadcast_values(group, next, 4, 0);
-
-      if (GroupStep(next[0]) == GroupStep::idle) continue;
-      if (GroupStep(next[0]) == GroupStep::barrier) {
-        const AsyncBarrier kind = AsyncBarrier(next[3]);
-        // The members (the center and the live groups' ranks) from the leader's roster, to every rank of the group.
-        std::vector<uint64_t> roster(size_t(job.workers) + 1, 0);
-        if (leader)
-          for (int m : ex->members()) roster[size_t(m)] = 1;
-        if (K > 1) broadcast_values(group, roster.data(), int(roster.size()), 0);
-        std::vector<int> members;
-        for (size_t m = 0; m < roster.size(); ++m)
-          if (roster[m] != 0) members.push_back(int(m));
-        if (K > 1) require_same_replicas(job, model.params(), n);
-        if (!leader) be.copy_to_host(base.data(), std::as_const(model).params(), n * sizeof(float));
-        uint64_t counters[3] = {0, 0, 0};
-        result.last_checkpoint =
-            save_async(job, job.members_world(job.world_ranks(members)), base.data(), nullptr, &adam, ex, counters);
-        result.step = job.step_of(counters[2]);
-        if (members.size() < size_t(job.workers) + 1) leave_job();  // MPI_Finalize would wait for the dropped
-        if (kind != AsyncBarrier::checkpoint) {
-          result.stopped_early = kind == AsyncBarrier::stop && counters[2] < job.target_samples;
-          break;
-        }
-        continue;
-      }
-
-      const uint64_t first = next[1];
-      const int steps = int(next[2] / step_samples);
-      double loss_sum = 0.0;
-      float lr = 0.0f;
-      for (int i = 0; i < steps; ++i) {
-        const double t_step = now_seconds();
-        const uint64_t at = first + uint64_t(i) * step_samples;
-        // Rank m of the group takes micro-batch samples at + m B, then every K B further, as sync ranks do.
-        double loss = accumulate_gradients(model, train, batch, job.A, at + uint64_t(member) * job.B,
-                                           uint64_t(K) * job.B, on_layer_done);
-        if (K > 1) {
-          for (auto& q : pending) q->wait();
-          pending.clear();
-          job.group_comm->all_reduce(&loss, 1, REDUCE_OP_AVG);
-        }
-        require_finite_loss(loss, job.step_of(at), rank,
-                            "lower optimizer.lr or async.outer_lr, then resume from the last checkpoint");
-        const float norm = float(std::sqrt(be.sum_squares(model.grads(), arena)));
-        lr = apply_update(adam, model.params(), model.grads(), norm, c, job.step_of(at));
-        be.synchronize();
-        if (round == 0 && i == 0) log_measured_memory(be, counted_bytes, job.gpu_shared);
-        loss_sum += loss;
-        if (slow) usleep(useconds_t((c.async.test_slowdown - 1.0f) * (now_seconds() - t_step) * 1e6));
-        // A sign of life between fetches, at most a few per worker_timeout (each is a round trip to the center).
-        if (leader && i + 1 < steps && now_seconds() - last_sign >= sign_interval) {
-          ex->heartbeat();
-          last_sign = now_seconds();
-        }
-      }
-      ++round;
-      result.last_loss = loss_sum / steps;
-      result.step = job.step_of(first) + 1;
-      if (!leader) {  // the leader sends, fetches and rebases; the group starts the next round from its origin
-        job.group_comm->broadcast(model.params(), n * sizeof(float), 0);
-        continue;
-      }
-      be.copy_to_host(x.data(), std::as_const(model).params(), n * sizeof(float));
-#pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < n; ++i) delta[i] = x[i] - origin[i];
-      const uint64_t tokens = uint64_t(steps) * step_samples * job.T;
-      const uint64_t put_before = ex->bytes_put(), got_before = ex->bytes_got();
-      // What the center applies at once of this delta (before momentum and any staleness discount).
-      const float own_weight = c.async.outer_lr * outer_weight(tokens, 0, job.workers, job.round_tokens());
-      ex->send(delta.data(), p.version, tokens, loss_sum / steps, own_weight);
-      const uint64_t put_bytes = ex->bytes_put() - put_before;
-      p = ex->fetch(base.data());
-      last_sign = now_seconds();
-      if (p.dropped) dropped(job);
-      origin = base;
-      ex->add_pending(origin.data());
-      be.copy_to_device(model.params(), origin.data(), n * sizeof(float));
-      if (K > 1) job.group_comm->broadcast(model.params(), n * sizeof(float), 0);
-      const double round_seconds = now_seconds() - t_round, blocked = ex->blocked_seconds() - blocked_before;
-      train_seconds += round_seconds;
-      blocked_seconds += blocked;
-      metrics->write({{"step", job.step_of(first + uint64_t(steps) * step_samples)},
-                      {"round", round},
-                      {"local_steps", steps},
-                      {"optimizer_step", adam.step_count()},
-                      {"loss", loss_sum / steps},
-                      {"lr", lr},
-                      {"tokens", tokens},
-                      {"bytes_put", put_bytes},
-                      {"bytes_got", ex->bytes_got() - got_before},
-                      {"fp32_delta_bytes", n * sizeof(float)},
-                      {"blocked_ms", 1e3 * blocked},
-                      {"round_ms", 1e3 * round_seconds},
-                      {"blocked_fraction", blocked_seconds / std::max(train_seconds, 1e-9)},
-                      {"staleness", p.staleness},
-                      {"version", p.version},
-                      {"behind", p.newest - p.version},
-                      {"downloaded", p.downloaded},
-                      {"pending", ex->pending()},
-                      {"full_fetch", p.full}});
-    }
+    return loop.run();
   } catch (const Error&) {
     leave_job();
     throw;
   }
-  if (ex && !ex->intact()) leave_job();  // MPI_Finalize would wait for the dropped workers
-  return result;
 }
 
 }  // namespace ember

@@ -61,6 +61,9 @@ struct AsyncConfig {
   // Ranks per worker: a worker is a group of this many ranks (a box of GPUs) that trains with the sync path among
   // them, and whose first rank alone exchanges with the center: sync inside a box, async between boxes.
   int ranks_per_worker = 1;
+  // This start joins the async job already running in run.dir (same config) as one more worker of its ranks, rather
+  // than starting a job: the job takes it in at its next barrier, after a checkpoint it then starts from.
+  bool join = false;
   bool error_feedback = true;  // test-only switch: false drops what the 1-bit compression lost, both ways
   int test_slow_worker = 0;    // test-only: this worker rank (>= 1) trains test_slowdown times slower
   float test_slowdown = 1.0f;

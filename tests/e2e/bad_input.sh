@@ -45,6 +45,10 @@ printf '[model]\nn_layer = 2\nwidth = 7\n' > bad.ini
 bad_case unknown_key_in_file 1 "width" -- "$EMBER" train --config bad.ini
 bad_case negative_lr 1 "optimizer.lr" -- "${train[@]}" --optimizer.lr=-0.001 --resume auto
 bad_case zero_worker_timeout 1 "async.worker_timeout" -- "${train[@]}" --async.worker_timeout=0 --resume auto
+bad_case join_in_sync_mode 1 "async.join = true applies to training.mode = async only" -- "${train[@]}" \
+  --async.join=true --resume auto
+bad_case join_no_job 1 "async.join: no async job runs in run.dir" -- "${train[@]}" --training.mode=async \
+  --async.join=true --run.dir=no_such_run
 bad_case negative_dist_timeout 1 "dist.timeout" -- "${train[@]}" --dist.timeout=-1 --resume auto
 bad_case wrong_type 1 "batch_size" -- "${train[@]}" --training.batch_size=lots
 

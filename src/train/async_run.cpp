@@ -235,14 +235,12 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     limits.on_start = nullptr;  // the job's rank 0 keeps the run state
   }
   std::unique_ptr<JoinDesk> desk;  // the center's, made once the run has started (run_center)
-  const double start = now_seconds();
-  int64_t first_step = -1;
-  if (limits.on_start) {
-    limits.on_start = [on_start = limits.on_start, &first_step](int64_t step) {
-      if (first_step < 0) first_step = step;
-      on_start(step);
-    };
-  }
+  const double start = now_seconds(), max_runtime = limits.max_runtime;
+  int64_t first_step = -1;  // where the current pass started
+  limits.on_start = [on_start = limits.on_start, &first_step](int64_t step) {
+    first_step = step;
+    if (on_start) on_start(step);
+  };
   for (;;) {
     if (current) ini = broadcast_string(*current, ini, 0);  // the job's config text, which every checkpoint records
     std::optional<World> next;
@@ -252,10 +250,12 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     // Every rank, the ones taken in last, starts again from the join barrier's checkpoint; the limits of this
     // invocation go on counting from its start.
     c.checkpoint.resume = r.last_checkpoint;
-    if (limits.max_runtime > 0) limits.max_runtime = std::max(1.0, limits.max_runtime - (now_seconds() - start));
+    if (max_runtime > 0) limits.max_runtime = std::max(1.0, max_runtime - (now_seconds() - start));
     if (limits.stop_after > 0 && first_step >= 0)
       limits.stop_after = int(std::max<int64_t>(1, limits.stop_after - (r.step - first_step)));
-    first_step = r.step;
+    // The run folder's start is collective over the first launch's ranks, some of which may be gone by now (a
+    // dropped worker); the run state says "running" since the first pass.
+    limits.on_start = [&first_step](int64_t step) { first_step = step; };
   }
 }
 

@@ -14,7 +14,9 @@ train=("$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --eval.ev
 # lr 1e-30 moves no weight of F by a representable amount: the step-1 checkpoint must hold F's weights bitwise.
 frozen=(--optimizer.lr=1e-30 --optimizer.min_lr=0)
 
-"$EMBER" train --help | grep -q -- "--checkpoint.init_from" || fail "ember train --help does not list init_from"
+# Through a file: with pipefail, `| grep -q` fails whenever grep quits before ember has written all of the help.
+"$EMBER" train --help >train_help.txt
+grep -q -- "--checkpoint.init_from" train_help.txt || fail "ember train --help does not list init_from"
 
 # F: 30 steps from random weights.
 "${train[@]}" --run.dir=base --training.steps=30 >base.log 2>&1 || { cat base.log >&2; fail "training F"; }

@@ -96,7 +96,7 @@ AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* gl
       version_(version),
       tokens_applied_(tokens_applied),
       barrier_acks_(size_t(shape.workers), 0),
-      applied_in_(size_t(shape.workers), 0),
+      applied_in_(size_t(shape.workers)),
       roster_(size_t(shape.workers), 0),
       heartbeats_(size_t(shape.workers), 0),
       reserved_(size_t(shape.workers), 0),
@@ -160,10 +160,13 @@ std::vector<AsyncMessage> AsyncCenter::take() {
     m.base_version = s->base_version;
     m.tokens = s->tokens;
     std::memcpy(&m.loss, &s->loss_bits, sizeof(m.loss));
-    // The worker rebased onto base_version and, when its previous message was not in that version yet, added that
-    // message itself: the version that applied it later is no news to the worker and does not count as staleness.
-    const uint64_t own = applied_in_[size_t(w)] > s->base_version ? 1 : 0;
-    m.staleness = version_ >= s->base_version + own ? version_ - s->base_version - own : 0;
+    // The worker rebased onto base_version and added its messages not in that version yet itself (one or several:
+    // the center may take a message and apply it later): the versions that applied them later are no news to the
+    // worker and do not count as staleness. Bases only grow, so older versions are of no further use.
+    std::deque<uint64_t>& own = applied_in_[size_t(w)];
+    while (!own.empty() && own.front() <= s->base_version) own.pop_front();
+    const uint64_t since = version_ >= s->base_version ? version_ - s->base_version : 0;
+    m.staleness = since - std::min<uint64_t>(since, own.size());
     m.bytes.assign(base_ + layout_.slot_message(w), base_ + layout_.slot_message(w) + layout_.packed);
     s->staleness = m.staleness;
     fence();  // the copy is done before the worker may write the slot again
@@ -237,7 +240,8 @@ uint64_t AsyncCenter::publish(uint64_t tokens, const std::vector<AsyncMessage>& 
   h->tokens_applied += tokens;
   for (const AsyncMessage& m : included) {
     applied_seq_[size_t(m.worker)] = m.seq;
-    applied_in_[size_t(m.worker)] = next;
+    std::deque<uint64_t>& own = applied_in_[size_t(m.worker)];
+    if (own.empty() || own.back() != next) own.push_back(next);
   }
   version_ = next;
   tokens_applied_ = h->tokens_applied;

@@ -104,8 +104,8 @@ struct AsyncMessage {
   uint64_t seq = 0;
   uint64_t base_version = 0;
   uint64_t tokens = 0;
-  uint64_t staleness = 0;  // versions published since its base by other workers' messages (a worker whose own
-                           // previous message was applied after its base has folded that one in itself)
+  uint64_t staleness = 0;  // versions published since its base, less those that applied this worker's earlier
+                           // messages (the worker added those to its base itself)
   double loss = 0.0;       // the worker's mean training loss behind the delta
   std::vector<uint8_t> bytes;
 };
@@ -197,8 +197,9 @@ class AsyncCenter {
   uint64_t barrier_seq_ = 0;
   AsyncBarrier barrier_kind_ = AsyncBarrier::none;
   std::vector<uint64_t> barrier_acks_;
-  std::vector<uint64_t> applied_in_;  // per worker: the version that applied its last message (0: none yet)
-  std::vector<uint64_t> roster_;      // per worker, as in the window
+  // Per worker: the versions that applied its messages, newer than the base of its last message taken.
+  std::vector<std::deque<uint64_t>> applied_in_;
+  std::vector<uint64_t> roster_;  // per worker, as in the window
   std::vector<uint64_t> heartbeats_, reserved_, tokens_taken_;
   bool stop_requested_ = false;
   uint64_t bytes_taken_ = 0, messages_taken_ = 0, downloads_written_ = 0;

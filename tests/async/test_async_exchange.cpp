@@ -289,9 +289,10 @@ TEST(AsyncExchange, ADownloadIsOneMessageHoweverManyVersionsWereMissed) {
   }
 }
 
-// Staleness counts the versions a worker has not seen, less its own previous message when that was applied after the
-// worker's base: the worker rebased onto its base and added that message itself. Worker rank 1 sends four messages
-// with chosen base versions; the other workers only join the closing barrier.
+// Staleness counts the versions a worker has not seen, less those that applied its own messages after the worker's
+// base: the worker rebased onto its base and added those messages itself, however many were pending (a center that
+// holds messages through a barrier applies several later). Worker rank 1 sends eight messages with chosen base
+// versions; the other workers only join the closing barrier.
 TEST(AsyncExchange, StalenessLeavesOutTheWorkersOwnMessage) {
   if (test::world_size() < 2) GTEST_SKIP() << "needs a center and at least one worker (np >= 2)";
   const AsyncShape s = shape();
@@ -312,16 +313,17 @@ TEST(AsyncExchange, StalenessLeavesOutTheWorkersOwnMessage) {
       MPI_Send(&one, 1, MPI_INT, 1, kGo, MPI_COMM_WORLD);
     };
     // Expected staleness of each message: base 0 at version 0; base 0 at version 2, of which version 1 was its own;
-    // base 2 at version 3, its own; base 4 (its own included) at version 5, another worker's.
-    const uint64_t expected[4] = {0, 1, 0, 1};
-    for (int k = 0; k < 4; ++k) {
+    // base 2 at version 3, its own; base 4 (its own included) at version 5, another worker's; base 6 at versions
+    // 6, 7 and 8, of which 7 and 8 were its own; base 6 at version 10, of which 7, 8 and 9 were its own.
+    const uint64_t expected[8] = {0, 1, 0, 1, 0, 0, 0, 1};
+    for (int k = 0; k < 8; ++k) {
       std::vector<AsyncMessage> m = take_one();
       ASSERT_EQ(m.size(), 1u);
       EXPECT_EQ(m[0].worker, 0);
       EXPECT_EQ(m[0].staleness, expected[k])
           << "message " << k + 1 << " with base version " << m[0].base_version << " at version " << center.version();
-      center.publish(1, m);                     // applies the message
-      if (k == 0 || k == 2) center.publish(1);  // another worker's version
+      center.publish(1, m);                               // applies the message
+      if (k == 0 || k == 2 || k == 6) center.publish(1);  // another worker's version
       go();
     }
     center.request_barrier(AsyncBarrier::finish);
@@ -335,7 +337,7 @@ TEST(AsyncExchange, StalenessLeavesOutTheWorkersOwnMessage) {
     AsyncWorker::Published p = worker.fetch(base.data());
     if (rank() == 1) {
       const std::vector<float> d = make_delta(rank(), 0);
-      const uint64_t bases[4] = {0, 0, 2, 4};
+      const uint64_t bases[8] = {0, 0, 2, 4, 6, 6, 6, 6};
       for (uint64_t b : bases) {
         worker.send(d.data(), b, 1);
         int one = 0;

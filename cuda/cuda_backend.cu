@@ -51,6 +51,8 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
+void CudaBackend::bind_thread() { EMBER_CUDA_CHECK(cudaSetDevice(device_)); }
+
 std::string CudaBackend::name() const { return "cuda:" + std::to_string(device_) + " (" + device_name_ + ")"; }
 
 void* CudaBackend::alloc(size_t bytes) {

@@ -39,6 +39,7 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* ptr, size_t bytes) override;
   void synchronize() override;
+  void bind_thread() override;
   bool device_memory(size_t* used, size_t* total) const override;
   void set_deterministic(bool on) override;
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,7 +17,7 @@
 #include "core/timer.h"
 #include "train/async_job.h"
 #include "train/async_join.h"
-#include "train/evaluate.h"
+#include "train/background_eval.h"
 #include "train/metrics.h"
 #include "train/outer_optimizer.h"
 #include "train/progress.h"
@@ -86,7 +87,7 @@ class WorkerWatch {
     }
   }
 
-  // The center was busy elsewhere (evaluating, saving) since `since`: the workers could not reach it meanwhile, so
+  // The center was busy elsewhere (saving) since `since`: the workers could not reach it meanwhile, so
   // that time counts for none of them.
   void excuse(double since) {
     const double away = now_seconds() - since;
@@ -154,14 +155,12 @@ TrainResult run_center(AsyncJob& job) {
   JoinDesk* desk = job.desk ? job.desk->get() : nullptr;
   WorkerWatch watch(job, center);
 
-  // The center evaluates alone, on the global parameters.
-  Evaluator evaluator(c);
-  auto evaluate = [&] {
-    be.copy_to_device(model.params(), global.data(), n * sizeof(float));
-    return evaluator.loss_sum(model, 0, 1) / evaluator.batches();
-  };
-  auto log_val = [&](int64_t step, double t0) {
-    log_info("step %lld | val loss %.4f | %.0f ms", (long long)step, result.last_val_loss, 1e3 * (now_seconds() - t0));
+  // The center evaluates alone, on a snapshot of the global parameters, in the background: it goes on serving.
+  BackgroundEval eval(c, model, be);
+  auto record_val = [&](const BackgroundEval::Result& r, MetricsWriter& metrics) {
+    result.last_val_loss = r.loss;
+    metrics.write({{"step", r.step}, {"elapsed_s", r.elapsed_s}, {"tokens_seen", r.tokens_seen}, {"val_loss", r.loss}});
+    log_info("step %lld | val loss %.4f | %.0f ms", (long long)r.step, r.loss, r.ms);
   };
 
   const int64_t first_step = job.step_of(samples);
@@ -252,15 +251,10 @@ TrainResult run_center(AsyncJob& job) {
       max_staleness = 0;
       next_log = next_multiple(step, c.run.log_every);
     }
-    if (step >= next_eval && applied < job.target_samples) {
-      const double t0 = now_seconds();
-      result.last_val_loss = evaluate();
-      watch.excuse(t0);
-      metrics.write({{"step", step},
-                     {"elapsed_s", now_seconds() - start},
-                     {"tokens_seen", center.tokens_applied()},
-                     {"val_loss", result.last_val_loss}});
-      log_val(step, t0);
+    // One evaluation at a time: one that falls due while another runs starts when that one has ended.
+    if (std::optional<BackgroundEval::Result> r = eval.poll()) record_val(*r, metrics);
+    if (step >= next_eval && applied < job.target_samples && !eval.running()) {
+      eval.start(global.data(), n, step, center.tokens_applied(), now_seconds() - start);
       next_eval = next_multiple(step, c.eval.every);
     }
     if (!center.barrier_pending()) {
@@ -299,19 +293,15 @@ TrainResult run_center(AsyncJob& job) {
     if (!took) usleep(200);
   }
   result.step = job.step_of(center.tokens_applied() / uint64_t(job.T) + watch.skipped());
+  if (std::optional<BackgroundEval::Result> r = eval.wait()) record_val(*r, metrics);
   if (center.live_workers() < job.workers) leave_job();  // MPI_Finalize would wait for the dropped workers
   if (job.joined) {
     log_info("async center: %d worker(s) and the ranks taken in start again from %s", center.live_workers(),
              result.last_checkpoint.c_str());
     return result;
   }
-  const double t0 = now_seconds();
-  result.last_val_loss = evaluate();
-  metrics.write({{"step", result.step},
-                 {"elapsed_s", now_seconds() - start},
-                 {"tokens_seen", center.tokens_applied()},
-                 {"val_loss", result.last_val_loss}});
-  log_val(result.step, t0);
+  eval.start(global.data(), n, result.step, center.tokens_applied(), now_seconds() - start);
+  record_val(*eval.wait(), metrics);
   const double minutes = (now_seconds() - start) / 60.0;
   log_info("center: %llu versions in %.1f min (%.0f/min), %llu deltas, %.1fx fewer bytes than fp32 deltas",
            (unsigned long long)(version - first_version), minutes, double(version - first_version) / minutes,

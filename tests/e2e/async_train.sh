@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Async mode end to end (training.mode = async): a center and 2 workers train, checkpoint and finish; the checkpoint
 # is read unchanged by inspect, eval (same loss as the center's final validation) and generate; metrics show the
-# 1-bit traffic; a restart with more or fewer workers resumes with a notice; each one-sided component (default,
-# osc/pt2pt, osc/ucx over TCP) runs a job; SIGUSR1 to a worker stops the job with exit 3 after a checkpoint; a killed
-# worker ends the job and the survivors resume; a center that stops serving and a job without workers give errors.
+# 1-bit traffic; the center evaluates in the background; a restart with more or fewer workers resumes with a notice;
+# each one-sided component (default, osc/pt2pt, osc/ucx over TCP) runs a job; SIGUSR1 to a worker stops the job with
+# exit 3 after a checkpoint; a killed worker ends the job and the survivors resume; a center that stops serving and a
+# job without workers give errors.
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 UCX_TLS=tcp,self
 
@@ -66,6 +67,19 @@ pub = [x for x in center if "version" in x]
 assert pub and pub[-1]["bytes_ratio"] >= 30 and pub[-1]["versions_per_min"] > 0, pub[-1]
 assert any("val_loss" in x for x in center)
 print(f"ok: center: {pub[-1]['version']} versions, bytes ratio {pub[-1]['bytes_ratio']:.1f}")
+EOF
+
+# 1a. The center evaluates a snapshot in the background and goes on folding deltas in meanwhile (evaluating in its
+# loop held every worker's exchange): at least one evaluation records its loss after a version of a later
+# step (one falls due every 2 steps and starts once the one before has ended). An evaluation in the loop never can.
+train 3 ev.log --run.dir=ev --training.steps=60 --eval.every=2 --eval.batches=64 || { cat ev.log >&2; fail "eval run"; }
+"$PYTHON" - ev/metrics.jsonl <<'EOF' || fail "the center does not fold deltas in while it evaluates"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+vals = [(i, r["step"]) for i, r in enumerate(recs) if "val_loss" in r]
+overlapped = sum(any("version" in r and r["step"] > s for r in recs[:i]) for i, s in vals)
+print(f"ok: {overlapped} of {len(vals)} evaluations overlapped newer versions")
+sys.exit(0 if len(vals) >= 3 and overlapped >= 1 else 1)
 EOF
 
 # 1b. The workers' AdamW takes async.inner_beta1. One worker with fp32 messages, outer lr 1 and no outer momentum takes

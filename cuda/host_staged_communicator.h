@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace ember {
 

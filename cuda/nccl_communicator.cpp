@@ -1,6 +1,6 @@
 // The Communicator over NCCL (implementation): collectives on device buffers run on one high-priority stream that
 // first waits for the backend's stream; host buffers go over MPI. AVG is NCCL's own ncclAvg. Every wait polls
-// (dist/collective_wait.h): an asynchronous NCCL error aborts the communicator and throws instead of hanging.
+// (parallel/collective_wait.h): an asynchronous NCCL error aborts the communicator and throws instead of hanging.
 #include "nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -15,7 +15,7 @@
 #include "cuda_backend.h"
 #include "cuda_check.h"
 #include "cuda_memory.h"
-#include "dist/collective_wait.h"
+#include "parallel/collective_wait.h"
 
 namespace ember {
 namespace {
@@ -57,7 +57,7 @@ struct NcclShared {
   std::shared_ptr<const CollectiveWatch> watch;  // the communicator's dist.timeout and context
 
   // Waits for `done` by polling, aborting the communicator on an asynchronous error or at dist.timeout
-  // (dist/collective_wait.h).
+  // (parallel/collective_wait.h).
   void wait(const std::function<bool()>& done, const std::string& what) {
     wait_or_abort(health, {done, [this] { return async_error(comm); }, [this] { ncclCommAbort(comm); }}, what,
                   watch ? *watch : CollectiveWatch{});

@@ -9,7 +9,7 @@
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "train/memory_estimate.h"
 
 namespace po = boost::program_options;

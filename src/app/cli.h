@@ -13,8 +13,8 @@
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
 #include "data/tokenizer.h"
-#include "dist/device_select.h"
 #include "model/gpt.h"
+#include "parallel/device_select.h"
 
 namespace ember {
 
@@ -39,7 +39,7 @@ DeviceRequest parse_device_option(const std::string& value);
 // The --precision value of generate and serve (fp32 or bf16); any other text is an ember::Error naming it.
 MatmulPrecision parse_precision_option(const std::string& value);
 
-// The backend for a --device request, chosen as training.device is (dist/device_select.h) and named "--device" in
+// The backend for a --device request, chosen as training.device is (parallel/device_select.h) and named "--device" in
 // its log line and errors. From here on info lines go to stderr: stdout is the command's product.
 std::unique_ptr<Backend> backend_for_device(DeviceRequest device);
 

@@ -7,8 +7,8 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "core/error.h"
-#include "dist/host_collectives.h"
 #include "infer/hf_format.h"
+#include "parallel/host_collectives.h"
 #include "train/run_checkpoint.h"
 #include "train/run_tokenizer.h"
 

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -13,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/run_threads.h"
 #include "data/bpe_files.h"
 #include "data/bpe_trainer.h"
 #include "data/text_files.h"
@@ -37,34 +37,24 @@ struct CorpusStats {
 // Reads `files` on `threads` workers, each taking the next unread file, and adds each text file as one document.
 CorpusStats add_corpus(BpeTrainer& trainer, const std::vector<std::string>& files, int threads) {
   std::atomic<size_t> next{0}, documents{0}, bytes{0}, skipped{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto work = [&] {
-    try {
-      for (size_t i; (i = next.fetch_add(1)) < files.size();) {
-        const std::optional<std::string> text = read_text_file(files[i]);
-        if (!text) {
-          log_debug("tokenizer train: skipping binary file %s", files[i].c_str());
-          ++skipped;
-          continue;
-        }
-        if (text->empty()) continue;
-        trainer.add_document(*text);
-        ++documents;
-        bytes += text->size();
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      next = files.size();  // the others stop after their current file
-    }
-  };
-  std::vector<std::thread> pool;
   const int n = std::max(1, std::min<int>(threads, int(files.size())));
-  for (int t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  if (failure) std::rethrow_exception(failure);
+  run_threads(
+      n,
+      [&](int) {
+        for (size_t i; (i = next.fetch_add(1)) < files.size();) {
+          const std::optional<std::string> text = read_text_file(files[i]);
+          if (!text) {
+            log_debug("tokenizer train: skipping binary file %s", files[i].c_str());
+            ++skipped;
+            continue;
+          }
+          if (text->empty()) continue;
+          trainer.add_document(*text);
+          ++documents;
+          bytes += text->size();
+        }
+      },
+      [&] { next = files.size(); });  // the others stop after their current file
   return {documents.load(), bytes.load(), skipped.load()};
 }
 

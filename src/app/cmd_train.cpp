@@ -7,7 +7,7 @@
 #include "app/options.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "train/run.h"
 #include "train/run_folder.h"
 

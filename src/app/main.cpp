@@ -1,5 +1,6 @@
 // ember: one executable, one subcommand per tool. MPI is initialised once here; any error on any rank is printed
 // as "error: ..." plus "hint: ..." and ends every rank with a non-zero exit (MPI_Abort when there are several).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -8,25 +9,45 @@
 #include "app/options.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 
 namespace {
 
+// Every subcommand once: its name, the lines `ember --help` gives it, and its entry point.
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+const Command kCommands[] = {
+    {"train",
+     "train a GPT model from a config (ember train --config configs/tiny.ini);\n"
+     "under mpirun/srun, synchronous data parallel over the ranks",
+     ember::cmd_train},
+    {"eval", "loss and bits per byte of a checkpoint on a data split", ember::cmd_eval},
+    {"generate", "sample text from a checkpoint", ember::cmd_generate},
+    {"serve", "an OpenAI-compatible completions server over a checkpoint", ember::cmd_serve},
+    {"export", "a checkpoint as a Hugging Face GPT-2 folder (safetensors)", ember::cmd_export},
+    {"import", "a Hugging Face GPT-2 folder as a checkpoint", ember::cmd_import},
+    {"prep", "tokenize text, JSONL or enwik files into train/val shards", ember::cmd_prep},
+    {"tokenizer", "train a BPE tokenizer, or encode/decode with one", ember::cmd_tokenizer},
+    {"inspect", "print a checkpoint's metadata and verify its datasets", ember::cmd_inspect},
+};
+
 void print_usage(FILE* out) {
-  fprintf(out,
-          "usage: ember <command> [options]\n\n"
-          "commands:\n"
-          "  train     train a GPT model from a config (ember train --config configs/tiny.ini);\n"
-          "            under mpirun/srun, synchronous data parallel over the ranks\n"
-          "  eval      loss and bits per byte of a checkpoint on a data split\n"
-          "  generate  sample text from a checkpoint\n"
-          "  serve     an OpenAI-compatible completions server over a checkpoint\n"
-          "  export    a checkpoint as a Hugging Face GPT-2 folder (safetensors)\n"
-          "  import    a Hugging Face GPT-2 folder as a checkpoint\n"
-          "  prep      tokenize text, JSONL or enwik files into train/val shards\n"
-          "  tokenizer train a BPE tokenizer, or encode/decode with one\n"
-          "  inspect   print a checkpoint's metadata and verify its datasets\n\n"
-          "`ember <command> --help` lists a command's options.\n");
+  fprintf(out, "usage: ember <command> [options]\n\ncommands:\n");
+  for (const Command& c : kCommands) {
+    // The summary's lines, the first beside the name, the others under it.
+    const std::string summary = c.summary;
+    size_t begin = 0;
+    for (bool first = true; begin <= summary.size(); first = false) {
+      const size_t end = std::min(summary.find('\n', begin), summary.size());
+      fprintf(out, "  %-9s %s\n", first ? c.name : "", summary.substr(begin, end - begin).c_str());
+      begin = end + 1;
+    }
+  }
+  fprintf(out, "\n`ember <command> --help` lists a command's options.\n");
 }
 
 int dispatch(int argc, char** argv) {
@@ -43,15 +64,8 @@ int dispatch(int argc, char** argv) {
     printf("ember %s\n", EMBER_VERSION);
     return ember::EXIT_CODE_OK;
   }
-  if (cmd == "train") return ember::cmd_train(argc - 1, argv + 1);
-  if (cmd == "eval") return ember::cmd_eval(argc - 1, argv + 1);
-  if (cmd == "generate") return ember::cmd_generate(argc - 1, argv + 1);
-  if (cmd == "serve") return ember::cmd_serve(argc - 1, argv + 1);
-  if (cmd == "export") return ember::cmd_export(argc - 1, argv + 1);
-  if (cmd == "import") return ember::cmd_import(argc - 1, argv + 1);
-  if (cmd == "prep") return ember::cmd_prep(argc - 1, argv + 1);
-  if (cmd == "inspect") return ember::cmd_inspect(argc - 1, argv + 1);
-  if (cmd == "tokenizer") return ember::cmd_tokenizer(argc - 1, argv + 1);
+  for (const Command& c : kCommands)
+    if (cmd == c.name) return c.run(argc - 1, argv + 1);
   fprintf(stderr, "error: unknown command '%s'\nhint: run `ember --help` for the list of commands\n", cmd.c_str());
   return ember::EXIT_CODE_USAGE;
 }

@@ -121,6 +121,9 @@ namespace {
 // One bound key: how to declare it to Boost, read its text (numbers), render it, and check its range.
 struct Binding {
   std::string key;  // "section.key"
+  std::string help;
+  std::function<std::string()> shortest;  // the value as the reference shows it: 0.4, not 0.400000006
+  std::string values;                     // what it may be, for the reference: "an integer in [1, 1024]"
   std::function<void(po::options_description&)> declare;
   std::function<std::string()> render;
   std::function<std::string()> parse;  // numbers: reads the text Boost stored; "" when valid, else what it must be
@@ -129,10 +132,36 @@ struct Binding {
 };
 
 // A string, bool or enum key, parsed by Boost (enums through validate() above).
+// The shortest text that reads back as the same value.
+template <class T>
+std::string shortest_text(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    return ec == std::errc() ? std::string(buf, end) : format_value(v);
+  } else {
+    return format_value(v);
+  }
+}
+
+// What a string, bool or enum key may be, for the reference.
+template <class T>
+std::string values_of() {
+  if constexpr (std::is_same_v<T, bool>)
+    return "true, false";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return "text";
+  else
+    return join_names(EnumOption<T>::values, EnumOption<T>::name);
+}
+
 template <class T>
 Binding bind_key(const char* key, T* field, const char* help, std::function<std::string(T)> check = nullptr) {
   Binding b;
   b.key = key;
+  b.help = help;
+  b.shortest = [=] { return shortest_text(*field); };
+  b.values = values_of<T>();
   b.declare = [=](po::options_description& d) {
     d.add_options()(key, po::value<T>(field)->default_value(*field, format_value(*field)), help);
   };
@@ -149,6 +178,9 @@ Binding bind_number(const char* key, T* field, const char* help, Domain<T> domai
                     std::function<std::string(T)> extra = nullptr) {
   Binding b;
   b.key = key;
+  b.help = help;
+  b.shortest = [=] { return shortest_text(*field); };
+  b.values = describe_domain(domain).substr(std::string("must be ").size());
   auto text = std::make_shared<std::string>(format_value(*field));
   b.declare = [=](po::options_description& d) {
     d.add_options()(key, po::value<std::string>(text.get())->default_value(*text), help);
@@ -209,6 +241,7 @@ std::vector<Binding> bindings(RunConfig& c) {
                           floats(0, 1e6f)));
   b.push_back(bind_number("training.threads", &c.training.threads, "CPU threads per rank (0: OpenMP default)",
                           ints(0, max_training_threads())));
+  b.back().values = "an integer in [0, 4 x the machine's hardware threads]";  // the reference is the same anywhere
   b.push_back(
       bind_number("training.zero", &c.training.zero, "ZeRO stage: 0 (off) or 1 (shard optimizer state)", ints(0, 1)));
   b.push_back(bind_number("training.bucket_mb", &c.training.bucket_mb, "gradient all-reduce bucket size (MiB)",
@@ -354,6 +387,34 @@ std::string config_help() {
   for (const Binding& b : bindings(c)) b.declare(desc);
   std::ostringstream out;
   out << desc;
+  return out.str();
+}
+
+std::string config_reference_markdown() {
+  RunConfig c;
+  std::ostringstream out;
+  out << "# Configuration keys\n\n"
+         "<!-- Generated from the option table in src/app/options.cpp; do not edit. After changing the table:\n"
+         "     EMBER_UPDATE_DOCS=1 build/tests/test_options --gtest_filter=Options.ConfigReference -->\n\n"
+         "Every key of `ember train`. Values come from the defaults below, then the INI file given with `--config`\n"
+         "(`[section]` lines, then `key = value`), then the command line as `--section.key=value`; a key given twice\n"
+         "on the command line takes its last value. Unknown keys, values of the wrong type and values out of range\n"
+         "stop the run before anything is written, with an error naming the key. The resolved configuration is\n"
+         "printed at start and stored in every checkpoint. Every rank must resolve the same configuration: if a\n"
+         "launcher gives ranks different files or overrides, all ranks stop at start-up naming the first rank and\n"
+         "key that differ. `ember train --help` lists the same keys.\n";
+  std::string section;
+  for (const Binding& b : bindings(c)) {
+    if (section_of(b.key) != section) {
+      section = section_of(b.key);
+      out << "\n## [" << section << "]\n\n| key | default | values | meaning |\n| --- | --- | --- | --- |\n";
+    }
+    std::string help;  // Markdown: | ends a cell, <...> would be taken for HTML
+    for (char ch : b.help) help += ch == '|' ? "\\|" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : std::string(1, ch);
+    const std::string value = b.shortest();
+    out << "| `" << b.key.substr(b.key.find('.') + 1) << "` | " << (value.empty() ? "(empty)" : "`" + value + "`")
+        << " | " << b.values << " | " << help << " |\n";
+  }
   return out.str();
 }
 

@@ -38,4 +38,7 @@ std::string render_config_ini(const RunConfig& config);
 // The help text of every config key, grouped by section.
 std::string config_help();
 
+// docs/config.md: every config key with its default, what it may be and what it does, a table per section.
+std::string config_reference_markdown();
+
 }  // namespace ember

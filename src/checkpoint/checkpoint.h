@@ -9,9 +9,9 @@
 
 #include "core/training_mode.h"
 #include "data/tokenizer.h"
-#include "dist/world.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
+#include "parallel/world.h"
 
 namespace ember {
 

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "checkpoint/checkpoint.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -114,17 +115,8 @@ std::string read_latest(const fs::path& dir) {
 }
 
 void write_latest(const fs::path& dir, const std::string& name) {
-  const std::string tmp = (dir / "latest.tmp").string(), final = (dir / "latest").string();
-  TempFile guard(tmp);
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0)
-    throw Error("checkpoint folder " + dir.string() + ": cannot create " + tmp + ": " + errno_str(), HINT_WRITE);
-  const std::string text = name + "\n";
-  if (::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()) || ::fsync(fd.get()) != 0 || fd.close() != 0)
-    throw Error("checkpoint folder " + dir.string() + ": cannot write " + tmp + ": " + errno_str(), HINT_WRITE);
-  rename_file(tmp, final);
-  guard.release();
-  fsync_dir(dir);
+  write_file_atomically((dir / "latest").string(), name + "\n", "checkpoint folder " + dir.string() + ": pointer",
+                        HINT_WRITE);
 }
 
 // Deletes all but the newest `keep` checkpoints by step number; the one just written always stays (it is what

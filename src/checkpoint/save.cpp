@@ -17,7 +17,7 @@
 #include "checkpoint/layout.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 
 namespace ember {
 namespace {

@@ -13,35 +13,31 @@
 
 namespace ember {
 
+std::string write_all(int fd, std::string_view data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t w = ::write(fd, data.data() + done, data.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return std::strerror(errno);
+    if (w == 0) return std::strerror(ENOSPC);
+    done += size_t(w);
+  }
+  return "";
+}
+
 void write_file_atomically(const std::string& path, std::string_view contents, const std::string& what,
                            const std::string& hint) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw_error(what + " " + path + ": cannot create " + tmp + ": " + std::strerror(errno), hint);
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < contents.size()) {
-    const ssize_t w = ::write(fd, contents.data() + done, contents.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0)
-      ok = false;
-    else
-      done += size_t(w);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  int err = errno;
+  std::string problem = write_all(fd, contents);
+  if (problem.empty() && ::fsync(fd) != 0) problem = std::strerror(errno);
   // close() can report a deferred write error (NFS), so it counts.
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
+  if (::close(fd) != 0 && problem.empty()) problem = std::strerror(errno);
+  if (problem.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) problem = std::strerror(errno);
+  if (!problem.empty()) {
     ::unlink(tmp.c_str());
-    throw_error(what + " " + path + ": cannot write: " + std::strerror(err), hint);
+    throw_error(what + " " + path + ": cannot write: " + problem, hint);
   }
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";

@@ -7,6 +7,10 @@
 
 namespace ember {
 
+// Writes all of `data` to the open file `fd`, again after a short write or EINTR. Returns "" or what went wrong:
+// strerror(errno), or "no space left" where write() took nothing without an error.
+std::string write_all(int fd, std::string_view data);
+
 // Writes `contents` to `path` atomically. Failure throws ember::Error naming `what` (e.g. "prep manifest") and the
 // path, with `hint`; the old file is left as it was and the temp file is removed.
 void write_file_atomically(const std::string& path, std::string_view contents, const std::string& what,

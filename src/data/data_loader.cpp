@@ -119,7 +119,8 @@ struct DataLoader::Shard : MappedShard {};
 DataLoader::DataLoader(const std::string& dir, const std::string& split, int T, int vocab_size, uint64_t seed,
                        bool shuffle)
     : T_(T), seed_(seed), shuffle_(shuffle) {
-  if (T <= 0) throw_error("data loader: seq_len " + std::to_string(T) + " must be positive", "set model.seq_len >= 1");
+  if (T <= 0)
+    throw_error("data loader: seq_len " + std::to_string(T) + " must be positive", "set training.seq_len >= 1");
   if (vocab_size <= 0)
     throw_error("data loader: vocab_size " + std::to_string(vocab_size) + " must be positive",
                 "set model.vocab_size (256 for the 'bytes' tokenizer)");
@@ -149,12 +150,12 @@ DataLoader::DataLoader(const std::string& dir, const std::string& split, int T, 
     if (total_samples_ == 0)
       throw_error("the " + split + " shards in " + dir +
                       " hold no sample: every shard is shorter than seq_len+1 = " + std::to_string(T + 1) + " tokens",
-                  "use a smaller model.seq_len, or prep more text (or a larger val_fraction for the val split)");
+                  "use a smaller training.seq_len, or prep more text (or a larger --val-fraction for the val split)");
     // The permutation stores sample ids as uint32 to halve its memory (16 GiB at the limit would be absurd anyway).
     if (shuffle_ && total_samples_ > uint64_t(UINT32_MAX))
       throw_error("the " + split + " shards in " + dir + " hold " + std::to_string(total_samples_) +
                       " samples, more than the shuffler's limit of " + std::to_string(UINT32_MAX),
-                  "use a larger model.seq_len or train on a subset of the shards");
+                  "use a larger training.seq_len or train on a subset of the shards");
   } catch (...) {
     for (Shard* s : shards_) {
       unmap_shard(*s);

@@ -2,13 +2,13 @@
 // files, and the helpers every tokenizer shares (writing its files, parallel encoding).
 #include "data/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
-#include <mutex>
-#include <thread>
 
 #include "core/atomic_file.h"
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "core/run_threads.h"
 #include "data/tokenizer_files.h"
 
 namespace ember {
@@ -81,21 +81,10 @@ std::vector<int32_t> encode_parallel(const Tokenizer& t, std::string_view text, 
     begin = end;
   }
   std::vector<std::vector<int32_t>> ids(pieces.size());
-  const size_t n_threads = std::min(pieces.size(), size_t(threads));
-  std::vector<std::thread> workers;
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  for (size_t w = 0; w < n_threads; ++w)
-    workers.emplace_back([&, w] {
-      try {
-        for (size_t i = w; i < pieces.size(); i += n_threads) t.encode_into(pieces[i], ids[i]);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    });
-  for (auto& worker : workers) worker.join();
-  if (failure) std::rethrow_exception(failure);
+  const size_t n_threads = std::max<size_t>(1, std::min(pieces.size(), size_t(threads)));
+  run_threads(int(n_threads), [&](int w) {
+    for (size_t i = size_t(w); i < pieces.size(); i += n_threads) t.encode_into(pieces[i], ids[i]);
+  });
   std::vector<int32_t> out;
   size_t total = 0;
   for (const auto& v : ids) total += v.size();

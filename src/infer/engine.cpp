@@ -27,8 +27,8 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 struct Engine::Sequence {
-  Sequence(GenerationRequest r, const Tokenizer& tokenizer, int slot, uint64_t id)
-      : request(std::move(r)), text(tokenizer, request.stop), slot(slot), id(id) {
+  Sequence(GenerationRequest r, const Tokenizer& tokenizer, int slot_index, uint64_t seq_id)
+      : request(std::move(r)), text(tokenizer, request.stop), slot(slot_index), id(seq_id) {
     window = request.prompt;
     prompt_tokens = int(request.prompt.size());
   }

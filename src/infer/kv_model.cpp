@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/memory_estimate.h"
+#include "model/memory_estimate.h"
 
 namespace ember {
 

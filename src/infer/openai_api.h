@@ -14,12 +14,13 @@ namespace ember {
 
 // An error as the API reports it: an HTTP status and the body {"error": {"message", "type", "param", "code"}}.
 struct ApiError : std::runtime_error {
-  ApiError(int status, std::string type, const std::string& message, std::string param = "", std::string code = "")
+  ApiError(int http_status, std::string error_type, const std::string& message, std::string error_param = "",
+           std::string error_code = "")
       : std::runtime_error(message),
-        status(status),
-        type(std::move(type)),
-        param(std::move(param)),
-        code(std::move(code)) {}
+        status(http_status),
+        type(std::move(error_type)),
+        param(std::move(error_param)),
+        code(std::move(error_code)) {}
   int status;
   std::string type;   // "invalid_request_error", "not_found_error", "rate_limit_error", ...
   std::string param;  // the request field at fault ("" when none: null in JSON)

@@ -80,8 +80,8 @@ std::string random_id() {
 }  // namespace
 
 struct Server::Impl {
-  Impl(Engine& engine, const Tokenizer& tokenizer, std::vector<int32_t> empty_prompt, ServerOptions options)
-      : engine(engine), tokenizer(tokenizer), empty_prompt(std::move(empty_prompt)), options(std::move(options)) {}
+  Impl(Engine& e, const Tokenizer& t, std::vector<int32_t> empty, ServerOptions o)
+      : engine(e), tokenizer(t), empty_prompt(std::move(empty)), options(std::move(o)) {}
 
   Engine& engine;
   const Tokenizer& tokenizer;

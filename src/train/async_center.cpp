@@ -180,10 +180,10 @@ TrainResult run_center(AsyncJob& job) {
   // workers go on training until they see it) wait in `queued`, and a version stops at the first message that
   // reaches the next checkpoint, the target or the step limit, so the barrier is asked for at that very step.
   std::deque<AsyncMessage> queued;
-  auto boundary = [&](uint64_t tokens) {
-    const uint64_t samples = tokens / uint64_t(job.T) + watch.skipped();
-    const int64_t s = job.step_of(samples);
-    return s >= next_ckpt || samples >= job.target_samples ||
+  auto boundary = [&](uint64_t tokens_after) {
+    const uint64_t samples_after = tokens_after / uint64_t(job.T) + watch.skipped();
+    const int64_t s = job.step_of(samples_after);
+    return s >= next_ckpt || samples_after >= job.target_samples ||
            (job.limits.stop_after > 0 && s - first_step >= job.limits.stop_after);
   };
 
@@ -193,11 +193,11 @@ TrainResult run_center(AsyncJob& job) {
     watch.check();
     for (AsyncMessage& m : taken) queued.push_back(std::move(m));
     std::vector<AsyncMessage> msgs;
-    for (uint64_t tokens = center.tokens_applied(); !center.barrier_pending() && !queued.empty();) {
-      tokens += queued.front().tokens;
+    for (uint64_t tokens_after = center.tokens_applied(); !center.barrier_pending() && !queued.empty();) {
+      tokens_after += queued.front().tokens;
       msgs.push_back(std::move(queued.front()));
       queued.pop_front();
-      if (boundary(tokens)) break;
+      if (boundary(tokens_after)) break;
     }
     if (!msgs.empty()) {
       outer.begin_version();

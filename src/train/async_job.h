@@ -12,12 +12,12 @@
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
-#include "dist/async_exchange.h"
-#include "dist/communicator.h"
-#include "dist/device_select.h"
-#include "dist/host_collectives.h"
-#include "dist/world.h"
 #include "model/gpt.h"
+#include "parallel/async_exchange.h"
+#include "parallel/communicator.h"
+#include "parallel/device_select.h"
+#include "parallel/host_collectives.h"
+#include "parallel/world.h"
 #include "train/run.h"
 #include "train/run_config.h"
 

@@ -15,8 +15,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "dist/host_collectives.h"
-#include "dist/job_port.h"
+#include "parallel/host_collectives.h"
+#include "parallel/job_port.h"
+#include "train/run_state.h"
 
 namespace ember {
 namespace {
@@ -46,10 +47,10 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   write_file_atomically(path, j.dump(), "join file", "check that the run folder is writable from every host");
 }
 
-// The run state's "state" ("" without a readable file).
-std::string run_state_of(const RunConfig& c) {
-  const nlohmann::json j = read_json(c.run.dir + "/run_state.json");
-  return j.is_object() ? j.value("state", std::string()) : std::string();
+// A joining start's beat, renewed once a second in a file of its own beside its request (0: none yet).
+uint64_t beat_of(const std::string& path) {
+  const nlohmann::json j = read_json(path);
+  return j.is_object() ? j.value("beat", uint64_t(0)) : 0;
 }
 
 }  // namespace
@@ -80,20 +81,21 @@ bool JoinDesk::poll(int ranks_per_worker) {
     if (e.path().extension() == ".request") stems.push_back(e.path().stem().string());
   std::sort(stems.begin(), stems.end());
   for (const std::string& stem : stems) {
-    const std::string path = dir_ + "/" + stem + ".request";
-    const nlohmann::json r = read_json(path);
-    if (!r.is_object()) continue;
-    const uint64_t beat = r.value("beat", uint64_t(0));
+    const std::string path = dir_ + "/" + stem + ".request", beat_path = dir_ + "/" + stem + ".beat";
+    const uint64_t beat = beat_of(beat_path);
     auto [it, fresh] = beats_.try_emplace(stem, std::make_pair(beat, now));
     if (fresh) continue;  // alive only once its beat moves
     if (it->second.first == beat) {
       if (now - it->second.second > kStaleSeconds) {
         fs::remove(path, ec);
+        fs::remove(beat_path, ec);
         beats_.erase(it);
       }
       continue;
     }
     it->second = {beat, now};
+    const nlohmann::json r = read_json(path);
+    if (!r.is_object()) continue;
     const std::string host = r.value("host", std::string("?"));
     const int ranks = r.value("ranks", 0);
     std::string error, hint;
@@ -119,6 +121,7 @@ bool JoinDesk::poll(int ranks_per_worker) {
       log_warn("async center: a start on %s asked to join and was refused: %s", host.c_str(), error.c_str());
       write_json(dir_ + "/" + stem + ".answer", {{"state", "refused"}, {"error", error}, {"hint", hint}});
       fs::remove(path, ec);
+      fs::remove(beat_path, ec);
       beats_.erase(stem);
       continue;
     }
@@ -133,15 +136,13 @@ bool JoinDesk::poll(int ranks_per_worker) {
 }
 
 std::optional<World> JoinDesk::accept(const World& members, const std::string& checkpoint, double seconds) {
-  const std::string path = dir_ + "/" + pending_ + ".request", stem = pending_;
+  const std::string stem = pending_;
   pending_.clear();
   // The joining start beats once a second while it waits: take it in only while it still does.
   const uint64_t before = beats_[stem].first;
   bool alive = false;
-  for (double t0 = now_seconds(); !alive && now_seconds() - t0 < 3.0; usleep(100000)) {
-    const nlohmann::json r = read_json(path);
-    alive = r.is_object() && r.value("beat", uint64_t(0)) != before;
-  }
+  for (double t0 = now_seconds(); !alive && now_seconds() - t0 < 3.0; usleep(100000))
+    alive = beat_of(dir_ + "/" + stem + ".beat") != before;
   beats_.erase(stem);
   uint64_t go = alive ? 1 : 0;
   if (!alive)
@@ -169,12 +170,14 @@ World join_running_job(const World& world, const RunConfig& c, const std::string
   const double accept_bound = c.async.center_timeout + c.async.worker_timeout + c.dist.timeout;
   if (world.rank == 0) {
     const nlohmann::json port = read_json(dir + "/port");
-    const std::string state = run_state_of(c);
+    const std::string state = read_run_state(c.run.dir).state;
     const std::string stem = world.host + "-" + std::to_string(getpid());
-    const std::string request = dir + "/" + stem + ".request", reply = dir + "/" + stem + ".answer";
+    const std::string request = dir + "/" + stem + ".request", reply = dir + "/" + stem + ".answer",
+                      beat_file = dir + "/" + stem + ".beat";
     std::error_code ec;
     auto refuse = [&](std::string error, std::string hint) {
       fs::remove(request, ec);
+      fs::remove(beat_file, ec);
       answer[0] = "async.join: " + std::move(error);
       answer[1] = std::move(hint);
     };
@@ -190,8 +193,10 @@ World join_running_job(const World& world, const RunConfig& c, const std::string
       const double start = now_seconds();
       bool seen = false, running = state == "running";
       log_info("async.join: asking the job in %s to take in %d rank(s)", c.run.dir.c_str(), world.size);
+      // The request once (its config is a kilobyte or more), then a beat of its own once a second.
+      write_json(request, {{"host", world.host}, {"ranks", world.size}, {"config", config_ini}});
       for (uint64_t beat = 1;; ++beat) {
-        write_json(request, {{"host", world.host}, {"ranks", world.size}, {"config", config_ini}, {"beat", beat}});
+        write_json(beat_file, {{"beat", beat}});
         const nlohmann::json a = read_json(reply);
         const std::string s = a.is_object() ? a.value("state", std::string()) : std::string();
         if (s == "refused") {
@@ -201,6 +206,7 @@ World join_running_job(const World& world, const RunConfig& c, const std::string
         if (s == "accepted") {
           answer[3] = a.value("checkpoint", std::string());
           fs::remove(request, ec);
+          fs::remove(beat_file, ec);
           break;
         }
         if (s == "seen" && !seen) {
@@ -220,7 +226,7 @@ World join_running_job(const World& world, const RunConfig& c, const std::string
                  "check the job's log for its barrier");
           break;
         }
-        const std::string now = run_state_of(c);
+        const std::string now = read_run_state(c.run.dir).state;
         running = running || now == "running";
         if (running && now != "running") {
           refuse("the job in " + where + " ended before taking this start in (its run state is now '" +

@@ -3,8 +3,8 @@
 // (<host>-<pid>.request: its ranks and its resolved config) and waits for the answer (<host>-<pid>.answer). The
 // center checks the request (same config, whole worker groups), answers "seen", and at its next barrier writes a
 // checkpoint, answers "accepted" with its path, and every rank still in the job accepts the joiners on the port
-// (dist/job_port.h). Then all of them, the joiners last, start the run again from that checkpoint: the joiners as new
-// workers with fresh AdamW state, in the metrics and in every checkpoint from then on.
+// (parallel/job_port.h). Then all of them, the joiners last, start the run again from that checkpoint: the joiners as
+// new workers with fresh AdamW state, in the metrics and in every checkpoint from then on.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include <string>
 #include <utility>
 
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "train/run_config.h"
 
 namespace ember {

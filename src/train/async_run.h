@@ -3,13 +3,12 @@
 // async.local_steps steps with their own AdamW on a range of global samples they reserved, then send a 1-bit
 // error-feedback delta and rebase onto the newest published parameters (async_worker.cpp). No worker waits for
 // another. The run ends when the center has folded in training.steps x grad_accum_steps x batch_size x N samples: the
-// same tokens a sync run over N ranks trains on. README.md, "Several hosts of unequal speed: asynchronous mode",
-// describes it.
+// same tokens a sync run over N ranks trains on. docs/async.md describes it.
 #pragma once
 
 #include <string>
 
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "train/run.h"
 #include "train/run_config.h"
 

@@ -14,7 +14,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/data_loader.h"
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 #include "train/adamw.h"
 #include "train/async_job.h"
 #include "train/async_join.h"

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -120,12 +121,12 @@ FolderLock::FolderLock(const std::string& dir, const std::string& what) : path_(
   for (int attempt = 0;; ++attempt) {
     const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
-      const bool ok = ::write(fd, content_.data(), content_.size()) == ssize_t(content_.size()) && ::fsync(fd) == 0;
-      const int err = errno;
+      std::string problem = write_all(fd, content_);
+      if (problem.empty() && ::fsync(fd) != 0) problem = std::strerror(errno);
       ::close(fd);
-      if (!ok) {
+      if (!problem.empty()) {
         ::unlink(path_.c_str());
-        throw_error(what + " " + dir + ": cannot write the lock file " + path_ + ": " + std::strerror(err),
+        throw_error(what + " " + dir + ": cannot write the lock file " + path_ + ": " + problem,
                     "make the folder writable and check free disk space");
       }
       break;

@@ -18,7 +18,7 @@ namespace ember {
 
 // Host buffers of one micro-batch: B sequences of T input and target tokens.
 struct TokenBatch {
-  TokenBatch(int B, int T) : B(B), T(T), inputs(size_t(B) * size_t(T)), targets(inputs.size()) {}
+  TokenBatch(int batch, int seq_len) : B(batch), T(seq_len), inputs(size_t(B) * size_t(T)), targets(inputs.size()) {}
   int B, T;
   std::vector<int32_t> inputs;   // (B, T)
   std::vector<int32_t> targets;  // (B, T)

@@ -20,18 +20,30 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_up_to_step) :
                 "set run.dir to a writable directory");
   if (keep_up_to_step > 0 && fs::exists(path)) {
     const std::string tmp = path + ".tmp";
-    {
+    try {
       std::ifstream in(path);
       std::ofstream out(tmp, std::ios::trunc);
       std::string line;
-      while (std::getline(in, line)) {
+      // A line that is no JSON (the half-written last line of a crash) is dropped; a record whose step is not a
+      // whole number was not written by ember and stops the resume rather than being dropped unseen.
+      for (int64_t number = 1; std::getline(in, line); ++number) {
         auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (!rec.is_discarded() && rec.contains("step") && rec["step"].get<int64_t>() <= keep_up_to_step)
-          out << line << "\n";
+        if (rec.is_discarded() || !rec.is_object() || !rec.contains("step")) continue;
+        if (!rec["step"].is_number_integer())
+          throw_error("metrics file " + path + " line " + std::to_string(number) + ": \"step\" is " +
+                          rec["step"].dump() + ", not a whole number",
+                      "fix or delete that line (the run resumes from its checkpoint either way), or start the run "
+                      "in a fresh run.dir");
+        if (rec["step"].get<int64_t>() <= keep_up_to_step) out << line << "\n";
       }
       if (!out) throw_error("metrics file " + tmp + ": write failed", "check free disk space in run.dir");
+    } catch (...) {
+      fs::remove(tmp, ec);  // the metrics file stays as it was
+      throw;
     }
-    fs::rename(tmp, path);
+    fs::rename(tmp, path, ec);
+    if (ec)
+      throw_error("metrics file " + path + ": cannot replace it: " + ec.message(), "check that run.dir is writable");
   }
   file_ = fopen(path.c_str(), keep_up_to_step > 0 ? "a" : "w");
   if (!file_) throw_error("metrics file " + path + ": " + strerror(errno), "set run.dir to a writable directory");

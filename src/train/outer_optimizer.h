@@ -16,7 +16,7 @@ namespace ember {
 // divided by 1 + k where k is how many versions the delta's base is staler than a round-robin of the workers implies
 // anyway (workers - 1). The share is 1 / sqrt(workers), not 1 / workers: each worker's AdamW normalises gradients
 // sqrt(workers) times noisier than sync's, so the mean of the deltas moves sqrt(workers) times too little along the
-// direction they share (docs/architecture.md, "How the async defaults were chosen").
+// direction they share (docs/async-experiments.md).
 float outer_weight(uint64_t tokens, uint64_t staleness, int workers, double round_tokens);
 
 class OuterOptimizer {

@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "train/run_config.h"
 
 namespace ember {

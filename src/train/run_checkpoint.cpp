@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "dist/host_collectives.h"
-#include "dist/stall_watchdog.h"
+#include "parallel/host_collectives.h"
+#include "parallel/stall_watchdog.h"
 #include "train/run_tokenizer.h"
 
 namespace ember {

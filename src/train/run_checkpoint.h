@@ -7,8 +7,8 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
-#include "dist/world.h"
 #include "model/param_table.h"
+#include "parallel/world.h"
 #include "train/run_config.h"
 
 namespace ember {

@@ -8,11 +8,11 @@
 #include "core/dtype.h"
 #include "core/training_mode.h"
 #include "data/tokenizer.h"
-#include "dist/comm_select.h"
-#include "dist/delta_codec.h"
-#include "dist/device_select.h"
 #include "model/gpt.h"
 #include "model/model_config.h"
+#include "parallel/comm_select.h"
+#include "parallel/delta_codec.h"
+#include "parallel/device_select.h"
 
 namespace ember {
 
@@ -37,8 +37,8 @@ struct TrainingConfig {
   bool deterministic = true;  // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
 };
 
-// mode = async (README, "Several hosts of unequal speed"): workers train local_steps steps, then send 1-bit
-// deltas to the center over MPI one-sided windows and rebase onto the download the center prepared for them.
+// mode = async (docs/async.md): workers train local_steps steps, then send 1-bit deltas to the center over MPI
+// one-sided windows and rebase onto the download the center prepared for them.
 struct AsyncConfig {
   // H: optimizer steps a worker takes between two syncs. 10 keeps a 1-bit upload under 0.125 bits per parameter
   // per step (docs/architecture.md, "Asynchronous mode").
@@ -47,8 +47,8 @@ struct AsyncConfig {
   DeltaCompression compression = DeltaCompression::onebit;  // of the deltas and downloads: onebit, or none (fp32)
   float outer_lr = 2.0f;                                    // the center's (outer) learning rate on the weighted deltas
   // The center's Nesterov momentum. Negative by default: applying deltas taken against older parameters acts like
-  // extra momentum already (README, "Several hosts of unequal speed"); -0.4 damps that. With outer_lr 2.0 and each
-  // delta weighted 1 / sqrt(N), the long-run gain on the sum of N deltas is 2.0 sqrt(N) / 1.4 (1.01 at N = 2).
+  // extra momentum already (docs/async.md); -0.4 damps that. With outer_lr 2.0 and each delta weighted 1 / sqrt(N),
+  // the long-run gain on the sum of N deltas is 2.0 sqrt(N) / 1.4 (1.01 at N = 2).
   float outer_momentum = -0.4f;
   // The workers' AdamW beta1 (their inner optimizer; optimizer.beta1 is sync mode's). Below sync's 0.9 for the same
   // reason: the momentum that asynchrony adds comes on top of each worker's own (docs/architecture.md).

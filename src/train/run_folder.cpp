@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 #include "train/run_state.h"
 
 namespace ember {

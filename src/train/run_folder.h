@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "train/folder_lock.h"
 #include "train/run.h"
 #include "train/run_config.h"

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "backend/backend.h"
-#include "dist/device_select.h"
-#include "dist/world.h"
+#include "parallel/device_select.h"
+#include "parallel/world.h"
 #include "train/run_config.h"
 
 namespace ember {

@@ -1,16 +1,15 @@
 // The run-state file (implementation): one small JSON object, replaced by rename so a reader never sees half of it.
 #include "train/run_state.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "train/folder_lock.h"
@@ -35,22 +34,20 @@ void write_run_state(const std::string& run_dir, const RunState& record) {
   if (job) j["job_id"] = job;
   const std::string text = j.dump() + "\n";
 
-  const std::string path = run_dir + "/run_state.json", tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw_error("run state " + tmp + ": cannot create: " + std::strerror(errno), STATE_HINT);
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : err;
-    ::unlink(tmp.c_str());
-    throw_error("run state " + path + ": cannot write: " + std::strerror(e), STATE_HINT);
-  }
-  const int dfd = ::open(run_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // file systems that cannot fsync a folder still order the rename
-    ::close(dfd);
-  }
+  write_file_atomically(run_dir + "/run_state.json", text, "run state", STATE_HINT);
+}
+
+RunState read_run_state(const std::string& run_dir) {
+  RunState r;
+  std::ifstream in(run_dir + "/run_state.json");
+  if (!in) return r;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return r;
+  r.state = j.value("state", std::string());
+  r.step = j.value("step", int64_t(-1));
+  r.checkpoint = j.value("checkpoint", std::string());
+  r.error = j.value("error", std::string());
+  return r;
 }
 
 }  // namespace ember

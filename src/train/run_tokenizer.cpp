@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/prep_manifest.h"
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 
 namespace ember {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "data/tokenizer.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "train/run_config.h"
 
 namespace ember {

@@ -13,9 +13,9 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/data_loader.h"
-#include "dist/comm_select.h"
-#include "dist/communicator.h"
 #include "model/gpt.h"
+#include "parallel/comm_select.h"
+#include "parallel/communicator.h"
 #include "train/adamw.h"
 #include "train/evaluate.h"
 #include "train/local_step.h"
@@ -200,9 +200,16 @@ TrainResult SyncTrainer::run() {
   const int B = c.training.batch_size, T = c.training.seq_len, A = c.training.grad_accum_steps;
   const int N = s.world.size, r = s.world.rank;
   const int64_t tokens_per_step = int64_t(B) * T * A * N;
-  if (s.limits.on_start) s.limits.on_start(s.step);
+  // A resume reads the metrics file (and cuts it back to the checkpoint's step) before the run counts as started, so
+  // a file it cannot read stops the start with the run state as it was; a fresh start makes the file once the
+  // earlier results are moved aside (on_start).
   std::unique_ptr<MetricsWriter> metrics;
-  if (r == 0) metrics = std::make_unique<MetricsWriter>(c.run.dir + "/metrics.jsonl", s.step);
+  auto open_metrics = [&] {
+    if (r == 0) metrics = std::make_unique<MetricsWriter>(c.run.dir + "/metrics.jsonl", s.step);
+  };
+  if (s.step > 0) open_metrics();
+  if (s.limits.on_start) s.limits.on_start(s.step);
+  if (s.step == 0) open_metrics();
   GPT& model = *s.model;
   Backend& be = s.backend();
   Communicator& comm = *s.comm;
@@ -291,6 +298,10 @@ TrainResult SyncTrainer::run() {
                           {"elapsed_s", now_seconds() - run_start}};
     const bool limit_reached = s.limits.stop_after > 0 && s.step - first_step >= s.limits.stop_after;
     const bool last = s.step == c.training.steps || limit_reached || stop_requested;
+    const bool save_due = (c.checkpoint.interval > 0 && s.step % c.checkpoint.interval == 0) || last;
+    // A stop request saves first: under mpirun the ranks are killed about a second after SIGTERM, and the checkpoint
+    // is what the requeued job resumes from. The validation comes after it.
+    if (stop_requested) result.last_checkpoint = s.save();
     if ((c.eval.every > 0 && s.step % c.eval.every == 0) || last) {
       const double t1 = now_seconds();
       result.last_val_loss = s.evaluate();
@@ -307,7 +318,7 @@ TrainResult SyncTrainer::run() {
           "eta %s",
           (long long)s.step, c.training.steps, loss, lr, grad_norm, tokens_per_s, 1e3 * dt, comm_ms, exposed_ms,
           format_hms(clock.eta_seconds(s.step)).c_str());
-    if ((c.checkpoint.interval > 0 && s.step % c.checkpoint.interval == 0) || last) result.last_checkpoint = s.save();
+    if (save_due && !stop_requested) result.last_checkpoint = s.save();
     if (stop_requested && s.step < c.training.steps) {
       result.stopped_early = true;
       log_stopped_early(s.step);

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "train/run.h"
 #include "train/run_config.h"
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/async_exchange.h"
-#include "dist/delta_codec.h"
+#include "parallel/async_exchange.h"
+#include "parallel/delta_codec.h"
 #include "test_support.h"
 
 namespace ember {

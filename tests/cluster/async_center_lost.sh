@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An async job (center on host 0, workers on hosts 1 and 2) whose center's host is cut off mid-run: each worker
 # ends within async.center_timeout + 5 s with one error line naming the center (its one-sided calls to the center
-# are bounded, dist/stall_watchdog.h), mpirun within async.center_timeout + 60 s, and once the link is back,
+# are bounded, parallel/stall_watchdog.h), mpirun within async.center_timeout + 60 s, and once the link is back,
 # --resume auto continues from the last checkpoint.
 source "$2/tests/cluster/common.bash"
 TIMEOUT=10

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "test_support.h"
 
 namespace ember::test {

@@ -23,7 +23,9 @@ cp -r run/checkpoints held_ckpt  # a checkpoint folder outside its run folder, h
 cp held/ember.lock held_ckpt/
 touch somefile
 mkdir -p latest_dir/checkpoints/latest metrics_dir/metrics.jsonl
-protect run data held held_ckpt latest_dir metrics_dir somefile
+cp -r run bad_metrics  # a record not written by ember: its step is no whole number
+echo '{"step":"twenty","loss":1.0}' >>bad_metrics/metrics.jsonl
+protect run data held held_ckpt latest_dir metrics_dir bad_metrics somefile
 
 # Earlier results: a fresh start (no --resume) would overwrite them.
 bad_case fresh_start 1 "run holds the results of an earlier run" -- "${train[@]}"
@@ -56,6 +58,8 @@ bad_case run_dir_is_file 1 "run folder somefile: somefile exists and is not a fo
 bad_case run_dir_under_file 1 "run folder somefile/run" -- \
   mpirun -np 2 --oversubscribe "${train[@]}" --run.dir=somefile/run --checkpoint.interval=0
 bad_case metrics_is_folder 1 "metrics.jsonl is a folder" -- "${train[@]}" --run.dir=metrics_dir --resume auto
+bad_case metrics_bad_step 1 'bad_metrics/metrics.jsonl line 21: "step" is "twenty", not a whole number' -- \
+  "${train[@]}" --run.dir=bad_metrics --resume auto --training.steps=30
 # Root ignores permission bits; a read-only file system stops it too.
 if [ -d /sys/kernel ] && ! touch /sys/kernel/.ember-probe 2>/dev/null; then
   bad_case checkpoint_read_only 1 "checkpoint folder /sys/kernel" -- \

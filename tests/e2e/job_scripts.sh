@@ -2,7 +2,7 @@
 # Every job script under jobs/ is parsed and dry-run: bash -n; for each Slurm script, sbatch --test-only on a private
 # single-node Slurm accepts its #SBATCH header; then each script runs with its launcher (srun, mpirun) and scontrol
 # replaced by stubs on PATH that record their command lines. The launcher must be asked to start `ember train` with a
-# config file under configs/, and the Slurm scripts' shared end (jobs/lib/requeue.bash) must act on the run-state file
+# config file under configs/, and the Slurm scripts' shared end (jobs/common/requeue.bash) must act on the run-state file
 # of this start (stopped: requeue, done: finish, failed: fail, whatever the exit code) and without one on the exit
 # code: 0 done, 3 requeue (3 after SIGTERM: no requeue), anything else a failure.
 source "$(dirname "$0")/common.bash"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop on request: SIGUSR1 to one rank of a 2-rank run stops every rank at the same step with a checkpoint and exit
 # code 3, `--resume auto` continues from it to the end; `--max-runtime` does the same by wall clock on one rank.
-# SIGTERM to mpirun itself ends with mpirun's exit code 1, yet the job scripts' end (jobs/lib/requeue.bash) reads
+# SIGTERM to mpirun itself ends with mpirun's exit code 1, yet the job scripts' end (jobs/common/requeue.bash) reads
 # "stopped" in the run-state file and requeues.
 source "$(dirname "$0")/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -13,7 +13,7 @@ trap kill_background_job EXIT
 train=(train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run --eval.every=0 --checkpoint.interval=0
        --run.log_every=100)
 
-# 1. SIGUSR1 to rank 1 only, once training is under way.
+# 1. SIGUSR1 to rank 1 only, once training is under way; the checkpoint is written before the stop's validation.
 mpirun -np 2 --oversubscribe "$EMBER" "${train[@]}" --training.steps=2000 >stop.log 2>&1 &
 mpirun_pid=$!
 for _ in $(seq 600); do
@@ -37,6 +37,12 @@ latest=$(cat run/checkpoints/latest) || fail "no checkpoints/latest after the st
 N=$((10#${BASH_REMATCH[1]}))
 [ "$N" -ge 5 ] && [ "$N" -lt 2000 ] || fail "stopped at step $N, expected 5 <= step < 2000"
 grep -q "checkpoint run/checkpoints/$latest" stop.log || { cat stop.log >&2; fail "no 'checkpoint .../$latest' line"; }
+# A stop saves before it validates (mpirun kills the ranks about a second after SIGTERM): the checkpoint line comes
+# before the stop step's val loss line.
+ckpt_line=$(grep -n "checkpoint run/checkpoints/$latest" stop.log | head -1 | cut -d: -f1)
+val_line=$(grep -n "^step $N | val loss" stop.log | head -1 | cut -d: -f1)
+[ -n "$val_line" ] || { cat stop.log >&2; fail "no validation at the stop step $N"; }
+[ "$ckpt_line" -lt "$val_line" ] || { cat stop.log >&2; fail "the stop validated (line $val_line) before it saved"; }
 last_metric=$(tail -n 1 run/metrics.jsonl | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["step"])')
 [ "$last_metric" -eq "$N" ] || fail "metrics end at step $last_metric but the checkpoint is step $N"
 "$EMBER" inspect "run/checkpoints/$latest" >inspect.txt || fail "ember inspect $latest failed"
@@ -77,7 +83,7 @@ for attempt in 1 2 3; do
   rm -rf term scontrol.calls
   rc=0
   (
-    source "$SRC/jobs/lib/requeue.bash"
+    source "$SRC/jobs/common/requeue.bash"
     export PATH="$WORK/stubs:$PATH" SLURM_JOB_ID=4343
     mpirun --mca odls_base_sigkill_timeout 4 -np 2 --oversubscribe "$EMBER" "${train[@]}" --run.dir=term \
       --training.steps=100000 >term.log 2>&1 &

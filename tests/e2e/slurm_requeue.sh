@@ -46,7 +46,7 @@ submit() {
     slurm_fail "sbatch refused jobs/slurm-cpu.sbatch"
 }
 
-# EMBER_HOME: the job script finds its shared end (jobs/lib) there, since this test submits from its work directory.
+# EMBER_HOME: the job script finds its shared end (jobs/common) there, since this test submits from its work directory.
 export EMBER CONFIG="$SRC/configs/tiny.ini" DATA_DIR=data EMBER_HOME="$SRC"
 
 # 1. The first start trains; then what --signal=B:USR1@120 does before the time limit: USR1 to the batch shell only,

@@ -17,10 +17,10 @@
 #include "backend/backend.h"
 #include "backend/device.h"
 #include "collective_checks.h"
-#include "dist/communicator.h"
-#include "dist/device_select.h"
-#include "dist/world.h"
 #include "host_staged_communicator.h"
+#include "parallel/communicator.h"
+#include "parallel/device_select.h"
+#include "parallel/world.h"
 #include "test_support.h"
 #ifdef EMBER_HAVE_NCCL
 #include "nccl_communicator.h"

@@ -14,7 +14,7 @@
 // memory among the live lanes of the warp, all of which must take part (as the full mask the kernels pass requires). A
 // barrier that can never complete (some threads wait where the others never arrive) aborts with a message. mma.sync
 // m16n8k16 (bf16 inputs, fp32 accumulation) places its fragments as the PTX ISA lays them out
-// (cuda/cuda_attention_tc.cuh) and sums the exact bf16 products in k order in fp32; ldmatrix gathers the rows the
+// (cuda/cuda_attention_tc_tiles.cuh) and sums the exact bf16 products in k order in fp32; ldmatrix gathers the rows the
 // lanes point at into the same fragments. cp.async is modelled at its two extremes at once: the destination turns to
 // NaN when the copy is issued (as if the hardware wrote it at once, with garbage to catch a reader that still wanted
 // the old contents) and receives the data only at the cp.async.wait_group that covers it (as if the hardware were as

@@ -19,9 +19,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
-#include "dist/world.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
+#include "parallel/world.h"
 #include "test_support.h"
 
 namespace ember {

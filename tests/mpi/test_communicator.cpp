@@ -15,8 +15,8 @@
 
 #include "collective_checks.h"
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "dist/mpi_communicator.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_communicator.h"
 #include "test_support.h"
 
 namespace ember {

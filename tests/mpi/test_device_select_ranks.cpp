@@ -1,4 +1,4 @@
-// Which ranks share a GPU, decided from the UUIDs every rank picked (dist/device_select.h), over the real MPI world
+// Which ranks share a GPU, decided from the UUIDs every rank picked (parallel/device_select.h), over the real MPI world
 // of this machine (one node: local rank = rank). Each test gives every rank its own made-up visible devices, as a
 // launcher would: one bound to each rank (srun --gpus-per-task=1), one for all, or two for all. Registered at np 1,
 // 2 and 4. In a CPU-only build training.device = cuda is refused before any of these rules, so they skip there.
@@ -9,8 +9,8 @@
 
 #include "backend/device.h"
 #include "core/error.h"
-#include "dist/device_select.h"
-#include "dist/world.h"
+#include "parallel/device_select.h"
+#include "parallel/world.h"
 #include "scoped_env.h"
 #include "test_support.h"
 

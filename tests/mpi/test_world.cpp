@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 
 namespace ember {
 namespace {

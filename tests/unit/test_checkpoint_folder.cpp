@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 
 #include "checkpoint_test_util.h"
 

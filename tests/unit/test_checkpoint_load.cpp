@@ -4,7 +4,7 @@
 #include <hdf5.h>
 
 #include "checkpoint/h5.h"
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 
 #include "checkpoint_test_util.h"
 

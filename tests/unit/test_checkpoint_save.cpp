@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "checkpoint/h5.h"
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 
 #include "checkpoint_test_util.h"
 

@@ -5,7 +5,7 @@
 
 #include "checkpoint/h5.h"
 #include "data/prep_manifest.h"
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 #include "train/run_tokenizer.h"
 
 #include "checkpoint_test_util.h"

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "checkpoint/h5.h"
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 #include "train/run_checkpoint.h"
 #include "train/run_config.h"
 

@@ -1,4 +1,4 @@
-// The polling wait of the NCCL communicator (dist/collective_wait.h) with injected completions and errors: a
+// The polling wait of the NCCL communicator (parallel/collective_wait.h) with injected completions and errors: a
 // healthy collective is waited for without an abort; an asynchronous error that appears while the collective never
 // finishes (a dead peer) aborts the communicator once and throws instead of hanging; after that no wait polls again.
 // A wait that outlasts dist.timeout (a peer that froze or lost its link reports no error) aborts and throws too.
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "dist/collective_wait.h"
+#include "parallel/collective_wait.h"
 
 namespace ember {
 namespace {

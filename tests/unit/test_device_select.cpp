@@ -9,9 +9,9 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "dist/comm_select.h"
-#include "dist/device_select.h"
-#include "dist/world.h"
+#include "parallel/comm_select.h"
+#include "parallel/device_select.h"
+#include "parallel/world.h"
 #include "scoped_env.h"
 #include "test_support.h"
 #include "train/run_setup.h"

@@ -13,8 +13,8 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "dist/delta_codec.h"
-#include "dist/onebit_codec.h"
+#include "parallel/delta_codec.h"
+#include "parallel/onebit_codec.h"
 
 namespace ember {
 namespace {

@@ -1,8 +1,14 @@
 // The one Config: precedence (defaults < INI < command line), and the errors for unknown keys, wrong types and
-// out-of-range values, each naming the key.
+// out-of-range values, each naming the key; docs/config.md generated from the option table.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -277,3 +283,74 @@ TEST(Options, ShippedConfigsParse) {
 
 }  // namespace
 }  // namespace ember
+
+// docs/config.md is generated from the option table: a key added, renamed or given another default or range without
+// regenerating it fails here. EMBER_UPDATE_DOCS=1 rewrites the file instead.
+TEST(Options, ConfigReference) {
+  const std::string path = std::string(EMBER_SOURCE_DIR) + "/docs/config.md";
+  const std::string generated = ember::config_reference_markdown();
+  if (const char* update = std::getenv("EMBER_UPDATE_DOCS"); update && std::string(update) == "1") {
+    std::ofstream(path, std::ios::binary) << generated;
+    GTEST_SKIP() << "rewrote " << path;
+  }
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << path << " is missing";
+  const std::string on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(on_disk, generated)
+      << path << " differs from the option table; regenerate it with\n"
+      << "  EMBER_UPDATE_DOCS=1 build/tests/test_options --gtest_filter=Options.ConfigReference";
+  // Every key the rendered INI holds has its row.
+  ember::RunConfig defaults;
+  std::istringstream ini(ember::render_config_ini(defaults));
+  std::string section;
+  for (std::string line; std::getline(ini, line);) {
+    if (line.empty()) continue;
+    if (line[0] == '[') {
+      section = line;
+      continue;
+    }
+    const std::string key = line.substr(0, line.find(' '));
+    EXPECT_NE(generated.find("| `" + key + "` |"), std::string::npos) << section << " " << key;
+  }
+}
+
+// Every config key an error, a hint or a help text names ("set training.seq_len >= 1") is a real key: a message
+// naming a key that does not exist sends the user after nothing. String literals of src/ and cuda/ are scanned for
+// "<section>.<key>"; the JSON paths of tokenizer.json and Hugging Face's file name are the only other such words.
+TEST(Options, EveryKeyAMessageNamesExists) {
+  ember::RunConfig defaults;
+  std::set<std::string> keys;
+  std::istringstream ini(ember::render_config_ini(defaults));
+  std::string section;
+  for (std::string line; std::getline(ini, line);) {
+    if (line.empty()) continue;
+    if (line[0] == '[')
+      section = line.substr(1, line.size() - 2);
+    else
+      keys.insert(section + "." + line.substr(0, line.find(' ')));
+  }
+  const std::set<std::string> not_keys = {"model.safetensors", "model.vocab", "model.merges"};
+  const std::regex literal(R"("(?:[^"\\\n]|\\.)*")");
+  const std::regex named(
+      R"((^|[^\w/.-])((model|training|async|dist|optimizer|data|eval|checkpoint|run)\.[a-z][a-z_0-9]*))");
+  int scanned = 0;
+  for (const char* folder : {"src", "cuda"}) {
+    for (const auto& entry :
+         std::filesystem::recursive_directory_iterator(std::string(EMBER_SOURCE_DIR) + "/" + folder)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".cpp" && ext != ".h" && ext != ".cu" && ext != ".cuh") continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ++scanned;
+      for (std::sregex_iterator l(text.begin(), text.end(), literal), end; l != end; ++l) {
+        const std::string s = l->str();
+        for (std::sregex_iterator k(s.begin(), s.end(), named); k != end; ++k) {
+          const std::string key = (*k)[2].str();
+          EXPECT_TRUE(keys.count(key) || not_keys.count(key))
+              << entry.path().string() << " names " << key << ", which is no config key, in " << s;
+        }
+      }
+    }
+  }
+  EXPECT_GT(scanned, 100) << "the scan found too few sources under " << EMBER_SOURCE_DIR;
+}

@@ -1,4 +1,4 @@
-// StallGuard (dist/stall_watchdog.h): a section that outlasts its bound ends the process with exit code 1 after the
+// StallGuard (parallel/stall_watchdog.h): a section that outlasts its bound ends the process with exit code 1 after the
 // error and hint lines; one that ends in time leaves no trace. Each case runs in a forked child, whose stderr and
 // exit status the parent reads.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "dist/stall_watchdog.h"
+#include "parallel/stall_watchdog.h"
 
 namespace ember {
 namespace {

@@ -1,6 +1,6 @@
 // 1-bit sign + per-block scale codec; see onebit_codec.h for the message layout.
 // OpenMP loops with static schedules; each block is summed by one thread in a fixed order, so bytes are deterministic.
-#include "dist/onebit_codec.h"
+#include "parallel/onebit_codec.h"
 
 #include <cmath>
 #include <cstring>

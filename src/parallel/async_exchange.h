@@ -30,8 +30,8 @@
 #include <deque>
 #include <vector>
 
-#include "dist/delta_codec.h"
-#include "dist/stall_watchdog.h"
+#include "parallel/delta_codec.h"
+#include "parallel/stall_watchdog.h"
 
 namespace ember {
 

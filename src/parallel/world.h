@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/collective_watch.h"
+#include "parallel/collective_watch.h"
 
 namespace ember {
 
@@ -21,7 +21,7 @@ struct World {
   int local_size = 1;
   std::string host;
   // dist.timeout and what the rank is doing: shared by every copy of this World and the communicators made from it
-  // (make_communicator); the host collectives (dist/host_collectives.h) wait by it too.
+  // (make_communicator); the host collectives (parallel/host_collectives.h) wait by it too.
   std::shared_ptr<CollectiveWatch> watch = std::make_shared<CollectiveWatch>();
 };
 

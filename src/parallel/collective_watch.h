@@ -7,7 +7,7 @@
 namespace ember {
 
 // A wait that lasts timeout_seconds (0: no limit) ends the rank with an error naming the operation and `context`
-// ("step 12"); see poll_until in dist/collective_wait.h.
+// ("step 12"); see poll_until in parallel/collective_wait.h.
 struct CollectiveWatch {
   double timeout_seconds = 0.0;
   std::string context;

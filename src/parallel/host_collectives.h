@@ -1,4 +1,4 @@
-// Host-side collectives over a World for the layers above src/dist: strings and small arrays broadcast or gathered,
+// Host-side collectives over a World for the layers above src/parallel: strings and small arrays broadcast or gathered,
 // and agreement on the outcome of a step, so trainers and the checkpoint layer never call MPI themselves.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 
 namespace ember {
 

@@ -1,6 +1,6 @@
 // World (implementation): reads rank, size, node-local placement and host from MPI, and runs the start-up checks.
 // Node-local rank comes from a shared-memory split rather than environment variables, so it works under any launcher.
-#include "dist/world.h"
+#include "parallel/world.h"
 
 #include <unistd.h>
 
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/host_collectives.h"
-#include "dist/mpi_check.h"
-#include "dist/stall_watchdog.h"
+#include "parallel/host_collectives.h"
+#include "parallel/mpi_check.h"
+#include "parallel/stall_watchdog.h"
 
 namespace ember {
 

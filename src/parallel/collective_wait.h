@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-#include "dist/collective_watch.h"
+#include "parallel/collective_watch.h"
 
 namespace ember {
 

@@ -1,7 +1,7 @@
 // The Communicator over MPI and host memory: collectives on a private duplicate of the caller's communicator, with
 // size_t counts split into int-sized pieces and AVG done as SUM then a 1/size scale. Every collective is MPI's
 // non-blocking one, and a blocking call waits for it by polling, so that no wait outlasts dist.timeout.
-#include "dist/mpi_communicator.h"
+#include "parallel/mpi_communicator.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,8 +11,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/collective_wait.h"
-#include "dist/mpi_check.h"
+#include "parallel/collective_wait.h"
+#include "parallel/mpi_check.h"
 
 namespace ember {
 namespace {

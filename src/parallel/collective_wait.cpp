@@ -1,5 +1,5 @@
 // Waiting on a collective by polling, with abort on an asynchronous error (implementation).
-#include "dist/collective_wait.h"
+#include "parallel/collective_wait.h"
 
 #include <chrono>
 #include <cstdio>

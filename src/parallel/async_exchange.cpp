@@ -1,6 +1,6 @@
 // The async-mode exchange (implementation): the window's layout, its allocation and the center's side; the workers'
 // side is async_exchange_worker.cpp. The protocol and window layout are described in async_exchange.h.
-#include "dist/async_exchange.h"
+#include "parallel/async_exchange.h"
 
 #include <unistd.h>
 
@@ -13,9 +13,9 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "dist/async_window.h"
-#include "dist/mpi_check.h"
-#include "dist/stall_watchdog.h"
+#include "parallel/async_window.h"
+#include "parallel/mpi_check.h"
+#include "parallel/stall_watchdog.h"
 
 namespace ember {
 
@@ -118,7 +118,7 @@ AsyncCenter::AsyncCenter(MPI_Comm comm, const AsyncShape& shape, const float* gl
 
 // Freeing a window is collective: while an error unwinds the stack, the other ranks will never join it, so the
 // window is left to MPI_Abort, which main() calls next; once a worker was dropped it never will either, and the
-// process ends without MPI (dist/world.h, leave_job).
+// process ends without MPI (parallel/world.h, leave_job).
 AsyncCenter::~AsyncCenter() {
   if (std::uncaught_exceptions() > 0 || live_workers() < shape_.workers) return;
   if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);

@@ -1,6 +1,6 @@
 // Host-side collectives (implementation): thin, checked wrappers of MPI's non-blocking calls, each waited for within
 // the World's dist.timeout (a watchdog bounds the wait); with one rank none of them calls MPI.
-#include "dist/host_collectives.h"
+#include "parallel/host_collectives.h"
 
 #include <mpi.h>
 
@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <exception>
 
-#include "dist/collective_wait.h"
-#include "dist/mpi_check.h"
-#include "dist/stall_watchdog.h"
+#include "parallel/collective_wait.h"
+#include "parallel/mpi_check.h"
+#include "parallel/stall_watchdog.h"
 
 namespace ember {
 
@@ -22,7 +22,7 @@ namespace {
 // Waits for `request` within the World's dist.timeout. MPI_Wait, not a polling loop: with ranks oversubscribing the
 // cores, polled waits here made a checkpoint take seconds instead of tens of milliseconds, past the second mpirun
 // gives ranks between SIGTERM and SIGKILL. A wait that outlasts the timeout (a peer died, froze or lost its link)
-// ends the rank from the watchdog thread (dist/stall_watchdog.h) with the error the communicator's waits give.
+// ends the rank from the watchdog thread (parallel/stall_watchdog.h) with the error the communicator's waits give.
 void wait_for(const World& world, MPI_Request& request, const char* what) {
   const CollectiveWatch& watch = *world.watch;
   if (watch.timeout_seconds <= 0.0) {
@@ -95,9 +95,9 @@ std::vector<std::string> all_gather_strings(const World& world, const std::strin
   EMBER_MPI_CHECK(MPI_Iallgather(&n, 1, MPI_INT, lengths.data(), 1, MPI_INT, world.comm, &r));
   wait_for(world, r, "all-gather");
   int64_t total = 0;
-  for (int r = 0; r < world.size; ++r) {
-    offsets[size_t(r)] = int(total);
-    total += lengths[size_t(r)];
+  for (int k = 0; k < world.size; ++k) {
+    offsets[size_t(k)] = int(total);
+    total += lengths[size_t(k)];
   }
   EMBER_ASSERT(total <= INT_MAX, "strings too long for one MPI_Allgatherv");
   std::string all(size_t(total), '\0');
@@ -105,8 +105,8 @@ std::vector<std::string> all_gather_strings(const World& world, const std::strin
       MPI_Iallgatherv(text.data(), n, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, world.comm, &r));
   wait_for(world, r, "all-gather");
   std::vector<std::string> out;
-  for (int r = 0; r < world.size; ++r)
-    out.push_back(all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
+  for (int k = 0; k < world.size; ++k)
+    out.push_back(all.substr(size_t(offsets[size_t(k)]), size_t(lengths[size_t(k)])));
   return out;
 }
 

@@ -1,6 +1,6 @@
 // Device selection (implementation). Discovery goes through backend/device.h (cuda/device_info.cu, or zero devices
 // in a CPU-only build), so this file holds no CUDA call and builds everywhere.
-#include "dist/device_select.h"
+#include "parallel/device_select.h"
 
 #include <mpi.h>
 
@@ -14,9 +14,9 @@
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/host_collectives.h"
-#include "dist/mpi_check.h"
-#include "dist/world.h"
+#include "parallel/host_collectives.h"
+#include "parallel/mpi_check.h"
+#include "parallel/world.h"
 
 namespace ember {
 namespace {

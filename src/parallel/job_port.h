@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "dist/world.h"
+#include "parallel/world.h"
 
 namespace ember {
 

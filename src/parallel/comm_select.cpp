@@ -1,11 +1,11 @@
 // Communicator selection (implementation). The GPU communicators live in cuda/ and are reached only behind
 // EMBER_HAVE_CUDA / EMBER_HAVE_NCCL, so a CPU-only build holds no reference to them.
-#include "dist/comm_select.h"
+#include "parallel/comm_select.h"
 
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/mpi_communicator.h"
+#include "parallel/mpi_communicator.h"
 #ifdef EMBER_HAVE_CUDA
 #include "host_staged_communicator.h"
 #endif

@@ -1,6 +1,6 @@
 // The watchdog thread behind StallGuard: one per process, started by the first guard, sleeping until the earliest
 // armed deadline (or a change), and ending the process when a deadline passes with its guard still alive.
-#include "dist/stall_watchdog.h"
+#include "parallel/stall_watchdog.h"
 
 #include <unistd.h>
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dist/async_exchange.h"
+#include "parallel/async_exchange.h"
 
 namespace ember {
 

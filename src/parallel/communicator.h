@@ -1,6 +1,6 @@
 // The Communicator interface: the collectives data-parallel training needs, blocking and non-blocking, over
 // buffers of the backend's memory. MPI implements it over host buffers; cuda/ adds NCCL and host-staged MPI, which
-// take device buffers and host ones alike (dist/comm_select.h picks one).
+// take device buffers and host ones alike (parallel/comm_select.h picks one).
 #pragma once
 
 #include <mpi.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "dist/collective_watch.h"
+#include "parallel/collective_watch.h"
 
 namespace ember {
 

@@ -1,11 +1,11 @@
 // The async message formats and error feedback (implementation); see delta_codec.h.
-#include "dist/delta_codec.h"
+#include "parallel/delta_codec.h"
 
 #include <cstring>
 
 #include "core/enum_names.h"
 #include "core/error.h"
-#include "dist/onebit_codec.h"
+#include "parallel/onebit_codec.h"
 
 namespace ember {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace ember {
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "dist/communicator.h"
-#include "dist/device_select.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/device_select.h"
+#include "parallel/world.h"
 
 namespace ember {
 

@@ -10,10 +10,10 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "dist/async_exchange.h"
-#include "dist/async_window.h"
-#include "dist/mpi_check.h"
-#include "dist/stall_watchdog.h"
+#include "parallel/async_exchange.h"
+#include "parallel/async_window.h"
+#include "parallel/mpi_check.h"
+#include "parallel/stall_watchdog.h"
 
 namespace ember {
 
@@ -41,7 +41,7 @@ AsyncWorker::~AsyncWorker() {
 }
 
 // Each waits inside MPI for the center to answer: a center whose host is down, frozen or cut off never does, so each
-// is bounded by async.center_timeout (dist/stall_watchdog.h).
+// is bounded by async.center_timeout (parallel/stall_watchdog.h).
 void AsyncWorker::lock() {
   const StallGuard guard = center_guard("MPI_Win_lock");
   EMBER_MPI_CHECK(MPI_Win_lock(MPI_LOCK_SHARED, kCenter, 0, win_));

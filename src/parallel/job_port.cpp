@@ -1,14 +1,14 @@
 // The job's door (implementation): MPI_Open_port / MPI_Comm_accept / MPI_Comm_connect, then MPI_Intercomm_merge so
 // that the job's ranks keep their numbers and the new ranks follow them.
-#include "dist/job_port.h"
+#include "parallel/job_port.h"
 
 #include <mpi.h>
 
 #include <csignal>
 
 #include "core/error.h"
-#include "dist/mpi_check.h"
-#include "dist/stall_watchdog.h"
+#include "parallel/mpi_check.h"
+#include "parallel/stall_watchdog.h"
 
 namespace ember {
 namespace {

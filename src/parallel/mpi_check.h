@@ -1,5 +1,5 @@
 // The MPI member of the check macro family (core/error.h): EMBER_MPI_CHECK evaluates an MPI call once and reports
-// the statement, file:line, rank, host and MPI's own message. Only src/dist and the GPU communicators call MPI.
+// the statement, file:line, rank, host and MPI's own message. Only src/parallel and the GPU communicators call MPI.
 #pragma once
 
 #include <mpi.h>

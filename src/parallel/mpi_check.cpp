@@ -1,5 +1,5 @@
 // MPI error texts for EMBER_MPI_CHECK (implementation).
-#include "dist/mpi_check.h"
+#include "parallel/mpi_check.h"
 
 namespace ember {
 

@@ -221,6 +221,41 @@ TrainResult run_async_job(const World& world, const RunConfig& c, const std::str
   return result;
 }
 
+// This invocation's limits (--stop-after, --max-runtime) over its passes: a join barrier ends a pass, and the next
+// starts again from that barrier's checkpoint, so each pass gets what the earlier ones left. The run folder's start
+// (on_start) is the first pass's alone: it is collective over the first launch's ranks, some of which may be gone by
+// then (a dropped worker), and the run state says "running" since.
+class PassLimits {
+ public:
+  explicit PassLimits(TrainLimits limits) : limits_(std::move(limits)), start_(now_seconds()) {}
+
+  // The limits of the next pass.
+  TrainLimits next() {
+    TrainLimits pass = limits_;
+    if (limits_.max_runtime > 0) pass.max_runtime = std::max(1.0, limits_.max_runtime - (now_seconds() - start_));
+    if (limits_.stop_after > 0) pass.stop_after = int(std::max<int64_t>(1, limits_.stop_after - steps_done_));
+    pass.on_start = [this, on_start = passes_ == 0 ? limits_.on_start : nullptr](int64_t step) {
+      first_step_ = step;
+      if (on_start) on_start(step);
+    };
+    ++passes_;
+    return pass;
+  }
+
+  // A pass ended at `step`.
+  void ended(int64_t step) {
+    if (first_step_ >= 0) steps_done_ += step - first_step_;
+    first_step_ = -1;
+  }
+
+ private:
+  TrainLimits limits_;
+  double start_;
+  int passes_ = 0;
+  int64_t first_step_ = -1;  // where the current pass started (-1: not started)
+  int64_t steps_done_ = 0;   // optimizer steps of the passes that ended
+};
+
 }  // namespace
 
 TrainResult run_async(const World& world, const RunConfig& config, const std::string& config_ini, TrainLimits limits) {
@@ -235,27 +270,16 @@ TrainResult run_async(const World& world, const RunConfig& config, const std::st
     limits.on_start = nullptr;  // the job's rank 0 keeps the run state
   }
   std::unique_ptr<JoinDesk> desk;  // the center's, made once the run has started (run_center)
-  const double start = now_seconds(), max_runtime = limits.max_runtime;
-  int64_t first_step = -1;  // where the current pass started
-  limits.on_start = [on_start = limits.on_start, &first_step](int64_t step) {
-    first_step = step;
-    if (on_start) on_start(step);
-  };
+  PassLimits passes(std::move(limits));
   for (;;) {
     if (current) ini = broadcast_string(*current, ini, 0);  // the job's config text, which every checkpoint records
     std::optional<World> next;
-    const TrainResult r = run_async_job(current ? *current : world, c, ini, limits, &desk, next);
+    const TrainResult r = run_async_job(current ? *current : world, c, ini, passes.next(), &desk, next);
     if (!next) return r;
+    passes.ended(r.step);
     current = std::move(next);
-    // Every rank, the ones taken in last, starts again from the join barrier's checkpoint; the limits of this
-    // invocation go on counting from its start.
+    // Every rank, the ones taken in last, starts again from the join barrier's checkpoint.
     c.checkpoint.resume = r.last_checkpoint;
-    if (max_runtime > 0) limits.max_runtime = std::max(1.0, max_runtime - (now_seconds() - start));
-    if (limits.stop_after > 0 && first_step >= 0)
-      limits.stop_after = int(std::max<int64_t>(1, limits.stop_after - (r.step - first_step)));
-    // The run folder's start is collective over the first launch's ranks, some of which may be gone by now (a
-    // dropped worker); the run state says "running" since the first pass.
-    limits.on_start = [&first_step](int64_t step) { first_step = step; };
   }
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "app/option_enums.h"
 #include "core/enum_names.h"
 #include "core/error.h"
 
@@ -30,52 +31,6 @@ std::string format_value(bool v) { return v ? "true" : "false"; }
 std::string format_value(uint64_t v) { return format_number(v); }
 std::string format_value(float v) { return format_number(v); }
 std::string format_value(const std::string& v) { return v; }
-
-// The closed sets of values: every enumerator, its name and the module's parser, so that each option's value is
-// parsed once, here, and rendered by the same name.
-template <class E>
-struct EnumOption;
-template <>
-struct EnumOption<TrainingMode> {
-  static constexpr TrainingMode values[] = {TrainingMode::sync, TrainingMode::async};
-  static std::string name(TrainingMode v) { return training_mode_name(v); }
-  static std::optional<TrainingMode> parse(const std::string& s) { return parse_training_mode(s); }
-};
-template <>
-struct EnumOption<DeviceRequest> {
-  static constexpr const auto& values = kDeviceRequests;
-  static std::string name(DeviceRequest v) { return device_request_name(v); }
-  static std::optional<DeviceRequest> parse(const std::string& s) { return parse_device_request(s); }
-};
-template <>
-struct EnumOption<CommRequest> {
-  static constexpr const auto& values = kCommRequests;
-  static std::string name(CommRequest v) { return comm_request_name(v); }
-  static std::optional<CommRequest> parse(const std::string& s) { return parse_comm_request(s); }
-};
-template <>
-struct EnumOption<Recompute> {
-  static constexpr const auto& values = kRecomputes;
-  static std::string name(Recompute v) { return recompute_name(v); }
-  static std::optional<Recompute> parse(const std::string& s) { return parse_recompute(s); }
-};
-template <>
-struct EnumOption<DeltaCompression> {
-  static constexpr const auto& values = kDeltaCompressions;
-  static std::string name(DeltaCompression v) { return delta_compression_name(v); }
-  static std::optional<DeltaCompression> parse(const std::string& s) { return parse_delta_compression(s); }
-};
-template <>
-struct EnumOption<PrecisionRequest> {
-  static constexpr const auto& values = kPrecisionRequests;
-  static std::string name(PrecisionRequest v) { return precision_request_name(v); }
-  static std::optional<PrecisionRequest> parse(const std::string& s) { return parse_precision_request(s); }
-};
-
-template <class E>
-concept EnumOptionType = requires(E v) {
-  EnumOption<E>::name(v);
-};
 
 template <EnumOptionType E>
 std::string format_value(E v) {

@@ -284,6 +284,25 @@ TEST(Options, ShippedConfigsParse) {
 }  // namespace
 }  // namespace ember
 
+namespace {
+
+// Every config key, "section.key", as the rendered INI of the defaults holds them.
+std::set<std::string> config_keys() {
+  std::set<std::string> keys;
+  std::istringstream ini(ember::render_config_ini(ember::RunConfig{}));
+  std::string section;
+  for (std::string line; std::getline(ini, line);) {
+    if (line.empty()) continue;
+    if (line[0] == '[')
+      section = line.substr(1, line.size() - 2);
+    else
+      keys.insert(section + "." + line.substr(0, line.find(' ')));
+  }
+  return keys;
+}
+
+}  // namespace
+
 // docs/config.md is generated from the option table: a key added, renamed or given another default or range without
 // regenerating it fails here. EMBER_UPDATE_DOCS=1 rewrites the file instead.
 TEST(Options, ConfigReference) {
@@ -300,17 +319,9 @@ TEST(Options, ConfigReference) {
       << path << " differs from the option table; regenerate it with\n"
       << "  EMBER_UPDATE_DOCS=1 build/tests/test_options --gtest_filter=Options.ConfigReference";
   // Every key the rendered INI holds has its row.
-  ember::RunConfig defaults;
-  std::istringstream ini(ember::render_config_ini(defaults));
-  std::string section;
-  for (std::string line; std::getline(ini, line);) {
-    if (line.empty()) continue;
-    if (line[0] == '[') {
-      section = line;
-      continue;
-    }
-    const std::string key = line.substr(0, line.find(' '));
-    EXPECT_NE(generated.find("| `" + key + "` |"), std::string::npos) << section << " " << key;
+  for (const std::string& key : config_keys()) {
+    const std::string name = key.substr(key.find('.') + 1);
+    EXPECT_NE(generated.find("| `" + name + "` |"), std::string::npos) << key;
   }
 }
 
@@ -318,17 +329,7 @@ TEST(Options, ConfigReference) {
 // naming a key that does not exist sends the user after nothing. String literals of src/ and cuda/ are scanned for
 // "<section>.<key>"; the JSON paths of tokenizer.json and Hugging Face's file name are the only other such words.
 TEST(Options, EveryKeyAMessageNamesExists) {
-  ember::RunConfig defaults;
-  std::set<std::string> keys;
-  std::istringstream ini(ember::render_config_ini(defaults));
-  std::string section;
-  for (std::string line; std::getline(ini, line);) {
-    if (line.empty()) continue;
-    if (line[0] == '[')
-      section = line.substr(1, line.size() - 2);
-    else
-      keys.insert(section + "." + line.substr(0, line.find(' ')));
-  }
+  const std::set<std::string> keys = config_keys();
   const std::set<std::string> not_keys = {"model.safetensors", "model.vocab", "model.merges"};
   const std::regex literal(R"("(?:[^"\\\n]|\\.)*")");
   const std::regex named(

@@ -163,6 +163,8 @@ PY
     die "ember train failed on $name (last lines above)" "rerun by hand: ${EMBER_CMD[*]}"
   fi
   ember_tps=$(py scripts/bench/mean_tokens_per_s.py "$run/ember/metrics.jsonl" "$WARMUP")
+  # Now, not only in the table: a run cut short during PyTorch's compile still leaves Ember's number.
+  echo "bench: $name: ember $ember_tps tokens/s"
   if [[ "$PROFILE" == 1 ]]; then
     profile "$name" "$run"
   fi

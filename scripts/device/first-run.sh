@@ -14,12 +14,13 @@ Steps, in this order (all of them when none is named; name some to rerun only th
   info         nvidia-smi -q, the driver and CUDA versions, the GPU's UUID
   ctest-gpu    ctest -L gpu: the CUDA op tests and the GPU communicators (not the whole-model tests)
   whole-model  the whole-model GPU tests (CudaOps.WholeModel*, FiftyTrainingSteps*) and gpu_train_cuda
-  memcheck     compute-sanitizer --tool memcheck on a reduced op-test set
-  racecheck    compute-sanitizer --tool racecheck on the attention tests
   train        GPT-2 124M bf16 on the bundle's shards: the first 20 losses against the CPU's, recorded when the
                bundle was made; a GPU checkpoint resumed on the CPU and the CPU's checkpoint resumed on the GPU
-  bench        scripts/bench/gpu.sh (124M and 350M at T = 1024, bf16, against PyTorch), the cost ledger beside it
-  kernels      the 15 kernels that take most GPU time in two 124M training steps (nsys, else ncu)
+  bench        scripts/bench/gpu.sh (124M and 350M at T = 1024, bf16, against PyTorch where this machine's Python
+               has it with CUDA), the cost ledger beside it
+  kernels      the 15 kernels that take most GPU time in one 124M training step (nsys, else ncu)
+  memcheck     compute-sanitizer --tool memcheck on a reduced op-test set
+  racecheck    compute-sanitizer --tool racecheck on the attention tests
 
 Environment: OUT (results; device-out/ when unset), EMBER_FIRST_RUN_BUNDLE (default .device/first-run),
 EMBER_FIRST_RUN_WORK (scratch; default ${TMPDIR:-/tmp}/ember-first-run), FIRST_RUN_LIMIT_<STEP> (a step's time
@@ -29,9 +30,11 @@ Exits 0 when every step run passed or was skipped for want of a GPU, 1 otherwise
 EOF
 }
 
-ALL_STEPS=(info ctest-gpu whole-model memcheck racecheck train bench kernels)
-declare -A LIMIT=([info]=60 [ctest-gpu]=180 [whole-model]=240 [memcheck]=150 [racecheck]=150 [train]=240
-                  [bench]=360 [kernels]=180)
+ALL_STEPS=(info ctest-gpu whole-model train bench kernels memcheck racecheck)
+# Seen on an H200 machine (2026-11-28): ctest-gpu 30 s, whole-model 36 s, memcheck 1 s, racecheck 15 s; train over
+# 150 s (two CPU steps of 21 s, and a 124M checkpoint takes 20 s to write); bench over 130 s (PyTorch's compile).
+declare -A LIMIT=([info]=60 [ctest-gpu]=180 [whole-model]=240 [train]=300 [bench]=480 [kernels]=180 [memcheck]=150
+                  [racecheck]=150)
 # The whole-model tests, run in their own step after the op tests.
 WHOLE_MODEL_REGEX='WholeModel|FiftyTrainingSteps|StepsAllocateOnly|gpu_train_cuda'
 # memcheck: one test of each op family at its first shape; racecheck: every attention test (the kernels with shared
@@ -197,8 +200,13 @@ step_info() {
   local row cuda
   row=$(nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader | head -n 1)
   cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)
-  echo "$row; driver's CUDA $cuda; nvcc here: $(nvcc --version 2>/dev/null | tail -n 1 || echo none)" >"$WORK/result"
-  { echo "## GPU"; echo; echo "$row (driver's CUDA $cuda)"; echo; } >>"$REPORT"
+  # The processor too: the CPU backend's bf16 reference moves between processors (test_cuda_ops_whole_model.cpp).
+  local cpu
+  cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores"
+  grep -qw avx512f /proc/cpuinfo && cpu+=", AVX-512"
+  echo "$row; driver's CUDA $cuda; nvcc here: $(nvcc --version 2>/dev/null | tail -n 1 || echo none); CPU: $cpu" \
+    >"$WORK/result"
+  { echo "## GPU"; echo; echo "$row (driver's CUDA $cuda); CPU: $cpu"; echo; } >>"$REPORT"
 }
 # The ctest steps run in the rewritten build tree; their tests skip (exit 77 / "no CUDA device") without a GPU.
 ctest_step() {  # ctest_step TIMEOUT JOBS SELECTION...
@@ -229,7 +237,8 @@ step_memcheck() { need_gpu; sanitize memcheck "$MEMCHECK_FILTER"; }
 step_racecheck() { need_gpu; sanitize racecheck "$RACECHECK_FILTER"; }
 step_train() {
   need_gpu
-  local t=$WORK/train
+  # Each run's output goes to the step logs' folder, so that a run cut short by the step's limit still returns it.
+  local t=$WORK/train l=$WORK/logs
   rm -rf "$t"
   mkdir -p "$t"
   read -r -a args <<<"$(sed -n 's/^train_args=//p' "$BUNDLE/MANIFEST")"
@@ -237,22 +246,29 @@ step_train() {
   # GPU 1-24 with checkpoints at 20 and 22; a copy stopped at 20 goes on for 2 steps on the CPU (22), and that CPU
   # checkpoint goes on for 2 on the GPU (24).
   "$EMBER" train "${args[@]}" --training.device=cuda --run.dir="$t/gpu" --training.steps="$TRAIN_STEPS" \
-    --stop-after "$TRAIN_COMPARED" >"$t/gpu1.log" 2>&1 || { cat "$t/gpu1.log"; exit 1; }
+    --stop-after "$TRAIN_COMPARED" >"$l/train-gpu1.log" 2>&1 || { cat "$l/train-gpu1.log"; exit 1; }
   cp -R "$t/gpu" "$t/swap"
   "$EMBER" train "${args[@]}" --training.device=cuda --run.dir="$t/gpu" --training.steps="$TRAIN_STEPS" \
-    --resume auto >"$t/gpu2.log" 2>&1 || { cat "$t/gpu2.log"; exit 1; }
+    --resume auto >"$l/train-gpu2.log" 2>&1 || { cat "$l/train-gpu2.log"; exit 1; }
   OMP_NUM_THREADS=$(nproc) "$EMBER" train "${args[@]}" --training.device=cpu --run.dir="$t/swap" \
-    --training.steps="$TRAIN_STEPS" --resume auto --stop-after 2 >"$t/cpu.log" 2>&1 || { cat "$t/cpu.log"; exit 1; }
+    --training.steps="$TRAIN_STEPS" --resume auto --stop-after 2 >"$l/train-cpu.log" 2>&1 ||
+    { cat "$l/train-cpu.log"; exit 1; }
   "$EMBER" train "${args[@]}" --training.device=cuda --run.dir="$t/swap" --training.steps="$TRAIN_STEPS" \
-    --resume auto >"$t/gpu3.log" 2>&1 || { cat "$t/gpu3.log"; exit 1; }
-  cat "$t/gpu1.log"
-  grep -h 'resumed from' "$t/cpu.log" "$t/gpu3.log"
+    --resume auto >"$l/train-gpu3.log" 2>&1 || { cat "$l/train-gpu3.log"; exit 1; }
+  cat "$l/train-gpu1.log"
+  grep -h 'resumed from' "$l/train-cpu.log" "$l/train-gpu3.log"
   "$PYTHON" "$ROOT/scripts/device/first_run_report.py" train "$BUNDLE/reference/cpu_losses.txt" "$t/gpu/metrics.jsonl" \
     "$t/swap/metrics.jsonl" "$TRAIN_COMPARED" "$TRAIN_STEPS" "$TRAIN_TOLERANCE" "$REPORT" "$WORK/result"
 }
 step_bench() {
   need_gpu
-  EMBER_BUILD_DIR=$BUILD BENCH_PREBUILT=1 BENCH_PROFILE=0 bash "$ROOT/scripts/bench/gpu.sh" | tee "$WORK/bench.txt"
+  # PyTorch beside Ember where this machine's Python has a CUDA build of it; its wheels are too large to carry.
+  local torch=1
+  LD_LIBRARY_PATH=${BENCH_PYTHON_LD_LIBRARY_PATH-$LD_LIBRARY_PATH} "$PYTHON" -c \
+    'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 || torch=0
+  [[ $torch == 1 ]] || echo "bench: no PyTorch with CUDA here: Ember alone (BENCH_TORCH=0)"
+  EMBER_BUILD_DIR=$BUILD BENCH_PREBUILT=1 BENCH_PROFILE=0 BENCH_TORCH=$torch bash "$ROOT/scripts/bench/gpu.sh" |
+    tee "$WORK/bench.txt"
   {
     echo "## Benchmark (scripts/bench/gpu.sh)"
     sed -n '/^date: /,$p' "$WORK/bench.txt"
@@ -270,24 +286,25 @@ step_kernels() {
   rm -rf "$k"
   mkdir -p "$k"
   read -r -a args <<<"$(sed -n 's/^train_args=//p' "$BUNDLE/MANIFEST")"
-  args+=(--data.dir="$BUNDLE/data" --training.device=cuda --training.steps=2 --run.dir="$k/run")
-  local tool=""
+  # One step: ncu replays every kernel (about 380 a step) and took over a minute on two (H200, 2026-11-28).
+  args+=(--data.dir="$BUNDLE/data" --training.device=cuda --training.steps=1 --run.dir="$k/run")
+  local tool="" log=$WORK/logs/kernels-nsys.log
   if command -v nsys >/dev/null && nsys profile --force-overwrite true --trace cuda -o "$k/profile" \
-       "$EMBER" train "${args[@]}" >"$k/nsys.log" 2>&1 &&
-     nsys stats --report cuda_gpu_kern_sum --format csv --output - "$k/profile.nsys-rep" >"$k/kernels.csv" 2>>"$k/nsys.log" &&
+       "$EMBER" train "${args[@]}" >"$log" 2>&1 &&
+     nsys stats --report cuda_gpu_kern_sum --format csv --output - "$k/profile.nsys-rep" >"$k/kernels.csv" 2>>"$log" &&
      [[ -s "$k/kernels.csv" ]]; then
     tool=nsys
   else
-    [[ -f "$k/nsys.log" ]] && cat "$k/nsys.log"
+    [[ -f "$log" ]] && cat "$log"
     rm -rf "$k/run"
     command -v ncu >/dev/null || PATH=$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
     command -v ncu >/dev/null || { echo "neither nsys nor ncu works here" >"$WORK/result"; exit 1; }
     # One metric, the kernel's duration: one replay pass per kernel; clocks and caches left as they run.
     ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
-      --log-file "$k/ncu.log" "$EMBER" train "${args[@]}" >"$k/kernels.csv"
+      --log-file "$WORK/logs/kernels-ncu.log" "$EMBER" train "${args[@]}" >"$k/kernels.csv"
     tool=ncu
   fi
-  "$PYTHON" "$ROOT/scripts/device/first_run_report.py" kernels "$tool" "$k/kernels.csv" 2 "$BUNDLE/ledger.txt" \
+  "$PYTHON" "$ROOT/scripts/device/first_run_report.py" kernels "$tool" "$k/kernels.csv" 1 "$BUNDLE/ledger.txt" \
     "$REPORT" "$WORK/result"
 }
 export -f step_info step_ctest_gpu step_whole_model step_memcheck step_racecheck step_train step_bench step_kernels

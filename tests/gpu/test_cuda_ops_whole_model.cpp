@@ -2,6 +2,7 @@
 // precisions, and what a training step allocates on the device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -11,6 +12,9 @@
 #include "model/gpt.h"
 #include "train/adamw.h"
 #include "train_steps.h"
+#ifndef EMBER_TEST_KERNEL_MODEL
+#include "cuda_ops.h"  // the ops' scratch sizes
+#endif
 
 namespace ember {
 namespace {
@@ -85,9 +89,14 @@ TEST_F(CudaOps, WholeModelLossAndGradientsBf16) {
 // memorises: the GPU's losses track the CPU's at both matmul precisions. fp32: the per-op differences of the
 // whole-model test compound through 50 updates of lr 3e-3; 2e-4 relative (seen under the kernel model: 7e-7) is far
 // below what a wrong op or optimizer gives (the loss halves over the run). bf16: values that round to neighbouring
-// bf16s on the two backends (as in the whole-model test) move the trajectories apart as training goes on (seen under
-// the kernel model: 4.4e-3 by step 50); 2e-2, the bound the CPU's bf16 run keeps to its fp32 run in
-// tests/unit/test_model.cpp.
+// bf16s on the two backends (as in the whole-model test) move the trajectories apart as training goes on, most where
+// the loss falls fastest (steps 24-34). Seen under the kernel model: 5.5e-3. Seen on an H200 machine (2026-11-28):
+// step 32's loss was 0.6048 on the GPU and 0.6215 on the CPU backend run on that machine's processor, 2.7% apart,
+// where the same binary's CPU backend gives 0.6041 on an AMD EPYC with AVX-512: the CPU reference itself moves that
+// much between processors. The cause is not established: OpenBLAS's kernels for other processors, forced there with
+// OPENBLAS_CORETYPE, move it by 0.2% at most, and one fp32 ulp on every initial weight, or four on every gradient of
+// every step, by under 1%. So 4e-2: a wrong bf16 op or optimizer is off by far more (the loss falls from 4.6 to
+// 0.12), and the fp32 test holds every kernel to 2e-4.
 void expect_training_tracks_cpu(Backend& cpu, Backend& gpu, MatmulPrecision p, double rtol) {
   const ModelConfig c = whole_model_config();
   const int B = 2, T = 33, steps = 50;  // T past the 32-key tile of the fp32 attention kernels
@@ -118,7 +127,7 @@ void expect_training_tracks_cpu(Backend& cpu, Backend& gpu, MatmulPrecision p, d
 
 TEST_F(CudaOps, FiftyTrainingStepsTrackTheCpu) { expect_training_tracks_cpu(*cpu, *gpu, MatmulPrecision::fp32, 2e-4); }
 TEST_F(CudaOps, FiftyTrainingStepsTrackTheCpuBf16) {
-  expect_training_tracks_cpu(*cpu, *gpu, MatmulPrecision::bf16, 2e-2);
+  expect_training_tracks_cpu(*cpu, *gpu, MatmulPrecision::bf16, 4e-2);
 }
 
 #ifndef EMBER_TEST_KERNEL_MODEL
@@ -146,9 +155,12 @@ TEST_F(CudaOps, StepsAllocateOnlyOpScratchAndTheDeviceReportsUse) {
       model.backward(1.0f);
     }
     be->synchronize();
-    // dbias's partial column sums: 4C floats per chunk of 256 rows; scratch pieces start 256-byte aligned.
+    // dbias's partial column sums: 4C floats per chunk of 256 rows; scratch pieces start 256-byte aligned. The
+    // encoder's backward pass sorts the positions by token id, layernorm's sums its parameter gradients in chunks.
     const size_t BT = size_t(B) * T, partials = sizeof(float) * ((BT + 255) / 256) * 4 * c.n_embd + 256;
-    size_t scratch = std::max(sizeof(float) * size_t(B) * c.n_head * T, partials);
+    size_t scratch =
+        std::max({sizeof(float) * size_t(B) * c.n_head * T, partials, cuda::encoder_backward_scratch_bytes(int(BT)),
+                  sizeof(float) * cuda::layernorm_backward_scratch_floats(int(BT), c.n_embd)});
     if (model.bf16_storage())
       scratch = std::max(scratch, sizeof(BFloat16) * BT * std::max(c.vocab_size, 4 * c.n_embd) + 256 + partials);
     EXPECT_LE(be->peak_allocated_bytes(), held + scratch) << matmul_precision_name(p);

@@ -281,6 +281,17 @@ void select_flat_range(hid_t space, const std::vector<hsize_t>& dims, hsize_t lo
   or_flat_range(space, dims, prefix, lo, hi);
 }
 
+H5Handle flat_range_memory_space(const std::vector<hsize_t>& dims, hsize_t lo, hsize_t hi) {
+  hsize_t row = 1;  // elements in one index step of the first dimension
+  for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];
+  std::vector<hsize_t> shape{hi - lo};
+  if (dims.size() > 1 && row > 0 && lo % row == 0 && hi % row == 0) {
+    shape.assign(dims.begin(), dims.end());
+    shape[0] = (hi - lo) / row;
+  }
+  return EMBER_H5_OWN(H5Screate_simple(int(shape.size()), shape.data(), nullptr), H5Sclose);
+}
+
 std::vector<std::string> list_datasets(hid_t obj, const H5Context& ctx) {
   std::vector<std::string> out;
 #if H5_VERSION_GE(1, 12, 0)

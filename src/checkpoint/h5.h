@@ -150,6 +150,12 @@ H5Handle open_group(hid_t file_id, const char* path, const H5Context& ctx);
 // row-major order, so the selected elements map one to one onto a contiguous buffer of hi - lo values.
 void select_flat_range(hid_t space, const std::vector<hsize_t>& dims, hsize_t lo, hsize_t hi);
 
+// The memory dataspace of the hi - lo contiguous values that select_flat_range's selection maps onto (lo < hi): shaped
+// like that selection where it is whole rows of the first dimension (a whole tensor, or a shard of whole rows), 1-D
+// otherwise. Selections of the same shape let HDF5 map chunks by block arithmetic; a 1-D buffer against an N-d
+// selection makes it map every element on its own, which took most of a 124M checkpoint's 18 s.
+H5Handle flat_range_memory_space(const std::vector<hsize_t>& dims, hsize_t lo, hsize_t hi);
+
 // Absolute paths of every dataset under the object `obj` (a file or a group), in HDF5's name order.
 std::vector<std::string> list_datasets(hid_t obj, const H5Context& ctx);
 

@@ -58,8 +58,9 @@ void write_flat(hid_t file_id, const std::string& path, const std::vector<hsize_
   const std::string fault = injected_fault(rank, path);
   if (!fault.empty()) throw Error("checkpoint " + file + ": cannot write dataset " + path + ": " + fault, HINT_WRITE);
   H5Handle fspace = EMBER_H5_OWN(H5Dget_space(dset.get()), H5Sclose);
-  const hsize_t n = lo < hi ? hsize_t(hi - lo) : 1;
-  H5Handle mspace = EMBER_H5_OWN(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  const hsize_t one = 1;
+  H5Handle mspace =
+      lo < hi ? flat_range_memory_space(dims, lo, hi) : EMBER_H5_OWN(H5Screate_simple(1, &one, nullptr), H5Sclose);
   static const float nothing = 0.0f;  // HDF5 wants a buffer even for an empty selection
   if (lo < hi) {
     select_flat_range(fspace.get(), dims, lo, hi);

@@ -245,7 +245,7 @@ void read_tensor_range(hid_t dset, const std::vector<hsize_t>& dims, hsize_t lo,
   if (fspace.get() < 0) fail_io(file, "cannot read the shape of dataset " + path, HINT_DAMAGED);
   select_flat_range(fspace.get(), dims, lo, hi);
   const hsize_t n = hi - lo;
-  H5Handle mspace = EMBER_H5_OWN(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  H5Handle mspace = flat_range_memory_space(dims, lo, hi);
   if (H5Dread(dset, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0) {
     if (last_h5_failure().checksum) fail_corrupt(file, path);
     fail_io(file, "cannot read dataset " + path, HINT_DAMAGED);

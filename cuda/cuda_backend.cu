@@ -1,6 +1,6 @@
 // CUDA backend (core): device selection, the stream and cuBLAS handle, device memory and copies, and the factory.
 // The op families' kernels and launchers live in cuda_<family>.cu next to this file, the op methods in
-// cuda_backend_ops.cu.
+// cuda_op_methods.h.
 #include "cuda_backend.h"
 
 #include <cstdint>
@@ -144,6 +144,36 @@ void* CudaBackend::scratch(size_t bytes) {
     scratch_bytes_ = bytes;
   }
   return scratch_;
+}
+
+double CudaBackend::sum_squares(const float* x, size_t n) {
+  cuda::launch_sum_squares(reduce_, x, n, stream_);
+  double total = 0.0;
+  EMBER_CUDA_CHECK(
+      cudaMemcpyAsync(&total, reduce_ + cuda::kSumSquaresBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return total;
+}
+
+const AdamWSegment* CudaBackend::kernel_segments(const AdamWSegment* segs, size_t nseg) {
+  if (nseg > segments_capacity_) {
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a queued update may still read the old copy
+    track_free(segments_);
+    EMBER_CUDA_CHECK(cudaFree(segments_));
+    segments_ = nullptr;
+    segments_capacity_ = 0;
+    EMBER_CUDA_CHECK(cudaMalloc(&segments_, nseg * sizeof(AdamWSegment)));
+    track_alloc(segments_, nseg * sizeof(AdamWSegment));
+    segments_capacity_ = nseg;
+  }
+  // From pageable memory the copy has read segs when it returns; stream order puts it after any update still queued.
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(segments_, segs, nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice, stream_));
+  return segments_;
+}
+
+cuda::OpContext CudaBackend::op_context() {
+  return {*this,           stream_,        cublas_,          lt_.get(), bias_grad_, kBiasGradCapacity,
+          kDoutBlockBytes, compute_major_, matmul_precision_};
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }

@@ -1,7 +1,7 @@
 // The CUDA backend: every op of backend.h on one device (fp32 storage, bf16 where the caller stores GEMM inputs so;
 // bf16 GEMM and attention inputs with matmul precision bf16), one stream, and the cuBLAS and cuBLASLt handles.
 // Kernels and launchers live in one .cu per op family (encoder, layernorm, matmul, attention, KV cache, gelu, loss,
-// optim, elementwise); the op methods that call them in cuda_backend_ops.cu.
+// optim, elementwise); the op methods that call them in cuda_op_methods.h, shared with the kernel-model backend.
 #pragma once
 
 #include <cublas_v2.h>
@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "cuda_dispatch.h"
+#include "cuda_op_methods.h"
 
 namespace ember {
 
@@ -20,7 +21,7 @@ namespace ember {
 // no float atomics, fixed reduction trees, and cuBLAS with atomics disallowed (its default).
 // The op methods with a decision to make (attention, matmul, AdamW) are the shared adapter functions of
 // cuda_dispatch.h, run with this backend's op_context(); the rest call their launcher directly.
-class CudaBackend final : public Backend, private cuda::OpResources {
+class CudaBackend final : public cuda::OpMethods {
  public:
   explicit CudaBackend(int device);
   ~CudaBackend() override;
@@ -43,62 +44,12 @@ class CudaBackend final : public Backend, private cuda::OpResources {
   bool device_memory(size_t* used, size_t* total) const override;
   void set_deterministic(bool on) override;
 
-  void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
-                       int C) override;
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override;
-
-  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
-                         const float* bias, int N, int C) override;
-  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a, TensorIn b,
-                                  const float* weight, const float* bias, int N, int C) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, const float* inp,
-                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
-
-  void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override;
-  void matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight,
-                       int N, int IC, int OC) override;
-  void matmul_gelu_backward(TensorOut dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
-                            TensorIn weight, int N, int IC, int OC) override;
-  void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override;
-  void matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
-                                  int V) override;
-
-  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
-  void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
-                          int C, int NH) override;
-
-  void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,
-                                 int N, int C) override;
-  void kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos, int N,
-                      int C, int max_T) override;
-  void attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
-                            const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T) override;
-
-  void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
-  void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;
-
-  void add(float* out, const float* a, TensorIn b, size_t n) override;
-  void accumulate(float* dst, const float* src, size_t n) override;
-  void scale(float* x, float s, size_t n) override;
-  void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override;
-
-  void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V, int ld) override;
-  void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
-                             int ld) override;
-  void crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N, int V,
-                                     int ld) override;
-  void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override;
-
+  // The op methods are cuda::OpMethods' (cuda_op_methods.h); sum_squares reads its total back from the device.
   double sum_squares(const float* x, size_t n) override;
-  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int t, float grad_scale) override;
-  void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
-                             size_t nseg, float lr, float beta1, float beta2, float eps, int t,
-                             float grad_scale) override;
 
  private:
-  // What the shared adapter functions (cuda_dispatch.h) run with: the stream, handles, scratch and device.
-  cuda::OpContext op_context();
+  // What the op methods run with: the stream, handles, scratch and device.
+  cuda::OpContext op_context() override;
   // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
   void* scratch(size_t bytes) override;
   // A device copy of the segments in segments_, grown as needed.

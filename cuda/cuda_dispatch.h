@@ -1,7 +1,7 @@
 // The CUDA backend's adapter decisions, as plain inline C++ over the launchers of cuda_ops.h: which attention kernels
 // run (tensor cores, fp32, or fp32 on bf16 storage widened through scratch), how much scratch each op takes and in what
 // blocks the bf16 dout casts go, the checks on AdamW segments, and which launcher each op calls with what.
-// CudaBackend's op methods (cuda_backend_ops.cu) are these functions on the device; the kernel-model backend
+// CudaBackend's op methods (cuda_op_methods.h) are these functions on the device; the kernel-model backend
 // (tests/kernel_model) compiles the same launchers for the CPU and calls the same functions, so the paths the model
 // tests are the paths the device takes, at the compute capability it emulates.
 #pragma once

@@ -1,9 +1,10 @@
 // A Backend whose ops run the CUDA backend's own kernels and launchers (cuda/cuda_<family>.cu, compiled here as
 // plain C++) under the kernel model (kernel_model.h), on host memory (the CPU backend's). The matmul launchers call
-// a model of cuBLAS's two GEMM entry points (below) and never cuBLASLt. The ops with a decision to make (matmul,
-// attention, AdamW) go through CudaBackend's own adapter functions (cuda/cuda_dispatch.h) for an emulated compute
-// capability. test_cuda_ops_model runs the gpu op tests (tests/gpu/test_cuda_ops_*.cpp) against it, so every kernel,
-// launcher and adapter path is exercised wherever the CUDA headers are.
+// a model of cuBLAS's two GEMM entry points (below) and never cuBLASLt. Its op methods are CudaBackend's own
+// (cuda/cuda_op_methods.h: the same argument checks, and the ops with a decision to make, matmul, attention and AdamW,
+// through the adapter functions of cuda/cuda_dispatch.h) for an emulated compute capability. test_cuda_ops_model
+// runs the gpu op tests (tests/gpu/test_cuda_ops_*.cpp) against it, so every kernel, launcher, op method and adapter
+// path is exercised wherever the CUDA headers are.
 //
 // The launchers keep their names: this translation unit renames the namespace ember::cuda to ember::cuda_model with
 // a macro, so its copies never meet the CUDA backend's at link time. System headers come first, before the macro.
@@ -105,6 +106,7 @@ inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOper
 #include "cuda_kv_cache.cu"
 #include "cuda_layernorm.cu"
 #include "cuda_loss.cu"
+#include "cuda_op_methods.h"  // CudaBackend's op methods, over both
 #include "cuda_optim.cu"
 #undef cuda
 
@@ -134,7 +136,7 @@ namespace {
 namespace k = cuda_model;
 cudaStream_t const kNoStream = nullptr;
 
-class KernelModelBackend final : public Backend, private k::OpResources {
+class KernelModelBackend final : public k::OpMethods {
  public:
   KernelModelBackend(int compute_capability, bool count_only)
       : compute_capability_(compute_capability), count_only_(count_only) {
@@ -178,122 +180,12 @@ class KernelModelBackend final : public Backend, private k::OpResources {
   }
   void synchronize() override {}
 
-  void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
-                       int C) override {
-    k::launch_encoder_forward(out, inp, wte, wpe, B, T, C, kNoStream);
-  }
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) override {
-    k::encoder_backward(op_context(), dwte, dwpe, dout, inp, B, T, C);
-  }
-
-  void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* inp, const float* weight,
-                         const float* bias, int N, int C) override {
-    k::launch_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, kNoStream);
-  }
-  void residual_layernorm_forward(float* residual, TensorOut out, float* mean, float* rstd, const float* a, TensorIn b,
-                                  const float* weight, const float* bias, int N, int C) override {
-    k::launch_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, kNoStream);
-  }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, TensorIn dout, const float* inp,
-                          const float* weight, const float* mean, const float* rstd, int N, int C) override {
-    check_gemm_dout(dout, "layernorm_backward");
-    k::layernorm_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  }
-
-  // The matmul ops and attention: CudaBackend's own adapter functions (cuda_dispatch.h) after the same checks, with
-  // the cuBLAS model above and no cuBLASLt (the bias and column-sum kernels instead of fused epilogues).
-  void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override {
-    check_gemm_inputs(inp, weight, "matmul_forward");
-    check_gemm_output(out, bias, "matmul_forward");
-    k::matmul_forward(op_context(), out, inp, weight, bias, N, IC, OC);
-  }
-  void matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight,
-                       int N, int IC, int OC) override {
-    check_gemm_inputs(inp, weight, "matmul_backward");
-    check_gemm_dout(dout, "matmul_backward");
-    k::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-  }
-  void matmul_gelu_backward(TensorOut dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
-                            TensorIn weight, int N, int IC, int OC) override {
-    check_gemm_inputs(inp, weight, "matmul_gelu_backward");
-    k::matmul_gelu_backward(op_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);
-  }
-  void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
-    check_gemm_inputs(inp, wte, "matmul_forward_transposed");
-    check_gemm_output(out, nullptr, "matmul_forward_transposed");
-    k::matmul_forward_transposed(op_context(), out, inp, wte, N, C, V);
-  }
-  void matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
-                                  int V) override {
-    check_gemm_inputs(inp, wte, "matmul_backward_transposed");
-    check_gemm_dout(dout, "matmul_backward_transposed");
-    k::matmul_backward_transposed(op_context(), dinp, dwte, dout, inp, wte, N, C, V);
-  }
-
-  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override {
-    check_attention_storage(qkv, out, C, NH, "attention_forward");
-    k::attention_forward(op_context(), out, lse, qkv, B, T, C, NH);
-  }
-  void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
-                          int C, int NH) override {
-    check_attention_storage(qkv, out, C, NH, "attention_backward");
-    check_attention_grad_storage(dqkv, dout, qkv, "attention_backward");
-    k::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
-  }
-
-  void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,
-                                 int N, int C) override {
-    k::launch_encoder_forward_positions(out, inp, pos, wte, wpe, N, C, kNoStream);
-  }
-  void kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos, int N,
-                      int C, int max_T) override {
-    k::launch_kv_cache_write(k_cache, v_cache, qkv, slot, pos, N, C, max_T, kNoStream);
-  }
-  void attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
-                            const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T) override {
-    k::launch_attention_kv_forward(out, qkv, k_cache, v_cache, slot, pos, N, C, NH, max_T, kNoStream);
-  }
-
-  void gelu_forward(TensorOut out, TensorIn inp, size_t n) override { k::launch_gelu_forward(out, inp, n, kNoStream); }
-  void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override {
-    k::launch_gelu_backward(dinp, inp, dout, n, kNoStream);
-  }
-
-  void add(float* out, const float* a, TensorIn b, size_t n) override { k::launch_add(out, a, b, n, kNoStream); }
-  void accumulate(float* dst, const float* src, size_t n) override { k::launch_accumulate(dst, src, n, kNoStream); }
-  void scale(float* x, float s, size_t n) override { k::launch_scale(x, s, n, kNoStream); }
-  void cast_to_bf16(BFloat16* out, const float* inp, size_t n) override {
-    k::launch_cast_to_bf16(out, inp, n, kNoStream);
-  }
-
-  void crossentropy_forward(float* losses, TensorIn logits, const int32_t* targets, int N, int V, int ld) override {
-    k::launch_crossentropy_forward(losses, logits, targets, N, V, ld, kNoStream);
-  }
-  void crossentropy_backward(TensorOut dlogits, TensorIn logits, const int32_t* targets, float dloss, int N, int V,
-                             int ld) override {
-    k::launch_crossentropy_backward(dlogits, logits, targets, dloss, N, V, ld, kNoStream);
-  }
-  void crossentropy_forward_backward(float* losses, TensorOut logits, const int32_t* targets, float dloss, int N, int V,
-                                     int ld) override {
-    k::launch_crossentropy_forward_backward(losses, logits, targets, dloss, N, V, ld, kNoStream);
-  }
-  void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override {
-    k::launch_softmax_forward(probs, logits, temperature, N, V, kNoStream);
-  }
-
+  // The op methods are CudaBackend's own (cuda_op_methods.h), over the launchers compiled here; only sum_squares
+  // reads its total back from memory, which here is the host's.
   double sum_squares(const float* x, size_t n) override {
     std::vector<double> partials(k::kSumSquaresBlocks + 1);  // stays 0 in count-only mode
     k::launch_sum_squares(partials.data(), x, n, kNoStream);
     return partials.back();
-  }
-  void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int t, float grad_scale) override {
-    k::adamw_update(op_context(), params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
-  }
-  void adamw_update_segments(float* params, const float* grads, float* m, float* v, const AdamWSegment* segs,
-                             size_t nseg, float lr, float beta1, float beta2, float eps, int t,
-                             float grad_scale) override {
-    k::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t, grad_scale);
   }
 
  private:
@@ -303,7 +195,7 @@ class KernelModelBackend final : public Backend, private k::OpResources {
   static constexpr size_t kDoutBlockBytes = 512;
 
   // Count-only takes the CUDA backend's own sizes and a count-only cuBLASLt, so the launches are the device's.
-  k::OpContext op_context() {
+  k::OpContext op_context() override {
     if (count_only_)
       return {*this,
               kNoStream,

@@ -15,7 +15,7 @@
 #include "core/run_threads.h"
 #include "data/bpe_files.h"
 #include "data/bpe_trainer.h"
-#include "data/text_files.h"
+#include "data/corpus_input.h"
 
 namespace po = boost::program_options;
 
@@ -31,44 +31,52 @@ constexpr int MAX_VOCAB_SIZE = 1 << 20;
 const char* WHAT = "tokenizer train input";
 
 struct CorpusStats {
-  size_t documents = 0, bytes = 0, binary_skipped = 0;
+  size_t documents = 0, bytes = 0, binary_skipped = 0, bad_lines = 0;
 };
 
-// Reads `files` on `threads` workers, each taking the next unread file, and adds each text file as one document.
-CorpusStats add_corpus(BpeTrainer& trainer, const std::vector<std::string>& files, int threads) {
-  std::atomic<size_t> next{0}, documents{0}, bytes{0}, skipped{0};
+// Reads the plan's files on `threads` workers, each taking the next unread file, and adds its documents (a text file
+// whole, a JSONL file line by line: read_documents).
+CorpusStats add_corpus(BpeTrainer& trainer, const CorpusPlan& plan, const std::string& jsonl_field, bool skip_bad_lines,
+                       int threads) {
+  const std::vector<CorpusFile>& files = plan.files;
+  std::atomic<size_t> next{0}, documents{0}, bytes{0}, skipped{0}, bad_lines{0};
   const int n = std::max(1, std::min<int>(threads, int(files.size())));
   run_threads(
       n,
       [&](int) {
         for (size_t i; (i = next.fetch_add(1)) < files.size();) {
-          const std::optional<std::string> text = read_text_file(files[i]);
-          if (!text) {
-            log_debug("tokenizer train: skipping binary file %s", files[i].c_str());
+          DocumentCounts c;
+          if (!files[i].binary)
+            c = read_documents(files[i], jsonl_field, skip_bad_lines, "tokenizer train",
+                               [&](std::string&& doc) { trainer.add_document(doc); });
+          if (files[i].binary || c.binary) {
+            log_debug("tokenizer train: skipping binary file %s", files[i].path.c_str());
             ++skipped;
-            continue;
           }
-          if (text->empty()) continue;
-          trainer.add_document(*text);
-          ++documents;
-          bytes += text->size();
+          documents += c.documents;
+          bytes += c.bytes;
+          bad_lines += c.bad_lines;
         }
       },
       [&] { next = files.size(); });  // the others stop after their current file
-  return {documents.load(), bytes.load(), skipped.load()};
+  return {documents.load(), bytes.load(), skipped.load(), bad_lines.load()};
 }
 
 }  // namespace
 
 int cmd_tokenizer_train(int argc, char** argv) {
-  std::string input, output;
-  bool overwrite = false;
+  std::string input, output, format = "auto", jsonl_field = "text";
+  bool overwrite = false, skip_bad_lines = false;
   int vocab_size = 0;
   BpeTrainOptions train;
   int threads = std::max(1, int(std::thread::hardware_concurrency()));
   po::options_description desc("ember tokenizer train options");
   NumericOptions numbers;
-  desc.add_options()("help,h", "print this help")("input", po::value(&input), "a text file or a folder of text files")(
+  desc.add_options()("help,h", "print this help")(
+      "input", po::value(&input), "a file or a folder of text, JSONL or enwik files (as ember prep reads them)")(
+      "format", po::value(&format)->default_value("auto"), "auto, text, jsonl or enwik (as ember prep)")(
+      "jsonl-field", po::value(&jsonl_field)->default_value("text"), "the JSONL field that holds a document")(
+      "skip-bad-lines", po::bool_switch(&skip_bad_lines), "skip and count JSONL lines without a document")(
       "output", po::value(&output), "folder for vocab.json, merges.txt, tokenizer.json, tokenizer_config.json")(
       "overwrite", po::bool_switch(&overwrite), "replace the tokenizer files of an earlier run in the output folder");
   const int min_vocab = 256 + int(train.special.size()) + 1;
@@ -78,8 +86,8 @@ int cmd_tokenizer_train(int argc, char** argv) {
   numbers.add(desc, "threads", &threads, {1, 1024}, "threads reading and pre-tokenizing the corpus");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc,
-                     "usage: ember tokenizer train --input FILE|DIR --vocab-size N --output DIR [--min-frequency N] "
-                     "[--threads N] [--overwrite]",
+                     "usage: ember tokenizer train --input FILE|DIR --vocab-size N --output DIR [--format F] "
+                     "[--jsonl-field NAME] [--skip-bad-lines] [--min-frequency N] [--threads N] [--overwrite]",
                      vm, &numbers))
     return EXIT_CODE_OK;
   require_option(vm, "input", "give a text file or folder, e.g. --input README.md");
@@ -97,18 +105,15 @@ int cmd_tokenizer_train(int argc, char** argv) {
       if (fs::exists(fs::path(output) / name, ec))
         throw_error("tokenizer train output " + output + " already holds " + name,
                     "pass --overwrite to replace the tokenizer there, or choose another --output folder");
-  const std::vector<std::string> files =
-      list_input_files(input, WHAT,
-                       "check the --input path (a text file or a folder of text files, optionally "
-                       "gzip/zstd-compressed) and its permissions");
+  const CorpusPlan plan = plan_corpus(input, format, "tokenizer train");
 
   const auto start = std::chrono::steady_clock::now();
   BpeTrainer trainer(train);
-  const CorpusStats corpus = add_corpus(trainer, files, threads);
+  const CorpusStats corpus = add_corpus(trainer, plan, jsonl_field, skip_bad_lines, threads);
   if (corpus.bytes == 0)
-    throw_error(std::string(WHAT) + " " + input + " holds no text (" + std::to_string(files.size()) + " files, " +
+    throw_error(std::string(WHAT) + " " + input + " holds no text (" + std::to_string(plan.files.size()) + " files, " +
                     std::to_string(corpus.binary_skipped) + " of them binary)",
-                "point --input at a text file or a folder that contains text files");
+                "point --input at a text or JSONL file, or a folder that contains some");
   const BpeVocab vocab = trainer.finish();
   const TokenizerFiles out = bpe_vocab_to_files(vocab);
 
@@ -122,9 +127,10 @@ int cmd_tokenizer_train(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_info(
       "tokenizer train: %zu documents, %zu bytes, %zu distinct pieces, %zu merges, %zu ids -> %s (%.1f s, %zu "
-      "binary files skipped)",
+      "binary files skipped%s)",
       corpus.documents, corpus.bytes, trainer.distinct_pieces(), vocab.merges.size(), vocab.tokens.size(),
-      output.c_str(), seconds, corpus.binary_skipped);
+      output.c_str(), seconds, corpus.binary_skipped,
+      corpus.bad_lines ? (", " + std::to_string(corpus.bad_lines) + " bad JSONL lines skipped").c_str() : "");
   return EXIT_CODE_OK;
 }
 

@@ -1,5 +1,5 @@
-// The prep input plan (implementation): walking the input, per-file format and compression, NUL sniffing, and the
-// JSONL line rule shared by the reader and the encoders.
+// The corpus input plan (implementation): walking the input, per-file format and compression, NUL sniffing, the
+// JSONL line rule shared by prep's reader and encoders, and whole documents for tokenizer train.
 #include "data/corpus_input.h"
 
 #include <algorithm>
@@ -62,24 +62,25 @@ CorpusFormat format_from_name(const std::string& path) {
   return CorpusFormat::text;
 }
 
-CorpusPlan plan_corpus(const std::string& input, const std::string& format) {
+CorpusPlan plan_corpus(const std::string& input, const std::string& format, const char* command) {
+  const std::string what = std::string(command) + " input";
   std::optional<CorpusFormat> forced;
   if (format != "auto") {
     forced = find_by_name(kCorpusFormats, corpus_format_name, format);
     if (!forced)
-      throw_error("prep: unknown --format '" + format + "'",
+      throw_error(std::string(command) + ": unknown --format '" + format + "'",
                   "use auto or one of: " + join_names(kCorpusFormats, corpus_format_name));
   }
 
   CorpusPlan plan;
-  for (const std::string& path : list_input_files(input, "prep input", INPUT_HINT)) {
+  for (const std::string& path : list_input_files(input, what, INPUT_HINT)) {
     CorpusFile f;
     f.path = path;
     f.format = forced ? *forced : format_from_name(path);
     f.compression = detect_compression(path);
     std::error_code ec;
     f.disk_bytes = uint64_t(fs::file_size(path, ec));
-    if (ec) throw_error("prep input file " + path + ": cannot stat: " + ec.message(), INPUT_HINT);
+    if (ec) throw_error(what + " file " + path + ": cannot stat: " + ec.message(), INPUT_HINT);
     if (f.format == CorpusFormat::text && file_looks_binary(path)) {
       f.binary = true;
       ++plan.binary_files;
@@ -92,16 +93,16 @@ CorpusPlan plan_corpus(const std::string& input, const std::string& format) {
                                      [](const CorpusFile& f) { return f.format == CorpusFormat::enwik; });
   if (any_enwik && plan.files.size() != 1)
     throw_error(
-        "prep input " + input + " mixes an enwik file with " + std::to_string(plan.files.size() - 1) + " other files",
+        what + " " + input + " mixes an enwik file with " + std::to_string(plan.files.size() - 1) + " other files",
         "pass the enwik8/enwik9 file itself as --input: its train/val/test split is defined on that file alone");
   return plan;
 }
 
 std::optional<std::string> parse_jsonl_line(std::string_view line, const std::string& field, const std::string& file,
-                                            uint64_t line_number) {
+                                            uint64_t line_number, const char* command) {
   if (std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }))
     return std::nullopt;
-  const std::string where = "prep input " + file + " line " + std::to_string(line_number) + ": ";
+  const std::string where = std::string(command) + " input " + file + " line " + std::to_string(line_number) + ": ";
   const std::string hint = "fix or remove the line, or pass --skip-bad-lines to skip such lines";
   nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw_error(where + "not valid JSON", hint);
@@ -111,6 +112,42 @@ std::optional<std::string> parse_jsonl_line(std::string_view line, const std::st
     throw_error(where + "no \"" + field + "\" field", "pass --jsonl-field NAME to read another field; or " + hint);
   if (!it->is_string()) throw_error(where + "field \"" + field + "\" is not a string", hint);
   return std::move(it->get_ref<std::string&>());
+}
+
+DocumentCounts read_documents(const CorpusFile& file, const std::string& jsonl_field, bool skip_bad_lines,
+                              const char* command, const std::function<void(std::string&&)>& add) {
+  DocumentCounts counts;
+  std::optional<std::string> text = read_text_file(file.path);
+  if (!text) {
+    counts.binary = true;
+    return counts;
+  }
+  const auto take = [&](std::string&& doc) {
+    if (doc.empty()) return;
+    ++counts.documents;
+    counts.bytes += doc.size();
+    add(std::move(doc));
+  };
+  if (file.format != CorpusFormat::jsonl) {
+    take(std::move(*text));
+    return counts;
+  }
+  const std::string_view all(*text);
+  uint64_t line_number = 0;
+  for (size_t begin = 0; begin < all.size();) {
+    const size_t end = std::min(all.find('\n', begin), all.size());
+    ++line_number;
+    try {
+      if (std::optional<std::string> doc =
+              parse_jsonl_line(all.substr(begin, end - begin), jsonl_field, file.path, line_number, command))
+        take(std::move(*doc));
+    } catch (const Error&) {
+      if (!skip_bad_lines) throw;
+      ++counts.bad_lines;
+    }
+    begin = end + 1;
+  }
+  return counts;
 }
 
 }  // namespace ember

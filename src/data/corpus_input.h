@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,15 +34,26 @@ struct CorpusPlan {
 // skipped, symlinked folders not followed). `format` is "auto", "text", "jsonl" or "enwik"; auto decides per file
 // by its name without a .gz/.zst/.zip suffix: *.jsonl is JSONL, enwik8 and enwik9 are enwik, anything else text.
 // Text files are sniffed for NUL bytes here. An enwik input must be the only file. Errors throw ember::Error naming
-// the input with a hint.
-CorpusPlan plan_corpus(const std::string& input, const std::string& format);
+// the input ("<command> input ...", command "prep" or "tokenizer train") with a hint.
+CorpusPlan plan_corpus(const std::string& input, const std::string& format, const char* command = "prep");
 
 // The format a file name implies (auto), e.g. "data/part1.jsonl.zst" -> jsonl, "enwik8.zip" -> enwik.
 CorpusFormat format_from_name(const std::string& path);
 
 // One JSONL line's document: nothing for a blank line; the string value of `field` for an object that has one;
-// otherwise throws ember::Error "prep input FILE line N: ..." with a hint (the caller may count it and go on).
+// otherwise throws ember::Error "<command> input FILE line N: ..." with a hint (the caller may count it and go on).
 std::optional<std::string> parse_jsonl_line(std::string_view line, const std::string& field, const std::string& file,
-                                            uint64_t line_number);
+                                            uint64_t line_number, const char* command = "prep");
+
+// The documents of one planned file, read whole (decompressed) into memory, for a consumer that takes documents
+// rather than a stream (tokenizer train): a text or enwik file is one document; a JSONL file gives each line's
+// `jsonl_field` (bad lines are errors, or skipped and counted with `skip_bad_lines`). A file that turns out binary
+// gives none.
+struct DocumentCounts {
+  uint64_t documents = 0, bytes = 0, bad_lines = 0;
+  bool binary = false;
+};
+DocumentCounts read_documents(const CorpusFile& file, const std::string& jsonl_field, bool skip_bad_lines,
+                              const char* command, const std::function<void(std::string&&)>& add);
 
 }  // namespace ember

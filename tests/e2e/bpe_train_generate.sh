@@ -13,6 +13,18 @@ find corpus -type f ! -name '*.md' ! -name '*.cpp' ! -name '*.h' -delete
 "$EMBER" tokenizer train --input corpus --vocab-size "$V" --output tok >tok.log 2>&1 ||
   { cat tok.log >&2; fail "tokenizer train"; }
 [ -n "$(ls tok)" ] || fail "tokenizer train wrote no files into tok/"
+# The same documents as one gzip'd JSONL file (one object per line, the document in "text", another field beside
+# it): tokenizer train reads them as prep does, one document per line, so the merges are the same.
+"$PYTHON" - <<'PY' || fail "could not write corpus.jsonl.gz"
+import gzip, json, pathlib
+files = sorted(p for p in pathlib.Path("corpus").rglob("*") if p.is_file())
+with gzip.open("corpus.jsonl.gz", "wt", encoding="utf-8") as out:
+    for i, p in enumerate(files):
+        out.write(json.dumps({"id": i, "text": p.read_bytes().decode("utf-8")}) + "\n")
+PY
+"$EMBER" tokenizer train --input corpus.jsonl.gz --vocab-size "$V" --output tok_jsonl >tok_jsonl.log 2>&1 ||
+  { cat tok_jsonl.log >&2; fail "tokenizer train on JSONL"; }
+cmp tok/merges.txt tok_jsonl/merges.txt || fail "tokenizer train on JSONL learned other merges than on the same text files"
 "$EMBER" prep --input corpus --output data --tokenizer tok >prep.log 2>&1 || { cat prep.log >&2; fail "prep"; }
 [ -f data/prep.json ] && [ -d data/tokenizer ] || fail "prep wrote no prep.json and tokenizer/ beside the shards"
 read -r fingerprint ids < <("$PYTHON" -c 'import json; t = json.load(open("data/prep.json"))["tokenizer"]

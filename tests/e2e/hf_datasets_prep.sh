@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hugging Face datasets in: local parquet files (as a hub download leaves them) streamed to JSONL by
 # scripts/data/hf_to_jsonl.py through the real `datasets` library, then prepped; every document arrives whole, each
-# after the end-of-text token of a tokenizer trained here. A field that does not exist is one error line, no output.
+# after the end-of-text token of a tokenizer trained here on that JSONL. A field that does not exist is one error
+# line, no output.
 source "$(dirname "$0")/common.bash"
 VENV_PYTHON=${EMBER_VENV_PYTHON:-$SRC/.venv/bin/python}
 [ -x "$VENV_PYTHON" ] || fail "no Python virtual environment at $VENV_PYTHON (hint: run scripts/python_env.sh)"
@@ -15,13 +16,11 @@ os.makedirs("hub", exist_ok=True)
 docs = [f"Document {i}: caf\u00e9 \u65e5\u672c {'lorem ipsum ' * (i % 7)}end." for i in range(300)]
 pq.write_table(pa.table({"text": docs[:120], "id": list(range(120))}), "hub/part-0.parquet")
 pq.write_table(pa.table({"text": docs[120:], "id": list(range(120, 300))}), "hub/part-1.parquet")
-with open("docs.txt", "w") as f:
-    f.write("\n".join(docs))
 PY
 
 "$VENV_PYTHON" "$SRC/scripts/data/hf_to_jsonl.py" --data-files 'hub/*.parquet' --output docs.jsonl.gz >hf.log 2>&1 ||
   { cat hf.log >&2; fail "hf_to_jsonl.py"; }
-"$EMBER" tokenizer train --input docs.txt --vocab-size 400 --output tok >tok.log 2>&1 ||
+"$EMBER" tokenizer train --input docs.jsonl.gz --vocab-size 400 --output tok >tok.log 2>&1 ||
   { cat tok.log >&2; fail "tokenizer train"; }
 "$EMBER" prep --input docs.jsonl.gz --tokenizer tok --output data --val-fraction 0 >prep.log 2>&1 ||
   { cat prep.log >&2; fail "prep of the JSONL"; }

@@ -1,6 +1,9 @@
-// Helpers of the prep tests: shards read back as text (bytes tokenizer), folder snapshots, generated text and the
-// options every prep test starts from.
+// Helpers of the prep tests: shards read back as text (bytes tokenizer), folder snapshots, generated text, gzip and
+// zstd compression of inputs, and the options every prep test starts from.
 #pragma once
+
+#include <zlib.h>
+#include <zstd.h>
 
 #include <filesystem>
 #include <map>
@@ -36,6 +39,28 @@ inline std::string make_text(size_t n, uint32_t seed) {
     s.push_back((x >> 24) % 17 == 0 ? '\n' : char('a' + (x >> 20) % 26));
   }
   return s;
+}
+
+inline std::string gzip(const std::string& text) {
+  z_stream zs{};
+  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);  // +16: gzip header
+  std::string out(deflateBound(&zs, uLong(text.size())) + 64, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  zs.avail_in = uInt(text.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = uInt(out.size());
+  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+inline std::string zstd(const std::string& text) {
+  std::string out(ZSTD_compressBound(text.size()), '\0');
+  const size_t n = ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 3);
+  EXPECT_FALSE(ZSTD_isError(n));
+  out.resize(n);
+  return out;
 }
 
 inline PrepOptions prep_options(const std::string& in, const std::string& out) {

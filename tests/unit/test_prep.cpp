@@ -2,8 +2,6 @@
 // and leaving earlier outputs alone).
 #include <gtest/gtest.h>
 #include <zip.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -21,28 +19,6 @@ namespace ember {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string gzip(const std::string& text) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);  // +16: gzip header
-  std::string out(deflateBound(&zs, uLong(text.size())) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  zs.avail_in = uInt(text.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = uInt(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
-
-std::string zstd(const std::string& text) {
-  std::string out(ZSTD_compressBound(text.size()), '\0');
-  const size_t n = ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 3);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
-  return out;
-}
 
 void write_zip(const std::string& path, const std::string& member, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());

@@ -114,6 +114,25 @@ std::optional<std::string> parse_jsonl_line(std::string_view line, const std::st
   return std::move(it->get_ref<std::string&>());
 }
 
+void for_each_jsonl_document(std::string_view text, const std::string& field, const std::string& file,
+                             uint64_t first_line, const char* command, bool skip_bad_lines,
+                             const std::function<void(std::string&&)>& doc,
+                             const std::function<void(const Error&)>& bad) {
+  uint64_t line_number = first_line;
+  for (size_t begin = 0; begin < text.size(); ++line_number) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    std::optional<std::string> d;
+    try {
+      d = parse_jsonl_line(text.substr(begin, end - begin), field, file, line_number, command);
+    } catch (const Error& e) {
+      if (!skip_bad_lines) throw;
+      bad(e);
+    }
+    begin = end + 1;
+    if (d && !d->empty()) doc(std::move(*d));
+  }
+}
+
 DocumentCounts read_documents(const CorpusFile& file, const std::string& jsonl_field, bool skip_bad_lines,
                               const char* command, const std::function<void(std::string&&)>& add) {
   DocumentCounts counts;
@@ -132,21 +151,8 @@ DocumentCounts read_documents(const CorpusFile& file, const std::string& jsonl_f
     take(std::move(*text));
     return counts;
   }
-  const std::string_view all(*text);
-  uint64_t line_number = 0;
-  for (size_t begin = 0; begin < all.size();) {
-    const size_t end = std::min(all.find('\n', begin), all.size());
-    ++line_number;
-    try {
-      if (std::optional<std::string> doc =
-              parse_jsonl_line(all.substr(begin, end - begin), jsonl_field, file.path, line_number, command))
-        take(std::move(*doc));
-    } catch (const Error&) {
-      if (!skip_bad_lines) throw;
-      ++counts.bad_lines;
-    }
-    begin = end + 1;
-  }
+  for_each_jsonl_document(*text, jsonl_field, file.path, 1, command, skip_bad_lines, take,
+                          [&](const Error&) { ++counts.bad_lines; });
   return counts;
 }
 

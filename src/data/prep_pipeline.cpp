@@ -47,25 +47,17 @@ EncodedPiece encode_piece(const CorpusPiece& p, const Tokenizer& tok, const Pipe
     }
     tok.encode_into(p.text, ids);
   } else {
-    const std::string_view text(p.text);
-    uint64_t line_no = p.first_line;
-    for (size_t begin = 0; begin < text.size(); ++line_no) {
-      size_t end = text.find('\n', begin);
-      if (end == std::string_view::npos) end = text.size();
-      std::optional<std::string> doc;
-      try {
-        doc = parse_jsonl_line(text.substr(begin, end - begin), opt.reader.jsonl_field, *p.file, line_no);
-      } catch (const Error& e) {
-        if (!opt.skip_bad_lines) throw;
-        ++out.bad_lines;
-        if (out.bad_messages.size() < MAX_BAD_MESSAGES) out.bad_messages.push_back(e.what());
-      }
-      begin = end + 1;
-      if (!doc || doc->empty()) continue;
-      ++out.documents;
-      if (eot) ids.push_back(*eot);
-      tok.encode_into(*doc, ids);
-    }
+    for_each_jsonl_document(
+        p.text, opt.reader.jsonl_field, *p.file, p.first_line, "prep", opt.skip_bad_lines,
+        [&](std::string&& doc) {
+          ++out.documents;
+          if (eot) ids.push_back(*eot);
+          tok.encode_into(doc, ids);
+        },
+        [&](const Error& e) {
+          ++out.bad_lines;
+          if (out.bad_messages.size() < MAX_BAD_MESSAGES) out.bad_messages.push_back(e.what());
+        });
   }
   out.n_tokens = ids.size();
   if (opt.token_bytes == 2)

@@ -9,14 +9,14 @@
 // with a third read after it. No bulk MPI_Accumulate (over UCX it moves the data twice) and no MPI_MODE_NOCHECK with
 // lock_all (osc/pt2pt hangs).
 //
-// A worker's cycle: reserve() a range of global sample indices, train on it (heartbeat() between steps), send()
-// the error-feedback compressed delta of its parameters since its last sync, fetch() its download and rebase onto
-// it. The center's cycle: take() every new message, fold the deltas into the global parameters with its outer
-// optimizer, and publish() the new version. For each worker the center keeps a mirror of the parameters that worker
-// holds; whenever the worker has consumed its previous download and the mirror is behind, the center compresses
-// (global - mirror) into the worker's download and adds what it sent to the mirror. A download is therefore one
-// message whatever the number of versions the worker missed, and what it could not carry stays in (global - mirror)
-// for the next one: error feedback on the way down, per worker.
+// A worker's cycle: reserve() a range of global sample indices, train on it (heartbeat() between steps), fetch()
+// its download, send() the error-feedback compressed delta of its parameters since its last sync, and rebase onto
+// the download plus its own messages not in it (add_pending()). The center's cycle: take() every new message, fold the
+// deltas into the global parameters with its outer optimizer, and publish() the new version. For each worker the center
+// keeps a mirror of the parameters that worker holds; whenever the worker has consumed its previous download and the
+// mirror is behind, the center compresses (global - mirror) into the worker's download and adds what it sent to the
+// mirror. A download is therefore one message whatever the number of versions the worker missed, and what it could not
+// carry stays in (global - mirror) for the next one: error feedback on the way down, per worker.
 //
 // A worker the center hears nothing from for too long is dropped(): the roster says so, the center serves it no
 // more and no barrier waits for it; the samples it reserved but never delivered are skipped (reserved() and

@@ -1,5 +1,5 @@
-// An async worker (ranks 1..N): runs rounds of reserve samples, train async.local_steps local steps, send the 1-bit
-// delta, fetch and rebase; at a barrier the center announces it joins the collective checkpoint save. A worker the
+// An async worker (ranks 1..N): runs rounds of reserve samples, train async.local_steps local steps, fetch, send the
+// 1-bit delta and rebase; at a barrier the center announces it joins the collective checkpoint save. A worker the
 // center dropped (it was silent too long) leaves the job on its own.
 #include <unistd.h>
 
@@ -102,7 +102,7 @@ class WorkerLoop {
   Next decide();
   // Joins the barrier's collective checkpoint; true when the loop ends with it (a stop, the finish, a join).
   bool barrier(AsyncBarrier kind);
-  // Trains `count` samples from `first` as local steps; the leader then sends the delta, fetches and rebases.
+  // Trains `count` samples from `first` as local steps; the leader then fetches, sends the delta and rebases.
   void train_round(uint64_t first, uint64_t count);
   void send_and_rebase(uint64_t first, int steps, double loss_sum, float lr);
 
@@ -122,7 +122,7 @@ class WorkerLoop {
   AsyncWorker* ex_ = nullptr;
   std::unique_ptr<MetricsWriter> metrics_;
   // base: the published parameters as of the last fetch. origin: where this round starts, base plus this worker's
-  // own newest delta while the center has not folded it in yet (it was sent just before the fetch), so a worker
+  // own deltas the center has not folded into it (always the newest: it is sent just after the fetch), so a worker
   // never trains from parameters that lack its own last round. A group's other ranks hold origin on the device only.
   std::vector<float> base_, origin_, x_, delta_;
   AsyncWorker::Published p_{};
@@ -306,7 +306,7 @@ void WorkerLoop::train_round(uint64_t first, uint64_t count) {
   result_.step = job_.step_of(first) + 1;
   if (leader_)
     send_and_rebase(first, steps, loss_sum, lr);
-  else  // the leader sends, fetches and rebases; the group starts the next round from its origin
+  else  // the leader fetches, sends and rebases; the group starts the next round from its origin
     job_.group_comm->broadcast(model_.params(), n_ * sizeof(float), 0);
 }
 
@@ -318,14 +318,20 @@ void WorkerLoop::send_and_rebase(uint64_t first, int steps, double loss_sum, flo
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) delta[i] = x[i] - origin[i];
   const uint64_t tokens = uint64_t(steps) * step_samples_ * job_.T;
-  const uint64_t put_before = ex_->bytes_put(), got_before = ex_->bytes_got();
+  const uint64_t got_before = ex_->bytes_got();
   // What the center applies at once of this delta (before momentum and any staleness discount).
   const float own_weight = c_.async.outer_lr * outer_weight(tokens, 0, job_.workers, job_.round_tokens());
-  ex_->send(delta_.data(), p_.version, tokens, loss_sum / steps, own_weight);
-  const uint64_t put_bytes = ex_->bytes_put() - put_before;
+  // Fetch first, then send: the parameters fetched never hold this delta, however fast the center folds it in, so
+  // the next round always starts from them plus this delta at own_weight. Sent first, the delta would be in them
+  // or not depending on how the one-sided component moves the put (osc/sm at once, osc/pt2pt only when the center
+  // polls): over TCP the round would start from it at the center's damped first weight, which trained worse.
+  const uint64_t delta_version = p_.version;
   p_ = ex_->fetch(base_.data());
   last_sign_ = now_seconds();
   if (p_.dropped) dropped(job_);
+  const uint64_t put_before = ex_->bytes_put();
+  ex_->send(delta_.data(), delta_version, tokens, loss_sum / steps, own_weight);
+  const uint64_t put_bytes = ex_->bytes_put() - put_before;
   origin_ = base_;
   ex_->add_pending(origin_.data());
   be_.copy_to_device(model_.params(), origin_.data(), n_ * sizeof(float));

@@ -2,9 +2,9 @@
 # Fails when a source file includes a header of a higher layer, or of another folder of the same layer, listing each
 # such include; scripts/test.sh runs it before the build. The layers (docs/architecture.md, "Layers"), lowest first:
 #   0 core
-#   1 backend, data
-#   2 model, parallel
-#   3 checkpoint, cuda (the CUDA backend and the GPU communicators)
+#   1 backend, tokenizer
+#   2 data, model, parallel
+#   3 checkpoint, cuda (the CUDA backend and the GPU communicators), hf (Hugging Face interop)
 #   4 train, infer
 #   5 app
 # A file may include headers of its own folder and of any lower layer. Tests and benchmarks may include anything.
@@ -13,8 +13,8 @@ set -euo pipefail
 ROOT=${1:-"$(dirname "${BASH_SOURCE[0]}")/.."}
 cd "$ROOT"
 
-declare -A RANK=([core]=0 [backend]=1 [data]=1 [model]=2 [parallel]=2 [checkpoint]=3 [cuda]=3 [train]=4 [infer]=4
-  [app]=5)
+declare -A RANK=([core]=0 [backend]=1 [tokenizer]=1 [data]=2 [model]=2 [parallel]=2 [checkpoint]=3 [cuda]=3 [hf]=3
+  [train]=4 [infer]=4 [app]=5)
 
 folder_of() {  # src/<folder>/... or cuda/...
   case "$1" in

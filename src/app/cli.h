@@ -12,9 +12,9 @@
 #include "app/options.h"
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
-#include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "parallel/device_select.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ember {
 

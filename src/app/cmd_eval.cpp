@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/prep_manifest.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace po = boost::program_options;
 

@@ -6,7 +6,7 @@
 #include "app/commands.h"
 #include "core/enum_names.h"
 #include "core/error.h"
-#include "infer/hf_format.h"
+#include "hf/format.h"
 
 namespace po = boost::program_options;
 

@@ -8,9 +8,9 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
 #include "infer/engine.h"
 #include "infer/kv_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace po = boost::program_options;
 

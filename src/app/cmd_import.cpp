@@ -7,7 +7,7 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "core/error.h"
-#include "infer/hf_format.h"
+#include "hf/format.h"
 #include "parallel/host_collectives.h"
 #include "train/run_checkpoint.h"
 #include "train/run_tokenizer.h"

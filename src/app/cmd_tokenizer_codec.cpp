@@ -10,7 +10,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace po = boost::program_options;
 

@@ -13,9 +13,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/run_threads.h"
-#include "data/bpe_files.h"
-#include "data/bpe_trainer.h"
 #include "data/corpus_input.h"
+#include "tokenizer/bpe_files.h"
+#include "tokenizer/bpe_trainer.h"
 
 namespace po = boost::program_options;
 

@@ -45,6 +45,9 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* ptr, size_t bytes) = 0;
   virtual void synchronize() = 0;
+  // True when the host may read this backend's allocations in place (the CPU backend): a checkpoint save then needs
+  // no host copy of them.
+  virtual bool host_addressable() const { return false; }
   // Makes the calling thread use this backend's device (CUDA keeps the current device per thread): a thread other than
   // the one that made the backend calls it before its first op.
   virtual void bind_thread() {}

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/training_mode.h"
-#include "data/tokenizer.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
 #include "parallel/world.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ember {
 

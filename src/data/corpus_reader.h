@@ -8,7 +8,7 @@
 #include <string>
 
 #include "data/corpus_input.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ember {
 

@@ -21,7 +21,7 @@
 #include "data/corpus_input.h"
 #include "data/prep_pipeline.h"
 #include "data/shard.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ember {
 
@@ -181,13 +181,10 @@ void publish(const std::string& out, const std::string& staging, const std::vect
   if (!tok.files().empty()) write_tokenizer_files(tok, tok_dir);
 }
 
-}  // namespace
-
-PrepResult prepare_corpus(const PrepOptions& options) {
-  // --- 1. validate everything that can be checked before reading the corpus through ---
+// The options' values, checked before anything is read.
+void check_options(const PrepOptions& options, double val_fraction) {
   if (options.input.empty()) throw_error("prep: no input given", "pass --input <text file or directory>");
   if (options.output.empty()) throw_error("prep: no output directory given", "pass --output <directory>");
-  const double val_fraction = options.val_fraction.value_or(DEFAULT_VAL_FRACTION);
   if (!(val_fraction >= 0.0 && val_fraction <= 0.5))  // also rejects NaN
     throw_error("prep: val_fraction " + std::to_string(val_fraction) + " is outside [0, 0.5]",
                 "pass a val_fraction between 0 and 0.5 (0.05 is typical; 0 writes no val shards)");
@@ -199,6 +196,104 @@ PrepResult prepare_corpus(const PrepOptions& options) {
     throw_error("prep: threads " + std::to_string(options.threads) + " is outside [0, 1024]",
                 "pass --threads N with N >= 1, or leave it out to use every hardware thread");
   if (options.jsonl_field.empty()) throw_error("prep: empty --jsonl-field", "name the JSONL field, e.g. text");
+}
+
+// The output folder (made when missing) and a fresh staging folder inside it.
+struct Staging {
+  std::string out, dir;
+  bool created = false;       // this prep made the output folder
+  bool had_manifest = false;  // it held a prep.json before
+};
+
+Staging make_staging(const std::string& out) {
+  Staging st{out, (fs::path(out) / STAGING_NAME).string()};
+  std::error_code ec;
+  st.created = !fs::exists(out, ec);
+  st.had_manifest = fs::exists(fs::path(out) / PREP_MANIFEST_NAME, ec);
+  fs::create_directories(out, ec);
+  if (ec) throw_error("prep output " + out + ": cannot create: " + ec.message(), OUT_HINT);
+  fs::remove_all(st.dir, ec);  // left over from a prep that was killed
+  if (ec) throw_error("prep output " + out + ": cannot remove old " + st.dir + ": " + ec.message(), OUT_HINT);
+  fs::create_directory(st.dir, ec);
+  if (ec) throw_error("prep output " + out + ": cannot create " + st.dir + ": " + ec.message(), OUT_HINT);
+  return st;
+}
+
+// Streams the corpus through the pipeline into the sinks (train, val, test), logging progress.
+void stream_corpus(const CorpusPlan& plan, const Tokenizer& tok, const PipelineOptions& popt, bool hold_last_train,
+                   std::vector<SplitSink>& sinks, PrepResult& result) {
+  // The last train token is held back until the end: if no val token came by then (the val bytes were all blank JSONL
+  // lines, say), it becomes the val split, so val_fraction > 0 always gives a val shard when there is text.
+  const size_t tb = size_t(result.token_bytes);
+  std::vector<char> held;
+  const double start = now_seconds();
+  double last_log = start;
+  uint64_t tokens = 0, warned = 0;
+  run_prep_pipeline(plan, tok, popt, [&](EncodedPiece&& p) {
+    SplitSink& sink = sinks[size_t(p.split)];
+    sink.add_documents(p.documents);
+    result.bad_lines += p.bad_lines;
+    for (const std::string& m : p.bad_messages)
+      if (warned++ < 3) log_warn("prep: skipped %s", m.c_str());
+    tokens += p.n_tokens;
+    if (p.n_tokens > 0) {
+      if (p.split == Split::train && hold_last_train) {
+        if (!held.empty()) sink.append(held.data(), 1);
+        sink.append(p.tokens.data(), p.n_tokens - 1);
+        held.assign(p.tokens.end() - std::ptrdiff_t(tb), p.tokens.end());
+      } else {
+        sink.append(p.tokens.data(), p.n_tokens);
+      }
+    }
+    const double now = now_seconds();
+    if (now - last_log >= PROGRESS_SECONDS) {
+      last_log = now;
+      const double mb = double(p.disk_done) / 1e6, total = double(plan.disk_bytes) / 1e6, rate = mb / (now - start);
+      log_info("prep: %.0f / %.0f MB (%.1f%%), %llu tokens, %.1f MB/s, ETA %s", mb, total, 100.0 * mb / total,
+               (unsigned long long)tokens, rate, format_hms(rate > 0 ? (total - mb) / rate : 0.0).c_str());
+    }
+  });
+  if (!held.empty()) sinks[size_t(sinks[1].counts().tokens == 0 ? Split::val : Split::train)].append(held.data(), 1);
+}
+
+void write_manifest(const std::string& out, const PrepOptions& options, const Tokenizer& tok, const CorpusPlan& plan,
+                    bool enwik, const std::vector<SplitSink>& sinks, const PrepResult& result) {
+  PrepManifest m;
+  m.tokenizer_kind = tokenizer_kind_name(tok.kind());
+  m.tokenizer_fingerprint = tok.fingerprint();
+  m.vocab_size = tok.vocab_size();
+  m.eot_id = tok.eot_id();
+  m.token_bytes = result.token_bytes;
+  m.input = options.input;
+  m.format = enwik ? "enwik" : corpus_format_name(plan.files[0].format);
+  for (const auto& f : plan.files)
+    if (!enwik && f.format != plan.files[0].format) m.format = "mixed";
+  for (Split s : kSplits)
+    if (s != Split::test || enwik) m.splits[split_name(s)] = sinks[size_t(s)].counts();
+  write_prep_manifest(out, m);
+}
+
+void log_result(const PrepResult& result, bool enwik, const std::string& out) {
+  log_info(
+      "prep: %zu files (%zu binary skipped%s) -> train %llu tokens / %llu docs / %d shards, val %llu / %llu / %d%s"
+      " in %s",
+      result.files, result.binary_files,
+      result.bad_lines ? (", " + std::to_string(result.bad_lines) + " bad JSONL lines skipped").c_str() : "",
+      (unsigned long long)result.train.tokens, (unsigned long long)result.train.documents, result.train.shards,
+      (unsigned long long)result.val.tokens, (unsigned long long)result.val.documents, result.val.shards,
+      enwik ? (", test " + std::to_string(result.test.tokens) + " / " + std::to_string(result.test.documents) + " / " +
+               std::to_string(result.test.shards))
+                  .c_str()
+            : "",
+      out.c_str());
+}
+
+}  // namespace
+
+PrepResult prepare_corpus(const PrepOptions& options) {
+  // --- 1. validate everything that can be checked before reading the corpus through ---
+  const double val_fraction = options.val_fraction.value_or(DEFAULT_VAL_FRACTION);
+  check_options(options, val_fraction);
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(options.tokenizer);
   check_output_folder(options.output);
   const CorpusPlan plan = plan_corpus(options.input, options.format);
@@ -212,17 +307,7 @@ PrepResult prepare_corpus(const PrepOptions& options) {
     log_info("prep: --val-fraction does not apply to enwik input (fixed 90/5/5 train/val/test split)");
 
   // --- 2. stream the corpus into shards in the staging folder ---
-  const std::string out = options.output, staging = (fs::path(out) / STAGING_NAME).string();
-  std::error_code ec;
-  const bool created = !fs::exists(out, ec);
-  const bool had_manifest = fs::exists(fs::path(out) / PREP_MANIFEST_NAME, ec);
-  fs::create_directories(out, ec);
-  if (ec) throw_error("prep output " + out + ": cannot create: " + ec.message(), OUT_HINT);
-  fs::remove_all(staging, ec);  // left over from a prep that was killed
-  if (ec) throw_error("prep output " + out + ": cannot remove old " + staging + ": " + ec.message(), OUT_HINT);
-  fs::create_directory(staging, ec);
-  if (ec) throw_error("prep output " + out + ": cannot create " + staging + ": " + ec.message(), OUT_HINT);
-
+  const Staging st = make_staging(options.output);
   PrepResult result;
   result.files = plan.files.size() - plan.binary_files;
   result.binary_files = plan.binary_files;
@@ -233,89 +318,36 @@ PrepResult prepare_corpus(const PrepOptions& options) {
   popt.threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   popt.token_bytes = result.token_bytes;
   popt.skip_bad_lines = options.skip_bad_lines;
-  const size_t tb = size_t(result.token_bytes);
   std::vector<SplitSink> sinks;
-  for (Split s : kSplits) sinks.emplace_back(s, staging, options.shard_tokens, result.token_bytes);
+  for (Split s : kSplits) sinks.emplace_back(s, st.dir, options.shard_tokens, result.token_bytes);
   try {
-    // The last train token is held back until the end: if no val token came by then (the val bytes were all blank
-    // JSONL lines, say), it becomes the val split, so val_fraction > 0 always gives a val shard when there is text.
-    std::vector<char> held;
-    const double start = now_seconds();
-    double last_log = start;
-    uint64_t tokens = 0, warned = 0;
-    run_prep_pipeline(plan, *tok, popt, [&](EncodedPiece&& p) {
-      SplitSink& sink = sinks[size_t(p.split)];
-      sink.add_documents(p.documents);
-      result.bad_lines += p.bad_lines;
-      for (const std::string& m : p.bad_messages)
-        if (warned++ < 3) log_warn("prep: skipped %s", m.c_str());
-      tokens += p.n_tokens;
-      if (p.n_tokens > 0) {
-        if (p.split == Split::train && val_fraction > 0.0 && !enwik) {
-          if (!held.empty()) sink.append(held.data(), 1);
-          sink.append(p.tokens.data(), p.n_tokens - 1);
-          held.assign(p.tokens.end() - std::ptrdiff_t(tb), p.tokens.end());
-        } else {
-          sink.append(p.tokens.data(), p.n_tokens);
-        }
-      }
-      const double now = now_seconds();
-      if (now - last_log >= PROGRESS_SECONDS) {
-        last_log = now;
-        const double mb = double(p.disk_done) / 1e6, total = double(plan.disk_bytes) / 1e6, rate = mb / (now - start);
-        log_info("prep: %.0f / %.0f MB (%.1f%%), %llu tokens, %.1f MB/s, ETA %s", mb, total, 100.0 * mb / total,
-                 (unsigned long long)tokens, rate, format_hms(rate > 0 ? (total - mb) / rate : 0.0).c_str());
-      }
-    });
-    if (!held.empty()) sinks[size_t(sinks[1].counts().tokens == 0 ? Split::val : Split::train)].append(held.data(), 1);
+    stream_corpus(plan, *tok, popt, val_fraction > 0.0 && !enwik, sinks, result);
     if (sinks[0].counts().tokens + sinks[1].counts().tokens + sinks[2].counts().tokens == 0)
       throw_error("prep input " + options.input + " holds no text (" + std::to_string(result.files) +
                       " files read, no tokens" +
                       (result.bad_lines ? ", " + std::to_string(result.bad_lines) + " bad lines skipped" : "") + ")",
                   "point --input at text, or check --format and --jsonl-field");
     for (SplitSink& s : sinks) s.finish();
-    fsync_dir(staging);
+    fsync_dir(st.dir);
     // --- 3. publish ---
-    publish(out, staging, {&sinks[0], &sinks[1], &sinks[2]}, had_manifest, *tok);
+    publish(st.out, st.dir, {&sinks[0], &sinks[1], &sinks[2]}, st.had_manifest, *tok);
   } catch (...) {
     std::error_code ignore;
     sinks.clear();  // closes and removes unfinished temp files
-    fs::remove_all(staging, ignore);
-    if (created) fs::remove(out, ignore);  // only when empty: a folder this prep made and nothing was published to
+    fs::remove_all(st.dir, ignore);
+    if (st.created)
+      fs::remove(st.out, ignore);  // only when empty: a folder this prep made and nothing was published to
     throw;
   }
-  fs::remove_all(staging, ec);
-  if (ec) log_warn("prep: could not remove %s: %s", staging.c_str(), ec.message().c_str());
+  std::error_code ec;
+  fs::remove_all(st.dir, ec);
+  if (ec) log_warn("prep: could not remove %s: %s", st.dir.c_str(), ec.message().c_str());
 
   result.train = sinks[0].counts();
   result.val = sinks[1].counts();
   result.test = sinks[2].counts();
-  PrepManifest m;
-  m.tokenizer_kind = tokenizer_kind_name(tok->kind());
-  m.tokenizer_fingerprint = tok->fingerprint();
-  m.vocab_size = tok->vocab_size();
-  m.eot_id = tok->eot_id();
-  m.token_bytes = result.token_bytes;
-  m.input = options.input;
-  m.format = enwik ? "enwik" : corpus_format_name(plan.files[0].format);
-  for (const auto& f : plan.files)
-    if (!enwik && f.format != plan.files[0].format) m.format = "mixed";
-  for (Split s : kSplits)
-    if (s != Split::test || enwik) m.splits[split_name(s)] = sinks[size_t(s)].counts();
-  write_prep_manifest(out, m);
-
-  log_info(
-      "prep: %zu files (%zu binary skipped%s) -> train %llu tokens / %llu docs / %d shards, val %llu / %llu / %d%s"
-      " in %s",
-      result.files, result.binary_files,
-      result.bad_lines ? (", " + std::to_string(result.bad_lines) + " bad JSONL lines skipped").c_str() : "",
-      (unsigned long long)result.train.tokens, (unsigned long long)result.train.documents, result.train.shards,
-      (unsigned long long)result.val.tokens, (unsigned long long)result.val.documents, result.val.shards,
-      enwik ? (", test " + std::to_string(result.test.tokens) + " / " + std::to_string(result.test.documents) + " / " +
-               std::to_string(result.test.shards))
-                  .c_str()
-            : "",
-      out.c_str());
+  write_manifest(st.out, options, *tok, plan, enwik, sinks, result);
+  log_result(result, enwik, st.out);
   return result;
 }
 

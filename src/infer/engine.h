@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
 #include "infer/kv_model.h"
 #include "infer/sampler.h"
 #include "infer/text_stream.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ember {
 

@@ -77,6 +77,116 @@ std::string random_id() {
   return buf;
 }
 
+// What every response to one completion request names.
+struct Reply {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  int choices = 0;
+  int64_t prompt_tokens = 0;
+};
+
+// One generation per prompt and choice; each hands its events to `pending`.
+std::vector<GenerationRequest> generation_requests(const CompletionRequest& r, const std::shared_ptr<Pending>& pending,
+                                                   Clock::time_point deadline) {
+  const int choices = int(r.prompts.size()) * r.n;
+  const uint64_t seed = r.seed ? *r.seed : std::random_device{}() * 0x100000001ull;
+  std::vector<GenerationRequest> requests;
+  for (int c = 0; c < choices; ++c) {
+    GenerationRequest g;
+    g.prompt = r.prompts[size_t(c / r.n)];
+    g.max_tokens = r.max_tokens;
+    g.sampling = SamplingParams{r.temperature, r.top_k, r.top_p, seed + uint64_t(c % r.n)};
+    g.stop = r.stop;
+    g.deadline = deadline;
+    g.cancelled = std::shared_ptr<const std::atomic<bool>>(pending, &pending->cancelled);
+    g.on_event = [pending, c](const GenerationEvent& e) {
+      {
+        std::lock_guard<std::mutex> lock(pending->mutex);
+        pending->pieces.push_back(Piece{c, e.text, e.done, e.reason, e.prompt_tokens, e.completion_tokens});
+      }
+      pending->ready.notify_one();
+      return !pending->cancelled.load();
+    };
+    requests.push_back(std::move(g));
+  }
+  return requests;
+}
+
+// The whole completion in one JSON body, once every choice is done.
+void answer_whole(httplib::Response& res, Pending& pending, const Reply& reply) {
+  std::vector<CompletionChoice> out(static_cast<size_t>(reply.choices));
+  CompletionUsage usage{reply.prompt_tokens, 0};
+  bool failed = false;
+  for (int done = 0; done < reply.choices;) {
+    for (Piece& p : pending.take()) {
+      out[size_t(p.index)].text += p.text;
+      if (!p.done) continue;
+      ++done;
+      usage.completion_tokens += p.completion_tokens;
+      if (p.reason == FinishReason::shutdown || p.reason == FinishReason::cancelled) failed = true;
+      out[size_t(p.index)].finish_reason = api_finish_reason(p.reason);
+    }
+  }
+  t_log.completion_tokens = usage.completion_tokens;
+  if (failed)
+    return send_error(res, ApiError(500, "server_error", "the engine stopped before the completion finished"));
+  res.set_content(completion_json(reply.id, reply.created, reply.model, out, usage), "application/json");
+}
+
+// Server-sent events as the choices produce text; `hold` keeps the request counted as active until the stream ends.
+void answer_stream(httplib::Response& res, std::shared_ptr<Pending> pending, std::shared_ptr<void> hold,
+                   const Reply& reply, bool include_usage) {
+  struct StreamState {
+    int done = 0;
+    CompletionUsage usage;
+    bool finished = false;
+  };
+  auto state = std::make_shared<StreamState>();
+  state->usage.prompt_tokens = reply.prompt_tokens;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [pending, state, hold, reply, include_usage](size_t, httplib::DataSink& sink) {
+        const std::string &id = reply.id, &model = reply.model;
+        const int64_t created = reply.created;
+        auto send = [&](const std::string& data) {
+          const std::string event = "data: " + data + "\n\n";
+          return sink.write(event.data(), event.size());
+        };
+        bool ok = true;
+        for (Piece& p : pending->take()) {
+          if (!ok) break;
+          if (p.done) {
+            ++state->done;
+            state->usage.completion_tokens += p.completion_tokens;
+            t_log.completion_tokens = state->usage.completion_tokens;
+            if (p.reason == FinishReason::shutdown)
+              ok = send(error_json(ApiError(500, "server_error", "the engine stopped before the completion finished")));
+            else
+              ok = send(completion_chunk_json(id, created, model, p.index, p.text, api_finish_reason(p.reason)));
+          } else if (!p.text.empty()) {
+            ok = send(completion_chunk_json(id, created, model, p.index, p.text, ""));
+          }
+        }
+        if (!ok) {
+          pending->cancelled = true;  // the client has gone: the engine frees its slots at its next step
+          return false;
+        }
+        if (state->done == reply.choices) {
+          if (include_usage) ok = send(usage_chunk_json(id, created, model, state->usage));
+          if (ok) ok = send("[DONE]");
+          if (ok) sink.done();
+          state->finished = true;
+          return ok;
+        }
+        return true;
+      },
+      [pending, state](bool success) {
+        if (!success || !state->finished) pending->cancelled = true;
+      });
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -113,7 +223,12 @@ struct Server::Impl {
     });
   }
 
+  // routes(): the limits and timeouts, the checks before any handler, the error bodies and the access log, then the
+  // endpoints.
   void routes();
+  void install_guards();
+  void install_error_handlers();
+  void install_endpoints();
   void completions(const httplib::Request& req, httplib::Response& res);
   void health(httplib::Response& res);
 };
@@ -124,7 +239,14 @@ void Server::Impl::routes() {
   http.set_keep_alive_timeout(options.keep_alive_s);
   http.set_read_timeout(10, 0);
   http.set_write_timeout(10, 0);
+  install_guards();
+  install_error_handlers();
+  install_endpoints();
+}
 
+// Requests refused before any handler runs: bodies without a length or over the limit, and methods a route does not
+// take.
+void Server::Impl::install_guards() {
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_log = AccessLog{Clock::now(), true, 0, 0};
     auto refuse = [&](const ApiError& e) {
@@ -153,7 +275,9 @@ void Server::Impl::routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
+}
 
+void Server::Impl::install_error_handlers() {
   // Errors httplib itself answers (unknown route, malformed request, body too large) get the API's error body too.
   http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
@@ -188,7 +312,9 @@ void Server::Impl::routes() {
             (long long)t_log.completion_tokens);
     t_log = AccessLog{};
   });
+}
 
+void Server::Impl::install_endpoints() {
   auto method_not_allowed = [](const char* allowed) {
     return [allowed](const httplib::Request& req, httplib::Response& res) {
       res.set_header("Allow", allowed);
@@ -245,32 +371,11 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
 
   auto hold = this->hold();
   auto pending = std::make_shared<Pending>();
-  const int choices = int(r.prompts.size()) * r.n;
-  const uint64_t seed = r.seed ? *r.seed : std::random_device{}() * 0x100000001ull;
   const auto deadline =
       arrival + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
-  std::vector<GenerationRequest> requests;
-  for (int c = 0; c < choices; ++c) {
-    GenerationRequest g;
-    g.prompt = r.prompts[size_t(c / r.n)];
-    g.max_tokens = r.max_tokens;
-    g.sampling = SamplingParams{r.temperature, r.top_k, r.top_p, seed + uint64_t(c % r.n)};
-    g.stop = r.stop;
-    g.deadline = deadline;
-    g.cancelled = std::shared_ptr<const std::atomic<bool>>(pending, &pending->cancelled);
-    g.on_event = [pending, c](const GenerationEvent& e) {
-      {
-        std::lock_guard<std::mutex> lock(pending->mutex);
-        pending->pieces.push_back(Piece{c, e.text, e.done, e.reason, e.prompt_tokens, e.completion_tokens});
-      }
-      pending->ready.notify_one();
-      return !pending->cancelled.load();
-    };
-    requests.push_back(std::move(g));
-  }
   Engine::Submit result;
   try {
-    result = engine.submit_all(std::move(requests));  // every choice or none
+    result = engine.submit_all(generation_requests(r, pending, deadline));  // every choice or none
   } catch (const Error& e) {
     return send_error(res, invalid_request("prompt", e.what()));
   }
@@ -280,81 +385,13 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   if (result == Engine::Submit::stopping)
     return send_error(res, ApiError(503, "service_unavailable_error", "the server is shutting down"));
 
-  const std::string id = random_id();
-  const int64_t created = int64_t(time(nullptr));
-  const std::string& model = options.limits.model_name;
-  int64_t prompt_tokens = 0;
-  for (size_t p = 0; p < r.prompts.size(); ++p) prompt_tokens += int64_t(r.prompts[p].size());
-  t_log.prompt_tokens = prompt_tokens;
-
-  if (!r.stream) {
-    std::vector<CompletionChoice> out(static_cast<size_t>(choices));
-    CompletionUsage usage{prompt_tokens, 0};
-    bool failed = false;
-    for (int done = 0; done < choices;) {
-      for (Piece& p : pending->take()) {
-        out[size_t(p.index)].text += p.text;
-        if (!p.done) continue;
-        ++done;
-        usage.completion_tokens += p.completion_tokens;
-        if (p.reason == FinishReason::shutdown || p.reason == FinishReason::cancelled) failed = true;
-        out[size_t(p.index)].finish_reason = api_finish_reason(p.reason);
-      }
-    }
-    t_log.completion_tokens = usage.completion_tokens;
-    if (failed)
-      return send_error(res, ApiError(500, "server_error", "the engine stopped before the completion finished"));
-    res.set_content(completion_json(id, created, model, out, usage), "application/json");
-    return;
-  }
-
-  struct StreamState {
-    int done = 0;
-    CompletionUsage usage;
-    bool finished = false;
-  };
-  auto state = std::make_shared<StreamState>();
-  state->usage.prompt_tokens = prompt_tokens;
-  const bool include_usage = r.include_usage;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [pending, state, hold, id, created, model, choices, include_usage](size_t, httplib::DataSink& sink) {
-        auto send = [&](const std::string& data) {
-          const std::string event = "data: " + data + "\n\n";
-          return sink.write(event.data(), event.size());
-        };
-        bool ok = true;
-        for (Piece& p : pending->take()) {
-          if (!ok) break;
-          if (p.done) {
-            ++state->done;
-            state->usage.completion_tokens += p.completion_tokens;
-            t_log.completion_tokens = state->usage.completion_tokens;
-            if (p.reason == FinishReason::shutdown)
-              ok = send(error_json(ApiError(500, "server_error", "the engine stopped before the completion finished")));
-            else
-              ok = send(completion_chunk_json(id, created, model, p.index, p.text, api_finish_reason(p.reason)));
-          } else if (!p.text.empty()) {
-            ok = send(completion_chunk_json(id, created, model, p.index, p.text, ""));
-          }
-        }
-        if (!ok) {
-          pending->cancelled = true;  // the client has gone: the engine frees its slots at its next step
-          return false;
-        }
-        if (state->done == choices) {
-          if (include_usage) ok = send(usage_chunk_json(id, created, model, state->usage));
-          if (ok) ok = send("[DONE]");
-          if (ok) sink.done();
-          state->finished = true;
-          return ok;
-        }
-        return true;
-      },
-      [pending, state](bool success) {
-        if (!success || !state->finished) pending->cancelled = true;
-      });
+  Reply reply{random_id(), int64_t(time(nullptr)), options.limits.model_name, int(r.prompts.size()) * r.n, 0};
+  for (size_t p = 0; p < r.prompts.size(); ++p) reply.prompt_tokens += int64_t(r.prompts[p].size());
+  t_log.prompt_tokens = reply.prompt_tokens;
+  if (r.stream)
+    answer_stream(res, pending, hold, reply, r.include_usage);
+  else
+    answer_whole(res, *pending, reply);
 }
 
 Server::Server(Engine& engine, const Tokenizer& tokenizer, std::vector<int32_t> empty_prompt, ServerOptions options)

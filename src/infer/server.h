@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
 #include "infer/engine.h"
 #include "infer/openai_api.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ember {
 

@@ -1,7 +1,7 @@
 // The training entry (implementation): picks the kind of run from training.mode.
 #include "train/run.h"
 
-#include "train/async_run.h"
+#include "train/async/run.h"
 #include "train/sync_trainer.h"
 
 namespace ember {

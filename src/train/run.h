@@ -28,7 +28,7 @@ struct TrainResult {
   bool stopped_early = false;   // a signal or --max-runtime stopped the run (after a checkpoint)
 };
 
-// Runs one invocation on every rank of `world`: sync training (sync_trainer.h) or async training (async_run.h).
+// Runs one invocation on every rank of `world`: sync training (sync_trainer.h) or async training (async/run.h).
 // Collective. config_ini is the resolved configuration as INI text (printed and stored in checkpoints).
 TrainResult run_training(const World& world, const RunConfig& config, const std::string& config_ini,
                          TrainLimits limits);

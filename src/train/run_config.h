@@ -7,12 +7,12 @@
 
 #include "core/dtype.h"
 #include "core/training_mode.h"
-#include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "model/model_config.h"
 #include "parallel/comm_select.h"
-#include "parallel/delta_codec.h"
 #include "parallel/device_select.h"
+#include "tokenizer/tokenizer.h"
+#include "train/async/delta_codec.h"
 
 namespace ember {
 

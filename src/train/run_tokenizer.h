@@ -6,8 +6,8 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
-#include "data/tokenizer.h"
 #include "parallel/world.h"
+#include "tokenizer/tokenizer.h"
 #include "train/run_config.h"
 
 namespace ember {

@@ -30,8 +30,6 @@
 
 namespace ember {
 
-namespace {}  // namespace
-
 struct SyncTrainer::State {
   World world;
   CheckpointTokenizer tokenizer;  // recorded in every checkpoint
@@ -50,6 +48,18 @@ struct SyncTrainer::State {
   std::vector<GradientBucket> buckets;
   int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
+  // Host copies of the weights and moments a save writes, made at the first save and reused (not on a backend whose
+  // memory the host reads in place).
+  std::unique_ptr<float[]> saved_params, saved_m, saved_v;
+
+  // The loop's state (run()): the metrics file (rank 0), the all-reduces launched while backward runs, when this
+  // invocation started and at which step.
+  std::unique_ptr<MetricsWriter> metrics;
+  std::vector<std::unique_ptr<PendingCollective>> pending;
+  double first_launch = 0.0;  // when the first bucket of this step was launched
+  std::function<void(int)> on_layer_done;
+  double run_start = 0.0;
+  int64_t first_step = 0;
 
   bool zero() const { return cfg.training.zero == 1; }
   Backend& backend() { return *tb.backend; }
@@ -67,6 +77,21 @@ struct SyncTrainer::State {
   void init_from(const std::string& path);
   std::string save();
   double evaluate();
+
+  // What one optimizer step did, for its record and log line.
+  struct StepStats {
+    double loss = 0.0, comm_ms = 0.0, exposed_ms = 0.0, seconds = 0.0;
+    float grad_norm = 0.0f, lr = 0.0f;
+    bool stop_requested = false;
+  };
+  void start_metrics();
+  void hook_buckets();
+  StepStats train_step(TokenBatch& batch);
+  // Records, evaluates, logs and saves after a step; true when the run ends with it.
+  bool finish_step(const StepStats& st, const StepClock& clock, TrainResult& result);
+  int64_t tokens_per_step() const {
+    return int64_t(cfg.training.batch_size) * cfg.training.seq_len * cfg.training.grad_accum_steps * world.size;
+  }
 };
 
 SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::string config_ini, TrainLimits limits)
@@ -165,10 +190,24 @@ void SyncTrainer::State::resume_from(const std::string& path) {
 std::string SyncTrainer::State::save() {
   const RunConfig& c = cfg;
   Backend& be = backend();
-  std::vector<float> params(model->arena_numel()), m(optimizer->shard_end() - optimizer->shard_begin()), v(m.size());
-  be.copy_to_host(params.data(), std::as_const(*model).params(), params.size() * sizeof(float));
-  be.copy_to_host(m.data(), optimizer->exp_avg(), m.size() * sizeof(float));
-  be.copy_to_host(v.data(), optimizer->exp_avg_sq(), v.size() * sizeof(float));
+  const size_t arena = model->arena_numel(), moments = optimizer->shard_end() - optimizer->shard_begin();
+  const float* device_params = std::as_const(*model).params();
+  float *params = nullptr, *m = nullptr, *v = nullptr;
+  if (be.host_addressable()) {  // a save only reads the sets: the arrays are written as they are
+    params = const_cast<float*>(device_params);
+    m = optimizer->exp_avg();
+    v = optimizer->exp_avg_sq();
+  } else {
+    if (!saved_params) {
+      saved_params = std::make_unique_for_overwrite<float[]>(arena);
+      saved_m = std::make_unique_for_overwrite<float[]>(moments);
+      saved_v = std::make_unique_for_overwrite<float[]>(moments);
+    }
+    params = saved_params.get(), m = saved_m.get(), v = saved_v.get();
+    be.copy_to_host(params, device_params, arena * sizeof(float));
+    be.copy_to_host(m, optimizer->exp_avg(), moments * sizeof(float));
+    be.copy_to_host(v, optimizer->exp_avg_sq(), moments * sizeof(float));
+  }
   CheckpointMeta meta = run_checkpoint_meta(c, config_ini, tokenizer);
   meta.step = step;
   meta.tokens_seen = tokens_seen;
@@ -177,7 +216,7 @@ std::string SyncTrainer::State::save() {
   meta.lr = lr_at_step(c, std::max<int64_t>(step - 1, 0));
   meta.ranks.assign(size_t(world.size), CheckpointMeta::RankState{train_data->cursor(), 0});
   CheckpointContents contents;
-  contents.sets = tensor_sets(params.data(), m.data(), v.data());
+  contents.sets = tensor_sets(params, m, v);
   contents.write_begin = write_begin();
   contents.write_end = write_end();
   return save_run_checkpoint(c, meta, model->table(), contents, world);
@@ -194,140 +233,152 @@ SyncTrainer::~SyncTrainer() {
   if (s_ && s_->shard_grads) s_->backend().free(s_->shard_grads);
 }
 
+// A resume reads the metrics file (and cuts it back to the checkpoint's step) before the run counts as started, so a
+// file it cannot read stops the start with the run state as it was; a fresh start makes the file once the earlier
+// results are moved aside (on_start).
+void SyncTrainer::State::start_metrics() {
+  auto open_metrics = [&] {
+    if (world.rank == 0) metrics = std::make_unique<MetricsWriter>(cfg.run.dir + "/metrics.jsonl", step);
+  };
+  if (step > 0) open_metrics();
+  if (limits.on_start) limits.on_start(step);
+  if (step == 0) open_metrics();
+}
+
+// Bucketed all-reduce overlapped with backward: each bucket starts when its layers are final; every hook call also
+// tests the pending requests, because MPI progresses non-blocking collectives only inside MPI calls.
+void SyncTrainer::State::hook_buckets() {
+  if (buckets.empty()) return;
+  on_layer_done = [this](int stage) {
+    for (const GradientBucket& b : buckets)
+      if (b.stage == stage) {
+        if (pending.empty()) first_launch = now_seconds();
+        pending.push_back(comm->all_reduce_async(model->grads() + b.begin, b.end - b.begin, REDUCE_OP_AVG));
+      }
+    for (auto& p : pending) p->test();
+  };
+}
+
+// Forward and backward over this rank's micro-batches, the gradients averaged over the ranks (with ZeRO-1 reduced
+// onto each rank's shard), their global norm, the AdamW update and, with ZeRO-1, every shard to every rank.
+SyncTrainer::State::StepStats SyncTrainer::State::train_step(TokenBatch& batch) {
+  const RunConfig& c = cfg;
+  const int B = c.training.batch_size, A = c.training.grad_accum_steps, N = world.size, r = world.rank;
+  GPT& m = *model;
+  Backend& be = backend();
+  const size_t share = shard_end - shard_begin;
+  StepStats st;
+  world.watch->context = "step " + std::to_string(step + 1);
+  const double t0 = now_seconds();
+  const uint64_t cursor = train_data->cursor();
+  double loss =
+      accumulate_gradients(m, *train_data, batch, A, cursor + uint64_t(r) * B, uint64_t(N) * B, on_layer_done);
+  train_data->set_cursor(cursor + uint64_t(A) * N * B);
+
+  // Gradients: average over ranks, then the global norm (scalars reduced together with the loss and stop flag).
+  float* grads = m.grads();
+  size_t grad_n = m.arena_numel();
+  const double t_sync = now_seconds();
+  if (zero()) {
+    comm->reduce_scatter(m.grads(), shard_grads, share, REDUCE_OP_AVG);
+    grads = shard_grads;
+    grad_n = share;
+  } else {
+    for (auto& p : pending) p->wait();
+    if (!pending.empty()) st.comm_ms += 1e3 * (now_seconds() - first_launch);
+    pending.clear();
+  }
+  st.exposed_ms += 1e3 * (now_seconds() - t_sync);
+  const bool out_of_time = limits.max_runtime > 0 && r == 0 && now_seconds() - run_start >= limits.max_runtime;
+  double scalars[3] = {loss, zero() ? be.sum_squares(grads, grad_n) : 0.0,
+                       double(stop_signal_received() != 0 || out_of_time)};
+  const double t_scalars = now_seconds();
+  comm->all_reduce(scalars, 3, REDUCE_OP_SUM);
+  st.exposed_ms += 1e3 * (now_seconds() - t_scalars);
+  st.loss = scalars[0] / N;
+  st.grad_norm = float(std::sqrt(zero() ? scalars[1] : be.sum_squares(grads, grad_n)));
+  st.stop_requested = scalars[2] > 0.0;
+  st.lr = apply_update(*optimizer, m.params(), grads, st.grad_norm, c, step);
+  if (zero()) {
+    // Every rank's updated shard to every rank, in place.
+    const double t_gather = now_seconds();
+    comm->all_gather(m.params() + shard_begin, m.params(), share);
+    st.exposed_ms += 1e3 * (now_seconds() - t_gather);
+  }
+  if (zero() || N == 1) st.comm_ms = st.exposed_ms;  // nothing overlaps: all communication is exposed
+  be.synchronize();
+  st.seconds = now_seconds() - t0;
+  ++step;
+  tokens_seen += tokens_per_step();
+  if (step == first_step + 1) log_measured_memory(be, counted_bytes, tb.device.gpus_shared);
+  require_finite_loss(st.loss, step, -1,
+                      "lower optimizer.lr or raise optimizer.warmup_steps, then resume from the last checkpoint");
+  return st;
+}
+
+bool SyncTrainer::State::finish_step(const StepStats& st, const StepClock& clock, TrainResult& result) {
+  const RunConfig& c = cfg;
+  const double tokens_per_s = double(tokens_per_step()) / st.seconds;
+  nlohmann::json rec = {{"step", step},
+                        {"loss", st.loss},
+                        {"lr", st.lr},
+                        {"grad_norm", st.grad_norm},
+                        {"tokens_per_s", tokens_per_s},
+                        {"ms_per_step", 1e3 * st.seconds},
+                        {"tokens_seen", tokens_seen},
+                        {"comm_ms", st.comm_ms},
+                        {"comm_exposed_ms", st.exposed_ms},
+                        {"elapsed_s", now_seconds() - run_start}};
+  const bool limit_reached = limits.stop_after > 0 && step - first_step >= limits.stop_after;
+  const bool last = step == c.training.steps || limit_reached || st.stop_requested;
+  const bool save_due = (c.checkpoint.interval > 0 && step % c.checkpoint.interval == 0) || last;
+  // A stop request saves first: under mpirun the ranks are killed about a second after SIGTERM, and the checkpoint is
+  // what the requeued job resumes from. The validation comes after it.
+  if (st.stop_requested) result.last_checkpoint = save();
+  if ((c.eval.every > 0 && step % c.eval.every == 0) || last) {
+    const double t1 = now_seconds();
+    result.last_val_loss = evaluate();
+    rec["val_loss"] = result.last_val_loss;
+    log_info("step %lld | val loss %.4f | %.0f ms", (long long)step, result.last_val_loss, 1e3 * (now_seconds() - t1));
+  }
+  if (metrics) metrics->write(rec);
+  result.last_loss = st.loss;
+  result.step = step;
+  if (step % c.run.log_every == 0 || step == first_step + 1 || last)
+    log_info(
+        "step %5lld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f, exposed %.1f) | "
+        "eta %s",
+        (long long)step, c.training.steps, st.loss, st.lr, st.grad_norm, tokens_per_s, 1e3 * st.seconds, st.comm_ms,
+        st.exposed_ms, format_hms(clock.eta_seconds(step)).c_str());
+  if (save_due && !st.stop_requested) result.last_checkpoint = save();
+  if (st.stop_requested && step < c.training.steps) {
+    result.stopped_early = true;
+    log_stopped_early(step);
+  }
+  return last;
+}
+
 TrainResult SyncTrainer::run() {
   State& s = *s_;
   const RunConfig& c = s.cfg;
-  const int B = c.training.batch_size, T = c.training.seq_len, A = c.training.grad_accum_steps;
-  const int N = s.world.size, r = s.world.rank;
-  const int64_t tokens_per_step = int64_t(B) * T * A * N;
-  // A resume reads the metrics file (and cuts it back to the checkpoint's step) before the run counts as started, so
-  // a file it cannot read stops the start with the run state as it was; a fresh start makes the file once the
-  // earlier results are moved aside (on_start).
-  std::unique_ptr<MetricsWriter> metrics;
-  auto open_metrics = [&] {
-    if (r == 0) metrics = std::make_unique<MetricsWriter>(c.run.dir + "/metrics.jsonl", s.step);
-  };
-  if (s.step > 0) open_metrics();
-  if (s.limits.on_start) s.limits.on_start(s.step);
-  if (s.step == 0) open_metrics();
-  GPT& model = *s.model;
-  Backend& be = s.backend();
-  Communicator& comm = *s.comm;
-  const size_t arena = model.arena_numel(), share = s.shard_end - s.shard_begin;
-  TokenBatch batch(B, T);
+  s.start_metrics();
+  TokenBatch batch(c.training.batch_size, c.training.seq_len);
   TrainResult result;
   result.step = s.step;
   install_stop_signal_handlers();
-
-  // Bucketed all-reduce overlapped with backward: each bucket starts when its layers are final; every hook call
-  // also tests the pending requests, because MPI progresses non-blocking collectives only inside MPI calls.
-  std::vector<std::unique_ptr<PendingCollective>> pending;
-  double first_launch = 0.0;
-  std::function<void(int)> on_layer_done;
-  if (!s.buckets.empty())
-    on_layer_done = [&](int stage) {
-      for (const GradientBucket& b : s.buckets)
-        if (b.stage == stage) {
-          if (pending.empty()) first_launch = now_seconds();
-          pending.push_back(comm.all_reduce_async(model.grads() + b.begin, b.end - b.begin, REDUCE_OP_AVG));
-        }
-      for (auto& p : pending) p->test();
-    };
-
-  const double run_start = now_seconds();
-  const int64_t first_step = s.step;
-  StepClock clock(first_step, c.training.steps);
+  s.hook_buckets();
+  s.run_start = now_seconds();
+  s.first_step = s.step;
+  StepClock clock(s.first_step, c.training.steps);
   while (s.step < c.training.steps) {
-    s.world.watch->context = "step " + std::to_string(s.step + 1);
-    const double t0 = now_seconds();
-    double comm_ms = 0.0, exposed_ms = 0.0;
-    const uint64_t cursor = s.train_data->cursor();
-    double loss =
-        accumulate_gradients(model, *s.train_data, batch, A, cursor + uint64_t(r) * B, uint64_t(N) * B, on_layer_done);
-    s.train_data->set_cursor(cursor + uint64_t(A) * N * B);
-
-    // Gradients: average over ranks, then the global norm (scalars reduced together with the loss and stop flag).
-    float* grads = model.grads();
-    size_t grad_n = arena;
-    const double t_sync = now_seconds();
-    if (s.zero()) {
-      comm.reduce_scatter(model.grads(), s.shard_grads, share, REDUCE_OP_AVG);
-      grads = s.shard_grads;
-      grad_n = share;
-    } else {
-      for (auto& p : pending) p->wait();
-      if (!pending.empty()) comm_ms += 1e3 * (now_seconds() - first_launch);
-      pending.clear();
-    }
-    exposed_ms += 1e3 * (now_seconds() - t_sync);
-    const bool out_of_time = s.limits.max_runtime > 0 && r == 0 && now_seconds() - run_start >= s.limits.max_runtime;
-    double scalars[3] = {loss, s.zero() ? be.sum_squares(grads, grad_n) : 0.0,
-                         double(stop_signal_received() != 0 || out_of_time)};
-    const double t_scalars = now_seconds();
-    comm.all_reduce(scalars, 3, REDUCE_OP_SUM);
-    exposed_ms += 1e3 * (now_seconds() - t_scalars);
-    loss = scalars[0] / N;
-    const float grad_norm = float(std::sqrt(s.zero() ? scalars[1] : be.sum_squares(grads, grad_n)));
-    const bool stop_requested = scalars[2] > 0.0;
-    const float lr = apply_update(*s.optimizer, model.params(), grads, grad_norm, c, s.step);
-    if (s.zero()) {
-      // Every rank's updated shard to every rank, in place.
-      const double t_gather = now_seconds();
-      comm.all_gather(model.params() + s.shard_begin, model.params(), share);
-      exposed_ms += 1e3 * (now_seconds() - t_gather);
-    }
-    if (s.zero() || N == 1) comm_ms = exposed_ms;  // nothing overlaps: all communication is exposed
-    be.synchronize();
-    const double dt = now_seconds() - t0;
-    ++s.step;
-    s.tokens_seen += tokens_per_step;
-    if (s.step == first_step + 1) log_measured_memory(be, s.counted_bytes, s.tb.device.gpus_shared);
-    require_finite_loss(loss, s.step, -1,
-                        "lower optimizer.lr or raise optimizer.warmup_steps, then resume from the last checkpoint");
-    clock.record(s.step, dt);
-    const double tokens_per_s = tokens_per_step / dt;
-    nlohmann::json rec = {{"step", s.step},
-                          {"loss", loss},
-                          {"lr", lr},
-                          {"grad_norm", grad_norm},
-                          {"tokens_per_s", tokens_per_s},
-                          {"ms_per_step", 1e3 * dt},
-                          {"tokens_seen", s.tokens_seen},
-                          {"comm_ms", comm_ms},
-                          {"comm_exposed_ms", exposed_ms},
-                          {"elapsed_s", now_seconds() - run_start}};
-    const bool limit_reached = s.limits.stop_after > 0 && s.step - first_step >= s.limits.stop_after;
-    const bool last = s.step == c.training.steps || limit_reached || stop_requested;
-    const bool save_due = (c.checkpoint.interval > 0 && s.step % c.checkpoint.interval == 0) || last;
-    // A stop request saves first: under mpirun the ranks are killed about a second after SIGTERM, and the checkpoint
-    // is what the requeued job resumes from. The validation comes after it.
-    if (stop_requested) result.last_checkpoint = s.save();
-    if ((c.eval.every > 0 && s.step % c.eval.every == 0) || last) {
-      const double t1 = now_seconds();
-      result.last_val_loss = s.evaluate();
-      rec["val_loss"] = result.last_val_loss;
-      log_info("step %lld | val loss %.4f | %.0f ms", (long long)s.step, result.last_val_loss,
-               1e3 * (now_seconds() - t1));
-    }
-    if (metrics) metrics->write(rec);
-    result.last_loss = loss;
-    result.step = s.step;
-    if (s.step % c.run.log_every == 0 || s.step == first_step + 1 || last)
-      log_info(
-          "step %5lld/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f, exposed %.1f) | "
-          "eta %s",
-          (long long)s.step, c.training.steps, loss, lr, grad_norm, tokens_per_s, 1e3 * dt, comm_ms, exposed_ms,
-          format_hms(clock.eta_seconds(s.step)).c_str());
-    if (save_due && !stop_requested) result.last_checkpoint = s.save();
-    if (stop_requested && s.step < c.training.steps) {
-      result.stopped_early = true;
-      log_stopped_early(s.step);
-    }
-    if (last) break;
+    const State::StepStats st = s.train_step(batch);
+    clock.record(s.step, st.seconds);
+    if (s.finish_step(st, clock, result)) break;
   }
+  s.metrics.reset();
   if (clock.timed_steps() > 0)
-    log_info("trained %lld steps: %.0f tokens/s on average (%.1f ms/step)", (long long)(s.step - first_step),
-             tokens_per_step / clock.mean_seconds(), 1e3 * clock.mean_seconds());
+    log_info("trained %lld steps: %.0f tokens/s on average (%.1f ms/step)", (long long)(s.step - s.first_step),
+             double(s.tokens_per_step()) / clock.mean_seconds(), 1e3 * clock.mean_seconds());
   return result;
 }
 

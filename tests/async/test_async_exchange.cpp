@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "parallel/async_exchange.h"
-#include "parallel/delta_codec.h"
 #include "test_support.h"
+#include "train/async/delta_codec.h"
+#include "train/async/exchange.h"
 
 namespace ember {
 namespace {

@@ -1,7 +1,7 @@
 # Shared by the cluster tests: arguments as the e2e scripts take them, a skip (exit 77) where namespaces cannot be
 # made, and a cluster of this test's own (name and subnet) that is removed on every exit, a failed one too.
 # Each script is called as: script.sh EMBER_BINARY SOURCE_DIR WORK_DIR CLUSTER_NAME SUBNET
-source "$2/tests/e2e/common.bash"
+source "$2/tests/e2e/support/common.bash"
 CLUSTER_NAME=$4
 CLUSTER_SUBNET=$5
 CLUSTER=("$SRC/scripts/cluster/cluster.sh" --name "$CLUSTER_NAME")

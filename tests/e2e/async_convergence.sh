@@ -13,7 +13,7 @@
 # Error feedback: async runs of seeds 1..2 with async.error_feedback = false (what the 1-bit messages lost is dropped,
 # both ways) must fail that criterion (mean more than +3% above the same seeds' sync) and end worse than with feedback
 # on both seeds (measured +15.8% and +28.5%).
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 SEEDS=5 FEEDBACK_SEEDS=2
 

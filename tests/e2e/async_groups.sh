@@ -4,8 +4,8 @@
 # and 3), a group's ranks hold bitwise the same state at every checkpoint, and the run resumes onto 4 single-rank
 # workers and back onto groups. A group that loses a rank is dropped and the run goes on. A group size that does not
 # divide the worker ranks is refused before any work.
-source "$(dirname "$0")/common.bash"
-source "$(dirname "$0")/bad_input_lib.bash"
+source "$(dirname "$0")/support/common.bash"
+source "$(dirname "$0")/support/bad_input.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Async checkpoints follow checkpoint.interval as sync ones do: a center and 2 workers with interval 8 and 40 steps
 # write step 8, 16, 24, 32 and 40, each once, and each file holds the step its name says.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 UCX_TLS=tcp,self
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null

@@ -4,7 +4,7 @@
 # metrics' blocked_fraction), and together they complete more rounds than the slow worker. (ctest runs it alone:
 # other tests on the same 2 cores would starve one of the workers.) The run still ends at the step
 # count, since samples are handed out to whoever asks.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null

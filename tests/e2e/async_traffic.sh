@@ -4,7 +4,7 @@
 # are at least 30x fewer bytes than an fp32 exchange (an fp32 delta up and the fp32 parameters down), whatever the
 # number of workers: a download is one message however many versions the worker missed. Every byte a worker moves
 # through the window is counted (headers, reservations and download records included).
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null

@@ -5,7 +5,7 @@
 # each one-sided component (default, osc/pt2pt, osc/ucx over TCP) runs a job; SIGUSR1 to a worker stops the job with
 # exit 3 after a checkpoint; a killed worker ends the job and the survivors resume; a center that stops serving and a
 # job without workers give errors.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 UCX_TLS=tcp,self
 
 job_pid="" mpirun_pid=""

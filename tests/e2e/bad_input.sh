@@ -2,8 +2,8 @@
 # Bad input: each case gets one "error:" line naming the input, a "hint:" line and a non-zero exit, and leaves the
 # earlier outputs of a good run (checkpoints, latest, metrics, shards) byte-for-byte intact.
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/common.bash"
-source "$here/bad_input_lib.bash"
+source "$here/support/common.bash"
+source "$here/support/bad_input.bash"
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1
 train=("$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run --checkpoint.interval=10

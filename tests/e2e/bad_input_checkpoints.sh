@@ -3,8 +3,8 @@
 # inspect with one error line naming the file and the attribute or dataset, a hint, a bounded time and the earlier
 # runs' outputs untouched; an async checkpoint given to a sync run says so (a sync one given to an async run works).
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/common.bash"
-source "$here/bad_input_lib.bash"
+source "$here/support/common.bash"
+source "$here/support/bad_input.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 UCX_TLS=tcp,self
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null

@@ -5,8 +5,8 @@
 # The failures on one rank are injected (EMBER_TEST_FAIL_WRITE, see src/checkpoint/layout.h): that rank leaves the
 # HDF5 call early, as it would on a real error, so the other ranks are left inside the collective call.
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/common.bash"
-source "$here/bad_input_lib.bash"
+source "$here/support/common.bash"
+source "$here/support/bad_input.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 > /dev/null

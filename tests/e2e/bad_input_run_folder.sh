@@ -4,8 +4,8 @@
 # non-zero exit, at 1 and 2 ranks, and leave the earlier outputs byte-for-byte intact (and no folder of their own).
 # Then --overwrite moves earlier results aside and starts over.
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/common.bash"
-source "$here/bad_input_lib.bash"
+source "$here/support/common.bash"
+source "$here/support/bad_input.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null

@@ -2,7 +2,7 @@
 # The BPE story end to end: train a 1024-id tokenizer on the repository's docs and sources, prep a corpus with it,
 # train the tiny model on those shards with data.tokenizer = auto, and check that the checkpoint carries the
 # tokenizer: generate decodes BPE tokens into text (not ids), h5py hands the files back, and eval runs.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 
 V=1024
 mkdir -p corpus

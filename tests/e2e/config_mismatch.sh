@@ -2,7 +2,7 @@
 # Ranks with different configurations: an MPMD launch that gives one rank another override must stop at start-up on
 # every rank with one error naming the first differing rank and key, a hint and a non-zero exit, quickly, with nothing
 # written into the run directory. Ranks that resolve the same configuration (by different arguments) still train.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 
 command -v mpirun >/dev/null || fail "mpirun is not on PATH (install openmpi-bin)"
 

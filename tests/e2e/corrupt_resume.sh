@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Damaged newest checkpoint (bytes flipped mid-file, cut to half, one tensor failing its checksum): `--resume auto`
 # warns, falls back to the previous valid checkpoint and trains on; naming the damaged file is an error with a hint.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMP_NUM_THREADS=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null

@@ -5,7 +5,7 @@
 # places, the gpu tests run there and skip, the steps that need a GPU say "no GPU", a step over its time limit fails
 # with that reason and leaves nothing running, and the results come back as the few files the device tool returns.
 # Needs a CUDA build (exit 77, skipped, otherwise) and Debian's apt for the packages.
-source "$2/tests/e2e/common.bash"
+source "$2/tests/e2e/support/common.bash"
 BUILD=$(cd "$(dirname "$EMBER")" && pwd)
 if [[ ! -x "$BUILD/tests/gpu/test_cuda_ops" ]]; then
   echo "SKIP: $BUILD is not a CUDA build (no tests/gpu/test_cuda_ops): nothing to pack"

@@ -4,7 +4,7 @@
 # "no CUDA device is visible"); device = auto trains on the CPU and logs why (a warning in a CUDA build), at 1 and 2
 # ranks; bad values of training.device and training.comm, and comm = nccl on the CPU, are refused. On a machine with
 # a GPU, the cases that need its absence are skipped (tests/gpu/train_cuda.sh covers that side).
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >prep.log 2>&1 || { cat prep.log >&2; fail "prep"; }

@@ -2,7 +2,7 @@
 # The tools around a checkpoint: eval (text and JSON, bits per byte = loss / ln 2 for bytes), generate (the same
 # seed gives the same text; greedy is deterministic), inspect (metadata and verified datasets); --device: the
 # device line goes to stderr (stdout stays the product), bad values and an unavailable cuda are refused.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1
 "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run --training.steps=30 --eval.every=0

@@ -3,7 +3,7 @@
 # scripts/data/hf_to_jsonl.py through the real `datasets` library, then prepped; every document arrives whole, each
 # after the end-of-text token of a tokenizer trained here on that JSONL. A field that does not exist is one error
 # line, no output.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 VENV_PYTHON=${EMBER_VENV_PYTHON:-$SRC/.venv/bin/python}
 [ -x "$VENV_PYTHON" ] || fail "no Python virtual environment at $VENV_PYTHON (hint: run scripts/python_env.sh)"
 "$VENV_PYTHON" -c 'import datasets, pyarrow, tokenizers' 2>/dev/null ||

@@ -3,9 +3,9 @@
 # of a byte run loads with AutoModelForCausalLM and AutoTokenizer, gives ember's logits, loss, token ids and greedy
 # text; a bf16 export within bf16 rounding; a random GPT2LMHeadModel saved by save_pretrained imports with the same
 # logits and loss; export -> import is bitwise; and every bad input is refused without touching earlier outputs.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 VPY=${EMBER_VENV_PYTHON:?set EMBER_VENV_PYTHON to the venv of scripts/python_env.sh}
-HF="$VPY $SRC/tests/e2e/hf_interop.py"
+HF="$VPY $SRC/tests/e2e/support/hf_interop.py"
 
 # fp32 tolerances, relative to the largest logit: ember and PyTorch sum the same products in other orders over at
 # most 4C = 256 terms per layer and 2 layers, a few ulp (1e-7 each) of the largest magnitude; 2e-5 leaves room for

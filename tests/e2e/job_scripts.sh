@@ -5,8 +5,8 @@
 # config file under configs/, and the Slurm scripts' shared end (jobs/common/requeue.bash) must act on the run-state file
 # of this start (stopped: requeue, done: finish, failed: fail, whatever the exit code) and without one on the exit
 # code: 0 done, 3 requeue (3 after SIGTERM: no requeue), anything else a failure.
-source "$(dirname "$0")/common.bash"
-source "$(dirname "$0")/slurm_lib.bash"
+source "$(dirname "$0")/support/common.bash"
+source "$(dirname "$0")/support/slurm.bash"
 trap slurm_stop EXIT
 trap 'exit 1' INT TERM
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A lost rank: `kill -9` of one rank of a 2-rank run ends the whole job with a non-zero exit within 60 s (never a
 # hang), leaves no rank behind, and the checkpoint that `latest` names is complete and loads.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 job_pid="" mpirun_pid="" rank_pids=()

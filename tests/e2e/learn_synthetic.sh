@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tiny model learns a synthetic task with a known optimal loss: a Markov chain over 16 letters where
 # x[t+1] = (5 x[t] + 3 + b) mod 16 with b a fair coin, so the best possible loss is ln 2 = 0.6931 nats/token.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 
 "$PYTHON" - <<'PY'
 import random

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # jobs/local-cpu.sh runs as shipped under mpirun: a first call trains and checkpoints, a second call with more
 # steps resumes from `latest` instead of starting over.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1
 export EMBER CONFIG="$SRC/configs/tiny.ini" DATA_DIR=data RUN_DIR=run THREADS=1

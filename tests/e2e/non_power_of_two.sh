@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Non-power-of-two world: `ember train` at 3 ranks must stop at start-up with "not a power of two" and a hint, and a
 # non-zero exit, quickly; a run that trains, or hangs until the timeout, fails this test.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 command -v mpirun >/dev/null || fail "mpirun is not on PATH (install openmpi-bin)"

@@ -2,7 +2,7 @@
 # scripts/plot_metrics.py on real runs: two runs overlaid (one stopped and resumed), the picture is a PNG of the
 # promised size with every step and evaluation read, a step recorded twice is drawn once; bad inputs give one error
 # line and a hint and leave an earlier picture as it was.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 PLOT_PY=(/usr/bin/python3 "$SRC/scripts/plot_metrics.py")
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >prep.log 2>&1 || { cat prep.log >&2; fail "prep"; }

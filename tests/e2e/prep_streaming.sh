@@ -2,7 +2,7 @@
 # Streaming prep: a 300 MB generated text file is prepped with bounded memory, and the shards read back by a reader
 # written from llm.c's format description alone (256 little-endian int32 header, then uint16 tokens).
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/common.bash"
+source "$here/support/common.bash"
 
 # 300 MB of text from a fast generator: a 1 MiB block of random words, each repeat with its letters shifted, so the
 # file does not repeat itself exactly.

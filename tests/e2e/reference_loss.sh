@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An independent float64 NumPy GPT-2 reads the checkpoint by its documented HDF5 paths and computes the loss on the
 # same samples as `ember eval`: agreement to 1e-5 relative proves the model math and the checkpoint format together.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1
 "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run --training.steps=30 \

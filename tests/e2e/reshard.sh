@@ -3,7 +3,7 @@
 # and without ZeRO-1): the global batch is kept (ranks x accumulation constant), parameters and optimizer state are
 # resharded, and the data continues at the same global sample, so the losses continue those of an uninterrupted
 # 4-rank run within fp32 summation-order tolerance.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1

@@ -2,7 +2,7 @@
 # Golden resume test: 20 steps straight equal 10 steps, a stop with a checkpoint, `--resume auto`, and 10 more
 # steps, bitwise (every loss compared as its exact printed double), with gradient accumulation on, at matmul
 # precision fp32 and bf16.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1
 # Both precisions: bf16 also stores the GEMM inputs and a working copy of the weights in bf16, which the run must

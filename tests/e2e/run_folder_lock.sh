@@ -2,7 +2,7 @@
 # One job per run folder, at 2 and 4 ranks: a second job started on a folder a running job holds fails fast naming
 # the holder, and the first job's outputs stay intact; after a crash (kill -9 of the whole job) the stale lock is
 # reclaimed with a warning and --resume auto continues.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 mpirun_pid=""

@@ -2,8 +2,8 @@
 # `ember serve` against real clients (serve_client.py, standard library only, and curl): the OpenAI completions API,
 # streaming, 32 concurrent clients batched by the engine, every kind of bad request, a queue full, a client leaving
 # mid-stream, a request past --timeout, and SIGTERM while a stream is in flight (it finishes; exit 0).
-source "$(dirname "$0")/common.bash"
-CLIENT="$SRC/tests/e2e/serve_client.py"
+source "$(dirname "$0")/support/common.bash"
+CLIENT="$SRC/tests/e2e/support/serve_client.py"
 
 server_pid=""
 stop_server() { if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -KILL "$server_pid"; fi; }

@@ -3,7 +3,7 @@
 # code 3, `--resume auto` continues from it to the end; `--max-runtime` does the same by wall clock on one rank.
 # SIGTERM to mpirun itself ends with mpirun's exit code 1, yet the job scripts' end (jobs/common/requeue.bash) reads
 # "stopped" in the run-state file and requeues.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 mpirun_pid=""

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A real Slurm job: jobs/slurm-cpu.sbatch, 2 ranks on a private single-node slurmctld + slurmd, gets the pre-time-limit
 # USR1, checkpoints, requeues itself, resumes and finishes; a plain scancel also checkpoints but stays cancelled.
-source "$(dirname "$0")/common.bash"
-source "$(dirname "$0")/slurm_lib.bash"
+source "$(dirname "$0")/support/common.bash"
+source "$(dirname "$0")/support/slurm.bash"
 trap slurm_stop EXIT
 trap 'exit 1' INT TERM
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sync data parallel: N ranks x micro-batch B follow the same loss trajectory as 1 rank with gradient accumulation
 # N (x its own accumulation), for N = 2 and 4, with and without ZeRO-1.
-source "$(dirname "$0")/common.bash"
+source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ember tokenizer train: refuses bad input before writing, trains the same files on 1 and 2 threads, and its
 # vocabulary encodes exactly as Hugging Face tokenizers, transformers and tiktoken do (tests/tokenizer/check_exactness.py).
-source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
+source "$(dirname "${BASH_SOURCE[0]}")/support/common.bash"
 
 VENV_PYTHON=${EMBER_VENV_PYTHON:-$SRC/.venv/bin/python}
 [ -x "$VENV_PYTHON" ] || fail "no Python virtual environment at $VENV_PYTHON (hint: run scripts/python_env.sh)"

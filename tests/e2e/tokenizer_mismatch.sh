@@ -4,8 +4,8 @@
 # another tokenizer are each refused on every rank (one error naming both sides, a hint, no hang). h5py reads the
 # /tokenizer group of a checkpoint as a user would, and matching data trains and resumes.
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/common.bash"
-source "$here/bad_input_lib.bash"
+source "$here/support/common.bash"
+source "$here/support/bad_input.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 UCX_TLS=tcp,self
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >prep.log 2>&1 || { cat prep.log >&2; fail "prep"; }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "attention_bf16_bounds.h"
-#include "cuda_ops_test_support.h"
+#include "cuda_ops_test_util.h"
 
 namespace ember {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "cuda_ops_test_support.h"
+#include "cuda_ops_test_util.h"
 #include "infer/kv_model.h"
 #include "model/gpt.h"
 

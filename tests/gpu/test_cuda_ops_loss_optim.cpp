@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_ops_test_support.h"
+#include "cuda_ops_test_util.h"
 
 namespace ember {
 namespace {

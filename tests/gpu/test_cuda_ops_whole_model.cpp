@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_ops_test_support.h"
+#include "cuda_ops_test_util.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
 #include "train_steps.h"

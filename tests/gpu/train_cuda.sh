@@ -5,7 +5,7 @@
 # checkpoints move between GPU and CPU both ways; matmul precision bf16 follows the CPU's emulation of it and is what
 # training.precision = auto picks on a GPU. Exits 77 (skipped) where no GPU is visible.
 # Called as: train_cuda.sh EMBER_BINARY SOURCE_DIR WORK_DIR
-source "$2/tests/e2e/common.bash"
+source "$2/tests/e2e/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >prep.log 2>&1 || { cat prep.log >&2; fail "prep"; }

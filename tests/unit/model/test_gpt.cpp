@@ -12,22 +12,12 @@
 #include "core/philox.h"
 #include "model/gpt.h"
 #include "model/param_table.h"
+#include "model_test_util.h"
 #include "train/adamw.h"
 #include "train_steps.h"
 
 namespace ember {
 namespace {
-
-// The tiny config of configs/tiny.ini, with a smaller vocabulary so every embedding row gets gradient.
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 32;
-  c.vocab_size = 48;
-  return c;
-}
 
 std::vector<int32_t> random_tokens(size_t n, int V, uint32_t step) {
   Philox rng(7, 0, step, RNG_PURPOSE_TEST);

@@ -5,20 +5,10 @@
 
 #include "model/gpt.h"
 #include "model/param_table.h"
+#include "model_test_util.h"
 
 namespace ember {
 namespace {
-
-// The tiny config of configs/tiny.ini, with a smaller vocabulary so every embedding row gets gradient.
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 32;
-  c.vocab_size = 48;
-  return c;
-}
 
 TEST(ParamTable, HuggingFaceNamesAndShapes) {
   ModelConfig c = tiny_config();

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/world.h"
+#include "tokenizer/tokenizer_choice.h"
 #include "train/memory_estimate.h"
 
 namespace po = boost::program_options;
@@ -110,23 +111,11 @@ std::string ini_value(const std::string& ini_text, const std::string& key, const
 namespace ember {
 
 std::unique_ptr<Tokenizer> checkpoint_tokenizer(const std::string& checkpoint, const CheckpointMeta& meta) {
-  std::unique_ptr<Tokenizer> t;
-  if (meta.tokenizer) {
-    t = tokenizer_from_files(meta.tokenizer->files, "checkpoint " + checkpoint);
-    if (t->fingerprint() != meta.tokenizer->fingerprint)
-      throw_error("checkpoint " + checkpoint + ": the tokenizer files in /tokenizer make " + t->describe() +
-                      ", not the recorded fingerprint " + meta.tokenizer->fingerprint,
-                  "the file was modified after ember wrote it; use another checkpoint of the run");
-  } else {
-    const std::string stored = ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes));
-    t = load_tokenizer(stored == "auto" ? tokenizer_kind_name(TokenizerKind::bytes) : stored);
-  }
-  if (t->vocab_size() > meta.model.vocab_size)
-    throw_error("checkpoint " + checkpoint + ": vocab_size " + std::to_string(meta.model.vocab_size) +
-                    " is smaller than its tokenizer's " + std::to_string(t->vocab_size()) + " ids (" + t->describe() +
-                    ")",
-                "the file was modified after ember wrote it; use another checkpoint of the run");
-  return t;
+  const std::string configured =
+      meta.tokenizer ? "" : ini_value(meta.config_ini, "data.tokenizer", tokenizer_kind_name(TokenizerKind::bytes));
+  return recorded_tokenizer("checkpoint " + checkpoint, meta.tokenizer,
+                            meta.tokenizer ? meta.tokenizer->files : TokenizerFiles{}, configured,
+                            meta.model.vocab_size);
 }
 
 }  // namespace ember

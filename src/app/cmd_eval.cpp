@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/prep_manifest.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_choice.h"
 
 namespace po = boost::program_options;
 
@@ -25,11 +25,9 @@ namespace {
 // Shards made with another tokenizer than the model's would be scored as noise: refused when prep.json says so.
 void check_data_tokenizer(const std::string& data, const std::string& checkpoint, const Tokenizer& t) {
   const std::optional<PrepManifest> prep = read_prep_manifest(data);
-  if (prep && prep->tokenizer_fingerprint != t.fingerprint())
-    throw_error("shards in " + data + " were made with tokenizer " + prep->tokenizer_kind + " (fingerprint " +
-                    prep->tokenizer_fingerprint + ") but checkpoint " + checkpoint + " was trained with " +
-                    t.describe(),
-                "evaluate on data prepared with the checkpoint's tokenizer (`ember inspect` shows it)");
+  if (prep)
+    check_shards_tokenizer(data, PREP_MANIFEST_NAME, prep->tokenizer, "checkpoint " + checkpoint + " was trained with",
+                           t, "evaluate on data prepared with the checkpoint's tokenizer (`ember inspect` shows it)");
 }
 
 // A NumPy .npy file (format 1.0) of a C-ordered array: `descr` "<f4" or "<i4", the header padded to 64 bytes.

@@ -12,18 +12,16 @@
 #include "model/param_table.h"
 #include "parallel/world.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_choice.h"
 
 namespace ember {
 
 constexpr const char* CHECKPOINT_FORMAT = "ember-checkpoint";
 constexpr int CHECKPOINT_FORMAT_VERSION = 1;
 
-// The tokenizer the model was trained with (/tokenizer): enough to rebuild it (tokenizer_from_files) without the
-// data folder it came from.
-struct CheckpointTokenizer {
-  std::string kind = tokenizer_kind_name(TokenizerKind::bytes);  // "bytes" or "bpe"
-  std::string fingerprint = "bytes";                             // Tokenizer::fingerprint()
-  int vocab_size = 256;                                          // Tokenizer::vocab_size()
+// The tokenizer the model was trained with (/tokenizer): its record and enough to rebuild it (recorded_tokenizer)
+// without the data folder it came from.
+struct CheckpointTokenizer : TokenizerRecord {
   TokenizerFiles files{};  // Tokenizer::files(): names without '/', any bytes as contents; empty for bytes
   bool operator==(const CheckpointTokenizer&) const = default;
 };

@@ -259,9 +259,7 @@ void stream_corpus(const CorpusPlan& plan, const Tokenizer& tok, const PipelineO
 void write_manifest(const std::string& out, const PrepOptions& options, const Tokenizer& tok, const CorpusPlan& plan,
                     bool enwik, const std::vector<SplitSink>& sinks, const PrepResult& result) {
   PrepManifest m;
-  m.tokenizer_kind = tokenizer_kind_name(tok.kind());
-  m.tokenizer_fingerprint = tok.fingerprint();
-  m.vocab_size = tok.vocab_size();
+  m.tokenizer = record_of(tok);
   m.eot_id = tok.eot_id();
   m.token_bytes = result.token_bytes;
   m.input = options.input;

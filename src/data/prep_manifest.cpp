@@ -20,7 +20,8 @@ std::string manifest_path(const std::string& dir) { return (std::filesystem::pat
 
 void write_prep_manifest(const std::string& dir, const PrepManifest& m) {
   nlohmann::ordered_json j = {{"format", FORMAT_NAME}, {"version", PREP_MANIFEST_VERSION}};
-  j["tokenizer"] = {{"kind", m.tokenizer_kind}, {"fingerprint", m.tokenizer_fingerprint}, {"vocab_size", m.vocab_size}};
+  j["tokenizer"] = {
+      {"kind", m.tokenizer.kind}, {"fingerprint", m.tokenizer.fingerprint}, {"vocab_size", m.tokenizer.vocab_size}};
   if (m.eot_id) j["tokenizer"]["eot_id"] = *m.eot_id;
   j["token_bytes"] = m.token_bytes;
   j["input"] = m.input;
@@ -51,9 +52,9 @@ std::optional<PrepManifest> read_prep_manifest(const std::string& dir) {
                       "reads up to " + std::to_string(PREP_MANIFEST_VERSION) + ")",
                   "use the ember that made these shards, or " + hint);
     const auto& t = j.at("tokenizer");
-    m.tokenizer_kind = t.at("kind").get<std::string>();
-    m.tokenizer_fingerprint = t.at("fingerprint").get<std::string>();
-    m.vocab_size = t.at("vocab_size").get<int>();
+    m.tokenizer.kind = t.at("kind").get<std::string>();
+    m.tokenizer.fingerprint = t.at("fingerprint").get<std::string>();
+    m.tokenizer.vocab_size = t.at("vocab_size").get<int>();
     if (t.contains("eot_id")) m.eot_id = t.at("eot_id").get<int32_t>();
     m.token_bytes = j.at("token_bytes").get<int>();
     if (m.token_bytes != 2 && m.token_bytes != 4)

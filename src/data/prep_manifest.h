@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "tokenizer/tokenizer_choice.h"
+
 namespace ember {
 
 inline constexpr const char* PREP_MANIFEST_NAME = "prep.json";
@@ -21,9 +23,7 @@ struct PrepSplit {
 };
 
 struct PrepManifest {
-  std::string tokenizer_kind;         // "bytes" or "bpe"
-  std::string tokenizer_fingerprint;  // Tokenizer::fingerprint()
-  int vocab_size = 0;
+  TokenizerRecord tokenizer;      // the tokenizer that made the shards; its files are in PREP_TOKENIZER_DIR
   std::optional<int32_t> eot_id;  // the id between documents; nothing for bytes
   int token_bytes = 2;            // 2: uint16 shards (llm.c's GPT-2 format), 4: uint32 (llm.c's Llama 3 format)
   std::string input;              // as given to prep

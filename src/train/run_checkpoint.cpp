@@ -86,7 +86,7 @@ void check_init_from(const std::string& path, const RunConfig& config, const Che
     throw_error("init_from checkpoint " + path +
                     ": its model differs from the run's [model]: " + model_differences(meta.model, config.model),
                 "set model.* to the checkpoint's values (see `ember inspect " + path + "`)");
-  check_checkpoint_tokenizer(path, meta, run_tokenizer,
+  check_checkpoint_tokenizer(path, meta.tokenizer, run_tokenizer,
                              "train on data made with the checkpoint's tokenizer (`ember inspect " + path +
                                  "` shows it; `ember prep --tokenizer ...`), and set data.tokenizer to it");
 }

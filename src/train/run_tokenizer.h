@@ -1,5 +1,5 @@
-// The run's tokenizer: data.tokenizer resolved against the shards' prep.json, checked against the shards, the model
-// and a checkpoint to resume, and recorded in every checkpoint so that generate and eval decode with it.
+// The run's tokenizer: data.tokenizer resolved against the shards' prep.json and the model (choose_training_tokenizer),
+// agreed across ranks, and recorded in every checkpoint so that generate and eval decode with it.
 #pragma once
 
 #include <memory>
@@ -12,10 +12,7 @@
 
 namespace ember {
 
-// The tokenizer data.tokenizer names: "bytes", a tokenizer folder or file (load_tokenizer), or "auto": the one
-// data.dir/prep.json records (its tokenizer/ folder for BPE), or for shards without prep.json the byte tokenizer when
-// model.vocab_size is 256. Then checks that it made the shards (prep.json's fingerprint, when there is one) and that
-// the model has a row for each of its ids. Throws ember::Error naming both sides, with a hint.
+// choose_training_tokenizer for `config`, with what data.dir/prep.json records. Throws ember::Error, with a hint.
 std::unique_ptr<Tokenizer> resolve_run_tokenizer(const RunConfig& config);
 
 // resolve_run_tokenizer on every rank, with the outcome agreed: a failure on any rank is thrown on every rank. Logs
@@ -25,13 +22,7 @@ std::shared_ptr<const Tokenizer> agree_run_tokenizer(const World& world, const R
 // What a checkpoint records of `t` (CheckpointMeta::tokenizer).
 CheckpointTokenizer checkpoint_tokenizer(const Tokenizer& t);
 
-// Throws ember::Error naming both, with `hint`, unless the checkpoint at `path` (metadata `meta`) was trained with the
-// run's tokenizer `run` (same fingerprint). A file written before checkpoints recorded their tokenizer was trained
-// with the byte tokenizer, the only one there was.
-void check_checkpoint_tokenizer(const std::string& path, const CheckpointMeta& meta, const CheckpointTokenizer& run,
-                                const std::string& hint);
-
-// check_checkpoint_tokenizer for a checkpoint to resume, with the hint for that.
-void check_resume_tokenizer(const std::string& path, const CheckpointMeta& meta, const CheckpointTokenizer& run);
+// check_checkpoint_tokenizer for a checkpoint to resume (metadata `meta`), with the hint for that.
+void check_resume_tokenizer(const std::string& path, const CheckpointMeta& meta, const TokenizerRecord& run);
 
 }  // namespace ember

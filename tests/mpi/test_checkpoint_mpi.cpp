@@ -17,8 +17,8 @@ TEST_F(CheckpointMpi, CollectiveSaveLoadsAtAnySplit) {
   RankArenas a = filled(t, bounds[size_t(rank)], bounds[size_t(rank) + 1]);
   CheckpointMeta meta = make_meta(c, 30);
   // The tokenizer's files (any bytes) go into the file once, whatever the number of ranks.
-  meta.tokenizer = CheckpointTokenizer{
-      "bpe", "0123456789abcdef", 300, {{"tokenizer.json", std::string("{\"a\": \"\xc4\xa0\"}\0\xff", 13)}}};
+  meta.tokenizer = CheckpointTokenizer{{"bpe", "0123456789abcdef", 300},
+                                       {{"tokenizer.json", std::string("{\"a\": \"\xc4\xa0\"}\0\xff", 13)}}};
   const std::string folder = (dir_ / "ckpt").string();
   const std::string path = save_checkpoint(folder, meta, t, a.contents(), 2, test_world());
   EXPECT_EQ(path, checkpoint_path(folder, 30));

@@ -62,7 +62,7 @@ TEST(Prep, DirectoryWithBinaryAndHiddenFiles) {
     EXPECT_TRUE(e.path().extension() == ".bin" || e.path().filename() == "prep.json") << e.path();
   const std::optional<PrepManifest> m = read_prep_manifest(out);
   ASSERT_TRUE(m);
-  EXPECT_EQ(m->tokenizer_kind, "bytes");
+  EXPECT_EQ(m->tokenizer.kind, "bytes");
   EXPECT_EQ(m->token_bytes, 2);
   EXPECT_EQ(m->format, "text");
   EXPECT_EQ(m->splits.at("val").tokens, n_val);

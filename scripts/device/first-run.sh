@@ -13,7 +13,7 @@ usage: scripts/device/first-run.sh [STEP...]
 Steps, in this order (all of them when none is named; name some to rerun only those):
   info         nvidia-smi -q, the driver and CUDA versions, the GPU's UUID
   ctest-gpu    ctest -L gpu: the CUDA op tests and the GPU communicators (not the whole-model tests)
-  whole-model  the whole-model GPU tests (CudaOps.WholeModel*, FiftyTrainingSteps*) and gpu_train_cuda
+  whole-model  the whole-model GPU tests (CudaOpsWholeModel.*) and gpu_train_cuda
   train        GPT-2 124M bf16 on the bundle's shards: the first 20 losses against the CPU's, recorded when the
                bundle was made; a GPU checkpoint resumed on the CPU and the CPU's checkpoint resumed on the GPU
   bench        scripts/bench/gpu.sh (124M and 350M at T = 1024, bf16, against PyTorch where this machine's Python
@@ -36,14 +36,16 @@ ALL_STEPS=(info ctest-gpu whole-model train bench kernels memcheck racecheck)
 declare -A LIMIT=([info]=60 [ctest-gpu]=180 [whole-model]=240 [train]=300 [bench]=480 [kernels]=180 [memcheck]=150
                   [racecheck]=150)
 # The whole-model tests, run in their own step after the op tests.
-WHOLE_MODEL_REGEX='WholeModel|FiftyTrainingSteps|StepsAllocateOnly|gpu_train_cuda'
+WHOLE_MODEL_REGEX='CudaOpsWholeModel|gpu_train_cuda'
 # memcheck: one test of each op family at its first shape; racecheck: every attention test (the kernels with shared
 # memory tiles, cp.async and warp-level handoffs).
-MEMCHECK_FILTER='CudaOps.Encoder:CudaOps.GeluAndElementwise:CudaOps.AdamW:CudaOps.CrossEntropyOverPaddedRows:'
-MEMCHECK_FILTER+='CudaOps.MatmulGeluBackward:CudaOps.Bf16StorageMatchesTheCpu:CudaOps.ResidualLayerNormFromABf16Branch:'
-MEMCHECK_FILTER+='*CudaLayerNorm.ForwardBackward/0:*CudaLoss.FusedClassifierMatchesTheTwoOps/0:'
-MEMCHECK_FILTER+='*CudaMatmul.ForwardBackward/0:*CudaKvCache.MatchesTheCpu/0:*CudaAttentionBf16.*/0'
-RACECHECK_FILTER='*CudaAttention*:CudaOps.AttentionWithoutATensorCoreKernelStaysFp32'
+MEMCHECK_FILTER='CudaOpsNormGelu.Encoder:CudaOpsNormGelu.GeluAndElementwise:CudaOpsLossOptim.AdamW:'
+MEMCHECK_FILTER+='CudaOpsLossOptim.CrossEntropyOverPaddedRows:CudaOpsMatmul.MatmulGeluBackward:'
+MEMCHECK_FILTER+='CudaOpsNormGelu.Bf16StorageMatchesTheCpu:CudaOpsNormGelu.ResidualLayerNormFromABf16Branch:'
+MEMCHECK_FILTER+='*CudaOpsNormGelu.ForwardBackward/0:*CudaOpsLossOptim.FusedClassifierMatchesTheTwoOps/N37_V101:'
+MEMCHECK_FILTER+='*CudaOpsMatmul.ForwardBackward/0:*CudaOpsKvCache.MatchesTheCpu/C48_NH3_maxT300:'
+MEMCHECK_FILTER+='*CudaOpsAttentionBf16.*/B2_T150_C48_NH3'
+RACECHECK_FILTER='*CudaOpsAttention*'
 # train: the 124M model at B 4 x T 1024, 24 steps: 20 compared with the CPU, a checkpoint at 20 and at 22.
 TRAIN_STEPS=24
 TRAIN_COMPARED=20

@@ -1,5 +1,5 @@
-// CUDA causal attention (cuda_attention.cu, cuda_attention_tc.cu) against the CPU backend: the fp32 kernels, and the
-// tensor-core kernels of matmul precision bf16 within the rounding bounds of attention_bf16_bounds.h.
+// CUDA causal attention (cuda_attention.cu) against the CPU backend: the fp32 kernels, and the head sizes that keep
+// them under matmul precision bf16. The tensor-core kernels are in test_cuda_ops_attention_bf16.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "attention_bf16_bounds.h"
 #include "cuda_ops_test_util.h"
 
 namespace ember {
@@ -15,8 +14,8 @@ namespace {
 
 // (B, T, C, NH): HS = 16 with T = 150 > the 32-key tile and not a multiple of the 16/8-row blocks; HS = 64
 // (GPT-2's); HS = 128 (the kernel's maximum); HS = 5 (odd, below a warp); T = 1.
-class CudaAttention : public CudaOps, public ::testing::WithParamInterface<AttnShape> {};
-TEST_P(CudaAttention, ForwardBackward) {
+class CudaOpsAttention : public CudaOps, public ::testing::WithParamInterface<AttnShape> {};
+TEST_P(CudaOpsAttention, ForwardBackward) {
   const auto [B, T, C, NH] = GetParam();
   const int HS = C / NH;
   Rng rng(11 + uint32_t(T));
@@ -37,85 +36,14 @@ TEST_P(CudaAttention, ForwardBackward) {
   expect_close("attention lse", lse[1], lse[0], fp32_tol(double(T) * HS, lse[0]));
   expect_close("attention dqkv", dqkv[1], dqkv[0], fp32_tol(2.0 * T * HS, dqkv[0]));
 }
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsAttention,
                          ::testing::Values(AttnShape{2, 150, 48, 3}, AttnShape{1, 70, 192, 3}, AttnShape{2, 41, 256, 2},
                                            AttnShape{3, 33, 15, 3}, AttnShape{2, 1, 48, 3}),
                          attn_shape_name);
 
-// Matmul precision bf16 takes the tensor-core attention kernels (head sizes 16, 32, 64): every product has bf16
-// inputs and fp32 accumulation. The reference is the CPU's fp32 attention on inputs already rounded to bf16, and the
-// kernels may differ from it by the rounding of P and dS, within the per-element bounds of attention_bf16_bounds.h
-// (allowed twice over, on top of the fp32 tolerance of the plain test). The backward pass gets the CPU's out and lse
-// on both backends, so it is checked on its own. tests/kernel_model/test_attention_tc_model.cpp runs the same kernels
-// on the CPU against a software model of the warp.
-class CudaAttentionBf16 : public CudaOps, public ::testing::WithParamInterface<AttnShape> {};
-TEST_P(CudaAttentionBf16, TensorCoresMatchTheCpuWithinTheRoundingOfPAndDS) {
-  const auto [B, T, C, NH] = GetParam();
-  const int HS = C / NH;
-  Rng rng(41 + uint32_t(T));
-  const Floats raw = rng.normal(size_t(B) * T * 3 * C), qkv = test::rounded_to_bf16(raw),
-               dout = test::rounded_to_bf16(rng.normal(size_t(B) * T * C));
-  const Floats dqkv0 = nans(qkv.size());  // dqkv is written whole: NaN shows an element read or left
-  // The CPU reference in fp32 (whose D reads fp32 O: the bounds allow for the GPU's rounded O).
-  FBuf cx(*cpu, qkv), co(*cpu, Floats(size_t(B) * T * C)), cl(*cpu, Floats(size_t(B) * NH * T)), cg(*cpu, dout),
-      cgx(*cpu, dqkv0);
-  cpu->attention_forward(co.get(), cl.get(), cx.get(), B, T, C, NH);
-  cpu->attention_backward(cgx.get(), cg.get(), cx.get(), co.get(), cl.get(), B, T, C, NH);
-  const Floats out_ref = co.host(), lse_ref = cl.host(), dqkv_ref = cgx.host();
-  // The GPU with matmul precision bf16; its backward reads the CPU's out and lse.
-  gpu->set_matmul_precision(MatmulPrecision::bf16);
-  FBuf x(*gpu, qkv), o(*gpu, Floats(out_ref.size())), l(*gpu, Floats(lse_ref.size())), g(*gpu, dout),
-      o_ref(*gpu, out_ref), l_ref(*gpu, lse_ref), gx(*gpu, dqkv0);
-  gpu->attention_forward(o.get(), l.get(), x.get(), B, T, C, NH);
-  gpu->attention_backward(gx.get(), g.get(), x.get(), o_ref.get(), l_ref.get(), B, T, C, NH);
-  const Floats out = o.host(), lse = l.host(), dqkv = gx.host();
-  // q, k and v are rounded as they are staged, so unrounded inputs give the forward pass's bits unchanged.
-  FBuf xr(*gpu, raw);
-  gpu->attention_forward(o.get(), l.get(), xr.get(), B, T, C, NH);
-  expect_bitwise("tc attention out from unrounded qkv", o.host(), out);
-  // bf16 storage of qkv and out: from qkv stored in bf16 (the same values) the forward pass stores its fp32 result
-  // rounded, with the same lse, and the backward pass gives the same bits from qkv and the rounded out stored in bf16
-  // as from fp32 (D reads O rounded either way).
-  Halves out_ref_bf16(out_ref.size()), qkv_bf16(qkv.size());
-  for (size_t i = 0; i < out_ref.size(); ++i) out_ref_bf16[i] = to_bf16(out_ref[i]);
-  for (size_t i = 0; i < qkv.size(); ++i) qkv_bf16[i] = to_bf16(qkv[i]);
-  HBuf ob(*gpu, out.size()), ob_ref(*gpu, out_ref_bf16), xb(*gpu, qkv_bf16);
-  FBuf gx2(*gpu, dqkv0);
-  gpu->attention_forward(ob.get(), l.get(), xb.get(), B, T, C, NH);
-  expect_bitwise("tc attention lse from qkv stored in bf16", l.host(), lse);
-  gpu->attention_backward(gx2.get(), g.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
-  expect_bitwise("tc attention out stored in bf16", widened(ob.host()), test::rounded_to_bf16(out));
-  expect_bitwise("tc attention dqkv from qkv and out stored in bf16", gx2.host(), dqkv);
-  HBuf gx16(*gpu, qkv.size());  // dqkv stored in bf16 too: the fp32 one rounded
-  gpu->attention_backward(gx16.get(), g.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
-  expect_bitwise("tc attention dqkv stored in bf16", widened(gx16.host()), test::rounded_to_bf16(dqkv));
-  // dout stored in bf16 (the same values: staged as they are, D reading them widened): the same bits, into either
-  // storage of dqkv.
-  HBuf gd16(*gpu, test::bf16_values(dout)), gx16d(*gpu, qkv.size());
-  FBuf gx3(*gpu, dqkv0);
-  gpu->attention_backward(gx3.get(), gd16.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
-  expect_bitwise("tc attention dqkv from dout stored in bf16", gx3.host(), dqkv);
-  gpu->attention_backward(gx16d.get(), gd16.get(), xb.get(), ob_ref.get(), l_ref.get(), B, T, C, NH);
-  expect_bitwise("tc attention bf16 dqkv from dout stored in bf16", widened(gx16d.host()), widened(gx16.host()));
-  gpu->set_matmul_precision(MatmulPrecision::fp32);
-
-  test::AttnBounds bd = test::attention_bf16_bounds(qkv, dout, B, T, C, NH);
-  for (float& e : bd.out) e *= 2.0f;
-  for (float& e : bd.dqkv) e *= 2.0f;
-  expect_close("tc attention out", out, out_ref, fp32_tol(double(T) * HS, out_ref), &bd.out);
-  expect_close("tc attention lse", lse, lse_ref, fp32_tol(double(T) * HS, lse_ref));  // scores: exact bf16 products
-  expect_close("tc attention dqkv", dqkv, dqkv_ref, fp32_tol(2.0 * T * HS, dqkv_ref), &bd.dqkv);
-}
-// HS = 16 with T = 150 (three key tiles, the last partial); HS = 32 with T = 41 (one partial tile); HS = 64 with
-// T = 70 and T = 257 (two and five tiles, rows past T in the last block); T = 1.
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionBf16,
-                         ::testing::Values(AttnShape{2, 150, 48, 3}, AttnShape{2, 41, 64, 2}, AttnShape{1, 70, 192, 3},
-                                           AttnShape{1, 257, 256, 4}, AttnShape{2, 1, 48, 3}),
-                         attn_shape_name);
-
 // Head sizes without a tensor-core kernel (128, and 5) keep the fp32 kernels under matmul precision bf16: the
 // results are bitwise those of precision fp32.
-TEST_F(CudaOps, AttentionWithoutATensorCoreKernelStaysFp32) {
+TEST_F(CudaOpsAttention, AttentionWithoutATensorCoreKernelStaysFp32) {
   for (const AttnShape s : {AttnShape{2, 41, 256, 2}, AttnShape{3, 33, 15, 3}}) {
     Rng rng(43);
     const Floats qkv = rng.normal(size_t(s.B) * s.T * 3 * s.C), dout = rng.normal(size_t(s.B) * s.T * s.C);

@@ -25,8 +25,8 @@ std::string kv_shape_name(const ::testing::TestParamInfo<KvShape>& info) {
 // embedding is one add and the writes are copies: bitwise. The attention's outputs sum up to max_T
 // probability-weighted values after HS-term score dot products (K = max_T + HS), in other orders than the CPU's
 // (warp trees, tiles of 128 keys with an online softmax). Repeated, the kernels give the same bits.
-class CudaKvCache : public CudaOps, public ::testing::WithParamInterface<KvShape> {};
-TEST_P(CudaKvCache, MatchesTheCpu) {
+class CudaOpsKvCache : public CudaOps, public ::testing::WithParamInterface<KvShape> {};
+TEST_P(CudaOpsKvCache, MatchesTheCpu) {
   const auto [C, NH, max_T] = GetParam();
   const int S = 3, V = 50, HS = C / NH;
   Rng rng(61 + uint32_t(max_T));
@@ -68,7 +68,7 @@ TEST_P(CudaKvCache, MatchesTheCpu) {
 // HS = 16 with max_T = 300 (the last row's keys span three tiles of 128, the last partial); HS = 64 (GPT-2's);
 // HS = 130 (more dims than the block has threads, five strides of a warp's lanes); HS = 5 with max_T = 129 (one key in
 // the second tile).
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaKvCache,
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsKvCache,
                          ::testing::Values(KvShape{48, 3, 300}, KvShape{128, 2, 70}, KvShape{260, 2, 40},
                                            KvShape{15, 3, 129}),
                          kv_shape_name);

@@ -12,6 +12,8 @@
 namespace ember {
 namespace {
 
+class CudaOpsKvModel : public CudaOps {};
+
 // HS = 16, an odd vocabulary; positions up to 40 cover more than one of the CUDA attention's key tiles only where the
 // tile is smaller, so max_T is 160 and the second sequence runs past 128 positions.
 ModelConfig kv_config() {
@@ -68,14 +70,14 @@ void expect_kv_model_close(Backend& cpu, Backend& gpu, MatmulPrecision p, double
   expect_close("KV-cache logits", got, want, {r * rms(want), r});
 }
 
-TEST_F(CudaOps, KvModelPrefillAndDecode) {
+TEST_F(CudaOpsKvModel, KvModelPrefillAndDecode) {
   // Each logit ends a chain of ~10 ops per layer whose sums run over at most 4C = 192 products or 140 positions, in
   // other orders on the two backends: 10x the single-op fp32 bound for K = 192, relative to the logits' RMS.
   const double r = 10.0 * 8.0 * std::sqrt(2.0 * 4 * kv_config().n_embd) * kEps;  // ~1.9e-4
   expect_kv_model_close(*cpu, *gpu, MatmulPrecision::fp32, r);
 }
 
-TEST_F(CudaOps, KvModelPrefillAndDecodeBf16) {
+TEST_F(CudaOpsKvModel, KvModelPrefillAndDecodeBf16) {
   // Both backends round the same GEMM inputs to bf16; a value whose last fp32 bits differ can round to the
   // neighbouring bf16 (2^-8 of itself), rarely: 2^-5 of the logits' RMS, while a wrong kernel is off by O(1).
   expect_kv_model_close(*cpu, *gpu, MatmulPrecision::bf16, 1.0 / 32);

@@ -15,8 +15,8 @@ namespace {
 struct LossShape {
   int N, V;
 };
-class CudaLoss : public CudaOps, public ::testing::WithParamInterface<LossShape> {};
-TEST_P(CudaLoss, CrossEntropyAndSoftmax) {
+class CudaOpsLossOptim : public CudaOps, public ::testing::WithParamInterface<LossShape> {};
+TEST_P(CudaOpsLossOptim, CrossEntropyAndSoftmax) {
   const auto [N, V] = GetParam();
   Rng rng(17 + uint32_t(V));
   const Floats logits = rng.normal(size_t(N) * V, 3.0f);
@@ -43,9 +43,9 @@ TEST_P(CudaLoss, CrossEntropyAndSoftmax) {
 }
 
 // Rows ld > V apart (the padded vocabulary), with NaN and huge values in the padding: the same results as the CPU
-// over the V real columns (which match the dense rows bitwise, CpuOpsMisc.CrossEntropyOverPaddedRows), and the
+// over the V real columns (which match the dense rows bitwise, OpsLossOptim.CrossEntropyOverPaddedRows), and the
 // padding of dlogits written as zero by the backward and the fused kernels, into fp32 and bf16.
-TEST_F(CudaOps, CrossEntropyOverPaddedRows) {
+TEST_F(CudaOpsLossOptim, CrossEntropyOverPaddedRows) {
   const int N = 9, V = 45, ld = 128;
   Rng rng(172);
   const Floats dense = rng.normal(size_t(N) * V, 3.0f);
@@ -89,7 +89,7 @@ TEST_F(CudaOps, CrossEntropyOverPaddedRows) {
 // on the host, the same on both backends): the losses and an fp32 dlogits within the tolerances of
 // CrossEntropyAndSoftmax; dlogits stored in bf16, in place over the logits, within those plus a bf16 ulp
 // (expect_close_bf16).
-TEST_P(CudaLoss, CrossEntropyFromBf16Logits) {
+TEST_P(CudaOpsLossOptim, CrossEntropyFromBf16Logits) {
   const auto [N, V] = GetParam();
   Rng rng(19 + uint32_t(V));
   const Floats raw = rng.normal(size_t(N) * V, 3.0f);
@@ -121,7 +121,7 @@ TEST_P(CudaLoss, CrossEntropyFromBf16Logits) {
 // The fused classifier against the CPU's two ops (its default), in fp32 and bf16 storage, with an out-of-range target
 // in the last row: a NaN loss and row, as the separate kernels give. The fused kernel sums in another order (online
 // softmax), so the usual fp32 tolerances apply, and bf16's (expect_close_bf16) to the rounded dlogits.
-TEST_P(CudaLoss, FusedClassifierMatchesTheTwoOps) {
+TEST_P(CudaOpsLossOptim, FusedClassifierMatchesTheTwoOps) {
   const auto [N, V] = GetParam();
   Rng rng(23 + uint32_t(V));
   const Floats raw = rng.normal(size_t(N) * V, 3.0f);
@@ -173,12 +173,13 @@ TEST_P(CudaLoss, FusedClassifierMatchesTheTwoOps) {
   expect_close_bf16("fused classifier dlogits, bf16", dl16[1], dl16[0], fp32_tol(V, widened(dl16[0])));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaLoss, ::testing::Values(LossShape{37, 101}, LossShape{3, 50257}, LossShape{5, 1}),
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsLossOptim,
+                         ::testing::Values(LossShape{37, 101}, LossShape{3, 50257}, LossShape{5, 1}),
                          [](const auto& info) {
                            return "N" + std::to_string(info.param.N) + "_V" + std::to_string(info.param.V);
                          });
 
-TEST_F(CudaOps, SumSquares) {
+TEST_F(CudaOpsLossOptim, SumSquares) {
   for (size_t n : {size_t(0), size_t(1), size_t(1000003)}) {
     const Floats x = Rng(19).normal(n);
     FBuf a(*cpu, x), b(*gpu, x);
@@ -189,7 +190,7 @@ TEST_F(CudaOps, SumSquares) {
   }
 }
 
-TEST_F(CudaOps, AdamW) {
+TEST_F(CudaOpsLossOptim, AdamW) {
   const size_t n = 1003;
   Rng rng(23);
   const Floats p0 = rng.normal(n), m0 = rng.normal(n, 0.1f), g1 = rng.normal(n), g2 = rng.normal(n);
@@ -211,7 +212,7 @@ TEST_F(CudaOps, AdamW) {
 
 // The one-kernel update over segments against the CPU's (one adamw_update per segment): ragged segments with gaps,
 // more threads than some segments hold elements, and a span longer than one grid-stride pass (4096 x 256 threads).
-TEST_F(CudaOps, AdamWSegmentsMatchTheCpu) {
+TEST_F(CudaOpsLossOptim, AdamWSegmentsMatchTheCpu) {
   const size_t n = (size_t(1) << 21) + 77;
   std::vector<AdamWSegment> segs;
   for (size_t b = 5, k = 0; b < n - 40; ++k) {

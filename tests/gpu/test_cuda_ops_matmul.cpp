@@ -1,5 +1,5 @@
 // CUDA dense layers and the tied lm_head (cuda_matmul.cu) against the CPU backend at matmul precisions fp32 and
-// bf16, with parameters inside an arena; and the determinism of every op with a reduction.
+// bf16, with parameters inside an arena.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,8 +12,8 @@
 namespace ember {
 namespace {
 
-class CudaMatmul : public CudaOps, public ::testing::WithParamInterface<bool> {};
-TEST_P(CudaMatmul, ForwardBackward) {
+class CudaOpsMatmul : public CudaOps, public ::testing::WithParamInterface<bool> {};
+TEST_P(CudaOpsMatmul, ForwardBackward) {
   const bool with_bias = GetParam();
   const int N = 37, IC = 45, OC = 67;
   Rng rng(5 + with_bias);
@@ -37,13 +37,13 @@ TEST_P(CudaMatmul, ForwardBackward) {
   else
     expect_bitwise("matmul dbias untouched when null", db[1], db0);
 }
-INSTANTIATE_TEST_SUITE_P(Bias, CudaMatmul, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Bias, CudaOpsMatmul, ::testing::Bool());
 
 // Dense layers as the model calls them: weight and bias at odd float offsets inside one arena (the alignment cuBLASLt's
 // fused bias epilogues must be told of), at both matmul precisions. dbias is the sum of the fp32 dout at both (never
 // of the rounded copy the bf16 GEMMs read), so it keeps the fp32 bound. N = 600 rows make three chunks of the
 // two-stage column sum that dbias takes without cuBLASLt's epilogue, the last one partial.
-TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
+TEST_F(CudaOpsMatmul, MatmulWithParametersInsideTheArena) {
   const int N = 600, IC = 48, OC = 144;
   Rng rng(9);
   const size_t w_at = 3, b_at = w_at + size_t(IC) * OC + 5;  // 12- and 4-byte aligned
@@ -90,7 +90,7 @@ TEST_F(CudaOps, MatmulWithParametersInsideTheArena) {
 // G = dout * gelu'(pre) with the same device function as gelu_backward, rounds it and sums dbias in the same order.
 // N = 600 rows make three chunks of dbias's column sum, the last partial. Without a bias (and in fp32) the backend
 // runs gelu_backward in place instead; that path is checked too.
-TEST_F(CudaOps, MatmulGeluBackward) {
+TEST_F(CudaOpsMatmul, MatmulGeluBackward) {
   const int N = 600, IC = 40, OC = 160;
   Rng rng(10);
   const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), pre = rng.normal(size_t(N) * OC, 2.5f),
@@ -144,7 +144,7 @@ TEST_F(CudaOps, MatmulGeluBackward) {
 // fp32 dout holding the same values (its GEMMs round those to themselves; its rows do not depend on how the rows are
 // blocked, which the kernel model makes small); dweight and dbias, summed over the blocks in another order there,
 // agree within the fp32 tolerance, as all three do with the CPU's. N = 600: three dbias chunks.
-TEST_F(CudaOps, MatmulBackwardFromABf16StoredDout) {
+TEST_F(CudaOpsMatmul, MatmulBackwardFromABf16StoredDout) {
   const int N = 600, IC = 40, OC = 96;
   Rng rng(12);
   const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC),
@@ -174,7 +174,7 @@ TEST_F(CudaOps, MatmulBackwardFromABf16StoredDout) {
 // bf16 ulp of the CPU's where the two fp32 values straddle a midpoint), and c_fc's matmul_gelu_backward from that
 // bf16-stored gradient (bit for bit what the device gives from an fp32 dout of the same values, and within the
 // tolerances of MatmulGeluBackward of the CPU's).
-TEST_F(CudaOps, MlpBackwardThroughBf16StoredGradients) {
+TEST_F(CudaOpsMatmul, MlpBackwardThroughBf16StoredGradients) {
   const int N = 600, C = 40, H = 160;
   Rng rng(14);
   const Floats x = rng.normal(size_t(N) * C), wfc = rng.normal(size_t(C) * H), pre = rng.normal(size_t(N) * H, 2.5f),
@@ -210,7 +210,7 @@ TEST_F(CudaOps, MlpBackwardThroughBf16StoredGradients) {
   expect_close("gelu from bf16: dbias vs cpu", db[1], db[0], fp32_tol(N + 1, db[0]));
 }
 
-TEST_F(CudaOps, MatmulTransposed) {
+TEST_F(CudaOpsMatmul, MatmulTransposed) {
   const int N = 37, C = 45, V = 101;
   Rng rng(7);
   const Floats x = rng.normal(size_t(N) * C), wte = rng.normal(size_t(V) * C), dout = rng.normal(size_t(N) * V);
@@ -233,7 +233,7 @@ TEST_F(CudaOps, MatmulTransposed) {
 // GEMMs with fp32 accumulation, as the CPU backend rounds its copies and multiplies in fp32. Both must agree within the
 // fp32 tolerance of the sums; an input rounded another way (or not at all, or to TF32) is off by up to a bf16 ulp, far
 // outside it.
-TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
+TEST_F(CudaOpsMatmul, MatmulBf16MatchesTheCpuEmulation) {
   const int N = 37, IC = 45, OC = 67;
   Rng rng(8);
   const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), bias = rng.normal(OC),
@@ -261,38 +261,6 @@ TEST_F(CudaOps, MatmulBf16MatchesTheCpuEmulation) {
   expect_close("bf16 lm_head dinp", tdx[1], tdx[0], fp32_tol(OC, tdx[0]));
   expect_close("bf16 lm_head dwte", tdw[1], tdw[0], fp32_tol(N, tdw[0]));
 }
-
-// Two identical runs of every op with a reduction must agree bit for bit (no atomics, fixed trees), at both matmul
-// precisions (bf16 takes the tensor-core attention kernels here: HS = 16).
-class CudaDeterministic : public CudaOps, public ::testing::WithParamInterface<MatmulPrecision> {};
-TEST_P(CudaDeterministic, TwoRunsAgreeBitwise) {
-  const int B = 2, T = 150, C = 48, NH = 3, V = 61;
-  Rng rng(29);
-  const Floats qkv = rng.normal(size_t(B) * T * 3 * C), dout = rng.normal(size_t(B) * T * C),
-               w = rng.normal(size_t(C) * 3 * C), wte = rng.normal(size_t(V) * C), ln_w = rng.normal(C);
-  const Ints inp = rng.tokens(size_t(B) * T, V);
-  std::vector<Floats> runs[2];
-  gpu->set_matmul_precision(GetParam());
-  for (int r = 0; r < 2; ++r) {
-    Backend& g = *gpu;
-    FBuf x(g, qkv), o(g, Floats(size_t(B) * T * C)), l(g, Floats(size_t(B) * NH * T)), d(g, dout),
-        dx(g, Floats(qkv.size())), wi(g, w), dw(g, Floats(w.size())), db(g, Floats(3 * C)),
-        din(g, Floats(size_t(B) * T * C)), dwte(g, Floats(wte.size())), dwpe(g, Floats(size_t(T) * C)), lw(g, ln_w),
-        m(g, Floats(size_t(B) * T)), rs(g, Floats(size_t(B) * T)), ldw(g, Floats(C)), ldb(g, Floats(C));
-    IBuf ids(g, inp);
-    g.attention_forward(o.get(), l.get(), x.get(), B, T, C, NH);
-    g.attention_backward(dx.get(), d.get(), x.get(), o.get(), l.get(), B, T, C, NH);
-    g.matmul_backward(din.get(), dw.get(), db.get(), dx.get(), d.get(), wi.get(), B * T, C, 3 * C);
-    g.encoder_backward(dwte.get(), dwpe.get(), d.get(), ids.get(), B, T, C);
-    g.layernorm_forward(din.get(), m.get(), rs.get(), d.get(), lw.get(), lw.get(), B * T, C);
-    g.layernorm_backward(din.get(), ldw.get(), ldb.get(), d.get(), d.get(), lw.get(), m.get(), rs.get(), B * T, C);
-    runs[r] = {o.host(),  l.host(),    dx.host(),   din.host(), dw.host(),
-               db.host(), dwte.host(), dwpe.host(), ldw.host(), ldb.host()};
-  }
-  for (size_t i = 0; i < runs[0].size(); ++i) expect_bitwise("output " + std::to_string(i), runs[1][i], runs[0][i]);
-}
-INSTANTIATE_TEST_SUITE_P(Precision, CudaDeterministic, ::testing::Values(MatmulPrecision::fp32, MatmulPrecision::bf16),
-                         [](const auto& info) { return matmul_precision_name(info.param); });
 
 }  // namespace
 }  // namespace ember

@@ -12,10 +12,12 @@
 namespace ember {
 namespace {
 
-#ifndef EMBER_TEST_KERNEL_MODEL
-TEST_F(CudaOps, BackendName) { EXPECT_EQ(gpu->name().rfind("cuda:0 (", 0), 0u) << gpu->name(); }
+class CudaOpsNormGelu : public CudaOps, public ::testing::WithParamInterface<int> {};  // param: the layernorm tests' C
 
-TEST_F(CudaOps, MemoryAllocIsZeroAndCopiesRoundTrip) {
+#ifndef EMBER_TEST_KERNEL_MODEL
+TEST_F(CudaOpsNormGelu, BackendName) { EXPECT_EQ(gpu->name().rfind("cuda:0 (", 0), 0u) << gpu->name(); }
+
+TEST_F(CudaOpsNormGelu, MemoryAllocIsZeroAndCopiesRoundTrip) {
   const size_t n = 1001;
   float* p = static_cast<float*>(gpu->alloc(n * sizeof(float)));
   Floats h(n, 1.0f);
@@ -37,7 +39,7 @@ TEST_F(CudaOps, MemoryAllocIsZeroAndCopiesRoundTrip) {
 // The backward pass sorts the positions by token id and sums each token's in order: ids drawn uniformly (short runs),
 // then skewed as text is (one id at two positions in three, a run of 74 that is not a whole number of the kernel's
 // 8-position steps, with the first and last ids of the vocabulary also present).
-TEST_F(CudaOps, Encoder) {
+TEST_F(CudaOpsNormGelu, Encoder) {
   const int B = 3, T = 37, C = 45, V = 50, maxT = 40;  // odd sizes; V small so rows get many tokens
   Rng rng(2);
   const Ints uniform = rng.tokens(size_t(B) * T, V);
@@ -70,8 +72,7 @@ TEST_F(CudaOps, Encoder) {
   }
 }
 
-class CudaLayerNorm : public CudaOps, public ::testing::WithParamInterface<int> {};
-TEST_P(CudaLayerNorm, ForwardBackward) {
+TEST_P(CudaOpsNormGelu, ForwardBackward) {
   const int N = 600, C = GetParam();  // ten chunks of the parameter gradients' column sums, the last partial
   Rng rng(3 + uint32_t(C));
   const Floats x = rng.normal(size_t(N) * C, 2.0f), w = rng.normal(C), bias = rng.normal(C),
@@ -95,11 +96,11 @@ TEST_P(CudaLayerNorm, ForwardBackward) {
   expect_close("layernorm dbias", db[1], db[0], fp32_tol(N, db[0]));
 }
 // C = 45 in one column of threads, 768 in three, 1600 in seven (the last partial).
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaLayerNorm, ::testing::Values(45, 768, 1600));
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaOpsNormGelu, ::testing::Values(45, 768, 1600));
 
 // The fused residual add + layernorm: bitwise equal to the CUDA add and layernorm it replaces (backend.h's contract,
 // which recompute relies on), and within the layernorm's tolerance of the CPU.
-TEST_P(CudaLayerNorm, ResidualFusedEqualsAddThenLayerNorm) {
+TEST_P(CudaOpsNormGelu, ResidualFusedEqualsAddThenLayerNorm) {
   const int N = 74, C = GetParam();
   Rng rng(4 + uint32_t(C));
   const Floats a = rng.normal(size_t(N) * C, 2.0f), b = rng.normal(size_t(N) * C), w = rng.normal(C),
@@ -124,7 +125,7 @@ TEST_P(CudaLayerNorm, ResidualFusedEqualsAddThenLayerNorm) {
   expect_close("fused out vs cpu", o2.host(), want, fp32_tol(C, want));
 }
 
-TEST_F(CudaOps, GeluAndElementwise) {
+TEST_F(CudaOpsNormGelu, GeluAndElementwise) {
   const size_t n = 100003;
   Rng rng(13);
   const Floats x = rng.normal(n, 3.0f), y = rng.normal(n), d0 = rng.normal(n);
@@ -160,7 +161,7 @@ TEST_F(CudaOps, GeluAndElementwise) {
 // of MatmulBf16MatchesTheCpuEmulation (K + 1 for the pre-filled value); dbias is the sum of the fp32 dout, as in
 // MatmulWithParametersInsideTheArena.
 
-TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
+TEST_F(CudaOpsNormGelu, Bf16StorageMatchesTheCpu) {
   const int N = 37, C = 45, OC = 67, V = 101;
   Rng rng(15);
   const Floats a = rng.normal(size_t(N) * C, 2.0f), b = rng.normal(size_t(N) * C), lw = rng.normal(C),
@@ -246,7 +247,7 @@ TEST_F(CudaOps, Bf16StorageMatchesTheCpu) {
 // attention is): the lm_head's and c_fc's dinp stored in bf16 (their fp32 dinp rounded, within the CPU's tolerance
 // plus a bf16 ulp), and layernorm_backward from a bf16-stored dout: bit for bit what the device gives from the same
 // values in fp32, and within the CPU's tolerances of LayerNorm.
-TEST_F(CudaOps, Bf16StoredInputGradients) {
+TEST_F(CudaOpsNormGelu, Bf16StoredInputGradients) {
   const int N = 200, C = 96, V = 130, H = 4 * C;
   Rng rng(47);
   const Floats x = rng.normal(size_t(N) * C, 2.0f), wte = rng.normal(size_t(V) * C), gl = rng.normal(size_t(N) * V),
@@ -289,7 +290,7 @@ TEST_F(CudaOps, Bf16StoredInputGradients) {
 
 // A branch's output stored in bf16: the fused residual layernorm from it gives the device's bits from the same values
 // in fp32, and the CPU's within LayerNorm's tolerances (the residual, one add per element, bitwise).
-TEST_F(CudaOps, ResidualLayerNormFromABf16Branch) {
+TEST_F(CudaOpsNormGelu, ResidualLayerNormFromABf16Branch) {
   const int N = 300, C = 96;
   Rng rng(48);
   const Floats a = rng.normal(size_t(N) * C), w = rng.normal(C), bias = rng.normal(C),

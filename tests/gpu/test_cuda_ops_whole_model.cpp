@@ -19,6 +19,8 @@
 namespace ember {
 namespace {
 
+class CudaOpsWholeModel : public CudaOps {};
+
 // The whole GPT on both backends from the same init seed and tokens: loss and every gradient agree.
 // The whole-model tests' config: HS = 16, odd vocabulary.
 ModelConfig whole_model_config() {
@@ -65,7 +67,7 @@ void expect_whole_model_close(Backend& cpu, Backend& gpu, MatmulPrecision p, dou
   gpu.set_matmul_precision(MatmulPrecision::fp32);
 }
 
-TEST_F(CudaOps, WholeModelLossAndGradients) {
+TEST_F(CudaOpsWholeModel, WholeModelLossAndGradients) {
   // The mean loss is ~ln(V) = 4.6 and sums B T per-token losses, each from V-term sums after ~10 chained ops: 1e-5.
   // A gradient passes through ~4 L + 4 ops (each a sum of up to K = B T 4C = 17280 terms at most), so the errors
   // of the chain add up: 10x the single-op bound with K = B T 4C, relative to each parameter's RMS gradient.
@@ -81,7 +83,7 @@ TEST_F(CudaOps, WholeModelLossAndGradients) {
 // parameter's RMS gradient, under the kernel model). Allowed: 2^-4 relative to each parameter's RMS gradient (4x
 // that), and 1e-4 of the loss (a mean over 90 tokens, which a few such values barely move). A wrong kernel is off by
 // O(1); the fp32 test above holds every kernel to fp32 accuracy.
-TEST_F(CudaOps, WholeModelLossAndGradientsBf16) {
+TEST_F(CudaOpsWholeModel, WholeModelLossAndGradientsBf16) {
   expect_whole_model_close(*cpu, *gpu, MatmulPrecision::bf16, 1e-4, std::ldexp(1.0, -4));
 }
 
@@ -125,8 +127,10 @@ void expect_training_tracks_cpu(Backend& cpu, Backend& gpu, MatmulPrecision p, d
     std::printf("  worst relative loss difference over %d steps: %.3g\n", steps, worst);
 }
 
-TEST_F(CudaOps, FiftyTrainingStepsTrackTheCpu) { expect_training_tracks_cpu(*cpu, *gpu, MatmulPrecision::fp32, 2e-4); }
-TEST_F(CudaOps, FiftyTrainingStepsTrackTheCpuBf16) {
+TEST_F(CudaOpsWholeModel, FiftyTrainingStepsTrackTheCpu) {
+  expect_training_tracks_cpu(*cpu, *gpu, MatmulPrecision::fp32, 2e-4);
+}
+TEST_F(CudaOpsWholeModel, FiftyTrainingStepsTrackTheCpuBf16) {
   expect_training_tracks_cpu(*cpu, *gpu, MatmulPrecision::bf16, 4e-2);
 }
 
@@ -136,7 +140,7 @@ TEST_F(CudaOps, FiftyTrainingStepsTrackTheCpuBf16) {
 // bf16 storage, dout rounded to bf16 for the matmul backward passes (B T rows of at most max(V, 4C) columns, 2 bytes
 // each: the largest, the lm_head's). The scratch is one buffer, so the largest of these. The device reports at least
 // what the backend holds in use.
-TEST_F(CudaOps, StepsAllocateOnlyOpScratchAndTheDeviceReportsUse) {
+TEST_F(CudaOpsWholeModel, StepsAllocateOnlyOpScratchAndTheDeviceReportsUse) {
   const ModelConfig c = whole_model_config();
   const int B = 2, T = 45;
   for (MatmulPrecision p : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {

@@ -90,7 +90,7 @@ class ReleaseGpu : public ::testing::Environment {
 };
 ::testing::Environment* const g_release_gpu = ::testing::AddGlobalTestEnvironment(new ReleaseGpu);
 
-class GpuCommunicator : public ::testing::TestWithParam<GpuComm> {
+class GpuCommunicators : public ::testing::TestWithParam<GpuComm> {
  protected:
   void SetUp() override {
     // Every rank of a one-node test sees the same devices, so all ranks skip alike (no collective left waiting).
@@ -119,7 +119,7 @@ class GpuCommunicator : public ::testing::TestWithParam<GpuComm> {
 template <class T>
 using DeviceArray = test::BackendArray<T>;
 
-TEST_P(GpuCommunicator, Identity) {
+TEST_P(GpuCommunicators, Identity) {
   EXPECT_EQ(comm->name(), GetParam() == GPU_COMM_NCCL ? "nccl" : "mpi (host-staged)");
   EXPECT_EQ(comm->rank(), world_rank());
   EXPECT_EQ(comm->size(), test::world_size());
@@ -146,19 +146,19 @@ void all_reduce_case(Communicator& comm, Backend& be, size_t n, ReduceOp op, boo
   for (size_t i = 0; i < n; ++i) bad.check(what, i, got[i], expected<T>(op, comm.size(), i));
 }
 
-TEST_P(GpuCommunicator, AllReduceFloat) {
+TEST_P(GpuCommunicators, AllReduceFloat) {
   for (size_t n : SIZES)
     for (ReduceOp op : ALL_OPS) all_reduce_case<float>(*comm, *be, n, op, false, bad);
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
-TEST_P(GpuCommunicator, AllReduceDouble) {
+TEST_P(GpuCommunicators, AllReduceDouble) {
   for (size_t n : SIZES)
     for (ReduceOp op : ALL_OPS) all_reduce_case<double>(*comm, *be, n, op, false, bad);
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
-TEST_P(GpuCommunicator, AllReduceAsyncPolled) {
+TEST_P(GpuCommunicators, AllReduceAsyncPolled) {
   for (size_t n : SIZES)
     for (ReduceOp op : ALL_OPS) all_reduce_case<float>(*comm, *be, n, op, true, bad);
   EXPECT_EQ(total_over_ranks(bad), 0);
@@ -166,7 +166,7 @@ TEST_P(GpuCommunicator, AllReduceAsyncPolled) {
 
 // The collective must see the backend's ops queued just before it, with no synchronize in between: the buffer holds
 // half the input and a scale by 2 is still in the backend's stream when the all-reduce starts.
-TEST_P(GpuCommunicator, OrderedAfterQueuedBackendOps) {
+TEST_P(GpuCommunicators, OrderedAfterQueuedBackendOps) {
   for (size_t n : SIZES) {
     for (bool async : {false, true}) {
       std::vector<float> half(n);
@@ -201,7 +201,7 @@ void reduce_scatter_case(Communicator& comm, Backend& be, size_t count, ReduceOp
   for (size_t i = 0; i < sent.size(); ++i) bad.check(what + " (send untouched)", i, sent[i], send_host[i]);
 }
 
-TEST_P(GpuCommunicator, ReduceScatter) {
+TEST_P(GpuCommunicators, ReduceScatter) {
   for (size_t n : SIZES)
     for (ReduceOp op : ALL_OPS)
       for (bool async : {false, true}) reduce_scatter_case(*comm, *be, n, op, async, bad);
@@ -228,14 +228,14 @@ void all_gather_case(Communicator& comm, Backend& be, size_t count, bool async, 
       bad.check(what + " block " + std::to_string(b), i, got[size_t(b) * count + i], gather_input(b, i));
 }
 
-TEST_P(GpuCommunicator, AllGather) {
+TEST_P(GpuCommunicators, AllGather) {
   for (size_t n : SIZES)
     for (bool async : {false, true})
       for (bool in_place : {false, true}) all_gather_case(*comm, *be, n, async, in_place, bad);
   EXPECT_EQ(total_over_ranks(bad), 0);
 }
 
-TEST_P(GpuCommunicator, BroadcastFromLastAndFirstRank) {
+TEST_P(GpuCommunicators, BroadcastFromLastAndFirstRank) {
   for (int root : {comm->size() - 1, 0}) {
     for (size_t bytes : SIZES) {
       std::vector<uint8_t> host(bytes, 0);
@@ -253,7 +253,7 @@ TEST_P(GpuCommunicator, BroadcastFromLastAndFirstRank) {
 
 // Gradient buckets as the sync trainer launches them: disjoint slices of one arena in flight together, completed in
 // reverse order, with reduce-scatter and all-gather in flight beside them.
-TEST_P(GpuCommunicator, SeveralAsyncInFlightCompletedInReverse) {
+TEST_P(GpuCommunicators, SeveralAsyncInFlightCompletedInReverse) {
   const int size = comm->size(), rank = comm->rank();
   const size_t bucket = 65537, buckets = 5, total = bucket * buckets;
   std::vector<float> arena_host(total), rs_host(size_t(size) * bucket), ag_host(bucket);
@@ -282,7 +282,7 @@ TEST_P(GpuCommunicator, SeveralAsyncInFlightCompletedInReverse) {
 }
 
 // Dropping a pending request completes it before the buffer is read.
-TEST_P(GpuCommunicator, DestroyingPendingRequestWaits) {
+TEST_P(GpuCommunicators, DestroyingPendingRequestWaits) {
   const size_t n = 1001;
   std::vector<float> host(n);
   for (size_t i = 0; i < n; ++i) host[i] = sum_input<float>(comm->rank(), i);
@@ -295,7 +295,7 @@ TEST_P(GpuCommunicator, DestroyingPendingRequestWaits) {
 }
 
 // Host buffers (the sync trainer's loss scalars and resume path) go over MPI on the same communicator.
-TEST_P(GpuCommunicator, HostBuffersStillWork) {
+TEST_P(GpuCommunicators, HostBuffersStillWork) {
   std::vector<double> scalars(3);
   for (size_t i = 0; i < scalars.size(); ++i) scalars[i] = sum_input<double>(comm->rank(), i);
   comm->all_reduce(scalars.data(), scalars.size(), REDUCE_OP_SUM);
@@ -313,7 +313,7 @@ TEST_P(GpuCommunicator, HostBuffersStillWork) {
 }
 
 // Zero elements: nothing moves, and a request is complete at once.
-TEST_P(GpuCommunicator, ZeroCountIsANoOp) {
+TEST_P(GpuCommunicators, ZeroCountIsANoOp) {
   DeviceArray<float> buf(*be, size_t(4));
   comm->all_reduce(buf.get(), 0, REDUCE_OP_SUM);
   comm->reduce_scatter(buf.get(), buf.get() + 2, 0, REDUCE_OP_SUM);
@@ -322,14 +322,14 @@ TEST_P(GpuCommunicator, ZeroCountIsANoOp) {
   EXPECT_TRUE(comm->all_reduce_async(buf.get(), 0, REDUCE_OP_AVG)->test());
 }
 
-INSTANTIATE_TEST_SUITE_P(Kind, GpuCommunicator, ::testing::Values(GPU_COMM_NCCL, GPU_COMM_STAGED),
+INSTANTIATE_TEST_SUITE_P(Kind, GpuCommunicators, ::testing::Values(GPU_COMM_NCCL, GPU_COMM_STAGED),
                          [](const ::testing::TestParamInfo<GpuComm>& info) {
                            return std::string(info.param == GPU_COMM_NCCL ? "nccl" : "staged_mpi");
                          });
 
-// On a GPU machine, auto picks the GPU of this rank's local rank, as `ember train` does.
-TEST(GpuDeviceSelect, AutoPicksCudaByLocalRank) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+// On a GPU machine, auto picks the GPU of this rank's local rank, as `ember train` does, whichever communicator the
+// run then opens.
+TEST_P(GpuCommunicators, AutoPicksCudaByLocalRank) {
   const World world = make_world();
   const DeviceChoice c = select_device(world, DeviceRequest::automatic);
   EXPECT_EQ(c.kind, DEVICE_KIND_CUDA);

@@ -118,19 +118,15 @@ inline std::string shape_name(const testing::TestParamInfo<Shape>& info) {
 // T = 150 spans three 64-query attention blocks, the last one partial.
 inline const Shape kShapes[] = {{2, 7, 12, 3}, {1, 33, 20, 4}, {4, 64, 64, 4}, {2, 150, 48, 3}};
 
-// Each test_ops_*.cpp with TEST_P(CpuOps, ...) instantiates it over kShapes.
-class CpuOps : public testing::TestWithParam<Shape> {
+// The fixture of every test_ops_*.cpp: each names its own suite after itself (test_ops_matmul.cpp: OpsMatmul), derived
+// from this, and instantiates it over kShapes where it has TEST_Ps; its TEST_Fs use the backend only.
+class CpuOpsTest : public testing::TestWithParam<Shape> {
  protected:
   std::unique_ptr<Backend> be = make_cpu_backend();
   uint32_t stream(uint32_t op) const {  // a distinct Philox stream per (op, shape)
     const Shape& s = GetParam();
     return op * 1000003u + uint32_t(s.B * 7919 + s.T * 104729 + s.C * 31 + s.NH);
   }
-};
-
-class CpuOpsMisc : public testing::Test {
- protected:
-  std::unique_ptr<Backend> be = make_cpu_backend();
 };
 
 }  // namespace ember

@@ -14,9 +14,11 @@
 namespace ember {
 namespace {
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CpuOps, testing::ValuesIn(kShapes), shape_name);
+class OpsAttention : public CpuOpsTest {};
 
-TEST_P(CpuOps, Attention) {
+INSTANTIATE_TEST_SUITE_P(Shapes, OpsAttention, testing::ValuesIn(kShapes), shape_name);
+
+TEST_P(OpsAttention, Attention) {
   const auto [B, T, C, NH] = GetParam();
   Rng rng(stream(5));
   // Scores q.k / sqrt(HS) come out ~N(0, 1.5^2): peaked enough that the max shift and masking matter.
@@ -65,7 +67,7 @@ TEST_P(CpuOps, Attention) {
 // and be far (> 20 fp32 tolerances) from the fp32 results somewhere, which they would not be if P and dS were left
 // unrounded; unrounded q, k and v must give the same forward bits. The backward pass reads the fp32 forward's out
 // and lse. A head size of 8 keeps fp32 attention: bitwise.
-TEST_F(CpuOpsMisc, AttentionBf16RoundsPAndDS) {
+TEST_F(OpsAttention, AttentionBf16RoundsPAndDS) {
   struct Shape {
     int B, T, C, NH;
   };

@@ -25,7 +25,7 @@ std::string kv_shape_name(const testing::TestParamInfo<KvShape>& info) {
   return "C" + std::to_string(s.C) + "_NH" + std::to_string(s.NH) + "_maxT" + std::to_string(s.max_T);
 }
 
-class CpuKvCache : public testing::TestWithParam<KvShape> {
+class OpsKvCache : public testing::TestWithParam<KvShape> {
  protected:
   std::unique_ptr<Backend> be = make_cpu_backend();
   uint32_t stream(uint32_t op) const {
@@ -53,7 +53,7 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Each step checks the embedding (one fp32 add, so at most half an ulp, 2^-24 |ref|, from the exact sum; rtol eps
 // allows twice that), the attention (each output sums up to max_T probability-weighted values after HS-term score dot
 // products: fp32_tol with K = max_T + HS) and, at the end, the caches (copies: bitwise).
-TEST_P(CpuKvCache, StepsMatchTheReference) {
+TEST_P(OpsKvCache, StepsMatchTheReference) {
   const auto [C, NH, max_T] = GetParam();
   const int HS = C / NH;
   Rng rng(stream(1));
@@ -103,7 +103,7 @@ TEST_P(CpuKvCache, StepsMatchTheReference) {
 // (1, T). Both are fp32 CPU implementations of the same sums in different orders (attention_forward tiles its keys),
 // each within fp32_tol(T + HS) of the exact result, so they agree within that too (tolerance.h: two such
 // implementations differ by ~2 sqrt(K) eps rms, and the rule allows 8).
-TEST_P(CpuKvCache, WholeSequenceMatchesAttentionForward) {
+TEST_P(OpsKvCache, WholeSequenceMatchesAttentionForward) {
   const auto [C, NH, max_T] = GetParam();
   const int HS = C / NH, slot = 1;
   for (const int T : {max_T, max_T / 2 + 1, 1}) {
@@ -134,7 +134,7 @@ TEST_P(CpuKvCache, WholeSequenceMatchesAttentionForward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CpuKvCache,
+INSTANTIATE_TEST_SUITE_P(Shapes, OpsKvCache,
                          testing::Values(KvShape{60, 4, 37}, KvShape{20, 4, 9}, KvShape{128, 2, 150}), kv_shape_name);
 
 }  // namespace

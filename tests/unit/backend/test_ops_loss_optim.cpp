@@ -14,9 +14,11 @@
 namespace ember {
 namespace {
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CpuOps, testing::ValuesIn(kShapes), shape_name);
+class OpsLossOptim : public CpuOpsTest {};
 
-TEST_P(CpuOps, CrossEntropy) {
+INSTANTIATE_TEST_SUITE_P(Shapes, OpsLossOptim, testing::ValuesIn(kShapes), shape_name);
+
+TEST_P(OpsLossOptim, CrossEntropy) {
   const auto [B, T, C, NH] = GetParam();
   const int N = B * T, V = 8 * C + 3;
   const float dloss = 1.0f / float(N);
@@ -58,7 +60,7 @@ TEST_P(CpuOps, CrossEntropy) {
 // Rows ld > V apart (the padded vocabulary): the losses and dlogits of the V real columns are bitwise those of the
 // same rows stored densely, the padding columns (NaN and huge values here) take no part, and the backward pass
 // writes them as zero, into fp32 and bf16 storage, in place and not.
-TEST_F(CpuOpsMisc, CrossEntropyOverPaddedRows) {
+TEST_F(OpsLossOptim, CrossEntropyOverPaddedRows) {
   const int N = 9, V = 45, ld = 128;
   Rng rng(171);
   const auto dense = rng.normal(size_t(N) * V, 3.0f);
@@ -101,7 +103,7 @@ TEST_F(CpuOpsMisc, CrossEntropyOverPaddedRows) {
   EXPECT_THROW(be->crossentropy_forward(l_padded.get(), d_padded.get(), d_targets.get(), N, V, V - 1), Error);
 }
 
-TEST_P(CpuOps, Softmax) {
+TEST_P(OpsLossOptim, Softmax) {
   const auto [B, T, C, NH] = GetParam();
   const int N = B * T, V = 8 * C + 3;
   Rng rng(stream(8));
@@ -114,7 +116,7 @@ TEST_P(CpuOps, Softmax) {
   }
 }
 
-TEST_F(CpuOpsMisc, SumSquares) {
+TEST_F(OpsLossOptim, SumSquares) {
   for (size_t n : {size_t(0), size_t(1), size_t(999), size_t(1000003)}) {
     Rng rng(200 + uint32_t(n));
     const auto x = rng.normal(n, 3.0f);
@@ -126,7 +128,7 @@ TEST_F(CpuOpsMisc, SumSquares) {
   }
 }
 
-TEST_F(CpuOpsMisc, AdamW) {
+TEST_F(OpsLossOptim, AdamW) {
   const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   for (float wd : {0.0f, 0.1f}) {
     for (size_t n : {size_t(37), size_t(100003)}) {
@@ -158,7 +160,7 @@ TEST_F(CpuOpsMisc, AdamW) {
 
 // Clipping inside the update: grad_scale s gives bitwise the update from the gradients scaled by s in place first (the
 // product is the same fp32 rounding either way), and leaves the gradients as they were.
-TEST_F(CpuOpsMisc, AdamWGradScaleEqualsScalingTheGradientsFirst) {
+TEST_F(OpsLossOptim, AdamWGradScaleEqualsScalingTheGradientsFirst) {
   const size_t n = 100003;
   const float s = 0.3f;
   Rng rng(305);
@@ -180,7 +182,7 @@ TEST_F(CpuOpsMisc, AdamWGradScaleEqualsScalingTheGradientsFirst) {
 
 // AdamW over segments in one call: each segment equals adamw_update on its slice with its own decay, bitwise, and
 // the elements between segments (the arena's alignment padding) are not touched.
-TEST_F(CpuOpsMisc, AdamWSegmentsEqualOneUpdatePerSegmentAndSkipGaps) {
+TEST_F(OpsLossOptim, AdamWSegmentsEqualOneUpdatePerSegmentAndSkipGaps) {
   const size_t n = 1000;
   const std::vector<AdamWSegment> segs = {{3, 200, 0.1f}, {200, 517, 0.0f}, {530, 531, 0.1f}, {544, 990, 0.0f}};
   Rng rng(310);
@@ -206,7 +208,7 @@ TEST_F(CpuOpsMisc, AdamWSegmentsEqualOneUpdatePerSegmentAndSkipGaps) {
   EXPECT_NE(ph[530], p0[530]);
 }
 
-TEST(CpuKernels, ExpApprox) {
+TEST_F(OpsLossOptim, ExpApprox) {
   // The vectorised exp behind softmax, attention and GELU: within 3e-7 relative of exp over [-87, 88] (glibc's
   // expf is within 1 ulp; 3e-7 is 2.5 ulp), finite above, and e^-87 (not a denormal) below.
   double worst = 0.0;
@@ -221,7 +223,7 @@ TEST(CpuKernels, ExpApprox) {
   EXPECT_NEAR(cpu::exp_approx(-1e30f), std::exp(-87.0), 1e-40);
 }
 
-TEST_F(CpuOpsMisc, CrossEntropyExtremeLogits) {
+TEST_F(OpsLossOptim, CrossEntropyExtremeLogits) {
   // Logits 2000 apart: without the max shift exp overflows; with it the loss is exactly the gap.
   const int N = 2, V = 37;
   std::vector<float> logits(size_t(N) * V, 0.0f);

@@ -12,7 +12,9 @@
 namespace ember {
 namespace {
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CpuOps, testing::ValuesIn(kShapes), shape_name);
+class OpsMatmul : public CpuOpsTest {};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, OpsMatmul, testing::ValuesIn(kShapes), shape_name);
 
 // Dense layer shapes from the attention shape: qkv-like (C -> 3C + 1, odd) and, for the big shape, a product wide
 // enough (OC > N) that the threaded GEMM splits columns rather than rows.
@@ -57,7 +59,7 @@ void check_matmul(Backend& be, Rng& rng, int N, int IC, int OC, bool with_bias) 
   if (with_bias) expect_fd(tag + "dbias", d_db.host(), db0, finite_differences(bd, loss, rng, fd), tb);
 }
 
-TEST_P(CpuOps, Matmul) {
+TEST_P(OpsMatmul, Matmul) {
   const auto [B, T, C, NH] = GetParam();
   Rng rng(stream(3));
   check_matmul(*be, rng, B * T, C, 3 * C + 1, true);
@@ -68,7 +70,7 @@ TEST_P(CpuOps, Matmul) {
 // The backward of out = gelu(x @ w + b) from the gradient R at the GELU's output, against float64: the layer's
 // gradient is G = R * gelu'(pre) with pre the layer's output as stored, then dinp = G w^T (written), dweight += x^T G,
 // dbias += the column sums of G. R is the op's scratch, so nothing is checked of it afterwards.
-TEST_P(CpuOps, MatmulGeluBackward) {
+TEST_P(OpsMatmul, MatmulGeluBackward) {
   const auto [B, T, C, NH] = GetParam();
   const int N = B * T, IC = C, OC = 4 * C;
   Rng rng(stream(10));
@@ -94,7 +96,7 @@ TEST_P(CpuOps, MatmulGeluBackward) {
   expect_close("matmul_gelu dbias", d_db.host(), plus(db0, db), fp32_tol(N + 8, db));
 }
 
-TEST_P(CpuOps, MatmulTransposed) {
+TEST_P(OpsMatmul, MatmulTransposed) {
   const auto [B, T, C, NH] = GetParam();
   const int N = B * T, V = 16 * C + 5;  // V > N for the big shape: both split directions of the threaded GEMM
   Rng rng(stream(4));
@@ -126,7 +128,7 @@ TEST_P(CpuOps, MatmulTransposed) {
 }
 
 // Same inputs twice -> bitwise-equal outputs, for the ops with threaded reductions or GEMM splits.
-TEST_P(CpuOps, DeterministicBackward) {
+TEST_P(OpsMatmul, DeterministicBackward) {
   const auto [B, T, C, NH] = GetParam();
   const int N = B * T, OC = 3 * C + 1;
   Rng rng(stream(9));
@@ -154,7 +156,7 @@ TEST_P(CpuOps, DeterministicBackward) {
 // rounded to bf16 and the products accumulate in fp32. The results must match float64 products of the rounded inputs
 // within the fp32 tolerance, and be far (> 20 fp32 tolerances) from the products of the unrounded inputs somewhere,
 // which they would not be if an input were left unrounded.
-TEST_F(CpuOpsMisc, MatmulBf16RoundsEveryGemmInput) {
+TEST_F(OpsMatmul, MatmulBf16RoundsEveryGemmInput) {
   const int N = 37, IC = 29, OC = 43;
   Rng rng(201);
   const auto x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), g = rng.normal(size_t(N) * OC);
@@ -210,7 +212,7 @@ TEST_F(CpuOpsMisc, MatmulBf16RoundsEveryGemmInput) {
 // bf16-stored weights over a few rows, as KV-cache decoding runs the dense layers and the lm_head: up to
 // kSkinnyRows rows the CPU backend streams the bf16 weights (cpu_skinny_bf16.cpp), beyond it takes the general path.
 // Both must give float64 products of the bf16 values (plus the fp32 bias) within the fp32 tolerance.
-TEST_F(CpuOpsMisc, MatmulBf16StoredWeightsOnFewRows) {
+TEST_F(OpsMatmul, MatmulBf16StoredWeightsOnFewRows) {
   const int IC = 70, OC = 300;  // OC beyond one 256-column block of the skinny kernel
   Rng rng(202);
   const auto w = rng.normal(size_t(IC) * OC), bias = rng.normal(size_t(OC));

@@ -12,9 +12,11 @@
 namespace ember {
 namespace {
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CpuOps, testing::ValuesIn(kShapes), shape_name);
+class OpsNormGelu : public CpuOpsTest {};
 
-TEST_P(CpuOps, Encoder) {
+INSTANTIATE_TEST_SUITE_P(Shapes, OpsNormGelu, testing::ValuesIn(kShapes), shape_name);
+
+TEST_P(OpsNormGelu, Encoder) {
   const auto [B, T, C, NH] = GetParam();
   const int V = 5, maxT = T + 3;  // few token ids, so dwte rows collect many tokens each
   Rng rng(stream(1));
@@ -46,7 +48,7 @@ TEST_P(CpuOps, Encoder) {
   expect_fd("encoder dwpe", d_dwpe.host(), dwpe0, finite_differences(wpe_d, loss, rng, fd), tp);
 }
 
-TEST_P(CpuOps, LayerNorm) {
+TEST_P(OpsNormGelu, LayerNorm) {
   const auto [B, T, C, NH] = GetParam();
   const int N = B * T;
   Rng rng(stream(2));
@@ -81,7 +83,7 @@ TEST_P(CpuOps, LayerNorm) {
 
 // The fused residual add + layernorm against the two ops it replaces (bitwise, the contract of backend.h) and the
 // float64 reference, also with the residual written over its first input.
-TEST_P(CpuOps, ResidualLayerNorm) {
+TEST_P(OpsNormGelu, ResidualLayerNorm) {
   const auto [B, T, C, NH] = GetParam();
   const int N = B * T;
   Rng rng(stream(9));
@@ -109,7 +111,7 @@ TEST_P(CpuOps, ResidualLayerNorm) {
   expect_close("residual layernorm out", o2.host(), out, fp32_tol(C, out));  // one extra rounding: the add
 }
 
-TEST_P(CpuOps, Gelu) {
+TEST_P(OpsNormGelu, Gelu) {
   const auto [B, T, C, NH] = GetParam();
   const size_t n = size_t(B) * T * 4 * C;
   Rng rng(stream(6));

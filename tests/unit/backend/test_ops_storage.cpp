@@ -15,7 +15,9 @@
 namespace ember {
 namespace {
 
-TEST_F(CpuOpsMisc, AllocIsAlignedZeroedAndCopies) {
+class OpsStorage : public CpuOpsTest {};
+
+TEST_F(OpsStorage, AllocIsAlignedZeroedAndCopies) {
   EXPECT_EQ(be->name(), "cpu");
   for (size_t bytes : {size_t(0), size_t(1), size_t(3), size_t(100), size_t(1) << 20}) {
     auto* p = static_cast<unsigned char*>(be->alloc(bytes));
@@ -35,7 +37,7 @@ TEST_F(CpuOpsMisc, AllocIsAlignedZeroedAndCopies) {
 }
 
 // Memory accounting: bytes held now and the high-water mark, each allocation counted at its 64-byte rounded size.
-TEST_F(CpuOpsMisc, AllocationsAreCountedWithTheirPeak) {
+TEST_F(OpsStorage, AllocationsAreCountedWithTheirPeak) {
   const size_t base = be->allocated_bytes();
   void* a = be->alloc(100);   // 128 bytes held
   void* b = be->alloc(1000);  // 1024
@@ -55,7 +57,7 @@ TEST_F(CpuOpsMisc, AllocationsAreCountedWithTheirPeak) {
   EXPECT_FALSE(be->device_memory(&used, &total)) << "the CPU backend has no device to report";
 }
 
-TEST_F(CpuOpsMisc, Elementwise) {
+TEST_F(OpsStorage, Elementwise) {
   // The sum or product of two floats is exact in double, so the fp32 op must match the rounded double exactly.
   for (size_t n : {size_t(1), size_t(13), size_t(100003)}) {
     Rng rng(101 + uint32_t(n));
@@ -75,7 +77,7 @@ TEST_F(CpuOpsMisc, Elementwise) {
   }
 }
 
-TEST_F(CpuOpsMisc, RejectsBadArguments) {
+TEST_F(OpsStorage, RejectsBadArguments) {
   Floats qkv(*be, 2 * 4 * 30), out(*be, 2 * 4 * 10), lse(*be, 2 * 3 * 4), logits(*be, 2 * 5);
   EXPECT_THROW(be->attention_forward(out.get(), lse.get(), qkv.get(), 2, 4, 10, 3), Error);  // C % NH != 0
   Ints targets(*be, std::vector<int32_t>{1, 5});                                             // 5 is not < V
@@ -95,7 +97,7 @@ float float_of(uint32_t b) {
   return x;
 }
 
-TEST(Bf16, RoundsToNearestTiesToEven) {
+TEST_F(OpsStorage, Bf16RoundsToNearestTiesToEven) {
   EXPECT_EQ(bits_of(round_to_bf16(1.0f)), 0x3f800000u);
   EXPECT_EQ(bits_of(round_to_bf16(float_of(0x3f808000u))), 0x3f800000u);  // 1 + 2^-8, a tie: to the even 1
   EXPECT_EQ(bits_of(round_to_bf16(float_of(0x3f818000u))), 0x3f820000u);  // 1 + 3 * 2^-8, a tie: to the even side
@@ -116,7 +118,7 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
 
 // A branch's output stored in bf16 (the projections' under bf16 storage): add and the fused residual layernorm give
 // from it the bits they give from its values in fp32 (widened exactly).
-TEST_F(CpuOpsMisc, ResidualAddFromABf16BranchChangesNoValue) {
+TEST_F(OpsStorage, ResidualAddFromABf16BranchChangesNoValue) {
   using Halves = test::BackendArray<BFloat16>;
   const int N = 37, C = 45;
   Rng rng(232);
@@ -140,7 +142,7 @@ TEST_F(CpuOpsMisc, ResidualAddFromABf16BranchChangesNoValue) {
 // bf16 where attention is: the lm_head's and the MLP's first layer's dinp stored in bf16 are their fp32 dinp rounded,
 // and layernorm_backward and attention_backward give from a bf16-stored dout the bits they give from the same values
 // in fp32. A bf16 dout is refused at matmul precision fp32 (layernorm) and with fp32 qkv (attention).
-TEST_F(CpuOpsMisc, Bf16StoredInputGradientsChangeNoValueButTheirRounding) {
+TEST_F(OpsStorage, Bf16StoredInputGradientsChangeNoValueButTheirRounding) {
   using Halves = test::BackendArray<BFloat16>;
   using test::widened;
   Rng rng(231);
@@ -215,7 +217,7 @@ TEST_F(CpuOpsMisc, Bf16StoredInputGradientsChangeNoValueButTheirRounding) {
 // ops give the same bits from bf16-stored inputs as from the fp32-stored ones they round as they read, and so does
 // bf16 attention from bf16-stored qkv and out; cast_to_bf16 rounds as round_to_bf16. Storage against those rules is
 // refused.
-TEST_F(CpuOpsMisc, Bf16StorageChangesNoValue) {
+TEST_F(OpsStorage, Bf16StorageChangesNoValue) {
   using Halves = test::BackendArray<BFloat16>;
   using test::widened;
   const int N = 37, C = 45, OC = 67, V = 101;

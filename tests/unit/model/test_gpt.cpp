@@ -270,7 +270,7 @@ TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
 
 // bf16 storage (GPT's constructor): under matmul precision bf16 the model keeps its GEMM inputs (the ln_1, ln_2, GELU
 // and ln_f outputs, attention's with bf16 attention, and a working copy of the weights) in bf16, which changes no
-// value (CpuOpsMisc.Bf16StorageChangesNoValue), and the outputs of c_attn, c_fc (their biases in bf16) and the
+// value (OpsStorage.Bf16StorageChangesNoValue), and the outputs of c_attn, c_fc (their biases in bf16) and the
 // lm_head, which rounds them once more (the logits' gradient, which backward writes over them, is rounded as read
 // anyway). Five AdamW steps (the weight copy refreshed after each):
 //  - recompute attention and full give bitwise the losses and weights of none, as in fp32 (the recomputed tensors are

@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/output.h"
 #include "data/data_loader.h"
 #include "data/prep_manifest.h"
 #include "tokenizer/tokenizer_choice.h"
@@ -45,12 +46,34 @@ void write_npy(const std::string& path, const char* descr, const std::vector<int
   file += char(header.size() >> 8);
   file += header;
   file.append(static_cast<const char*>(data), bytes);
-  write_file_atomically(path, file, "--logits-out " + path, "check that its folder exists and is writable");
+  write_file_atomically(path, file, "--logits-out file " + path, "check that its folder is writable");
+}
+
+// --logits-out's three files, each under the output rule (core/output.h): `path` and, beside it,
+// <path without .npy>.inputs.npy and .targets.npy. Taken before the model loads, so a refusal costs nothing.
+struct LogitsFiles {
+  std::unique_ptr<StagedOutput> logits, inputs, targets;
+};
+
+LogitsFiles stage_logits_files(const std::string& path, bool overwrite) {
+  const std::string stem = path.size() > 4 && path.ends_with(".npy") ? path.substr(0, path.size() - 4) : path;
+  auto stage = [&](const std::string& p) {
+    OutputRule rule;
+    rule.path = p;
+    rule.option = "--logits-out";
+    rule.command = "ember eval";
+    rule.kind = OutputKind::file;
+    rule.overwrite = overwrite;
+    rule.is_ours = [](const std::string& f) { return file_starts_with(f, "\x93NUMPY"); };
+    rule.looks_like = "a NumPy .npy file";
+    return std::make_unique<StagedOutput>(rule);
+  };
+  return {stage(path), stage(stem + ".inputs.npy"), stage(stem + ".targets.npy")};
 }
 
 // The logits and inputs of the first batch, for comparing with another implementation on the same tokens:
-// `path` (B, T, V) float32 and, beside it, <path without .npy>.inputs.npy and .targets.npy (B, T) int32.
-void write_first_batch(const std::string& path, GPT& model, const std::vector<int32_t>& inputs,
+// logits (B, T, V) float32, inputs and targets (B, T) int32, into the staged files.
+void write_first_batch(LogitsFiles& files, GPT& model, const std::vector<int32_t>& inputs,
                        const std::vector<int32_t>& targets, int B, int T) {
   // The model's rows are padded_vocab_size() long; the file holds the V real logits of each.
   const int V = model.config().vocab_size, ld = model.config().padded_vocab_size();
@@ -66,10 +89,10 @@ void write_first_batch(const std::string& path, GPT& model, const std::vector<in
   for (size_t r = 0; r < size_t(B) * T; ++r)
     std::copy(padded.begin() + ptrdiff_t(r * ld), padded.begin() + ptrdiff_t(r * ld + V),
               logits.begin() + ptrdiff_t(r * V));
-  write_npy(path, "<f4", {B, T, V}, logits.data(), logits.size() * sizeof(float));
-  const std::string stem = path.size() > 4 && path.ends_with(".npy") ? path.substr(0, path.size() - 4) : path;
-  write_npy(stem + ".inputs.npy", "<i4", {B, T}, inputs.data(), inputs.size() * sizeof(int32_t));
-  write_npy(stem + ".targets.npy", "<i4", {B, T}, targets.data(), targets.size() * sizeof(int32_t));
+  write_npy(files.logits->staging(), "<f4", {B, T, V}, logits.data(), logits.size() * sizeof(float));
+  write_npy(files.inputs->staging(), "<i4", {B, T}, inputs.data(), inputs.size() * sizeof(int32_t));
+  write_npy(files.targets->staging(), "<i4", {B, T}, targets.data(), targets.size() * sizeof(int32_t));
+  for (StagedOutput* f : {files.logits.get(), files.inputs.get(), files.targets.get()}) f->commit();
 }
 
 }  // namespace
@@ -89,7 +112,8 @@ int cmd_eval(int argc, char** argv) {
       "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)")(
       "logits-out", po::value(&logits_out),
       "write the first batch's logits to this .npy file (B, T, V float32) and its inputs and targets beside "
-      "it (<name>.inputs.npy, <name>.targets.npy: B x T int32), e.g. to compare with transformers");
+      "it (<name>.inputs.npy, <name>.targets.npy: B x T int32), e.g. to compare with transformers")(
+      "overwrite", "replace earlier --logits-out files (moved aside, not deleted)");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc, "usage: ember eval --checkpoint F --data DIR [--json]", vm, &numbers))
     return EXIT_CODE_OK;
@@ -99,8 +123,10 @@ int cmd_eval(int argc, char** argv) {
   if (split != "val" && split != "train")
     throw_error("ember eval: --split " + split + " must be val or train", "give --split val or --split train");
 
-  // The cheap checks first (the checkpoint's metadata, the data), the model's allocation last.
+  // The cheap checks first (the outputs, the checkpoint's metadata, the data), the model's allocation last.
   const DeviceRequest request = parse_device_option(device);
+  LogitsFiles logits_files;
+  if (!logits_out.empty()) logits_files = stage_logits_files(logits_out, vm.count("overwrite") > 0);
   const CheckpointMeta meta = read_checkpoint_meta(checkpoint);
   const ModelConfig& mc = meta.model;
   const int T = model_seq_len(meta, seq_len);
@@ -125,7 +151,7 @@ int cmd_eval(int argc, char** argv) {
   for (uint64_t k = 0; k < batches; ++k) {
     loader.batch_at(k * batch_size, inputs.data(), targets.data(), batch_size);
     loss_sum += loaded.model->forward(inputs.data(), targets.data(), batch_size, T);
-    if (k == 0 && !logits_out.empty()) write_first_batch(logits_out, *loaded.model, inputs, targets, batch_size, T);
+    if (k == 0 && logits_files.logits) write_first_batch(logits_files, *loaded.model, inputs, targets, batch_size, T);
     bytes += tokenizer->decode(targets).size();
   }
   const double loss = loss_sum / double(batches);

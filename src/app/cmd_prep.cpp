@@ -27,7 +27,8 @@ int cmd_prep(int argc, char** argv) {
       "input format: auto (by file name), text, jsonl or enwik")(
       "jsonl-field", po::value(&opt.jsonl_field)->default_value("text"), "the JSONL field that holds a document")(
       "skip-bad-lines", po::bool_switch(&opt.skip_bad_lines), "skip and count JSONL lines without a document")(
-      "overwrite", po::bool_switch(&opt.overwrite), "replace the shards of an earlier prep in the output directory");
+      "overwrite", po::bool_switch(&opt.overwrite),
+      "replace an earlier prep's output folder (moved aside, not deleted)");
   numbers.add(desc, "val-fraction", &val_fraction, {0.0, 0.5}, "fraction of the input's bytes held out for validation");
   numbers.add(desc, "shard-tokens", &shard_tokens, {1, uint64_t(INT32_MAX)}, "tokens per shard at most");
   numbers.add(desc, "threads", &threads, {1, 1024}, "encoder threads (default: every hardware thread)");

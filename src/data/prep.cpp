@@ -1,5 +1,5 @@
-// Corpus preparation (implementation): validate, stream the corpus through the pipeline into shards in a staging
-// folder, then publish: old prep.json out, shards in, stale shards out, tokenizer files, new prep.json last.
+// Corpus preparation (implementation): validate, stream the corpus through the pipeline into shards in a new folder
+// beside the output, add the tokenizer's files and prep.json, and swap it in whole (core/output.h).
 #include "data/prep.h"
 
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/output.h"
 #include "core/timer.h"
 #include "data/corpus_input.h"
 #include "data/prep_pipeline.h"
@@ -31,7 +32,6 @@ namespace fs = std::filesystem;
 
 // Shards are written here first, inside the output directory so the final renames never cross file systems.
 // The leading dot keeps list_shards and a later prep of a parent directory from seeing it.
-constexpr const char* STAGING_NAME = ".ember-prep.staging";
 constexpr double PROGRESS_SECONDS = 5.0;
 constexpr double DEFAULT_VAL_FRACTION = 0.05;
 const char* OUT_HINT = "check that the output directory is writable and has free space";
@@ -109,76 +109,33 @@ class SplitSink {
   PrepSplit count_;
 };
 
-void check_output_folder(const std::string& output) {
+// What prep writes, so --overwrite replaces nothing else: shards, prep.json and the tokenizer/ folder (a folder of
+// llm.c's shards without prep.json counts too).
+bool is_prep_folder(const std::string& dir) {
   std::error_code ec;
-  const fs::file_status st = fs::status(output, ec);
-  if (fs::exists(st) && !fs::is_directory(st))
-    throw_error("prep output " + output + " exists and is not a directory",
-                "pass a directory for --output (it is created if missing), or move the file away");
-}
-
-void check_no_shards(const std::string& output) {
-  std::error_code ec;
-  std::vector<std::string> shards;
-  for (fs::directory_iterator it(output, ec), end; !ec && it != end; it.increment(ec))
-    if (is_shard_name(it->path().filename().string())) shards.push_back(it->path().filename().string());
-  if (!shards.empty()) {
-    std::sort(shards.begin(), shards.end());
-    throw_error("prep output " + output + " already holds " + std::to_string(shards.size()) +
-                    " shards of an earlier prep (" + shards.front() + (shards.size() > 1 ? ", ...)" : ")"),
-                "pass --overwrite to replace them, or choose another --output folder");
-  }
-}
-
-// Moves the staged shards in. Readers see the old set or the new one shard by shard (each rename is atomic); the old
-// prep.json goes first, so it never describes new shards, and the new one is written last, by the caller.
-void publish(const std::string& out, const std::string& staging, const std::vector<const SplitSink*>& sinks,
-             bool had_manifest, const Tokenizer& tok) {
-  std::error_code ec;
-  const fs::path manifest = fs::path(out) / PREP_MANIFEST_NAME;
-  fs::remove(manifest, ec);
-  if (ec)
-    throw_error("prep output " + out + ": cannot remove the old " + manifest.string() + ": " + ec.message(), OUT_HINT);
-  fsync_dir(out);
-  for (const SplitSink* sink : sinks)
-    for (const std::string& name : sink->names()) {
-      fs::rename(fs::path(staging) / name, fs::path(out) / name, ec);
-      if (ec)
-        throw_error("prep output " + out + ": cannot move " + name + " in from " + staging + ": " + ec.message(),
-                    OUT_HINT);
-    }
-  fsync_dir(out);
-
-  // Stale shards from an earlier, larger prep would otherwise be read as part of this corpus. Collected first:
-  // removing entries while a directory is being read may make readdir skip or repeat names.
-  std::vector<fs::path> stale;
-  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
+  bool any = false;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    for (size_t s = 0; s < sinks.size(); ++s) {
-      size_t index = 0;
-      if (parse_shard_name(name, kSplits[s], index) && index >= sinks[s]->names().size()) stale.push_back(it->path());
-    }
+    const bool ours = name == PREP_MANIFEST_NAME   ? it->is_regular_file(ec)
+                      : name == PREP_TOKENIZER_DIR ? it->is_directory(ec)
+                                                   : is_shard_name(name) && it->is_regular_file(ec);
+    if (!ours) return false;
+    any = true;
   }
-  if (ec) throw_error("prep output " + out + ": cannot list it to remove stale shards: " + ec.message(), OUT_HINT);
-  for (const fs::path& path : stale) {
-    fs::remove(path, ec);
-    if (ec)
-      throw_error(
-          "prep output " + out + ": cannot remove stale shard " + path.filename().string() + ": " + ec.message(),
-          "remove it by hand: it would be read as part of the new corpus");
-  }
-  const std::string tok_dir = (fs::path(out) / PREP_TOKENIZER_DIR).string();
-  // An earlier prep's tokenizer files would contradict the new prep.json (a tokenizer.json left beside a new
-  // vocab.json + merges.txt would even be read first). The tokenizer in use is already in memory, so this is safe
-  // when it was read from this very folder.
-  if (had_manifest) {
-    fs::remove_all(tok_dir, ec);
-    if (ec)
-      throw_error(
-          "prep output " + out + ": cannot remove the earlier tokenizer files in " + tok_dir + ": " + ec.message(),
-          "remove the folder by hand, then run prep again");
-  }
-  if (!tok.files().empty()) write_tokenizer_files(tok, tok_dir);
+  return any && !ec;
+}
+
+// A prep whose output lies inside its input folder would read its own shards the next time.
+void check_output_outside_input(const PrepOptions& options) {
+  std::error_code ec;
+  if (!fs::is_directory(options.input, ec)) return;
+  const fs::path in = fs::weakly_canonical(options.input, ec), out = fs::weakly_canonical(options.output, ec);
+  if (ec) return;
+  const auto mismatch = std::mismatch(in.begin(), in.end(), out.begin(), out.end());
+  if (mismatch.first == in.end())
+    throw_error("prep: --output " + options.output + " lies inside --input " + options.input +
+                    ": a later prep of that input would read these shards as text",
+                "give --output a folder outside the input folder");
 }
 
 // The options' values, checked before anything is read.
@@ -196,27 +153,6 @@ void check_options(const PrepOptions& options, double val_fraction) {
     throw_error("prep: threads " + std::to_string(options.threads) + " is outside [0, 1024]",
                 "pass --threads N with N >= 1, or leave it out to use every hardware thread");
   if (options.jsonl_field.empty()) throw_error("prep: empty --jsonl-field", "name the JSONL field, e.g. text");
-}
-
-// The output folder (made when missing) and a fresh staging folder inside it.
-struct Staging {
-  std::string out, dir;
-  bool created = false;       // this prep made the output folder
-  bool had_manifest = false;  // it held a prep.json before
-};
-
-Staging make_staging(const std::string& out) {
-  Staging st{out, (fs::path(out) / STAGING_NAME).string()};
-  std::error_code ec;
-  st.created = !fs::exists(out, ec);
-  st.had_manifest = fs::exists(fs::path(out) / PREP_MANIFEST_NAME, ec);
-  fs::create_directories(out, ec);
-  if (ec) throw_error("prep output " + out + ": cannot create: " + ec.message(), OUT_HINT);
-  fs::remove_all(st.dir, ec);  // left over from a prep that was killed
-  if (ec) throw_error("prep output " + out + ": cannot remove old " + st.dir + ": " + ec.message(), OUT_HINT);
-  fs::create_directory(st.dir, ec);
-  if (ec) throw_error("prep output " + out + ": cannot create " + st.dir + ": " + ec.message(), OUT_HINT);
-  return st;
 }
 
 // Streams the corpus through the pipeline into the sinks (train, val, test), logging progress.
@@ -293,9 +229,8 @@ PrepResult prepare_corpus(const PrepOptions& options) {
   const double val_fraction = options.val_fraction.value_or(DEFAULT_VAL_FRACTION);
   check_options(options, val_fraction);
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(options.tokenizer);
-  check_output_folder(options.output);
+  check_output_outside_input(options);
   const CorpusPlan plan = plan_corpus(options.input, options.format);
-  if (!options.overwrite) check_no_shards(options.output);
   if (plan.disk_bytes == 0)
     throw_error("prep input " + options.input + " holds no text (" + std::to_string(plan.files.size()) +
                     " files: all empty or binary)",
@@ -304,8 +239,16 @@ PrepResult prepare_corpus(const PrepOptions& options) {
   if (enwik && options.val_fraction)
     log_info("prep: --val-fraction does not apply to enwik input (fixed 90/5/5 train/val/test split)");
 
-  // --- 2. stream the corpus into shards in the staging folder ---
-  const Staging st = make_staging(options.output);
+  // --- 2. stream the corpus into shards in a folder beside the output, swapped in whole at the end ---
+  OutputRule rule;
+  rule.path = options.output;
+  rule.option = "--output";
+  rule.command = "ember prep";
+  rule.kind = OutputKind::folder;
+  rule.overwrite = options.overwrite;
+  rule.is_ours = is_prep_folder;
+  rule.looks_like = "a prep output (shards, prep.json, tokenizer/)";
+  StagedOutput out(rule);
   PrepResult result;
   result.files = plan.files.size() - plan.binary_files;
   result.binary_files = plan.binary_files;
@@ -317,35 +260,24 @@ PrepResult prepare_corpus(const PrepOptions& options) {
   popt.token_bytes = result.token_bytes;
   popt.skip_bad_lines = options.skip_bad_lines;
   std::vector<SplitSink> sinks;
-  for (Split s : kSplits) sinks.emplace_back(s, st.dir, options.shard_tokens, result.token_bytes);
-  try {
-    stream_corpus(plan, *tok, popt, val_fraction > 0.0 && !enwik, sinks, result);
-    if (sinks[0].counts().tokens + sinks[1].counts().tokens + sinks[2].counts().tokens == 0)
-      throw_error("prep input " + options.input + " holds no text (" + std::to_string(result.files) +
-                      " files read, no tokens" +
-                      (result.bad_lines ? ", " + std::to_string(result.bad_lines) + " bad lines skipped" : "") + ")",
-                  "point --input at text, or check --format and --jsonl-field");
-    for (SplitSink& s : sinks) s.finish();
-    fsync_dir(st.dir);
-    // --- 3. publish ---
-    publish(st.out, st.dir, {&sinks[0], &sinks[1], &sinks[2]}, st.had_manifest, *tok);
-  } catch (...) {
-    std::error_code ignore;
-    sinks.clear();  // closes and removes unfinished temp files
-    fs::remove_all(st.dir, ignore);
-    if (st.created)
-      fs::remove(st.out, ignore);  // only when empty: a folder this prep made and nothing was published to
-    throw;
-  }
-  std::error_code ec;
-  fs::remove_all(st.dir, ec);
-  if (ec) log_warn("prep: could not remove %s: %s", st.dir.c_str(), ec.message().c_str());
-
+  for (Split s : kSplits) sinks.emplace_back(s, out.staging(), options.shard_tokens, result.token_bytes);
+  stream_corpus(plan, *tok, popt, val_fraction > 0.0 && !enwik, sinks, result);
+  if (sinks[0].counts().tokens + sinks[1].counts().tokens + sinks[2].counts().tokens == 0)
+    throw_error("prep input " + options.input + " holds no text (" + std::to_string(result.files) +
+                    " files read, no tokens" +
+                    (result.bad_lines ? ", " + std::to_string(result.bad_lines) + " bad lines skipped" : "") + ")",
+                "point --input at text, or check --format and --jsonl-field");
+  for (SplitSink& s : sinks) s.finish();
   result.train = sinks[0].counts();
   result.val = sinks[1].counts();
   result.test = sinks[2].counts();
-  write_manifest(st.out, options, *tok, plan, enwik, sinks, result);
-  log_result(result, enwik, st.out);
+
+  // --- 3. the tokenizer's files and prep.json into the new folder, then the swap ---
+  if (!tok->files().empty()) write_tokenizer_files(*tok, (fs::path(out.staging()) / PREP_TOKENIZER_DIR).string());
+  write_manifest(out.staging(), options, *tok, plan, enwik, sinks, result);
+  fsync_dir(out.staging());
+  out.commit();
+  log_result(result, enwik, options.output);
   return result;
 }
 

@@ -20,7 +20,7 @@ struct PrepOptions {
   std::optional<double> val_fraction;  // the tail of the input's bytes kept for validation; nothing: 0.05
   size_t shard_tokens = 100000000;     // tokens per shard at most
   int threads = 0;                     // encoder threads; 0: the hardware's
-  bool overwrite = false;              // replace the shards an earlier prep left in `output` (else refused)
+  bool overwrite = false;              // replace an earlier prep's `output` (moved aside; else refused)
 };
 
 struct PrepResult {
@@ -30,10 +30,11 @@ struct PrepResult {
   int token_bytes = 2;
 };
 
-// Validates everything that can be checked up front (input readable, options in range, output not a file, no earlier
-// shards in it unless options.overwrite), then streams the input into shards in a staging folder inside the output
-// and moves them in only when all were written. A bad input found on the way (a corrupt file, a bad JSONL line) leaves
-// earlier outputs untouched. Errors throw ember::Error naming the input with a hint.
+// Validates everything that can be checked up front (input readable, options in range, the output outside the input
+// and writable under the output rule of core/output.h: an earlier prep's folder only with options.overwrite, locked
+// while prep runs), then streams the input into shards in a new folder beside the output, and swaps it in whole once
+// everything, prep.json last, is written. Any failure on the way (a corrupt file, a bad JSONL line, a full disk) leaves
+// the earlier output whole. Errors throw ember::Error naming the input with a hint.
 PrepResult prepare_corpus(const PrepOptions& options);
 
 }  // namespace ember

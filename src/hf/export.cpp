@@ -8,6 +8,7 @@
 #include "core/atomic_file.h"
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "core/output.h"
 #include "hf/format.h"
 #include "tokenizer/bpe_files.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -125,19 +126,32 @@ void write_text(const fs::path& path, const std::string& text) {
   write_file_atomically(path.string(), text, "export file " + path.string(), "check that the folder is writable");
 }
 
+// What an export writes: config.json and model.safetensors, among files only (a run folder or a checkpoint folder has
+// subfolders or neither file).
+bool is_export_folder(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(dir) / "config.json", ec) ||
+      !fs::is_regular_file(fs::path(dir) / "model.safetensors", ec))
+    return false;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (!it->is_regular_file(ec)) return false;
+  return !ec;
+}
+
 }  // namespace
 
 void write_hf_folder(const std::string& dir, const HostModel& m, HfDtype dtype, bool overwrite) {
   check_expressible(m.model, *m.tokenizer);
-  const fs::path out = fs::path(dir).lexically_normal();
-  std::error_code ec;
-  if (fs::exists(out, ec) && !overwrite)
-    throw_error("export: --output " + dir + " exists", "give a new folder, or --overwrite to replace it");
-  const fs::path tmp = out.string() + ".tmp-export";
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directories(tmp, ec) || ec)
-    throw_error("export: cannot create " + tmp.string() + " (" + ec.message() + ")",
-                "check that the parent folder exists and is writable");
+  OutputRule rule;
+  rule.path = dir;
+  rule.option = "--output";
+  rule.command = "ember export";
+  rule.kind = OutputKind::folder;
+  rule.overwrite = overwrite;
+  rule.is_ours = is_export_folder;
+  rule.looks_like = "an export folder (config.json and model.safetensors, no subfolders)";
+  StagedOutput staged(rule);
+  const fs::path tmp = staged.staging();
 
   const ParamTable table(m.model);
   std::vector<SafetensorsTensor> tensors;
@@ -150,18 +164,7 @@ void write_hf_folder(const std::string& dir, const HostModel& m, HfDtype dtype, 
   for (const auto& [name, contents] : tokenizer_files(*m.tokenizer, m.model.block_size))
     write_text(tmp / name, contents);
 
-  // Swap in: an existing folder moves aside first and goes only once the new one is in place.
-  const fs::path old = out.string() + ".old-export";
-  if (fs::exists(out, ec)) {
-    fs::remove_all(old, ec);
-    fs::rename(out, old, ec);
-    if (ec) throw_error("export: cannot move " + dir + " aside (" + ec.message() + ")", "check its permissions");
-  }
-  fs::rename(tmp, out, ec);
-  if (ec)
-    throw_error("export: cannot rename " + tmp.string() + " to " + dir + " (" + ec.message() + ")",
-                "check the folder's permissions");
-  fs::remove_all(old, ec);
+  staged.commit();
 }
 
 }  // namespace ember

@@ -28,9 +28,9 @@ struct HostModel {
 };
 
 // Writes `m` as a folder that transformers' AutoModelForCausalLM and AutoTokenizer load as GPT2LMHeadModel and a
-// GPT-2 tokenizer: model.safetensors, config.json, generation_config.json and the tokenizer's files. An existing `dir`
-// is an error unless `overwrite`; the folder is written under a temporary name beside it and renamed into place, so it
-// appears whole or not at all, and a replaced one is removed only after.
+// GPT-2 tokenizer: model.safetensors, config.json, generation_config.json and the tokenizer's files. Written by the
+// output rule of core/output.h: an existing `dir` is replaced only if `overwrite` and only if it is an export folder,
+// moved aside, not deleted; the new folder is built beside it and swapped in whole.
 void write_hf_folder(const std::string& dir, const HostModel& m, HfDtype dtype, bool overwrite);
 
 // Reads a GPT-2 folder as save_pretrained writes it (config.json, model.safetensors; tokenizer files if present),

@@ -59,6 +59,12 @@ bool is_within(const std::string& inner, const std::string& outer) {
   return !rel.empty() && *rel.begin() != "..";
 }
 
+// True when the two existing folders are one.
+bool same_folder(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
 bool is_checkpoint_name(const std::string& name) {
   const auto ends_with = [&](const std::string& s) {
     return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
@@ -142,7 +148,8 @@ void RunFolder::prepare_on_root() {
   ensure_folder(run_dir, "run folder", RUN_HINT, created_);
   locks_.push_back(std::make_unique<FolderLock>(run_dir, "run folder"));
   ensure_folder(ckpt, "checkpoint folder", CHECKPOINT_HINT, created_);
-  if (!is_within(ckpt, run_dir)) locks_.push_back(std::make_unique<FolderLock>(ckpt, "checkpoint folder"));
+  // Its own lock even inside run.dir: another job pointing checkpoint.folder into this run's folder is refused too.
+  if (!same_folder(ckpt, run_dir)) locks_.push_back(std::make_unique<FolderLock>(ckpt, "checkpoint folder"));
 
   std::error_code ec;
   if (fs::is_directory(fs::path(ckpt) / "latest", ec))
@@ -160,8 +167,12 @@ void RunFolder::prepare_on_root() {
     std::string names;
     for (size_t i = 0; i < earlier.size() && i < 3; ++i) names += (i ? ", " : "") + earlier[i].string();
     if (earlier.size() > 3) names += ", ... (" + std::to_string(earlier.size()) + " files)";
-    throw_error("run folder " + run_dir + " holds the results of an earlier run (" + names +
-                    "): a fresh start would overwrite them",
+    // Named after the folder that holds them: a checkpoint.folder outside run.dir is not "the run folder".
+    const bool all_in_ckpt = std::all_of(earlier.begin(), earlier.end(),
+                                         [](const fs::path& p) { return !is_metrics_name(p.filename().string()); });
+    const std::string holder =
+        all_in_ckpt && !is_within(ckpt, run_dir) ? "checkpoint folder " + ckpt : "run folder " + run_dir;
+    throw_error(holder + " holds the results of an earlier run (" + names + "): a fresh start would overwrite them",
                 "continue that run with --resume auto, give this run a new run.dir, or pass --overwrite to move the "
                 "earlier results aside (into previous-<time>/ folders) and start over");
   }

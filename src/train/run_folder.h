@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/folder_lock.h"
 #include "parallel/world.h"
-#include "train/folder_lock.h"
 #include "train/run.h"
 #include "train/run_config.h"
 
@@ -16,12 +16,12 @@ namespace ember {
 
 class RunFolder {
  public:
-  // Collective over `world`, before the run's set-up. Rank 0 creates run.dir and the checkpoint folder, locks them
-  // (the checkpoint folder too when it lies outside run.dir), and refuses a fresh start (no checkpoint.resume) over
-  // earlier results (metrics, checkpoints, `latest`) unless `overwrite`; then every rank that will write proves it
-  // can (a probe file created and removed): rank 0 in run.dir for the metrics (every rank in async mode, which
-  // writes metrics_rank<r>.jsonl), every rank in the checkpoint folder (a checkpoint is one file written by all
-  // ranks). A failure on any rank throws the same ember::Error on every rank.
+  // Collective over `world`, before the run's set-up. Rank 0 creates run.dir and the checkpoint folder, locks each
+  // (the checkpoint folder even inside run.dir, so no other job's checkpoint.folder can point into it), and refuses a
+  // fresh start (no checkpoint.resume) over earlier results (metrics, checkpoints, `latest`) unless `overwrite`; then
+  // every rank that will write proves it can (a probe file created and removed): rank 0 in run.dir for the metrics
+  // (every rank in async mode, which writes metrics_rank<r>.jsonl), every rank in the checkpoint folder (a checkpoint
+  // is one file written by all ranks). A failure on any rank throws the same ember::Error on every rank.
   RunFolder(const World& world, const RunConfig& config, bool overwrite);
   // Rank 0: releases the locks; when the run never started, also removes the folders this start created.
   ~RunFolder();

@@ -11,8 +11,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/folder_lock.h"
 #include "core/timer.h"
-#include "train/folder_lock.h"
 
 namespace ember {
 

@@ -34,9 +34,9 @@ bad_case fresh_start_np2 1 "run holds the results of an earlier run" -- \
 bad_case fresh_start_async 1 "run holds the results" -- mpirun -np 3 --oversubscribe "${train[@]}" \
   --training.mode=async
 bad_case fresh_over_metrics 1 "run/metrics.jsonl" -- "${train[@]}" --checkpoint.folder=ckpt_elsewhere
-bad_case fresh_over_checkpoints 1 "step_00000020.h5" -- "${train[@]}" --run.dir=run_b \
+bad_case fresh_over_checkpoints 1 "checkpoint folder run/checkpoints holds .*step_00000020.h5" -- "${train[@]}" --run.dir=run_b \
   --checkpoint.folder=run/checkpoints
-bad_case prep_over_shards 1 "data already holds .* shards" -- "$EMBER" prep --input "$SRC/src" --output data
+bad_case prep_over_shards 1 "ember prep: --output data exists" -- "$EMBER" prep --input "$SRC/src" --output data
 
 # A folder another job holds.
 bad_case held_lock 1 "held is in use by another job: .*pid $holder, job 777" -- \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One job per run folder, at 2 and 4 ranks: a second job started on a folder a running job holds fails fast naming
-# the holder, and the first job's outputs stay intact; after a crash (kill -9 of the whole job) the stale lock is
+# One job per run folder, at 2 and 4 ranks: a second job started on a folder a running job holds, or pointing its
+# checkpoint.folder into it, fails fast naming the holder, and the first job's outputs stay intact; after a crash (kill -9 of the whole job) the stale lock is
 # reclaimed with a warning and --resume auto continues.
 source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -39,6 +39,15 @@ for np in 2 4; do
   grep -q "^\(\[rank 0\] \)\?hint: " second$np.err || fail "np $np: no hint"
   kill -0 "$mpirun_pid" 2>/dev/null || { cat first$np.log >&2; fail "np $np: the first job ended early"; }
   echo "ok: np $np: a second job on $dir failed in $((SECONDS - start)) s naming pid $holder"
+  # A job of another run folder whose checkpoint.folder points into the running job's folder: refused too.
+  rc=0
+  timeout 60 "${train[@]}" --run.dir=other$np --checkpoint.folder=$dir/checkpoints --training.steps=10 \
+    --resume auto >other$np.out 2>other$np.err || rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat other$np.err >&2; fail "np $np: the job into its checkpoints exited $rc"; }
+  grep -Eq "^error: checkpoint folder $dir/checkpoints is in use by another job: .*pid $holder" other$np.err ||
+    { cat other$np.err >&2; fail "np $np: the job into $dir/checkpoints was not refused naming the holder"; }
+  kill -0 "$mpirun_pid" 2>/dev/null || { cat first$np.log >&2; fail "np $np: the first job ended early"; }
+  echo "ok: np $np: a job with checkpoint.folder inside $dir was refused"
   # The first job goes on, stops on request with its checkpoint, and its outputs are whole.
   wait_lines $dir/metrics.jsonl 6 first$np.log
   kill -USR1 "$mpirun_pid"

@@ -23,10 +23,11 @@ inline std::string read_split(const std::string& dir, const std::string& split) 
   return text;
 }
 
+// Every file under `dir` by its path relative to `dir`, with its contents.
 inline std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) files[e.path().string()] = read_bytes(e.path().string());
+    if (e.is_regular_file()) files[std::filesystem::relative(e.path(), dir).string()] = read_bytes(e.path().string());
   return files;
 }
 // Deterministic text of `n` bytes in lines of varying length.

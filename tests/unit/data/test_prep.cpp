@@ -75,10 +75,15 @@ TEST(Prep, DirectoryWithBinaryAndHiddenFiles) {
   // higher-index shards are gone.
   o.shard_tokens = 1000;
   const auto before = snapshot(out);
-  expect_error([&] { prepare_corpus(o); }, {out, "already holds"});
+  expect_error([&] { prepare_corpus(o); }, {out, "exists"});
   EXPECT_EQ(snapshot(out), before);
   o.overwrite = true;
   const PrepResult r2 = prepare_corpus(o);
+  // The earlier output was moved aside whole, not deleted.
+  size_t aside = 0;
+  for (const auto& e : fs::directory_iterator(tmp.str()))
+    if (e.path().filename().string().starts_with("shards.previous-")) aside += snapshot(e.path().string()) == before;
+  EXPECT_EQ(aside, 1u);
   EXPECT_EQ(r2.train.shards, 1);
   EXPECT_EQ(list_shards(out, "train").size(), 1u);
   EXPECT_EQ(list_shards(out, "val").size(), 1u);

@@ -1,5 +1,6 @@
-// One job per run folder: an exclusive lock file, <folder>/ember.lock, that names its holder (host, pid, job id,
-// start time), taken before anything is written and removed at exit.
+// One job per folder: an exclusive lock file that names its holder (host, pid, job id, start time), taken before
+// anything is written and removed at exit. A run folder's is <folder>/ember.lock; an output that is swapped in whole
+// (core/output.h) has its own beside it, <output>.lock.
 //
 // Why not flock() alone: on NFS and Lustre advisory locks are often disabled, local to one client, or lost when the
 // client that holds them dies, so they cannot keep two nodes out of one folder. Creating the file with O_CREAT|O_EXCL
@@ -21,11 +22,22 @@
 
 namespace ember {
 
+// What a lock keeps to one job, and how its messages read.
+struct LockSpec {
+  std::string target;     // the folder or file kept to one job, named in messages
+  std::string what;       // names `target`: "run folder", "prep output"
+  std::string path;       // the lock file; its folder must exist
+  std::string command;    // recorded in the lock file: "ember train"
+  std::string elsewhere;  // the way out the hint offers besides waiting: "give this run another run.dir"
+};
+
 class FolderLock {
  public:
-  // Takes <dir>/ember.lock; `dir` must exist. `what` names the folder in messages ("run folder", "checkpoint
-  // folder"). Throws ember::Error naming the holder, with a hint, when a live job holds it.
+  // Takes <dir>/ember.lock for `ember train`; `dir` must exist. `what` names the folder in messages ("run folder",
+  // "checkpoint folder").
   FolderLock(const std::string& dir, const std::string& what);
+  // Takes spec.path. Throws ember::Error naming the target and the holder, with a hint, when a live job holds it.
+  explicit FolderLock(const LockSpec& spec);
   // Stops the heartbeat and removes the lock file if it still names this process.
   ~FolderLock();
   FolderLock(const FolderLock&) = delete;

@@ -1,6 +1,6 @@
 // The run-folder lock (implementation): O_EXCL create, a heartbeat on the file's mtime, and the reclaim of stale
 // locks by rename.
-#include "train/folder_lock.h"
+#include "core/folder_lock.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -109,13 +109,18 @@ double lock_stale_seconds() {
   return 300.0;
 }
 
-FolderLock::FolderLock(const std::string& dir, const std::string& what) : path_(dir + "/" + LOCK_NAME) {
+FolderLock::FolderLock(const std::string& dir, const std::string& what)
+    : FolderLock(LockSpec{dir, what, dir + "/" + LOCK_NAME, "ember train", "give this run another run.dir"}) {}
+
+FolderLock::FolderLock(const LockSpec& spec) : path_(spec.path) {
+  const std::string& what = spec.what;
+  const std::string& dir = spec.target;
   const double stale_s = lock_stale_seconds();
   const char* job = std::getenv("SLURM_JOB_ID");
   content_ =
       nlohmann::json{
           {"host", this_host()},      {"pid", long(getpid())},    {"pid_start", process_start(long(getpid()))},
-          {"job_id", job ? job : ""}, {"start", utc_timestamp()}, {"command", "ember train"}}
+          {"job_id", job ? job : ""}, {"start", utc_timestamp()}, {"command", spec.command}}
           .dump() +
       "\n";
   for (int attempt = 0;; ++attempt) {
@@ -141,8 +146,8 @@ FolderLock::FolderLock(const std::string& dir, const std::string& what) : path_(
       const std::string job_id = holder.is_object() ? holder.value("job_id", std::string()) : "";
       throw_error(what + " " + dir + " is in use by another job: " + path_ + " names " + describe_holder(holder),
                   "wait for that job to end or stop it (" +
-                      (job_id.empty() ? std::string("kill its pid") : "scancel " + job_id) +
-                      "), or give this run another run.dir; a lock whose holder is gone is reclaimed "
+                      (job_id.empty() ? std::string("kill its pid") : "scancel " + job_id) + "), or " + spec.elsewhere +
+                      "; a lock whose holder is gone is reclaimed "
                       "automatically (from another host after " +
                       std::to_string(long(stale_s)) + " s without a refresh), or remove " + path_ + " by hand");
     }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "infer/engine.h"
 #include "infer/kv_model.h"
 #include "infer/server.h"
@@ -48,7 +50,7 @@ void install_signal_pipe() {
 
 // The command line of `ember serve`.
 struct ServeArgs {
-  std::string checkpoint, host, device, precision, model_name;
+  std::string checkpoint, host, device, precision, model_name, api_key;
   int port = 8000, max_batch = 16, max_queue = 256, max_tokens_limit = 4096, max_step_tokens = 512, threads = 64;
   int max_body_kib = 1024;
   double timeout = 600;
@@ -60,7 +62,9 @@ bool parse_serve_args(int argc, char** argv, ServeArgs& a) {
   NumericOptions numbers;
   desc.add_options()("help,h", "print this help")("checkpoint", po::value(&a.checkpoint), "checkpoint file (.h5)")(
       "host", po::value(&a.host)->default_value("127.0.0.1"),
-      "address to listen on (0.0.0.0: every interface; the server has no authentication)")(
+      "address to listen on (0.0.0.0: every interface; give --api-key then)")(
+      "api-key", po::value(&a.api_key),
+      "require Authorization: Bearer KEY on every route but /health (default: $EMBER_API_KEY; none: no check)")(
       "model-name", po::value(&a.model_name), "the model's id in the API (default: the checkpoint's file name stem)");
   numbers.add(desc, "port", &a.port, {0, 65535}, "TCP port (0: any free port, printed at start)");
   numbers.add(desc, "max-batch", &a.max_batch, {1, 1024}, "sequences decoded together (KV-cache slots)");
@@ -90,6 +94,13 @@ bool parse_serve_args(int argc, char** argv, ServeArgs& a) {
     throw_error("ember serve: --max-step-tokens " + std::to_string(a.max_step_tokens) + " is less than --max-batch " +
                     std::to_string(a.max_batch),
                 "a step runs one row for every slot: give --max-step-tokens of at least --max-batch");
+  if (a.api_key.empty())
+    if (const char* env = std::getenv("EMBER_API_KEY")) a.api_key = env;
+  if (a.host != "127.0.0.1" && a.host != "localhost" && a.host != "::1" && a.api_key.empty())
+    log_warn(
+        "serve: listening on %s without --api-key: anyone who can reach the port can use the model "
+        "(docs/security.md)",
+        a.host.c_str());
   if (a.model_name.empty()) a.model_name = std::filesystem::path(a.checkpoint).stem().string();
   if (a.model_name.empty()) throw_error("ember serve: --model-name is empty", "give a name, e.g. --model-name ember");
   return true;
@@ -119,6 +130,7 @@ ServerOptions server_options(const ServeArgs& a, const Engine& engine) {
   options.max_body_bytes = size_t(a.max_body_kib) * 1024;
   options.timeout_s = a.timeout;
   options.http_threads = a.threads;
+  options.api_key = a.api_key;
   return options;
 }
 

@@ -16,6 +16,7 @@
 #include <exception>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "core/error.h"
@@ -33,6 +34,15 @@ struct AccessLog {
   int64_t prompt_tokens = 0, completion_tokens = 0;
 };
 thread_local AccessLog t_log;
+
+// Whether `given` equals `key`, in a time that depends on the key's length only, so the comparison tells a caller
+// nothing about how much of a guess was right.
+bool same_secret(std::string_view given, std::string_view key) {
+  unsigned diff = given.size() == key.size() ? 0u : 1u;
+  for (size_t i = 0; i < key.size(); ++i)
+    diff |= unsigned((unsigned char)key[i] ^ (unsigned char)(i < given.size() ? given[i] : 0));
+  return diff == 0;
+}
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
@@ -244,8 +254,8 @@ void Server::Impl::routes() {
   install_endpoints();
 }
 
-// Requests refused before any handler runs: bodies without a length or over the limit, and methods a route does not
-// take.
+// Requests refused before any handler runs: without the API key, bodies without a length or over the limit, and
+// methods a route does not take.
 void Server::Impl::install_guards() {
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_log = AccessLog{Clock::now(), true, 0, 0};
@@ -254,6 +264,17 @@ void Server::Impl::install_guards() {
       send_error(res, e);
       return httplib::Server::HandlerResponse::Handled;
     };
+    if (!options.api_key.empty() && req.path != "/health") {
+      const std::string auth = req.get_header_value("Authorization");
+      if (!auth.starts_with("Bearer ") || !same_secret(auth.substr(7), options.api_key)) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        return refuse(
+            auth.empty()
+                ? ApiError(401, "invalid_request_error",
+                           "no API key given: send the header Authorization: Bearer <key>", "", "missing_api_key")
+                : ApiError(401, "invalid_request_error", "the API key is not this server's", "", "invalid_api_key"));
+      }
+    }
     // httplib reads a body whole before any handler runs: only a declared length within the limit is read at all.
     if (req.has_header("Transfer-Encoding"))
       return refuse(ApiError(411, "invalid_request_error",

@@ -23,6 +23,7 @@ struct ServerOptions {
   double timeout_s = 600;           // each request's deadline, from its arrival
   int http_threads = 64;            // connections served at once (each waiting request holds one)
   int keep_alive_s = 5;             // idle keep-alive connections close after this
+  std::string api_key;              // non-empty: every route but /health needs "Authorization: Bearer <api_key>"
 };
 
 class Server {

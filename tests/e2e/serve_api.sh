@@ -84,6 +84,37 @@ start_server long --checkpoint "$long" --max-batch 2 --max-queue 1
 wait_exit long
 grep -q '^serve: signal 15: finishing the requests in flight' long.err || fail "no shutdown line"
 
+# --api-key (here from EMBER_API_KEY): 401 without the bearer token or with another, the OpenAI error body, /health
+# open; the right key gets through.
+EMBER_API_KEY=s3cret-key start_server key --checkpoint "$ckpt"
+status() { curl -sS -o "$1.json" -w '%{http_code}' "${@:2}"; }
+[ "$(status nokey "http://127.0.0.1:$port/v1/models")" = 401 ] || fail "api key: no key was let in"
+grep -q '"code":"missing_api_key"' nokey.json || { cat nokey.json >&2; fail "api key: no missing_api_key error body"; }
+[ "$(status badkey -H 'Authorization: Bearer s3cret-kez' "http://127.0.0.1:$port/v1/models")" = 401 ] ||
+  fail "api key: a wrong key was let in"
+grep -q '"code":"invalid_api_key"' badkey.json || fail "api key: no invalid_api_key error body"
+[ "$(status prefix -H 'Authorization: Bearer s3cret-key-and-more' "http://127.0.0.1:$port/v1/models")" = 401 ] ||
+  fail "api key: a key with the right prefix was let in"
+[ "$(status post -H 'Content-Type: application/json' -d '{"prompt": "x", "max_tokens": 1}' \
+  "http://127.0.0.1:$port/v1/completions")" = 401 ] || fail "api key: a completion without the key was served"
+[ "$(status health "http://127.0.0.1:$port/health")" = 200 ] || fail "api key: /health needs no key"
+[ "$(status goodkey -H 'Authorization: Bearer s3cret-key' "http://127.0.0.1:$port/v1/models")" = 200 ] ||
+  fail "api key: the right key was refused"
+[ "$(status goodpost -H 'Authorization: Bearer s3cret-key' -H 'Content-Type: application/json' \
+  -d '{"prompt": "x", "max_tokens": 1}' "http://127.0.0.1:$port/v1/completions")" = 200 ] ||
+  fail "api key: a completion with the key was refused"
+grep -q "without --api-key" key.err && fail "api key: a warning although a key is set"
+kill -TERM "$server_pid"
+wait_exit key
+# Every interface without a key: served, with a warning naming the risk.
+"$EMBER" serve --port 0 --host 0.0.0.0 --checkpoint "$ckpt" > open.out 2> open.err &
+server_pid=$!
+for _ in $(seq 200); do grep -q "listening on" open.err && break; sleep 0.05; done
+grep -q "^warning: serve: listening on 0.0.0.0 without --api-key" open.err || { cat open.err >&2; fail "no warning"; }
+kill -TERM "$server_pid"
+wait_exit open
+echo "ok: --api-key: 401 without or with a wrong key, /health open, a warning on 0.0.0.0 without one"
+
 start_server timeout --checkpoint "$long" --timeout 0.3
 "$PYTHON" "$CLIENT" timeout "$port"
 kill -INT "$server_pid"

@@ -21,35 +21,62 @@ def fail(message, hint):
     sys.exit(1)
 
 
+def number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def train_loss(row):
+    """A record's training loss: `loss` (sync runs, async workers), or the mean loss of the deltas an async center
+    applied in that step; None for records without one (an evaluation alone)."""
+    if number(row.get("loss")):
+        return row["loss"]
+    deltas = row.get("deltas")
+    losses = [d["loss"] for d in deltas if isinstance(d, dict) and number(d.get("loss"))] if isinstance(deltas, list) else []
+    return sum(losses) / len(losses) if losses else None
+
+
 def read_metrics(run):
     path = os.path.join(run, "metrics.jsonl") if os.path.isdir(run) else run
     if not os.path.isfile(path):
         fail(f"run {run} has no metrics.jsonl", "pass a run folder (run.dir of `ember train`) or a metrics.jsonl file")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    rows, damaged = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number_, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-                if not isinstance(row, dict) or "step" not in row or "loss" not in row:
-                    raise ValueError("not a metrics record (no step or loss)")
-            except ValueError as e:
-                fail(f"metrics file {path} line {number}: {e}", "the file is written by `ember train`; remove the bad line")
+            except ValueError:
+                damaged.append(number_)  # e.g. the half-written last line of a run that was killed
+                continue
+            # A loss that is neither a number nor null (a diverged step's NaN is written as null) is not ember's.
+            if not isinstance(row, dict) or "step" not in row or any(
+                    row.get(k) is not None and not number(row[k]) for k in ("loss", "val_loss")):
+                damaged.append(number_)
+                continue
+            if not isinstance(row["step"], int) or isinstance(row["step"], bool):
+                fail(f"metrics file {path} line {number_}: \"step\" is {json.dumps(row['step'])[:40]}, not a whole number",
+                     "the file is written by `ember train`; fix or remove that line")
             rows.append(row)
-    if not rows:
-        fail(f"metrics file {path} holds no steps", "plot a run that trained at least one step")
+    if damaged:
+        shown = ", ".join(str(n) for n in damaged[:5]) + (", ..." if len(damaged) > 5 else "")
+        print(f"plot_metrics: {path}: skipped {len(damaged)} lines that are not metrics records (line {shown})",
+              file=sys.stderr)
     # Records appended to a file that already held later steps (e.g. metrics files joined by hand, or a run resumed
-    # from an earlier checkpoint by another tool) would draw the curve backwards: each step keeps its last record.
+    # from an earlier checkpoint by another tool) would draw the curve backwards: each step keeps its last values.
+    # An async center writes a step's evaluation and its applied deltas as two records: they merge.
     by_step = {}
     for row in rows:
-        by_step[row["step"]] = row
-    return path, [by_step[s] for s in sorted(by_step)]
+        by_step.setdefault(row["step"], {}).update(row)
+    rows = [by_step[s] for s in sorted(by_step)]
+    if not any(train_loss(r) is not None or number(r.get("val_loss")) for r in rows):
+        fail(f"metrics file {path} holds no losses", "plot a run that trained at least one step")
+    return path, rows
 
 
 def x_of(rows):
     """Tokens seen, or steps for records that lack tokens_seen."""
-    if all("tokens_seen" in r for r in rows):
+    if all(number(r.get("tokens_seen")) for r in rows):
         return [r["tokens_seen"] for r in rows], "tokens seen"
     return [r["step"] for r in rows], "step"
 
@@ -83,16 +110,18 @@ def main():
         # A run's name: its folder, also when the metrics.jsonl inside was named.
         label = os.path.basename(os.path.dirname(os.path.abspath(path))) or run
         xs, xlabel = x_of(rows)
-        ax_loss.plot(xs, [r["loss"] for r in rows], color=color, linewidth=0.8, alpha=0.6, label=f"{label} train")
-        val = [(x, r["val_loss"]) for x, r in zip(xs, rows) if isinstance(r.get("val_loss"), (int, float))]
+        train = [(x, train_loss(r)) for x, r in zip(xs, rows) if train_loss(r) is not None]
+        if train:
+            ax_loss.plot(*zip(*train), color=color, linewidth=0.8, alpha=0.6, label=f"{label} train")
+        val = [(x, r["val_loss"]) for x, r in zip(xs, rows) if number(r.get("val_loss"))]
         if val:
             ax_loss.plot(*zip(*val), color=color, marker="o", markersize=4, linewidth=1.5, label=f"{label} val")
         for ax, key in ((ax_speed, "tokens_per_s"), (ax_lr, "lr"), (ax_norm, "grad_norm")):
-            pts = [(x, r[key]) for x, r in zip(xs, rows) if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+            pts = [(x, r[key]) for x, r in zip(xs, rows) if number(r.get(key))]
             if pts:
                 ax.plot(*zip(*pts), color=color, linewidth=0.8, label=label)
-        print(f"plot_metrics: {path}: {len(rows)} steps, {len(val)} evaluations, last loss {rows[-1]['loss']:.4f}",
-              file=sys.stderr)
+        last = f", last loss {train[-1][1]:.4f}" if train else ""
+        print(f"plot_metrics: {path}: {len(rows)} steps, {len(val)} evaluations{last}", file=sys.stderr)
     for ax, name in ((ax_loss, "loss"), (ax_speed, "tokens/s"), (ax_lr, "learning rate"), (ax_norm, "gradient norm")):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(name)

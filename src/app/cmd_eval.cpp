@@ -58,14 +58,13 @@ struct LogitsFiles {
 LogitsFiles stage_logits_files(const std::string& path, bool overwrite) {
   const std::string stem = path.size() > 4 && path.ends_with(".npy") ? path.substr(0, path.size() - 4) : path;
   auto stage = [&](const std::string& p) {
-    OutputRule rule;
-    rule.path = p;
-    rule.option = "--logits-out";
-    rule.command = "ember eval";
-    rule.kind = OutputKind::file;
-    rule.overwrite = overwrite;
-    rule.is_ours = [](const std::string& f) { return file_starts_with(f, "\x93NUMPY"); };
-    rule.looks_like = "a NumPy .npy file";
+    const OutputRule rule{.path = p,
+                          .option = "--logits-out",
+                          .command = "ember eval",
+                          .kind = OutputKind::file,
+                          .overwrite = overwrite,
+                          .is_ours = [](const std::string& f) { return file_starts_with(f, "\x93NUMPY"); },
+                          .looks_like = "a NumPy .npy file"};
     return std::make_unique<StagedOutput>(rule);
   };
   return {stage(path), stage(stem + ".inputs.npy"), stage(stem + ".targets.npy")};

@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "core/error.h"
+#include "core/output.h"
 #include "hf/format.h"
 #include "parallel/host_collectives.h"
 #include "train/run_checkpoint.h"
@@ -24,7 +25,7 @@ int cmd_import(int argc, char** argv) {
       "output", po::value(&output), "checkpoint file to write (.h5; refused if it exists, unless --overwrite)")(
       "tokenizer", po::value(&tokenizer),
       "bytes, or a tokenizer folder or file (default: the tokenizer files in --hf)")(
-      "overwrite", "replace --output if it exists (only once the new file is complete)");
+      "overwrite", "replace an earlier checkpoint at --output (moved aside, once the new one is complete)");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc,
                      "usage: ember import --hf DIR --output F.h5 [--tokenizer bytes|PATH]\n"
@@ -33,9 +34,15 @@ int cmd_import(int argc, char** argv) {
     return EXIT_CODE_OK;
   require_option(vm, "hf", "give the folder save_pretrained wrote, e.g. --hf models/gpt2");
   require_option(vm, "output", "give the checkpoint to write, e.g. --output gpt2.h5");
-  std::error_code ec;
-  if (fs::exists(output, ec) && !vm.count("overwrite"))
-    throw_error("ember import: --output " + output + " exists", "give a new file name, or --overwrite to replace it");
+  const OutputRule rule{
+      .path = output,
+      .option = "--output",
+      .command = "ember import",
+      .kind = OutputKind::file,
+      .overwrite = vm.count("overwrite") > 0,
+      .is_ours = [](const std::string& f) { return file_starts_with(f, std::string("\x89HDF\r\n\x1a\n", 8)); },
+      .looks_like = "an HDF5 checkpoint"};
+  StagedOutput staged(rule);
 
   HostModel m = read_hf_folder(hf, tokenizer);
   RunConfig config;
@@ -48,16 +55,23 @@ int cmd_import(int argc, char** argv) {
   CheckpointContents contents;
   contents.sets = {TensorSet{SET_MODEL, m.weights.data()}, TensorSet{SET_EXP_AVG, zeros.data()},
                    TensorSet{SET_EXP_AVG_SQ, zeros.data()}};
-  // The durable writer makes step_00000000.h5 in a folder of its own beside --output; the file then moves into place.
-  const fs::path target = fs::path(output);
-  const fs::path staging = target.string() + ".import-tmp";
-  fs::remove_all(staging, ec);
-  const std::string written = save_checkpoint(staging.string(), meta, table, contents, 1, self_world());
-  fs::rename(written, target, ec);
-  if (ec)
-    throw_error("ember import: cannot move the checkpoint to " + output + " (" + ec.message() + ")",
-                "check that its folder exists and is writable");
-  fs::remove_all(staging, ec);
+  // The durable writer makes step_00000000.h5 in a folder of its own; the file becomes the staged output, which the
+  // commit swaps in.
+  const fs::path folder = staged.staging() + ".d";
+  std::error_code ec;
+  fs::remove_all(folder, ec);
+  try {
+    const std::string written = save_checkpoint(folder.string(), meta, table, contents, 1, self_world());
+    fs::rename(written, staged.staging(), ec);
+    if (ec)
+      throw_error("ember import: cannot move " + written + " to " + staged.staging() + " (" + ec.message() + ")",
+                  "check that the folder of --output is writable");
+  } catch (...) {
+    fs::remove_all(folder, ec);
+    throw;
+  }
+  fs::remove_all(folder, ec);
+  staged.commit();
   printf("imported %s (n_layer %d, n_head %d, n_embd %d, block_size %d, vocab_size %d, tokenizer %s) to %s\n",
          hf.c_str(), m.model.n_layer, m.model.n_head, m.model.n_embd, m.model.block_size, m.model.vocab_size,
          m.tokenizer->describe().c_str(), output.c_str());

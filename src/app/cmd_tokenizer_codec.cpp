@@ -10,6 +10,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "tokenizer/tokenizer.h"
 
 namespace po = boost::program_options;
@@ -79,12 +80,7 @@ int cmd_tokenizer_decode(int argc, char** argv) {
   require_option(vm, "tokenizer", "give a tokenizer, e.g. --tokenizer bytes or --tokenizer data/gpt2");
   const auto tokenizer = load_tokenizer(spec);
   const std::string hint = "give a JSON array of integer token ids on stdin, e.g. [15496, 995]";
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(read_stdin());
-  } catch (const nlohmann::json::exception&) {
-    throw_error("stdin is not valid JSON", hint);
-  }
+  const nlohmann::json doc = parse_json_input(read_stdin(), "stdin", hint);
   if (!doc.is_array()) throw_error("stdin is not a JSON array", hint);
   std::vector<int32_t> ids;
   ids.reserve(doc.size());

@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/output.h"
 #include "core/run_threads.h"
 #include "data/corpus_input.h"
 #include "tokenizer/bpe_files.h"
@@ -62,6 +63,14 @@ CorpusStats add_corpus(BpeTrainer& trainer, const CorpusPlan& plan, const std::s
   return {documents.load(), bytes.load(), skipped.load(), bad_lines.load()};
 }
 
+// What tokenizer train writes (the files of bpe_vocab_to_files), so --overwrite replaces nothing else.
+bool is_tokenizer_folder(const std::string& dir) {
+  return folder_holds_only(dir, [](const std::string& name, bool is_file, bool) {
+    return is_file && (name == "vocab.json" || name == "merges.txt" || name == "tokenizer.json" ||
+                       name == "tokenizer_config.json");
+  });
+}
+
 }  // namespace
 
 int cmd_tokenizer_train(int argc, char** argv) {
@@ -78,7 +87,7 @@ int cmd_tokenizer_train(int argc, char** argv) {
       "jsonl-field", po::value(&jsonl_field)->default_value("text"), "the JSONL field that holds a document")(
       "skip-bad-lines", po::bool_switch(&skip_bad_lines), "skip and count JSONL lines without a document")(
       "output", po::value(&output), "folder for vocab.json, merges.txt, tokenizer.json, tokenizer_config.json")(
-      "overwrite", po::bool_switch(&overwrite), "replace the tokenizer files of an earlier run in the output folder");
+      "overwrite", po::bool_switch(&overwrite), "replace an earlier tokenizer folder (moved aside, not deleted)");
   const int min_vocab = 256 + int(train.special.size()) + 1;
   numbers.add(desc, "vocab-size", &vocab_size, {min_vocab, MAX_VOCAB_SIZE},
               "ids in all: 256 bytes + merges + <|endoftext|>");
@@ -95,16 +104,15 @@ int cmd_tokenizer_train(int argc, char** argv) {
   require_option(vm, "output", "give an output folder, e.g. --output tokenizers/mine");
   train.vocab_size = vocab_size;
 
-  std::error_code ec;
-  const fs::file_status st = fs::status(output, ec);
-  if (fs::exists(st) && !fs::is_directory(st))
-    throw_error("tokenizer train output " + output + " exists and is not a folder",
-                "pass a folder for --output (it is created if missing), or move the file away");
-  if (!overwrite)
-    for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json"})
-      if (fs::exists(fs::path(output) / name, ec))
-        throw_error("tokenizer train output " + output + " already holds " + name,
-                    "pass --overwrite to replace the tokenizer there, or choose another --output folder");
+  const OutputRule rule{
+      .path = output,
+      .option = "--output",
+      .command = "ember tokenizer train",
+      .kind = OutputKind::folder,
+      .overwrite = overwrite,
+      .is_ours = is_tokenizer_folder,
+      .looks_like = "a tokenizer folder (vocab.json, merges.txt, tokenizer.json, tokenizer_config.json)"};
+  StagedOutput staged(rule);
   const CorpusPlan plan = plan_corpus(input, format, "tokenizer train");
 
   const auto start = std::chrono::steady_clock::now();
@@ -117,13 +125,10 @@ int cmd_tokenizer_train(int argc, char** argv) {
   const BpeVocab vocab = trainer.finish();
   const TokenizerFiles out = bpe_vocab_to_files(vocab);
 
-  fs::create_directories(output, ec);
-  if (ec)
-    throw_error("tokenizer train output " + output + ": cannot create: " + ec.message(),
-                "check that the output folder's parent is writable");
   for (const auto& [name, contents] : out)
-    write_file_atomically((fs::path(output) / name).string(), contents, "tokenizer file",
-                          "check that the output folder is writable and has free space");
+    write_file_atomically((fs::path(staged.staging()) / name).string(), contents, "tokenizer file",
+                          "check that the folder of --output is writable and has free space");
+  staged.commit();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_info(
       "tokenizer train: %zu documents, %zu bytes, %zu distinct pieces, %zu merges, %zu ids -> %s (%.1f s, %zu "

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace ember {
 
@@ -50,13 +51,9 @@ void write_file_atomically(const std::string& path, std::string_view contents, c
 
 std::string read_small_file(const std::string& path, size_t max_bytes, const std::string& what,
                             const std::string& hint) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_error(what + " " + path + ": cannot open: " + std::strerror(errno), hint);
+  const int fd = open_regular_file(path, what, hint);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw_error(what + " " + path + ": not a regular file", hint);
-  }
+  ::fstat(fd, &st);
   if (size_t(st.st_size) > max_bytes) {
     ::close(fd);
     throw_error(what + " " + path + ": " + std::to_string(st.st_size) + " bytes, more than the " +

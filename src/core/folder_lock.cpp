@@ -20,6 +20,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -140,7 +141,8 @@ FolderLock::FolderLock(const LockSpec& spec) : path_(spec.path) {
       throw_error(what + " " + dir + ": cannot create the lock file " + path_ + ": " + std::strerror(errno),
                   "make the folder writable (or choose another one) and check free disk space");
     const std::string text = read_all(path_);
-    const nlohmann::json holder = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json holder =
+        try_parse_json_input(text).value_or(nlohmann::json(nlohmann::json::value_t::discarded));
     const std::string reason = attempt < 3 ? stale_reason(path_, holder, stale_s) : "";
     if (reason.empty()) {
       const std::string job_id = holder.is_object() ? holder.value("job_id", std::string()) : "";

@@ -37,8 +37,9 @@ fs::path aside_name(const fs::path& path) {
   stamp.erase(std::remove(stamp.begin(), stamp.end(), ':'), stamp.end());
   std::error_code ec;
   for (int k = 1;; ++k) {
-    const fs::path p = path.string() + ".previous-" + stamp + (k > 1 ? "-" + std::to_string(k) : "");
-    if (!fs::exists(fs::symlink_status(p, ec))) return p;
+    std::string name = path.string() + ".previous-" + stamp;
+    if (k > 1) name.append("-").append(std::to_string(k));
+    if (!fs::exists(fs::symlink_status(name, ec))) return name;
   }
 }
 
@@ -49,25 +50,16 @@ bool is_empty_folder(const fs::path& path) {
 
 }  // namespace
 
-void refuse_special_file(const std::string& path, const std::string& what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return;  // missing: the caller's own check says so
-  if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return;
-  const char* kind = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                     : S_ISFIFO(st.st_mode)                     ? "a FIFO"
-                     : S_ISSOCK(st.st_mode)                     ? "a socket"
-                                                                : "not a regular file";
-  throw_error(what + " " + path + " is " + kind + ", not a file or folder",
-              "give the path of a regular file or folder; ember never reads or writes special files");
-}
-
-bool file_starts_with(const std::string& path, const std::string& magic) {
+bool folder_holds_only(const std::string& dir,
+                       const std::function<bool(const std::string& name, bool is_file, bool is_folder)>& ours) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  std::string head(magic.size(), '\0');
-  in.read(head.data(), std::streamsize(head.size()));
-  return in.gcount() == std::streamsize(magic.size()) && head == magic;
+  bool any = false;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::file_status st = it->symlink_status(ec);
+    if (!ours(it->path().filename().string(), fs::is_regular_file(st), fs::is_directory(st))) return false;
+    any = true;
+  }
+  return any && !ec;
 }
 
 StagedOutput::StagedOutput(OutputRule rule) : rule_(std::move(rule)) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/folder_lock.h"
+#include "core/regular_file.h"
 
 namespace ember {
 
@@ -29,6 +30,11 @@ struct OutputRule {
   std::function<bool(const std::string& path)> is_ours;
   std::string looks_like;
 };
+
+// For OutputRule::is_ours: whether `dir` is a folder with at least one entry and every entry is one `ours` accepts
+// (given the entry's name and whether it is a regular file or a folder). A symbolic link or special file never is.
+bool folder_holds_only(const std::string& dir,
+                       const std::function<bool(const std::string& name, bool is_file, bool is_folder)>& ours);
 
 class StagedOutput {
  public:
@@ -51,12 +57,5 @@ class StagedOutput {
   std::unique_ptr<FolderLock> lock_;
   bool committed_ = false;
 };
-
-// Throws ember::Error naming `what` and the path, with a hint, when something exists at `path` that is neither a
-// regular file nor a folder (a device node, FIFO or socket): nothing Ember writes or reads may be one.
-void refuse_special_file(const std::string& path, const std::string& what);
-
-// Whether `path` is an existing regular file that starts with `magic`.
-bool file_starts_with(const std::string& path, const std::string& magic);
 
 }  // namespace ember

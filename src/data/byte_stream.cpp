@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace ember {
 
@@ -30,9 +31,8 @@ std::string input_error(const std::string& path) { return "prep input file " + p
 class PlainStream final : public ByteStream {
  public:
   explicit PlainStream(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0)
-      throw_error(input_error(path) + "cannot open: " + std::strerror(errno), "check the path and its permissions");
+    fd_ = open_regular_file(path, "prep input file",
+                            "check the path and its permissions; give regular files, not FIFOs or devices");
   }
   ~PlainStream() override { ::close(fd_); }  // read-only: a close error cannot lose data
   size_t read(char* buf, size_t n) override {

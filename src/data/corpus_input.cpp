@@ -9,6 +9,7 @@
 
 #include "core/enum_names.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "data/text_files.h"
 
 namespace ember {
@@ -104,8 +105,10 @@ std::optional<std::string> parse_jsonl_line(std::string_view line, const std::st
     return std::nullopt;
   const std::string where = std::string(command) + " input " + file + " line " + std::to_string(line_number) + ": ";
   const std::string hint = "fix or remove the line, or pass --skip-bad-lines to skip such lines";
-  nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw_error(where + "not valid JSON", hint);
+  std::optional<nlohmann::json> parsed = try_parse_json_input(line);
+  if (!parsed)
+    throw_error(where + "not valid JSON (or nested deeper than " + std::to_string(kMaxJsonDepth) + " levels)", hint);
+  nlohmann::json& j = *parsed;
   if (!j.is_object()) throw_error(where + "not a JSON object", hint);
   const auto it = j.find(field);
   if (it == j.end())

@@ -112,17 +112,11 @@ class SplitSink {
 // What prep writes, so --overwrite replaces nothing else: shards, prep.json and the tokenizer/ folder (a folder of
 // llm.c's shards without prep.json counts too).
 bool is_prep_folder(const std::string& dir) {
-  std::error_code ec;
-  bool any = false;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const bool ours = name == PREP_MANIFEST_NAME   ? it->is_regular_file(ec)
-                      : name == PREP_TOKENIZER_DIR ? it->is_directory(ec)
-                                                   : is_shard_name(name) && it->is_regular_file(ec);
-    if (!ours) return false;
-    any = true;
-  }
-  return any && !ec;
+  return folder_holds_only(dir, [](const std::string& name, bool is_file, bool is_folder) {
+    return name == PREP_MANIFEST_NAME   ? is_file
+           : name == PREP_TOKENIZER_DIR ? is_folder
+                                        : is_shard_name(name) && is_file;
+  });
 }
 
 // A prep whose output lies inside its input folder would read its own shards the next time.
@@ -240,14 +234,13 @@ PrepResult prepare_corpus(const PrepOptions& options) {
     log_info("prep: --val-fraction does not apply to enwik input (fixed 90/5/5 train/val/test split)");
 
   // --- 2. stream the corpus into shards in a folder beside the output, swapped in whole at the end ---
-  OutputRule rule;
-  rule.path = options.output;
-  rule.option = "--output";
-  rule.command = "ember prep";
-  rule.kind = OutputKind::folder;
-  rule.overwrite = options.overwrite;
-  rule.is_ours = is_prep_folder;
-  rule.looks_like = "a prep output (shards, prep.json, tokenizer/)";
+  const OutputRule rule{.path = options.output,
+                        .option = "--output",
+                        .command = "ember prep",
+                        .kind = OutputKind::folder,
+                        .overwrite = options.overwrite,
+                        .is_ours = is_prep_folder,
+                        .looks_like = "a prep output (shards, prep.json, tokenizer/)"};
   StagedOutput out(rule);
   PrepResult result;
   result.files = plan.files.size() - plan.binary_files;

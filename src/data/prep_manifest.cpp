@@ -6,6 +6,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 
 namespace ember {
 
@@ -42,7 +43,7 @@ std::optional<PrepManifest> read_prep_manifest(const std::string& dir) {
   const std::string text = read_small_file(path, MAX_MANIFEST_BYTES, "prep manifest", hint);
   PrepManifest m;
   try {
-    const nlohmann::json j = nlohmann::json::parse(text);
+    const nlohmann::json j = parse_json_input(text, "prep manifest " + path, hint);
     if (j.value("format", std::string()) != FORMAT_NAME)
       throw_error("prep manifest " + path + ": not an ember prep manifest (format is not \"" + FORMAT_NAME + "\")",
                   hint);

@@ -78,7 +78,7 @@ void write_full(int fd, const void* buf, size_t n, const std::string& path) {
 // Opens `path`, validates its header against the file size and returns the count and width. The descriptor is left
 // positioned just after the header so the body can be read with the same open file.
 ShardInfo open_and_check(const std::string& path, Fd& file) {
-  file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  file.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block: refused below
   if (file.fd < 0) shard_error(path, "cannot open: " + errno_text());
   struct stat st {};
   if (::fstat(file.fd, &st) != 0) shard_error(path, "cannot stat: " + errno_text());

@@ -130,26 +130,22 @@ void write_text(const fs::path& path, const std::string& text) {
 // subfolders or neither file).
 bool is_export_folder(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_regular_file(fs::path(dir) / "config.json", ec) ||
-      !fs::is_regular_file(fs::path(dir) / "model.safetensors", ec))
-    return false;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (!it->is_regular_file(ec)) return false;
-  return !ec;
+  return fs::is_regular_file(fs::path(dir) / "config.json", ec) &&
+         fs::is_regular_file(fs::path(dir) / "model.safetensors", ec) &&
+         folder_holds_only(dir, [](const std::string&, bool is_file, bool) { return is_file; });
 }
 
 }  // namespace
 
 void write_hf_folder(const std::string& dir, const HostModel& m, HfDtype dtype, bool overwrite) {
   check_expressible(m.model, *m.tokenizer);
-  OutputRule rule;
-  rule.path = dir;
-  rule.option = "--output";
-  rule.command = "ember export";
-  rule.kind = OutputKind::folder;
-  rule.overwrite = overwrite;
-  rule.is_ours = is_export_folder;
-  rule.looks_like = "an export folder (config.json and model.safetensors, no subfolders)";
+  const OutputRule rule{.path = dir,
+                        .option = "--output",
+                        .command = "ember export",
+                        .kind = OutputKind::folder,
+                        .overwrite = overwrite,
+                        .is_ours = is_export_folder,
+                        .looks_like = "an export folder (config.json and model.safetensors, no subfolders)"};
   StagedOutput staged(rule);
   const fs::path tmp = staged.staging();
 

@@ -2,12 +2,14 @@
 // tensor of model.safetensors (or of the shards its index names) mapped by name onto the parameter table.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "hf/format.h"
 #include "tokenizer/bpe_tokenizer.h"
 
@@ -37,13 +39,10 @@ int positive_int(const json& c, const std::string& dir, const char* key, const c
 // Settings of GPT2Config that change what the model computes, each required at the value ember computes with.
 ModelConfig read_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  json c;
-  try {
-    c = json::parse(read_small_file(path, kMaxJsonBytes, "import: " + path,
-                                    "give a folder written by save_pretrained (config.json, model.safetensors)"));
-  } catch (const json::exception& e) {
-    throw_error("import: " + path + " is not JSON (" + e.what() + ")", "give the config.json save_pretrained wrote");
-  }
+  const json c = parse_json_input(read_small_file(path, kMaxJsonBytes, "import: " + path,
+                                                  "give a folder written by save_pretrained (config.json, "
+                                                  "model.safetensors)"),
+                                  "import: " + path, "give the config.json save_pretrained wrote");
   if (!c.is_object()) throw_error("import: " + path + " is not a JSON object", "give a GPT-2 config.json");
   bool gpt2 = c.value("model_type", std::string()) == "gpt2";
   if (c.contains("architectures") && c["architectures"].is_array())
@@ -87,13 +86,9 @@ std::map<std::string, std::shared_ptr<SafetensorsFile>> open_weights(const std::
     auto f = std::make_shared<SafetensorsFile>(dir + "/model.safetensors");
     for (const auto& [name, e] : f->entries()) by_name[name] = f;
   } else if (fs::exists(index, ec)) {
-    json j;
-    try {
-      j = json::parse(
-          read_small_file(index, kMaxJsonBytes, "import: " + index, "give the index save_pretrained wrote"));
-    } catch (const json::exception& e) {
-      throw_error("import: " + index + " is not JSON (" + e.what() + ")", "give the index save_pretrained wrote");
-    }
+    const std::string hint = "give the index save_pretrained wrote";
+    json j =
+        parse_json_input(read_small_file(index, kMaxJsonBytes, "import: " + index, hint), "import: " + index, hint);
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
       throw_error("import: " + index + " has no weight_map", "give the index save_pretrained wrote");
     std::map<std::string, std::shared_ptr<SafetensorsFile>> files;
@@ -150,7 +145,11 @@ HostModel read_hf_folder(const std::string& dir, const std::string& tokenizer_sp
     if (!p)
       throw_error("import: " + file->path() + " holds " + name + ", which GPT2LMHeadModel of this config.json lacks",
                   "the folder is not a GPT-2 model of the sizes config.json gives");
-    const auto& e = file->entries().at(name);
+    const auto entry = file->entries().find(name);
+    if (entry == file->entries().end())
+      throw_error("import: the index names " + file->path() + " for " + name + ", but that file has no such tensor",
+                  "the index and its shards disagree; save the model again with save_pretrained");
+    const auto& e = entry->second;
     if (e.shape != p->shape)
       throw_error("import: " + file->path() + ": " + name + " has shape " + shape_text(e.shape) + ", not " +
                       shape_text(p->shape),
@@ -159,13 +158,22 @@ HostModel read_hf_folder(const std::string& dir, const std::string& tokenizer_sp
       throw_error("import: " + name + " is given twice (with and without the transformer. prefix)",
                   "save the model again with save_pretrained");
     const std::vector<float> v = file->read_floats(name);
+    const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+    if (bad != v.end())
+      throw_error("import: " + file->path() + ": " + name + " holds " + std::to_string(*bad) + " at element " +
+                      std::to_string(bad - v.begin()) + ": not a finite weight",
+                  "the saved model is damaged (or overflowed when it was converted); use another copy of it");
     std::copy(v.begin(), v.end(), out.weights.begin() + ptrdiff_t(p->offset));
   }
   for (const ParamInfo& p : table.params())
     if (!seen.count(p.name))
       throw_error("import: " + dir + " lacks the tensor " + p.name, "save the whole model with save_pretrained");
   if (lm_head) {  // tied in ember: accepted only as a copy of wte
-    const std::vector<float> head = files.at("lm_head.weight")->read_floats("lm_head.weight");
+    const auto head_file = files.find("lm_head.weight");
+    if (head_file == files.end() || !head_file->second->entries().count("lm_head.weight"))
+      throw_error("import: the index names a file for lm_head.weight that has no such tensor",
+                  "the index and its shards disagree; save the model again with save_pretrained");
+    const std::vector<float> head = head_file->second->read_floats("lm_head.weight");
     const ParamInfo& wte = table.wte();
     if (head.size() != wte.numel || !std::equal(head.begin(), head.end(), out.weights.begin() + ptrdiff_t(wte.offset)))
       throw_error("import: " + dir + ": lm_head.weight differs from transformer.wte.weight",

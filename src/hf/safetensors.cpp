@@ -13,6 +13,8 @@
 #include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/json_input.h"
+#include "core/regular_file.h"
 
 namespace ember {
 
@@ -139,6 +141,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
 }
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
+  refuse_special_file(path_, "safetensors file");
   std::ifstream in(path_, std::ios::binary | std::ios::ate);
   if (!in) throw_error("safetensors file " + path_ + " cannot be opened", "check the path");
   const uint64_t size = uint64_t(in.tellg());
@@ -156,12 +159,7 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   in.read(json.data(), std::streamsize(len));
   data_offset_ = 8 + len;
   const uint64_t data_size = size - data_offset_;
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& e) {
-    throw_error("safetensors file " + path_ + ": the header is not JSON (" + e.what() + ")", kHint);
-  }
+  const nlohmann::json header = parse_json_input(json, "safetensors file " + path_ + ": the header", kHint);
   if (!header.is_object()) throw_error("safetensors file " + path_ + ": the header is not a JSON object", kHint);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {

@@ -45,6 +45,13 @@ std::unique_ptr<Tokenizer> choose_training_tokenizer(const TrainingTokenizerSour
                     std::to_string(s.model_vocab_size),
                 padding_hint(s.shards->vocab_size));
   std::unique_ptr<Tokenizer> t = s.setting == AUTO ? tokenizer_for_auto(s) : load_tokenizer(s.setting);
+  // With auto the tokenizer came from beside the shards: a disagreement is between the two files there, and the
+  // advice for a run's setting below would send the user in a circle.
+  if (s.shards && s.setting == AUTO && t->kind() != TokenizerKind::bytes && s.shards->fingerprint != t->fingerprint())
+    throw_error("shards in " + s.data_dir + ": " + s.manifest + " records tokenizer " + describe(*s.shards) +
+                    " but the tokenizer files beside it (" + s.shards_tokenizer + ") are " + t->describe(),
+                "one of them was changed after prep wrote them; prepare the data again with `ember prep --output " +
+                    s.data_dir + " --overwrite` and the same --input and --tokenizer");
   if (s.shards)
     check_shards_tokenizer(s.data_dir, s.manifest, *s.shards, "data.tokenizer (" + s.setting + ") is", *t,
                            "set data.tokenizer = auto to use the tokenizer beside the shards, or re-prep the data "
@@ -68,8 +75,14 @@ std::unique_ptr<Tokenizer> recorded_tokenizer(const std::string& origin, const s
       throw_error(origin + ": the tokenizer files in /tokenizer make " + t->describe() +
                       ", not the recorded fingerprint " + recorded->fingerprint,
                   modified);
+  } else if (configured == tokenizer_kind_name(TokenizerKind::bytes)) {
+    t = std::make_unique<ByteTokenizer>();
   } else {
-    t = load_tokenizer(configured == AUTO ? tokenizer_kind_name(TokenizerKind::bytes) : configured);
+    // data.tokenizer took "auto" and paths only when checkpoints began to record their tokenizer: such a file without
+    // the record lost it, and reading its ids as bytes would print noise.
+    throw_error(origin + " has no /tokenizer group, though its configuration (data.tokenizer = " + configured +
+                    ") comes from an ember that records one",
+                modified);
   }
   if (t->vocab_size() > model_vocab_size)
     throw_error(origin + ": vocab_size " + std::to_string(model_vocab_size) + " is smaller than its tokenizer's " +

@@ -44,8 +44,9 @@ std::unique_ptr<Tokenizer> choose_training_tokenizer(const TrainingTokenizerSour
 
 // The tokenizer a checkpoint was trained with (`origin`, e.g. "checkpoint PATH", names it in errors): rebuilt from
 // the files it stores, which must make the fingerprint it records; or, for a checkpoint written before checkpoints
-// recorded their tokenizer (`recorded` empty), the data.tokenizer of its stored configuration (`configured`; "auto"
-// then meant bytes). Either way the model (`model_vocab_size`) must have a row for each of its ids.
+// recorded their tokenizer (`recorded` empty), the byte tokenizer, the only one there was: its stored configuration's
+// data.tokenizer (`configured`) must then say bytes, since any other value means the record was lost. Either way the
+// model (`model_vocab_size`) must have a row for each of its ids.
 std::unique_ptr<Tokenizer> recorded_tokenizer(const std::string& origin, const std::optional<TokenizerRecord>& recorded,
                                               const TokenizerFiles& files, const std::string& configured,
                                               int model_vocab_size);

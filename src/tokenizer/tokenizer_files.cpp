@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_level.h"
 
@@ -27,7 +28,10 @@ const char* const kFileHint =
     "tokenizer.json of the ByteLevel kind, a tiktoken rank file, or ember tokenizer train";
 
 std::string in_quotes(std::string_view s) {
-  return "'" + std::string(s.substr(0, 80)) + (s.size() > 80 ? "...'" : "'");
+  std::string q = "'";
+  q.append(s.substr(0, 80));
+  q += s.size() > 80 ? "...'" : "'";
+  return q;
 }
 
 // Puts `bytes` at `id`, growing the table; an id given twice is an error naming `entry`.
@@ -83,11 +87,7 @@ std::vector<std::string> split_lines(const std::string& text) {
 }
 
 json parse_json(const std::string& contents, const std::string& name) {
-  try {
-    return json::parse(contents);
-  } catch (const json::exception& e) {
-    throw_error(name + ": not valid JSON (" + std::string(e.what()) + ")", kFileHint);
-  }
+  return parse_json_input(contents, name, kFileHint);
 }
 
 std::optional<std::string> base64_decode(std::string_view s) {
@@ -132,6 +132,25 @@ void check_byte_level(const json& pre, const std::string& name) {
     throw_error(name + ": the ByteLevel pre_tokenizer needs use_regex true and add_prefix_space false", hint);
 }
 
+// Refuses the BPE model settings that would change the ids and that Ember does not implement (GPT-2's files have
+// them null, empty or false): read silently, they would give other ids than Hugging Face's tokenizer.
+void check_bpe_settings(const json& model, const std::string& name) {
+  const std::string hint =
+      "only GPT-2's byte-level BPE is supported: dropout null, continuing_subword_prefix and "
+      "end_of_word_suffix empty or null, byte_fallback false";
+  const auto set = [&](const char* key) {
+    const auto it = model.find(key);
+    if (it == model.end() || it->is_null()) return false;
+    if (it->is_string()) return !it->get<std::string>().empty();
+    if (it->is_boolean()) return it->get<bool>();
+    if (it->is_number()) return it->get<double>() != 0.0;
+    return true;
+  };
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"})
+    if (set(key))
+      throw_error(name + ": model." + key + " = " + model[key].dump().substr(0, 40) + " is not supported", hint);
+}
+
 }  // namespace
 
 BpeVocab read_vocab_and_merges(const std::string& vocab_json, const std::string& merges_txt, const std::string& where) {
@@ -161,6 +180,7 @@ BpeVocab read_tokenizer_json(const std::string& contents, const std::string& nam
   if (doc.contains("normalizer") && !doc["normalizer"].is_null())
     throw_error(name + ": has a normalizer", "only GPT-2's byte-level scheme, without a normalizer, is supported");
   check_byte_level(doc.value("pre_tokenizer", json()), name);
+  check_bpe_settings(model, name);
   BpeVocab v;
   const auto ids = read_printable_vocab(model.value("vocab", json()), v, name + " model.vocab");
   v.special.clear();  // the special tokens are the added tokens marked special

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_input.h"
 
 namespace ember {
 
@@ -27,8 +28,9 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_up_to_step) :
       // A line that is no JSON (the half-written last line of a crash) is dropped; a record whose step is not a
       // whole number was not written by ember and stops the resume rather than being dropped unseen.
       for (int64_t number = 1; std::getline(in, line); ++number) {
-        auto rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (rec.is_discarded() || !rec.is_object() || !rec.contains("step")) continue;
+        const std::optional<nlohmann::json> parsed = try_parse_json_input(line);
+        if (!parsed || !parsed->is_object() || !parsed->contains("step")) continue;
+        const nlohmann::json& rec = *parsed;
         if (!rec["step"].is_number_integer())
           throw_error("metrics file " + path + " line " + std::to_string(number) + ": \"step\" is " +
                           rec["step"].dump() + ", not a whole number",

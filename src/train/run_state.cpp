@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/folder_lock.h"
+#include "core/json_input.h"
 #include "core/timer.h"
 
 namespace ember {
@@ -41,7 +42,8 @@ RunState read_run_state(const std::string& run_dir) {
   RunState r;
   std::ifstream in(run_dir + "/run_state.json");
   if (!in) return r;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json j = try_parse_json_input(text).value_or(nlohmann::json());
   if (!j.is_object()) return r;
   r.state = j.value("state", std::string());
   r.step = j.value("step", int64_t(-1));

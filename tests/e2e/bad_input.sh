@@ -124,6 +124,18 @@ bad_case generate_unquoted_prompt 2 "world" -- "$EMBER" generate --checkpoint $c
 bad_case prep_stray_argument 2 "more" -- "$EMBER" prep --input "$SRC/src" --output data more
 bad_case inspect_stray_argument 2 "second.h5" -- "$EMBER" inspect $ckpt second.h5
 
+# Outside input that would crash or block a reader: deep nesting, FIFOs.
+head -c 100000 /dev/zero | tr '\0' '[' > nested.json
+bad_case decode_nested 1 "stdin: nests deeper than 64 levels" -- bash -c "'$EMBER' tokenizer decode --tokenizer bytes < nested.json"
+mkdir -p deep && { printf '{"text": "ok"}\n'; printf '{"text": "x", "a": '; cat nested.json; echo; } > deep/d.jsonl
+bad_case prep_nested_jsonl 1 "deep/d.jsonl line 2: not valid JSON" -- "$EMBER" prep --input deep --output deep_out
+mkdir -p fifo_tok && mkfifo fifo_tok/tokenizer.json
+bad_case tokenizer_fifo 1 "fifo_tok/tokenizer.json is a FIFO" --timeout 20 -- \
+  bash -c "echo hi | '$EMBER' tokenizer encode --tokenizer fifo_tok"
+mkdir -p fifo_in && mkfifo fifo_in/a.txt
+bad_case prep_fifo_input 1 "fifo_in/a.txt is neither a file nor a folder" --timeout 20 -- \
+  "$EMBER" prep --input fifo_in/a.txt --output fifo_out
+
 bad_case_summary
 
 # Usage errors exit 2.

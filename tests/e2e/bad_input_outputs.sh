@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every command's outputs under one rule (core/output.h): never a special file; an existing output replaced only with
+# Every command's outputs (prep, export, import, eval --logits-out, tokenizer train) under one rule (core/output.h): never a special file; an existing output replaced only with
 # --overwrite, only when it is what the command writes, and moved aside rather than deleted; a new output swapped in
 # whole, so a failure (here a full disk) leaves the earlier one intact; one writer per output at a time.
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,6 +26,12 @@ bad_case export_over_checkpoint 1 "--output $ckpt exists and is not an export fo
 bad_case export_exists 1 "--output export exists" -- "$EMBER" export --checkpoint $ckpt --output export
 bad_case prep_over_run_folder 1 "--output run exists and is not a prep output" -- \
   "$EMBER" prep --input "$SRC/src/core" --output run --overwrite
+bad_case import_over_manifest 1 "--output data/prep.json exists and is not an HDF5 checkpoint" -- \
+  "$EMBER" import --hf export --output data/prep.json --overwrite
+bad_case import_over_run_folder 1 "--output run exists and is not an HDF5 checkpoint" -- \
+  "$EMBER" import --hf export --output run --overwrite
+bad_case tokenizer_over_run_folder 1 "--output run exists and is not a tokenizer folder" -- \
+  "$EMBER" tokenizer train --input "$SRC/src/core" --vocab-size 300 --output run --overwrite
 mkdir -p corpus && cp "$SRC"/src/core/*.h corpus/
 bad_case prep_inside_input 1 "--output corpus/shards lies inside --input corpus" -- \
   "$EMBER" prep --input corpus --output corpus/shards
@@ -73,6 +79,12 @@ if mount -t tmpfs -o size=1m tmpfs full 2> mount.err; then
   bad_case prep_full_disk nonzero "full/data" -- "$EMBER" prep --input big.txt --output full/data --overwrite
   diff -r full/data data.small > /dev/null || fail "prep_full_disk: the earlier prep changed"
   [ -z "$(ls -d full/data.tmp-* 2>/dev/null)" ] || fail "prep_full_disk: the temporary folder was left behind"
+  # An export onto the full disk: one error naming the file once, nothing left behind.
+  cat /dev/zero > full/filler 2>/dev/null || true
+  bad_case export_full_disk nonzero "full/exp" -- "$EMBER" export --checkpoint $ckpt --output full/exp
+  [ "$(grep '^error: ' cases/export_full_disk.err | grep -o 'full/exp[^ :]*' | sort | uniq -d)" = "" ] ||
+    { cat cases/export_full_disk.err >&2; fail "export_full_disk: the error names a path twice"; }
+  [ -z "$(ls -d full/exp* 2>/dev/null)" ] || fail "export_full_disk: $(ls -d full/exp*) left behind"
   umount full
   trap - EXIT
 else

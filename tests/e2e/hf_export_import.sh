@@ -70,13 +70,17 @@ echo "not hdf5" > bogus.h5
 expect_error export_bogus "bogus.h5" "$EMBER" export --checkpoint bogus.h5 --output hf_bogus
 [ ! -e hf_bogus ] || fail "a failed export left a folder"
 before=$(md5sum hf_bpe/model.safetensors)
+before_sum=$(md5sum < hf_bpe/model.safetensors)
 ckpt=run_bpe/checkpoints/$(cat run_bpe/checkpoints/latest)
 expect_error export_exists "hf_bpe exists" "$EMBER" export --checkpoint "$ckpt" --output hf_bpe
 expect_error export_dtype "--dtype fp8 is not a dtype" "$EMBER" export --checkpoint "$ckpt" --output x --dtype fp8
 [ "$(md5sum hf_bpe/model.safetensors)" = "$before" ] || fail "a refused export changed the earlier one"
 "$EMBER" export --checkpoint "$ckpt" --output hf_bpe --overwrite --dtype fp16 > /dev/null || fail "--overwrite"
 grep -q '"torch_dtype": "float16"' hf_bpe/config.json || fail "--overwrite did not replace the folder"
-ls -d hf_bpe.* 2>/dev/null && fail "export left its temporary folders"
+ls -d hf_bpe.tmp-* hf_bpe.lock 2>/dev/null && fail "export left its temporary folder or its lock"
+aside=(hf_bpe.previous-*)
+[ "${#aside[@]}" -eq 1 ] && [ "$(md5sum < "${aside[0]}/model.safetensors")" = "$before_sum" ] ||
+  fail "--overwrite did not move the earlier export aside intact"
 expect_error import_exists "random.h5 exists" "$EMBER" import --hf hf_random --output random.h5
 for k in missing shape arch header untied; do
   rm -rf hf_$k && cp -r hf_random hf_$k && $HF break hf_$k $k || fail "break $k"

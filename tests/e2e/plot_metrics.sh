@@ -35,12 +35,28 @@ PY
 # Bad inputs: one error line with a hint, exit 1, the earlier picture untouched.
 cp loss.png before.png
 expect_error missing_run "run nowhere has no metrics.jsonl" "${PLOT_PY[@]}" nowhere -o loss.png
-printf '{"step": 1, "loss": 5.0}\nnot json\n' > broken.jsonl
-expect_error malformed_line "broken.jsonl line 2" "${PLOT_PY[@]}" broken.jsonl -o loss.png
+printf '{"step": "one", "loss": 5.0}\n' > badstep.jsonl
+expect_error bad_step "badstep.jsonl line 1: \"step\" is \"one\", not a whole number" "${PLOT_PY[@]}" badstep.jsonl -o loss.png
 : > empty.jsonl
-expect_error empty_metrics "holds no steps" "${PLOT_PY[@]}" empty.jsonl -o loss.png
+expect_error empty_metrics "holds no losses" "${PLOT_PY[@]}" empty.jsonl -o loss.png
 expect_error bad_extension "is not a .png, .svg or .pdf" "${PLOT_PY[@]}" run_a -o loss.txt
 expect_error missing_folder "does not exist" "${PLOT_PY[@]}" run_a -o no/such/loss.png
 cmp -s loss.png before.png || fail "a failed plot changed the earlier picture"
 [ -z "$(ls -A | grep '\.tmp')" ] || fail "a temporary picture was left behind"
-echo "ok: two runs plotted, bad inputs refused"
+
+# Damaged lines (the half-written last line of a killed run, a line of another tool, a loss that is text) are skipped
+# with one warning naming them, never a traceback; the rest is plotted.
+{ head -5 run_a/metrics.jsonl; echo 'not json'; echo '[1, 2]'; echo '{"step": 6, "loss": "high"}'; echo '{"step": 7, "lo'; } \
+  > damaged.jsonl
+"${PLOT_PY[@]}" damaged.jsonl -o damaged.png 2>damaged.err || { cat damaged.err >&2; fail "plot of damaged metrics"; }
+grep -q "damaged.jsonl: skipped 4 lines that are not metrics records (line 6, 7, 8, 9)" damaged.err ||
+  { cat damaged.err >&2; fail "damaged lines not skipped with one warning"; }
+grep -q "Traceback" damaged.err && fail "a traceback for damaged lines"
+
+# An async run: the center's records hold the losses of the deltas it applied and its evaluations, no "loss".
+mpirun -np 3 --oversubscribe "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --training.steps=30 \
+  --eval.every=10 --training.mode=async --run.dir=run_async >async.log 2>&1 || { cat async.log >&2; fail "async run"; }
+"${PLOT_PY[@]}" run_async -o async.png 2>async.err || { cat async.err >&2; fail "plot of an async run"; }
+grep -Eq "run_async/metrics.jsonl: [0-9]+ steps, [1-9][0-9]* evaluations, last loss [0-9.]+" async.err ||
+  { cat async.err >&2; fail "the async run's losses and evaluations are not plotted"; }
+echo "ok: two runs plotted, damaged lines skipped, an async run plotted, bad inputs refused"

@@ -16,7 +16,7 @@ mkdir -p empty && touch empty/nothing.txt && : >file.txt
 
 expect_error vocab_too_small "vocab-size" "$EMBER" tokenizer train --input corpus --vocab-size 257 --output tok
 expect_error missing_input "does not exist" "$EMBER" tokenizer train --input nowhere --vocab-size 1000 --output tok
-expect_error output_is_file "not a folder" "$EMBER" tokenizer train --input corpus --vocab-size 1000 --output file.txt
+expect_error output_is_file "file.txt exists and is not a tokenizer folder" "$EMBER" tokenizer train --input corpus --vocab-size 1000 --output file.txt
 expect_error empty_corpus "holds no text" "$EMBER" tokenizer train --input empty --vocab-size 1000 --output tok
 [ ! -e tok ] || fail "a refused run created the output folder"
 
@@ -25,7 +25,7 @@ expect_error empty_corpus "holds no text" "$EMBER" tokenizer train --input empty
 for f in vocab.json merges.txt tokenizer.json tokenizer_config.json; do
   cmp "tok/$f" "tok1/$f" || fail "$f differs between --threads 2 and --threads 1"
 done
-expect_error no_overwrite "already holds" "$EMBER" tokenizer train --input corpus --vocab-size 4000 --output tok
+expect_error no_overwrite "--output tok exists" "$EMBER" tokenizer train --input corpus --vocab-size 4000 --output tok
 "$EMBER" tokenizer train --input corpus --vocab-size 4000 --output tok --overwrite --threads 2
 cmp tok/merges.txt tok1/merges.txt || fail "--overwrite wrote different merges"
 

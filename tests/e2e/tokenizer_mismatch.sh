@@ -54,7 +54,14 @@ cp "$good" other_run/checkpoints/step_00000002.h5
 with h5py.File(sys.argv[1], "r+") as f:
     f["tokenizer"].attrs["kind"] = "bpe"
     f["tokenizer"].attrs["fingerprint"] = "00112233aabbccdd"' other_run/checkpoints/step_00000002.h5
-protect run other_run
+# The same checkpoint with its /tokenizer group deleted: a run configured with data.tokenizer = auto recorded one, so
+# it was lost, and the ids must not be read as bytes.
+mkdir -p lost
+cp "$good" lost/step_00000002.h5
+"$PYTHON" -c 'import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    del f["tokenizer"]' lost/step_00000002.h5
+protect run other_run lost
 
 bad_case prep_fingerprint nonzero "shards in other_data were made with tokenizer bpe \(256 ids, fingerprint 0123456789abcdef\).* but data\.tokenizer \(bytes\) is bytes" \
   -- "${mpi_train[@]}" --data.dir=other_data --data.tokenizer=bytes --run.dir=r1
@@ -69,6 +76,8 @@ bad_case tokenizer_vocab nonzero "tokenizer bytes has 256 ids but model\.vocab_s
   -- "${train[@]}" --data.dir=noprep --data.tokenizer=bytes --model.vocab_size=200 --run.dir=r5
 bad_case resume_other_tokenizer nonzero "checkpoint .*step_00000002\.h5 was trained with tokenizer bpe \(256 ids, fingerprint 00112233aabbccdd\) but this run's is bytes" \
   -- "${mpi_train[@]}" --data.dir=bytes_data --run.dir=other_run --checkpoint.resume=auto --training.steps=4
+bad_case lost_tokenizer_group 1 "checkpoint lost/step_00000002\.h5 has no /tokenizer group, though its configuration \(data\.tokenizer = auto\)" \
+  -- "$EMBER" generate --checkpoint lost/step_00000002.h5 --prompt "ab" --max-new-tokens 2
 bad_case_summary
 
 # The untouched checkpoint resumes: the refusal above came from the tokenizer alone.

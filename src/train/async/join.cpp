@@ -13,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "parallel/host_collectives.h"
@@ -37,7 +38,7 @@ nlohmann::json read_json(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return nullptr;
   try {
-    return nlohmann::json::parse(read_small_file(path, 1 << 20, "join file", ""));
+    return try_parse_json_input(read_small_file(path, 1 << 20, "join file", "")).value_or(nullptr);
   } catch (const std::exception&) {
     return nullptr;  // written by rename, so whole: unreadable only when it went away meanwhile
   }

@@ -16,15 +16,13 @@ namespace {
 namespace fs = std::filesystem;
 
 OutputRule folder_rule(const std::string& path, bool overwrite) {
-  OutputRule r;
-  r.path = path;
-  r.option = "--output";
-  r.command = "ember test";
-  r.kind = OutputKind::folder;
-  r.overwrite = overwrite;
-  r.is_ours = [](const std::string& p) { return fs::exists(fs::path(p) / "ours.txt"); };
-  r.looks_like = "a test output (ours.txt)";
-  return r;
+  return {.path = path,
+          .option = "--output",
+          .command = "ember test",
+          .kind = OutputKind::folder,
+          .overwrite = overwrite,
+          .is_ours = [](const std::string& p) { return fs::exists(fs::path(p) / "ours.txt"); },
+          .looks_like = "a test output (ours.txt)"};
 }
 
 // The folders beside `path` that an overwrite moved aside.

@@ -113,7 +113,8 @@ TEST(Safetensors, MalformedFilesAreRefused) {
     std::ofstream(path, std::ios::binary) << file << "{}";
     EXPECT_THROW(SafetensorsFile{path}, Error);
   }
-  expect_refused("notjson", "{\"a\": ", ok_data, "not JSON");
+  expect_refused("notjson", "{\"a\": ", ok_data, "not valid JSON");
+  expect_refused("nested", std::string(1000, '[') + std::string(1000, ']'), ok_data, "nests deeper than 64 levels");
   expect_refused("array", "[1, 2]", ok_data, "not a JSON object");
   expect_refused("fields", R"({"a": {"dtype": "F32", "shape": [2]}})", ok_data, "tensor a");
   expect_refused("dtype", R"({"a": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})", ok_data, "I64");

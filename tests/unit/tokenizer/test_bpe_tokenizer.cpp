@@ -1,6 +1,7 @@
 // Tests for the byte-level BPE tokenizer: one small vocabulary in the three file formats, the two merge rules where
 // they disagree, round trips, special tokens, cut points, malformed files, long runs and encoding speed.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -345,6 +346,34 @@ TEST(BpeTokenizer, MalformedTokenizerJson) {
   expect_load_error(with("/model/merges/1"_json_pointer, 5), {"model.merges[1]"});
   expect_load_error(with("/model/vocab/abc"_json_pointer, 1.5), {"abc", "integer"});
   expect_load_error(with("/added_tokens/0/id"_json_pointer, 65), {"<|endoftext|>", "65"});
+  // BPE settings that change the ids and that Ember does not implement; their GPT-2 values are accepted.
+  expect_load_error(with("/model/dropout"_json_pointer, 0.1), {"model.dropout", "0.1"});
+  expect_load_error(with("/model/end_of_word_suffix"_json_pointer, "</w>"), {"model.end_of_word_suffix", "</w>"});
+  expect_load_error(with("/model/continuing_subword_prefix"_json_pointer, "##"), {"continuing_subword_prefix"});
+  expect_load_error(with("/model/byte_fallback"_json_pointer, true), {"model.byte_fallback"});
+  json gpt2_values = good;
+  gpt2_values["model"].update({{"dropout", nullptr},
+                               {"end_of_word_suffix", ""},
+                               {"continuing_subword_prefix", ""},
+                               {"byte_fallback", false},
+                               {"fuse_unk", false},
+                               {"unk_token", nullptr}});
+  {
+    TempDir d, g;
+    write_file(d / "tokenizer.json", gpt2_values.dump());
+    write_file(g / "tokenizer.json", good.dump());
+    EXPECT_EQ(load_tokenizer(d.str())->fingerprint(), load_tokenizer(g.str())->fingerprint());
+  }
+  // Nesting past the bound is refused as it is read (a deeper document would make printers and walks recurse).
+  expect_load_error({{"tokenizer.json", std::string(100000, '[') + std::string(100000, ']')}},
+                    {"tokenizer.json", "nests deeper than 64 levels"});
+  // A FIFO where a tokenizer file should be is refused, not waited on.
+  {
+    TempDir d;
+    ASSERT_EQ(::mkfifo((d / "tokenizer.json").c_str(), 0644), 0);
+    expect_error([&] { load_tokenizer(d / "tokenizer.json"); }, {"tokenizer.json", "FIFO"});
+    expect_error([&] { load_tokenizer(d.str()); }, {"tokenizer.json", "FIFO"});
+  }
   // A Sequence holding only ByteLevel is accepted; an added special token may bring an id of its own.
   json seq = good;
   seq["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({good["pre_tokenizer"]})}};

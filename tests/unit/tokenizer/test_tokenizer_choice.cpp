@@ -67,6 +67,19 @@ TEST(TokenizerChoice, TrainingAutoTakesTheTokenizerBesideTheShards) {
   const int short_vocab = shards.vocab_size - 1;
   expect_error([&] { choose_training_tokenizer(sources("auto", shards, short_vocab, dir / "tokenizer")); },
                {"data/x", std::to_string(shards.vocab_size), std::to_string(short_vocab), "model.vocab_size"});
+  // A prep.json whose fingerprint was changed: with auto the two files beside the shards disagree, and the advice is to
+  // prepare again, not to set data.tokenizer = auto (which it already is).
+  TokenizerRecord tampered = shards;
+  tampered.fingerprint = "00112233aabbccdd";
+  try {
+    choose_training_tokenizer(sources("auto", tampered, 512, dir / "tokenizer"));
+    ADD_FAILURE() << "a tampered prep.json was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("00112233aabbccdd"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir / "tokenizer"), std::string::npos) << e.what();
+    EXPECT_EQ(e.hint().find("data.tokenizer = auto"), std::string::npos) << e.hint();
+    EXPECT_NE(e.hint().find("--overwrite"), std::string::npos) << e.hint();
+  }
   // Shards made with one tokenizer, a run naming another.
   expect_error([&] { choose_training_tokenizer(sources("bytes", shards, 512)); },
                {"data/x", shards.fingerprint, "data.tokenizer (bytes)", "prep.json"});
@@ -86,15 +99,14 @@ TEST(TokenizerChoice, RecordedTokenizerIsRebuiltFromItsFiles) {
                {"checkpoint c.h5", "100", std::to_string(bpe->vocab_size())});
 }
 
-TEST(TokenizerChoice, OldCheckpointsUseTheirConfiguredTokenizer) {
-  // Before checkpoints recorded their tokenizer, "auto" could only mean bytes.
-  EXPECT_EQ(recorded_tokenizer("checkpoint old.h5", std::nullopt, {}, "auto", 256)->fingerprint(), "bytes");
+TEST(TokenizerChoice, OldCheckpointsAreBytesAndALostRecordIsRefused) {
+  // Before checkpoints recorded their tokenizer, bytes was the only one, and data.tokenizer said so.
   EXPECT_EQ(recorded_tokenizer("checkpoint old.h5", std::nullopt, {}, "bytes", 256)->fingerprint(), "bytes");
-  TempDir dir;
-  const auto bpe = tokenizer_from_files(small_bpe_files(), "test");
-  write_tokenizer_files(*bpe, dir / "tok");
-  EXPECT_EQ(recorded_tokenizer("checkpoint old.h5", std::nullopt, {}, dir / "tok", 512)->fingerprint(),
-            bpe->fingerprint());
+  // "auto" and paths came with the record: a file with either and no record lost it (a BPE run read as bytes).
+  expect_error([] { recorded_tokenizer("checkpoint bpe.h5", std::nullopt, {}, "auto", 50257); },
+               {"checkpoint bpe.h5", "/tokenizer", "data.tokenizer = auto"});
+  expect_error([] { recorded_tokenizer("checkpoint bpe.h5", std::nullopt, {}, "data/gpt2", 50257); },
+               {"checkpoint bpe.h5", "data.tokenizer = data/gpt2"});
 }
 
 TEST(TokenizerChoice, DisagreementsAreRefused) {

@@ -6,13 +6,16 @@ Panels: training loss (thin) and validation loss (markers); tokens/s; learning r
   python3 scripts/plot_metrics.py runs/a runs/b -o loss.png
 
 A RUN_DIR is a run folder (holding metrics.jsonl) or a metrics.jsonl file. The picture is written to a temporary
-name and renamed, so an error never leaves a partial file.
+name and renamed, so an error never leaves a partial file. As every Ember output: an existing picture is replaced only
+with --overwrite (and moved aside to <name>.previous-<UTC time>, not deleted), and never anything but a picture.
 """
 import argparse
 import json
 import math
 import os
+import stat
 import sys
+import time
 
 
 def fail(message, hint):
@@ -74,6 +77,41 @@ def read_metrics(run):
     return path, rows
 
 
+# The first bytes of the pictures this script writes: only these are ever replaced.
+PICTURE_MAGIC = {".png": (b"\x89PNG",), ".pdf": (b"%PDF",), ".svg": (b"<?xml", b"<svg")}
+
+
+def check_output(path, overwrite):
+    """Refuses a special file, anything that is not a picture of the asked kind, and an earlier picture without
+    --overwrite, before anything is read or drawn."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        fail(f"output {path} exists and is not a regular file", "give -o the path of a new picture")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not any(head.startswith(m) for m in PICTURE_MAGIC[os.path.splitext(path)[1].lower()]):
+        fail(f"output {path} exists and is not a picture of its kind: it is not replaced, --overwrite or not",
+             "give -o the path of a new picture")
+    if not overwrite:
+        fail(f"output {path} exists", "give another -o, or pass --overwrite to replace it (the old one is moved aside)")
+
+
+def move_aside(path):
+    """The earlier picture to <path>.previous-<UTC time>; returns where it went, or None when there was none."""
+    if not os.path.exists(path):
+        return None
+    stamp = time.strftime("%Y-%m-%dT%H%M%SZ", time.gmtime())
+    aside, k = f"{path}.previous-{stamp}", 1
+    while os.path.exists(aside):
+        k += 1
+        aside = f"{path}.previous-{stamp}-{k}"
+    os.link(path, aside)  # a second name first: the picture is never missing, and the replace below drops the first
+    return aside
+
+
 def x_of(rows):
     """Tokens seen, or steps for records that lack tokens_seen."""
     if all(number(r.get("tokens_seen")) for r in rows):
@@ -86,6 +124,7 @@ def main():
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders or metrics.jsonl files")
     p.add_argument("-o", "--output", required=True, help="the picture to write (.png, .svg or .pdf)")
     p.add_argument("--title", default="", help="a title over the panels")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier picture (moved aside, not deleted)")
     args = p.parse_args()
     ext = os.path.splitext(args.output)[1].lower()
     if ext not in (".png", ".svg", ".pdf"):
@@ -93,6 +132,7 @@ def main():
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         fail(f"output folder {out_dir} does not exist", "create it first, or write the picture elsewhere")
+    check_output(args.output, args.overwrite)
     runs = [(run, *read_metrics(run)) for run in args.runs]
 
     try:
@@ -134,7 +174,10 @@ def main():
     tmp = os.path.join(out_dir, "." + os.path.basename(args.output) + ".tmp" + ext)
     try:
         fig.savefig(tmp, dpi=100)
+        aside = move_aside(args.output)
         os.replace(tmp, args.output)
+        if aside:
+            print(f"plot_metrics: the earlier {args.output} moved aside to {aside}", file=sys.stderr)
     except OSError as e:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -71,7 +71,7 @@ echo
 
 # The loss curves (train and validation against tokens, tokens/s, learning rate, gradient norm) as a picture.
 PLOT="$RUN_DIR/loss.png"
-if /usr/bin/python3 scripts/plot_metrics.py "$RUN_DIR" -o "$PLOT" --title "configs/demo.ini" 2>/dev/null; then
+if /usr/bin/python3 scripts/plot_metrics.py "$RUN_DIR" -o "$PLOT" --title "configs/demo.ini" --overwrite 2>/dev/null; then
   echo "== plot of the run's metrics: $PLOT"
 else
   echo "warning: could not draw $PLOT (scripts/plot_metrics.py; python3-matplotlib from scripts/setup.sh)" >&2

@@ -41,7 +41,16 @@ expect_error bad_step "badstep.jsonl line 1: \"step\" is \"one\", not a whole nu
 expect_error empty_metrics "holds no losses" "${PLOT_PY[@]}" empty.jsonl -o loss.png
 expect_error bad_extension "is not a .png, .svg or .pdf" "${PLOT_PY[@]}" run_a -o loss.txt
 expect_error missing_folder "does not exist" "${PLOT_PY[@]}" run_a -o no/such/loss.png
+expect_error exists "output loss.png exists" "${PLOT_PY[@]}" run_a -o loss.png
+cp train.log notes.png
+expect_error not_a_picture "notes.png exists and is not a picture" "${PLOT_PY[@]}" run_a -o notes.png --overwrite
+mkfifo pipe.png
+expect_error special_file "pipe.png exists and is not a regular file" "${PLOT_PY[@]}" run_a -o pipe.png --overwrite
+[ -p pipe.png ] || fail "special_file: the FIFO was replaced"
 cmp -s loss.png before.png || fail "a failed plot changed the earlier picture"
+"${PLOT_PY[@]}" run_a -o loss.png --overwrite 2>over.err || { cat over.err >&2; fail "plot --overwrite"; }
+aside=(loss.png.previous-*)
+cmp -s "${aside[0]}" before.png || fail "--overwrite did not move the earlier picture aside intact"
 [ -z "$(ls -A | grep '\.tmp')" ] || fail "a temporary picture was left behind"
 
 # Damaged lines (the half-written last line of a killed run, a line of another tool, a loss that is text) are skipped

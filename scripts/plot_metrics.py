@@ -132,8 +132,8 @@ def main():
     out_dir = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(out_dir):
         fail(f"output folder {out_dir} does not exist", "create it first, or write the picture elsewhere")
-    check_output(args.output, args.overwrite)
     runs = [(run, *read_metrics(run)) for run in args.runs]
+    check_output(args.output, args.overwrite)
 
     try:
         import matplotlib

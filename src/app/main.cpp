@@ -77,12 +77,14 @@ int main(int argc, char** argv) {
   const int rank = mpi.rank(), size = mpi.size();
   ember::log_set_rank(rank, false);
   int code = ember::EXIT_CODE_OK;
+  bool agreed = false;  // every rank holds the error
   try {
     code = dispatch(argc, argv);
   } catch (const ember::Error& e) {
     fprintf(stderr, "%serror: %s\nhint: %s\n", size > 1 ? ("[rank " + std::to_string(rank) + "] ").c_str() : "",
             e.what(), e.hint().c_str());
     code = dynamic_cast<const ember::UsageError*>(&e) ? ember::EXIT_CODE_USAGE : ember::EXIT_CODE_ERROR;
+    agreed = dynamic_cast<const ember::AgreedError*>(&e) != nullptr;
   } catch (const std::exception& e) {
     fprintf(stderr, "error: %s\nhint: this is unexpected; please report it with the command line\n", e.what());
     code = ember::EXIT_CODE_ERROR;
@@ -91,6 +93,6 @@ int main(int argc, char** argv) {
   fflush(stderr);
   // A failure on one rank must end every rank, never leave the others waiting in a collective. (An early stop
   // after a checkpoint is agreed by all ranks, so they all return EXIT_CODE_REQUEUE normally.)
-  mpi.finish(code != ember::EXIT_CODE_OK && code != ember::EXIT_CODE_REQUEUE, code);
+  mpi.finish(code != ember::EXIT_CODE_OK && code != ember::EXIT_CODE_REQUEUE, code, agreed);
   return code;
 }

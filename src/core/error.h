@@ -17,6 +17,13 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+// An error every rank of the job holds, agreed collectively (agree_on_error): each rank unwinds on its own, so the
+// ranks can wait for one another before the job ends, and rank 0's clean-up is never cut short by a peer's abort.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
 [[noreturn]] void throw_error(const std::string& message, const std::string& hint);
 
 // Where a check failed, formatted as "file:line (rank R on HOST)".

@@ -77,7 +77,7 @@ DeviceChoice choose_cuda(const World& world, const CudaDevices& visible, const s
     local = no_gpu_error(world, visible, option, chosen);
   else
     local = attempt([&] { share = share_gpus_from_env(); }, "");
-  if (std::optional<Error> e = agree_on_error(world, local)) throw *e;
+  if (std::optional<AgreedError> e = agree_on_error(world, local)) throw *e;
 
   const int ordinal = world.local_rank % visible.count();
   const CudaDevice& gpu = visible.devices[size_t(ordinal)];

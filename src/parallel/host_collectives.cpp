@@ -119,8 +119,9 @@ bool any_rank(const World& world, bool flag) {
   return any != 0;
 }
 
-std::optional<Error> agree_on_error(const World& world, std::optional<Error> local) {
-  if (world.size == 1) return local;
+std::optional<AgreedError> agree_on_error(const World& world, std::optional<Error> local) {
+  if (world.size == 1)
+    return local ? std::optional<AgreedError>(AgreedError(local->what(), local->hint())) : std::nullopt;
   int mine = local ? world.rank : INT_MAX, first = INT_MAX;
   MPI_Request r = MPI_REQUEST_NULL;
   EMBER_MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world.comm, &r));
@@ -129,7 +130,7 @@ std::optional<Error> agree_on_error(const World& world, std::optional<Error> loc
   const bool owner = world.rank == first;
   const std::string what = broadcast_string(world, owner ? std::string(local->what()) : std::string(), first);
   const std::string hint = broadcast_string(world, owner ? local->hint() : std::string(), first);
-  return Error(what, hint);
+  return AgreedError(what, hint);
 }
 
 std::optional<Error> agree_on_error_within(const World& world, std::optional<Error> local, double bound_s,

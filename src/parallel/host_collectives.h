@@ -36,7 +36,7 @@ bool any_rank(const World& world, bool flag);
 // Agreement on the outcome of a step that every rank took: when any rank failed, every rank gets the error of the
 // lowest failing rank (message and hint), so that no rank goes on into a collective call a failed rank will never
 // make. Collective over world.comm.
-std::optional<Error> agree_on_error(const World& world, std::optional<Error> local);
+std::optional<AgreedError> agree_on_error(const World& world, std::optional<Error> local);
 
 // agree_on_error for a step made of collective calls of another library (parallel HDF5) that a failing rank may
 // have left early, stranding the others inside it. A rank without an error waits as long as the others take; a rank

@@ -186,13 +186,23 @@ void free_sub_world(World& world) {
   if (world.comm != MPI_COMM_NULL && world.comm != MPI_COMM_WORLD) EMBER_MPI_CHECK(MPI_Comm_free(&world.comm));
 }
 
-void MpiSession::finish(bool failed, int code) {
+void MpiSession::finish(bool failed, int code, bool agreed) {
   if (g_left_job) {
     fflush(stdout);
     fflush(stderr);
     _exit(code);
   }
-  // A failure on one rank must end every rank, never leave the others waiting in a collective.
+  // A failure on one rank must end every rank, never leave the others waiting in a collective; an agreed one waits,
+  // bounded, until every rank has unwound (rank 0 removes what a refused start created on the way).
+  if (failed && size_ > 1 && agreed) {
+    constexpr double kAgreedExitWait = 10.0;
+    MPI_Request r = MPI_REQUEST_NULL;
+    const double deadline = MPI_Wtime() + kAgreedExitWait;
+    int done = 0;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &r) == MPI_SUCCESS)
+      while (!done && MPI_Wtime() < deadline && MPI_Test(&r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS)
+        if (!done) usleep(1000);
+  }
   if (failed && size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
   MPI_Finalize();
 }

@@ -68,7 +68,9 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
-  void finish(bool failed, int code);
+  // Ends MPI. A failure ends every rank (MPI_Abort); an `agreed` one (every rank holds it) first waits up to
+  // 10 s for every rank to get here, so that no rank's clean-up is cut short by another's abort.
+  void finish(bool failed, int code, bool agreed = false);
 
  private:
   int rank_ = 0;

@@ -6,11 +6,14 @@
 #include "infer/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <exception>
@@ -20,12 +23,16 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace ember {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Connections that may wait to be accepted (the kernel caps it at net.core.somaxconn, 4096 on Debian 12).
+constexpr int kListenBacklog = 1024;
 
 // What the access log line of the request on this worker thread reports; the handlers fill it in.
 struct AccessLog {
@@ -208,6 +215,7 @@ struct Server::Impl {
   std::vector<int32_t> empty_prompt;
   ServerOptions options;
   httplib::Server http;
+  int listen_fd = -1;  // the listening socket, once bind() made it
   int64_t started_at = int64_t(time(nullptr));
 
   std::mutex mutex;
@@ -424,6 +432,12 @@ Server::~Server() = default;
 
 int Server::bind() {
   Impl& s = *impl_;
+  // Debian's compiled cpp-httplib listens with a backlog of 5, so a burst of clients met connection resets: the
+  // listening socket is noted as it is made, and listen() again (Linux takes a new backlog so) lets hundreds wait.
+  s.http.set_socket_options([&s](socket_t sock) {
+    httplib::default_socket_options(sock);
+    s.listen_fd = sock;
+  });
   if (s.options.port == 0) {
     const int port = s.http.bind_to_any_port(s.options.host);
     if (port < 0)
@@ -433,6 +447,9 @@ int Server::bind() {
     throw_error("ember serve: cannot listen on " + s.options.host + ":" + std::to_string(s.options.port),
                 "the port may be in use: give another with --port (0: any free port), and check --host");
   }
+  if (s.listen_fd >= 0 && ::listen(s.listen_fd, kListenBacklog) != 0)
+    log_warn("serve: cannot raise the listen backlog to %d (%s); bursts of connections may be refused", kListenBacklog,
+             std::strerror(errno));
   return s.options.port;
 }
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Creates the Python virtual environment .venv at the repository root with the pinned tokenizer libraries the
-# exactness tests and the tokenizer benchmark compare Ember against. Idempotent and safe to run twice at once.
+# exactness tests and the tokenizer benchmark compare Ember against, and the server's schema tester. Idempotent and
+# safe to run twice at once.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # transformers 4.40 still runs on Debian's torch and needs tokenizers < 0.20. The venv sees Debian's packages, whose
 # compiled modules (scipy, h5py, matplotlib; datasets imports scipy) are built for NumPy 1.x: numpy < 2 keeps
 # Debian's numpy, and pandas < 2.3 and pyarrow < 17 are the last releases that accept it.
-PINNED=(tokenizers==0.19.1 tiktoken==0.8.0 transformers==4.40.2 datasets==2.19.2 "numpy<2" "pandas<2.3" "pyarrow<17")
+# schemathesis tests `ember serve` against its /openapi.json; its event-stream reader needs urllib3 2 (Debian has 1.26).
+PINNED=(tokenizers==0.19.1 tiktoken==0.8.0 transformers==4.40.2 datasets==2.19.2 "numpy<2" "pandas<2.3" "pyarrow<17"
+  schemathesis==4.32.5 "urllib3>=2,<3")
 VENV=.venv
 MARKER=$VENV/ember-pinned.txt
 PYTHON=${EMBER_SYSTEM_PYTHON:-/usr/bin/python3}

@@ -51,7 +51,9 @@ void install_signal_pipe() {
 // The command line of `ember serve`.
 struct ServeArgs {
   std::string checkpoint, host, device, precision, model_name, api_key;
-  int port = 8000, max_batch = 16, max_queue = 256, max_tokens_limit = 4096, max_step_tokens = 512, threads = 64;
+  int port = 8000, max_batch = 16, max_queue = 256, max_tokens_limit = 4096, max_step_tokens = 512, threads = 4;
+  int max_connections = 1024;
+  double read_timeout = 30;
   int max_body_kib = 1024;
   double timeout = 600;
 };
@@ -75,8 +77,12 @@ bool parse_serve_args(int argc, char** argv, ServeArgs& a) {
               "rows of one forward pass: decoded tokens plus prompt chunks (at least --max-batch)");
   numbers.add(desc, "timeout", &a.timeout, {0.0, 86400.0, true},
               "seconds a request may take from its arrival; then it ends with finish_reason timeout");
-  numbers.add(desc, "threads-http", &a.threads, {1, 4096},
-              "HTTP worker threads: connections served at once (each waiting or streaming request holds one)");
+  numbers.add(desc, "threads-http", &a.threads, {1, 256},
+              "threads of the HTTP event loop (each serves any number of connections)");
+  numbers.add(desc, "max-connections", &a.max_connections, {1, 1 << 20},
+              "open connections at once; beyond it a new connection is answered 503");
+  numbers.add(desc, "read-timeout", &a.read_timeout, {0.1, 3600.0},
+              "seconds a request's header, then its body, may take to arrive (else 408 and the connection closes)");
   numbers.add(desc, "max-body-kib", &a.max_body_kib, {1, 1 << 20}, "largest request body in KiB (larger: 413)");
   desc.add_options()("device", po::value(&a.device)->default_value("cpu"),
                      "cpu, cuda or auto (cuda when a GPU is visible)")(
@@ -130,6 +136,8 @@ ServerOptions server_options(const ServeArgs& a, const Engine& engine) {
   options.max_body_bytes = size_t(a.max_body_kib) * 1024;
   options.timeout_s = a.timeout;
   options.http_threads = a.threads;
+  options.max_connections = a.max_connections;
+  options.read_timeout_s = a.read_timeout;
   options.api_key = a.api_key;
   return options;
 }

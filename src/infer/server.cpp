@@ -1,46 +1,31 @@
-// The HTTP server of `ember serve` (implementation). Each completion request becomes one GenerationRequest per
-// prompt and choice; their on_event callbacks, on the engine's thread, only append to the request's queue under its
-// mutex and wake the HTTP worker waiting on it, so a slow client never slows the engine. A stream's worker writes
-// what the queue holds as server-sent events; a failed write marks the request cancelled, which the next on_event
-// returns to the engine.
+// The HTTP server of `ember serve` (implementation): routes on HttpServer. Each completion request becomes one
+// GenerationRequest per prompt and choice; their on_event callbacks, on the engine's thread, hand text to the
+// request's Answer, which queues it on the connection (whose own thread writes it), so a slow client never slows the
+// engine; once a write fails the next on_event tells the engine to cancel the request.
 #include "infer/server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
-#include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "infer/http_server.h"
+#include "infer/openapi.h"
 
 namespace ember {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Connections that may wait to be accepted (the kernel caps it at net.core.somaxconn, 4096 on Debian 12).
-constexpr int kListenBacklog = 1024;
-
-// What the access log line of the request on this worker thread reports; the handlers fill it in.
-struct AccessLog {
-  Clock::time_point start;
-  bool started = false;
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-};
-thread_local AccessLog t_log;
 
 // Whether `given` equals `key`, in a time that depends on the key's length only, so the comparison tells a caller
 // nothing about how much of a guess was right.
@@ -51,36 +36,19 @@ bool same_secret(std::string_view given, std::string_view key) {
   return diff == 0;
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(error_json(e), "application/json");
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r;
+  r.status = e.status;
+  r.body = error_json(e);
+  return r;
 }
 
-// One event of one choice, as the engine delivered it.
-struct Piece {
-  int index = 0;
-  std::string text;
-  bool done = false;
-  FinishReason reason = FinishReason::stop;
-  int prompt_tokens = 0, completion_tokens = 0;
-};
-
-// The state a completion request shares with its choices' on_event callbacks.
-struct Pending {
-  std::mutex mutex;
-  std::condition_variable ready;
-  std::deque<Piece> pieces;  // guarded by mutex
-  std::atomic<bool> cancelled{false};
-
-  // Waits for pieces and takes them all.
-  std::deque<Piece> take() {
-    std::unique_lock<std::mutex> lock(mutex);
-    ready.wait(lock, [&] { return !pieces.empty(); });
-    std::deque<Piece> out;
-    out.swap(pieces);
-    return out;
-  }
-};
+HttpResponse json_response(std::string body, int status = 200) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
 
 const char* api_finish_reason(FinishReason reason) {
   // The API has no name for a deadline: "timeout" says what happened (docs/serve.md).
@@ -101,13 +69,90 @@ struct Reply {
   std::string model;
   int choices = 0;
   int64_t prompt_tokens = 0;
+  bool stream = false;
+  bool include_usage = false;
 };
 
-// One generation per prompt and choice; each hands its events to `pending`.
-std::vector<GenerationRequest> generation_requests(const CompletionRequest& r, const std::shared_ptr<Pending>& pending,
+const ApiError kEngineStopped(500, "server_error", "the engine stopped before the completion finished");
+
+// One completion request's answer as its choices produce it. The engine's thread delivers every event, in order, so
+// the state needs no lock; the exchange writes on the connection's own thread.
+class Answer {
+ public:
+  Answer(std::shared_ptr<HttpExchange> exchange, Reply reply)
+      : exchange_(std::move(exchange)), reply_(std::move(reply)), choices_(size_t(reply_.choices)) {
+    usage_.prompt_tokens = reply_.prompt_tokens;
+  }
+
+  // False once the client has gone: the engine then cancels the request's sequences.
+  bool on_event(int index, const GenerationEvent& e) {
+    if (gone_) return false;
+    if (reply_.stream) return stream_event(index, e);
+    choices_[size_t(index)].text += e.text;
+    if (!e.done) return true;
+    ++done_;
+    usage_.completion_tokens += e.completion_tokens;
+    if (e.reason == FinishReason::shutdown || e.reason == FinishReason::cancelled) failed_ = true;
+    choices_[size_t(index)].finish_reason = api_finish_reason(e.reason);
+    if (done_ < reply_.choices) return true;
+    exchange_->note_tokens(usage_.prompt_tokens, usage_.completion_tokens);
+    if (failed_) {
+      exchange_->reply(error_response(kEngineStopped));
+    } else {
+      HttpResponse r;
+      r.body = completion_json(reply_.id, reply_.created, reply_.model, choices_, usage_);
+      exchange_->reply(std::move(r));
+    }
+    return true;
+  }
+
+  // The stream's head, sent as soon as the request is accepted.
+  void begin_stream() {
+    HttpResponse head;
+    head.content_type = "text/event-stream";
+    head.headers.emplace_back("Cache-Control", "no-cache");
+    exchange_->begin_stream(std::move(head));
+  }
+
+ private:
+  bool stream_event(int index, const GenerationEvent& e) {
+    bool ok = true;
+    auto send = [&](const std::string& data) { ok = ok && exchange_->write("data: " + data + "\n\n"); };
+    if (e.done) {
+      ++done_;
+      usage_.completion_tokens += e.completion_tokens;
+      exchange_->note_tokens(usage_.prompt_tokens, usage_.completion_tokens);
+      if (e.reason == FinishReason::shutdown)
+        send(error_json(kEngineStopped));
+      else
+        send(
+            completion_chunk_json(reply_.id, reply_.created, reply_.model, index, e.text, api_finish_reason(e.reason)));
+    } else if (!e.text.empty()) {
+      send(completion_chunk_json(reply_.id, reply_.created, reply_.model, index, e.text, ""));
+    }
+    if (ok && done_ == reply_.choices) {
+      if (reply_.include_usage) send(usage_chunk_json(reply_.id, reply_.created, reply_.model, usage_));
+      send("[DONE]");
+      exchange_->end_stream();
+    }
+    gone_ = !ok;
+    return ok;
+  }
+
+  std::shared_ptr<HttpExchange> exchange_;
+  Reply reply_;
+  std::vector<CompletionChoice> choices_;
+  CompletionUsage usage_;
+  int done_ = 0;
+  bool failed_ = false, gone_ = false;
+};
+
+// One generation per prompt and choice; each hands its events to `answer`.
+std::vector<GenerationRequest> generation_requests(const CompletionRequest& r, const std::shared_ptr<Answer>& answer,
                                                    Clock::time_point deadline) {
   const int choices = int(r.prompts.size()) * r.n;
   const uint64_t seed = r.seed ? *r.seed : std::random_device{}() * 0x100000001ull;
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
   std::vector<GenerationRequest> requests;
   for (int c = 0; c < choices; ++c) {
     GenerationRequest g;
@@ -116,265 +161,133 @@ std::vector<GenerationRequest> generation_requests(const CompletionRequest& r, c
     g.sampling = SamplingParams{r.temperature, r.top_k, r.top_p, seed + uint64_t(c % r.n)};
     g.stop = r.stop;
     g.deadline = deadline;
-    g.cancelled = std::shared_ptr<const std::atomic<bool>>(pending, &pending->cancelled);
-    g.on_event = [pending, c](const GenerationEvent& e) {
-      {
-        std::lock_guard<std::mutex> lock(pending->mutex);
-        pending->pieces.push_back(Piece{c, e.text, e.done, e.reason, e.prompt_tokens, e.completion_tokens});
-      }
-      pending->ready.notify_one();
-      return !pending->cancelled.load();
+    g.cancelled = cancelled;
+    g.on_event = [answer, cancelled, c](const GenerationEvent& e) {
+      if (!answer->on_event(c, e)) *cancelled = true;
+      return !cancelled->load();
     };
     requests.push_back(std::move(g));
   }
   return requests;
 }
 
-// The whole completion in one JSON body, once every choice is done.
-void answer_whole(httplib::Response& res, Pending& pending, const Reply& reply) {
-  std::vector<CompletionChoice> out(static_cast<size_t>(reply.choices));
-  CompletionUsage usage{reply.prompt_tokens, 0};
-  bool failed = false;
-  for (int done = 0; done < reply.choices;) {
-    for (Piece& p : pending.take()) {
-      out[size_t(p.index)].text += p.text;
-      if (!p.done) continue;
-      ++done;
-      usage.completion_tokens += p.completion_tokens;
-      if (p.reason == FinishReason::shutdown || p.reason == FinishReason::cancelled) failed = true;
-      out[size_t(p.index)].finish_reason = api_finish_reason(p.reason);
-    }
-  }
-  t_log.completion_tokens = usage.completion_tokens;
-  if (failed)
-    return send_error(res, ApiError(500, "server_error", "the engine stopped before the completion finished"));
-  res.set_content(completion_json(reply.id, reply.created, reply.model, out, usage), "application/json");
-}
-
-// Server-sent events as the choices produce text; `hold` keeps the request counted as active until the stream ends.
-void answer_stream(httplib::Response& res, std::shared_ptr<Pending> pending, std::shared_ptr<void> hold,
-                   const Reply& reply, bool include_usage) {
-  struct StreamState {
-    int done = 0;
-    CompletionUsage usage;
-    bool finished = false;
-  };
-  auto state = std::make_shared<StreamState>();
-  state->usage.prompt_tokens = reply.prompt_tokens;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [pending, state, hold, reply, include_usage](size_t, httplib::DataSink& sink) {
-        const std::string &id = reply.id, &model = reply.model;
-        const int64_t created = reply.created;
-        auto send = [&](const std::string& data) {
-          const std::string event = "data: " + data + "\n\n";
-          return sink.write(event.data(), event.size());
-        };
-        bool ok = true;
-        for (Piece& p : pending->take()) {
-          if (!ok) break;
-          if (p.done) {
-            ++state->done;
-            state->usage.completion_tokens += p.completion_tokens;
-            t_log.completion_tokens = state->usage.completion_tokens;
-            if (p.reason == FinishReason::shutdown)
-              ok = send(error_json(ApiError(500, "server_error", "the engine stopped before the completion finished")));
-            else
-              ok = send(completion_chunk_json(id, created, model, p.index, p.text, api_finish_reason(p.reason)));
-          } else if (!p.text.empty()) {
-            ok = send(completion_chunk_json(id, created, model, p.index, p.text, ""));
-          }
-        }
-        if (!ok) {
-          pending->cancelled = true;  // the client has gone: the engine frees its slots at its next step
-          return false;
-        }
-        if (state->done == reply.choices) {
-          if (include_usage) ok = send(usage_chunk_json(id, created, model, state->usage));
-          if (ok) ok = send("[DONE]");
-          if (ok) sink.done();
-          state->finished = true;
-          return ok;
-        }
-        return true;
-      },
-      [pending, state](bool success) {
-        if (!success || !state->finished) pending->cancelled = true;
-      });
-}
-
 }  // namespace
 
 struct Server::Impl {
   Impl(Engine& e, const Tokenizer& t, std::vector<int32_t> empty, ServerOptions o)
-      : engine(e), tokenizer(t), empty_prompt(std::move(empty)), options(std::move(o)) {}
+      : engine(e),
+        tokenizer(t),
+        empty_prompt(std::move(empty)),
+        options(std::move(o)),
+        http(http_limits(options),
+             HttpHandlers{[this](const HttpRequest& h) { return check_head(h); },
+                          [this](const HttpRequest& r, std::shared_ptr<HttpExchange> x) { handle(r, std::move(x)); },
+                          [](int status, const std::string& message) {
+                            return error_response(ApiError(status, status_error_type(status), message));
+                          }}) {}
+
+  static HttpLimits http_limits(const ServerOptions& o) {
+    HttpLimits l;
+    l.max_body_bytes = o.max_body_bytes;
+    l.read_timeout_s = o.read_timeout_s;
+    l.write_timeout_s = o.read_timeout_s;
+    l.keep_alive_s = o.keep_alive_s;
+    l.max_connections = o.max_connections;
+    l.threads = o.http_threads;
+    return l;
+  }
 
   Engine& engine;
   const Tokenizer& tokenizer;
   std::vector<int32_t> empty_prompt;
   ServerOptions options;
-  httplib::Server http;
-  int listen_fd = -1;  // the listening socket, once bind() made it
+  HttpServer http;
   int64_t started_at = int64_t(time(nullptr));
 
   std::mutex mutex;
   std::condition_variable changed;
   bool stopping = false;  // guarded by mutex
-  int active = 0;         // completion requests not yet answered to their end; guarded by mutex
   std::exception_ptr engine_error;
 
   bool is_stopping() {
     std::lock_guard<std::mutex> lock(mutex);
     return stopping;
   }
-  // Counts a completion request as active until the returned token is destroyed.
-  std::shared_ptr<void> hold() {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++active;
-    }
-    return std::shared_ptr<void>(nullptr, [this](void*) {
-      std::lock_guard<std::mutex> lock(mutex);
-      --active;
-      changed.notify_all();
-    });
-  }
 
-  // routes(): the limits and timeouts, the checks before any handler, the error bodies and the access log, then the
-  // endpoints.
-  void routes();
-  void install_guards();
-  void install_error_handlers();
-  void install_endpoints();
-  void completions(const httplib::Request& req, httplib::Response& res);
-  void health(httplib::Response& res);
+  std::optional<HttpResponse> check_head(const HttpRequest& head);
+  void handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange);
+  HttpResponse health();
+  void completions(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange);
 };
 
-void Server::Impl::routes() {
-  http.new_task_queue = [n = options.http_threads] { return new httplib::ThreadPool(size_t(n)); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_keep_alive_timeout(options.keep_alive_s);
-  http.set_read_timeout(10, 0);
-  http.set_write_timeout(10, 0);
-  install_guards();
-  install_error_handlers();
-  install_endpoints();
+namespace {
+
+// The routes and the one method each takes.
+struct Route {
+  std::string_view path;  // a trailing '/' matches any non-empty rest (/v1/models/<id>)
+  std::string_view method;
+};
+constexpr Route kRoutes[] = {{"/v1/completions", "POST"},
+                             {"/v1/models", "GET"},
+                             {"/v1/models/", "GET"},
+                             {"/health", "GET"},
+                             {"/openapi.json", "GET"}};
+
+const Route* find_route(std::string_view path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path || (r.path.ends_with('/') && path.size() > r.path.size() && path.starts_with(r.path))) return &r;
+  return nullptr;
 }
 
-// Requests refused before any handler runs: without the API key, bodies without a length or over the limit, and
-// methods a route does not take.
-void Server::Impl::install_guards() {
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    t_log = AccessLog{Clock::now(), true, 0, 0};
-    auto refuse = [&](const ApiError& e) {
-      res.set_header("Connection", "close");  // the body, if any, is left unread
-      send_error(res, e);
-      return httplib::Server::HandlerResponse::Handled;
-    };
-    if (!options.api_key.empty() && req.path != "/health") {
-      const std::string auth = req.get_header_value("Authorization");
-      if (!auth.starts_with("Bearer ") || !same_secret(auth.substr(7), options.api_key)) {
-        res.set_header("WWW-Authenticate", "Bearer");
-        return refuse(
-            auth.empty()
-                ? ApiError(401, "invalid_request_error",
-                           "no API key given: send the header Authorization: Bearer <key>", "", "missing_api_key")
-                : ApiError(401, "invalid_request_error", "the API key is not this server's", "", "invalid_api_key"));
-      }
-    }
-    // httplib reads a body whole before any handler runs: only a declared length within the limit is read at all.
-    if (req.has_header("Transfer-Encoding"))
-      return refuse(ApiError(411, "invalid_request_error",
-                             "a request body needs a Content-Length header (chunked bodies are not accepted)"));
-    if (req.has_header("Content-Length")) {
-      const std::string length = req.get_header_value("Content-Length");
-      if (length.size() > 18 || std::stoull("0" + length) > options.max_body_bytes)
-        return refuse(ApiError(413, "invalid_request_error",
-                               "the request body of " + length + " bytes is larger than the limit of " +
-                                   std::to_string(options.max_body_bytes) + " bytes"));
-    } else if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
-      // These methods have a body, which httplib would otherwise read until the connection closes.
-      return refuse(
-          ApiError(411, "invalid_request_error", "a " + req.method + " request needs a Content-Length header"));
-    }
-    if (req.method == "POST" && (req.path == "/v1/models" || req.path == "/health")) {
-      res.set_header("Allow", "GET");
-      return refuse(ApiError(405, "invalid_request_error", "method POST is not allowed on " + req.path + "; use GET"));
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-}
+}  // namespace
 
-void Server::Impl::install_error_handlers() {
-  // Errors httplib itself answers (unknown route, malformed request, body too large) get the API's error body too.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message;
-    std::string code;
-    if (res.status == 404) {
-      message = "unknown route: " + req.method + " " + req.path;
-      code = "unknown_route";
-    } else if (res.status == 413) {
-      message = "the request body is larger than the limit";
-    } else {
-      message = "the request could not be handled (HTTP " + std::to_string(res.status) + ")";
+// Requests refused before their body is read: without the API key, to no route, with a method the route does not
+// take, or with a body of no declared length.
+std::optional<HttpResponse> Server::Impl::check_head(const HttpRequest& head) {
+  if (!options.api_key.empty() && head.path != "/health") {
+    const std::string auth = head.header("Authorization");
+    if (!auth.starts_with("Bearer ") || !same_secret(std::string_view(auth).substr(7), options.api_key)) {
+      HttpResponse r = error_response(
+          auth.empty()
+              ? ApiError(401, "invalid_request_error", "no API key given: send the header Authorization: Bearer <key>",
+                         "", "missing_api_key")
+              : ApiError(401, "invalid_request_error", "the API key is not this server's", "", "invalid_api_key"));
+      r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return r;
     }
-    send_error(res, ApiError(res.status, status_error_type(res.status), message, "", code));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(500, "server_error", "internal error: " + what));
-  });
-  http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    const double ms =
-        t_log.started ? std::chrono::duration<double, std::milli>(Clock::now() - t_log.start).count() : 0.0;
-    fprintf(stderr, "serve: %s %s %s %d %.1f ms prompt_tokens=%lld completion_tokens=%lld\n", req.remote_addr.c_str(),
-            req.method.c_str(), req.path.c_str(), res.status, ms, (long long)t_log.prompt_tokens,
-            (long long)t_log.completion_tokens);
-    t_log = AccessLog{};
-  });
-}
-
-void Server::Impl::install_endpoints() {
-  auto method_not_allowed = [](const char* allowed) {
-    return [allowed](const httplib::Request& req, httplib::Response& res) {
-      res.set_header("Allow", allowed);
-      send_error(res, ApiError(405, "invalid_request_error",
-                               "method " + req.method + " is not allowed on " + req.path + "; use " + allowed));
-    };
-  };
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(models_json(options.limits.model_name, started_at), "application/json");
-  });
-  http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != options.limits.model_name) {
-      send_error(
-          res, ApiError(404, "invalid_request_error", "The model '" + std::string(req.matches[1]) + "' does not exist",
-                        "model", "model_not_found"));
-      return;
-    }
-    res.set_content(model_json(options.limits.model_name, started_at), "application/json");
-  });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
-  for (const char* path : {"/v1/completions", "/v1/models", "/health"}) {
-    const char* allowed = std::string(path) == "/v1/completions" ? "POST" : "GET";
-    if (std::string(allowed) == "POST") http.Get(path, method_not_allowed(allowed));
-    http.Put(path, method_not_allowed(allowed));
-    http.Patch(path, method_not_allowed(allowed));
-    http.Delete(path, method_not_allowed(allowed));
   }
+  const Route* route = find_route(head.path);
+  if (!route)
+    return error_response(
+        ApiError(404, "invalid_request_error", "unknown route: " + head.method + " " + head.path, "", "unknown_route"));
+  if (head.method != route->method) {
+    HttpResponse r = error_response(
+        ApiError(405, "invalid_request_error",
+                 "method " + head.method + " is not allowed on " + head.path + "; use " + std::string(route->method)));
+    r.headers.emplace_back("Allow", std::string(route->method));
+    return r;
+  }
+  if (head.method == "POST" && !head.has_header("Content-Length") && !head.has_header("Transfer-Encoding"))
+    return error_response(ApiError(411, "invalid_request_error", "a POST request needs a Content-Length header"));
+  return std::nullopt;
 }
 
-void Server::Impl::health(httplib::Response& res) {
+void Server::Impl::handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) {
+  const std::string& path = request.path;
+  if (path == "/v1/completions") return completions(request, std::move(exchange));
+  if (path == "/health") return exchange->reply(health());
+  if (path == "/openapi.json")
+    return exchange->reply(
+        json_response(openapi_json(options.limits, tokenizer.vocab_size(), !options.api_key.empty())));
+  if (path == "/v1/models") return exchange->reply(json_response(models_json(options.limits.model_name, started_at)));
+  const std::string id = path.substr(std::string_view("/v1/models/").size());
+  if (id != options.limits.model_name)
+    return exchange->reply(error_response(
+        ApiError(404, "invalid_request_error", "The model '" + id + "' does not exist", "model", "model_not_found")));
+  exchange->reply(json_response(model_json(options.limits.model_name, started_at)));
+}
+
+HttpResponse Server::Impl::health() {
   const Engine::Stats s = engine.stats();
   const bool down = is_stopping();
   char buf[512];
@@ -384,73 +297,52 @@ void Server::Impl::health(httplib::Response& res) {
            down ? "shutting_down" : "ok", engine.max_slots(), s.queued, s.running, (unsigned long long)s.steps,
            (unsigned long long)s.prompt_tokens, (unsigned long long)s.generated_tokens,
            (unsigned long long)s.requests_finished);
-  res.status = down ? 503 : 200;
-  res.set_content(buf, "application/json");
+  return json_response(buf, down ? 503 : 200);
 }
 
-void Server::Impl::completions(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::completions(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) {
   const auto arrival = Clock::now();
-  if (is_stopping()) return send_error(res, ApiError(503, "service_unavailable_error", "the server is shutting down"));
+  if (is_stopping())
+    return exchange->reply(error_response(ApiError(503, "service_unavailable_error", "the server is shutting down")));
   CompletionRequest r;
   try {
-    r = parse_completion_request(req.body, tokenizer, empty_prompt, options.limits);
+    r = parse_completion_request(request.body, tokenizer, empty_prompt, options.limits);
   } catch (const ApiError& e) {
-    return send_error(res, e);
+    return exchange->reply(error_response(e));
   }
 
-  auto hold = this->hold();
-  auto pending = std::make_shared<Pending>();
+  Reply reply{random_id(), int64_t(time(nullptr)), options.limits.model_name, int(r.prompts.size()) * r.n, 0,
+              r.stream,    r.include_usage};
+  for (size_t p = 0; p < r.prompts.size(); ++p) reply.prompt_tokens += int64_t(r.prompts[p].size());
+  exchange->note_tokens(reply.prompt_tokens, 0);
+  auto answer = std::make_shared<Answer>(exchange, reply);
   const auto deadline =
       arrival + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_s));
   Engine::Submit result;
   try {
-    result = engine.submit_all(generation_requests(r, pending, deadline));  // every choice or none
+    result = engine.submit_all(generation_requests(r, answer, deadline));  // every choice or none
   } catch (const Error& e) {
-    return send_error(res, invalid_request("prompt", e.what()));
+    return exchange->reply(error_response(invalid_request("prompt", e.what())));
+  }
+  if (result == Engine::Submit::accepted) {
+    if (r.stream) answer->begin_stream();  // text the engine produced meanwhile is queued behind the head
+    return;
   }
   if (result == Engine::Submit::queue_full)
-    return send_error(res,
-                      ApiError(429, "rate_limit_error", "the server's queue is full; retry later", "", "queue_full"));
+    return exchange->reply(
+        error_response(ApiError(429, "rate_limit_error", "the server's queue is full; retry later", "", "queue_full")));
   if (result == Engine::Submit::stopping)
-    return send_error(res, ApiError(503, "service_unavailable_error", "the server is shutting down"));
-
-  Reply reply{random_id(), int64_t(time(nullptr)), options.limits.model_name, int(r.prompts.size()) * r.n, 0};
-  for (size_t p = 0; p < r.prompts.size(); ++p) reply.prompt_tokens += int64_t(r.prompts[p].size());
-  t_log.prompt_tokens = reply.prompt_tokens;
-  if (r.stream)
-    answer_stream(res, pending, hold, reply, r.include_usage);
-  else
-    answer_whole(res, *pending, reply);
+    return exchange->reply(error_response(ApiError(503, "service_unavailable_error", "the server is shutting down")));
 }
 
 Server::Server(Engine& engine, const Tokenizer& tokenizer, std::vector<int32_t> empty_prompt, ServerOptions options)
-    : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(empty_prompt), std::move(options))) {
-  impl_->routes();
-}
+    : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(empty_prompt), std::move(options))) {}
 
 Server::~Server() = default;
 
 int Server::bind() {
-  Impl& s = *impl_;
-  // Debian's compiled cpp-httplib listens with a backlog of 5, so a burst of clients met connection resets: the
-  // listening socket is noted as it is made, and listen() again (Linux takes a new backlog so) lets hundreds wait.
-  s.http.set_socket_options([&s](socket_t sock) {
-    httplib::default_socket_options(sock);
-    s.listen_fd = sock;
-  });
-  if (s.options.port == 0) {
-    const int port = s.http.bind_to_any_port(s.options.host);
-    if (port < 0)
-      throw_error("ember serve: cannot listen on " + s.options.host, "check --host: an address of this machine");
-    s.options.port = port;
-  } else if (!s.http.bind_to_port(s.options.host, s.options.port)) {
-    throw_error("ember serve: cannot listen on " + s.options.host + ":" + std::to_string(s.options.port),
-                "the port may be in use: give another with --port (0: any free port), and check --host");
-  }
-  if (s.listen_fd >= 0 && ::listen(s.listen_fd, kListenBacklog) != 0)
-    log_warn("serve: cannot raise the listen backlog to %d (%s); bursts of connections may be refused", kListenBacklog,
-             std::strerror(errno));
-  return s.options.port;
+  impl_->options.port = impl_->http.bind(impl_->options.host, impl_->options.port);
+  return impl_->options.port;
 }
 
 void Server::shutdown() {
@@ -459,6 +351,7 @@ void Server::shutdown() {
     if (impl_->stopping) return;
     impl_->stopping = true;
   }
+  impl_->http.set_closing();
   impl_->changed.notify_all();
   impl_->engine.stop(true);
 }
@@ -476,25 +369,18 @@ void Server::serve() {
       shutdown();
     }
   });
-  // Once shutdown() is called: the engine drains what it has, the workers write the last events, then the listener
-  // closes and serve() returns.
+  // Once shutdown() is called the server goes on answering (new completions and /health with 503) while the engine
+  // drains what it has; then the listener closes, the last answers are written, and run() returns.
   std::thread closer([&] {
     std::unique_lock<std::mutex> lock(s.mutex);
     s.changed.wait(lock, [&] { return s.stopping; });
     lock.unlock();
     engine_thread.join();
-    lock.lock();
-    s.changed.wait(lock, [&] { return s.active == 0; });
-    lock.unlock();
-    s.http.stop();
+    s.http.stop_when_answered();
   });
-  const bool listened = s.http.listen_after_bind();
-  const bool asked_to_stop = s.is_stopping();
-  shutdown();
+  s.http.run();
   closer.join();
   if (s.engine_error) std::rethrow_exception(s.engine_error);
-  if (!listened && !asked_to_stop)
-    throw_error("ember serve: the HTTP server stopped unexpectedly", "see the lines above");
 }
 
 }  // namespace ember

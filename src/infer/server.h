@@ -1,6 +1,6 @@
-// The HTTP side of `ember serve`: cpp-httplib routes for the OpenAI completions API over one Engine, which a thread
-// of its own runs while HTTP worker threads submit requests and wait for their events; server-sent events for
-// streams, an access log line per request on stderr, and a graceful shutdown that finishes what is in flight.
+// The API side of `ember serve`: the routes of the OpenAI completions API (and /health, /openapi.json) over one
+// Engine, which a thread of its own runs while the HTTP layer (http_server.h) submits requests and writes their
+// events as they come; server-sent events for streams, and a graceful shutdown that finishes what is in flight.
 #pragma once
 
 #include <cstddef>
@@ -21,8 +21,10 @@ struct ServerOptions {
   CompletionLimits limits;
   size_t max_body_bytes = 1 << 20;  // a larger request body is refused with 413
   double timeout_s = 600;           // each request's deadline, from its arrival
-  int http_threads = 64;            // connections served at once (each waiting request holds one)
-  int keep_alive_s = 5;             // idle keep-alive connections close after this
+  double read_timeout_s = 30;       // a request's header, then its body, must arrive within this (else 408)
+  double keep_alive_s = 5;          // idle keep-alive connections close after this
+  int http_threads = 4;             // threads of the HTTP event loop (each serves any number of connections)
+  int max_connections = 1024;       // open connections; beyond it a new one is answered 503
   std::string api_key;              // non-empty: every route but /health needs "Authorization: Bearer <api_key>"
 };
 
@@ -39,8 +41,8 @@ class Server {
   // Runs the engine's thread and serves until shutdown() (after bind()). Then every request already accepted has been
   // answered to its end. Throws when the engine failed.
   void serve();
-  // Thread-safe and idempotent: new completions are refused with 503 from now on; serve() returns once the engine has
-  // drained the requests in flight and their responses are written.
+  // Thread-safe and idempotent: new completions and /health are answered 503 from now on; serve() returns once the
+  // engine has drained the requests in flight and their responses are written.
   void shutdown();
 
  private:

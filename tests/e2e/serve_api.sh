@@ -3,45 +3,13 @@
 # streaming, 32 concurrent clients batched by the engine, every kind of bad request, a queue full, a client leaving
 # mid-stream, a request past --timeout, and SIGTERM while a stream is in flight (it finishes; exit 0).
 source "$(dirname "$0")/support/common.bash"
+source "$(dirname "$0")/support/serve.bash"
 CLIENT="$SRC/tests/e2e/support/serve_client.py"
 
-server_pid=""
-stop_server() { if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -KILL "$server_pid"; fi; }
-trap stop_server EXIT
-
-# start_server NAME ARGS...: starts `ember serve` on a free port in the background; sets server_pid and port.
-start_server() {
-  local name=$1
-  shift
-  "$EMBER" serve --port 0 "$@" > "$name.out" 2> "$name.err" &
-  server_pid=$!
-  port=""
-  for _ in $(seq 200); do
-    port=$(sed -n 's|^serve: .* listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$name.err")
-    [ -n "$port" ] && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$name.err" >&2; fail "$name: the server exited at start"; }
-    sleep 0.05
-  done
-  [ -n "$port" ] || { cat "$name.err" >&2; fail "$name: no listening line"; }
-}
-
-# stop_and_wait NAME: SIGTERM, then the exit status must be 0 within 20 s.
-wait_exit() {
-  local name=$1 rc=0
-  for _ in $(seq 400); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.05; done
-  kill -0 "$server_pid" 2>/dev/null && { cat "$name.err" >&2; fail "$name: still running 20 s after SIGTERM"; }
-  wait "$server_pid" || rc=$?
-  [ "$rc" -eq 0 ] || { tail "$name.err" >&2; fail "$name: exit status $rc after SIGTERM"; }
-  grep -q '^serve: stopped$' "$name.err" || fail "$name: no 'serve: stopped' line"
-}
-
-"$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 > prep.log
 # tiny: block_size 32. long: a context of 1024 and enough width that a 1000-token stream lasts about a second.
-"$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run --training.steps=30 --eval.every=0 \
-  > train.log
+tiny_checkpoint
 "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=run_long --training.steps=2 --eval.every=0 \
   --model.n_layer=4 --model.n_head=6 --model.n_embd=384 --model.block_size=1024 > train_long.log
-ckpt=run/checkpoints/step_00000030.h5
 long=run_long/checkpoints/step_00000002.h5
 
 "$EMBER" generate --checkpoint "$ckpt" --prompt "int main" --temperature 0 --max-new-tokens 20 > generate.txt

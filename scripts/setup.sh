@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Ember needs to build, test and run (compiler, CMake, Open MPI, parallel HDF5, Boost,
-# OpenBLAS, nlohmann-json, PCRE2, zlib, zstd, libzip, GoogleTest, Python with numpy/h5py/torch, venv and
+# OpenBLAS, nlohmann-json, PCRE2, zlib, zstd, libzip, simdjson, GoogleTest, Python with numpy/h5py/torch, venv and
 # pip, clang-format for the format check, Slurm for the
 # job-script tests, iproute2 and ping for the emulated cluster). Idempotent: quiet and does nothing when all are present.
 set -euo pipefail
@@ -11,6 +11,8 @@ PACKAGES=(
   libboost-program-options-dev libopenblas-dev nlohmann-json3-dev
   # tokenizers and corpus formats: PCRE2 (pre-tokenization), zlib (.gz), zstd (.zst), libzip (.zip)
   libpcre2-dev zlib1g-dev libzstd-dev libzip-dev
+  # JSONL documents (simdjson On-Demand)
+  libsimdjson-dev
   # ember serve: the HTTP server (Boost.Beast and Boost.Asio, header-only)
   libboost-dev
   libgtest-dev googletest

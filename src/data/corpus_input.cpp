@@ -1,15 +1,14 @@
-// The corpus input plan (implementation): walking the input, per-file format and compression, NUL sniffing, the
-// JSONL line rule shared by prep's reader and encoders, and whole documents for tokenizer train.
+// The corpus input plan (implementation): walking the input, per-file format and compression, NUL sniffing, and
+// whole documents for tokenizer train.
 #include "data/corpus_input.h"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "core/enum_names.h"
 #include "core/error.h"
-#include "core/json_input.h"
+#include "data/jsonl_line.h"
 #include "data/text_files.h"
 
 namespace ember {
@@ -97,43 +96,6 @@ CorpusPlan plan_corpus(const std::string& input, const std::string& format, cons
         what + " " + input + " mixes an enwik file with " + std::to_string(plan.files.size() - 1) + " other files",
         "pass the enwik8/enwik9 file itself as --input: its train/val/test split is defined on that file alone");
   return plan;
-}
-
-std::optional<std::string> parse_jsonl_line(std::string_view line, const std::string& field, const std::string& file,
-                                            uint64_t line_number, const char* command) {
-  if (std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }))
-    return std::nullopt;
-  const std::string where = std::string(command) + " input " + file + " line " + std::to_string(line_number) + ": ";
-  const std::string hint = "fix or remove the line, or pass --skip-bad-lines to skip such lines";
-  std::optional<nlohmann::json> parsed = try_parse_json_input(line);
-  if (!parsed)
-    throw_error(where + "not valid JSON (or nested deeper than " + std::to_string(kMaxJsonDepth) + " levels)", hint);
-  nlohmann::json& j = *parsed;
-  if (!j.is_object()) throw_error(where + "not a JSON object", hint);
-  const auto it = j.find(field);
-  if (it == j.end())
-    throw_error(where + "no \"" + field + "\" field", "pass --jsonl-field NAME to read another field; or " + hint);
-  if (!it->is_string()) throw_error(where + "field \"" + field + "\" is not a string", hint);
-  return std::move(it->get_ref<std::string&>());
-}
-
-void for_each_jsonl_document(std::string_view text, const std::string& field, const std::string& file,
-                             uint64_t first_line, const char* command, bool skip_bad_lines,
-                             const std::function<void(std::string&&)>& doc,
-                             const std::function<void(const Error&)>& bad) {
-  uint64_t line_number = first_line;
-  for (size_t begin = 0; begin < text.size(); ++line_number) {
-    const size_t end = std::min(text.find('\n', begin), text.size());
-    std::optional<std::string> d;
-    try {
-      d = parse_jsonl_line(text.substr(begin, end - begin), field, file, line_number, command);
-    } catch (const Error& e) {
-      if (!skip_bad_lines) throw;
-      bad(e);
-    }
-    begin = end + 1;
-    if (d && !d->empty()) doc(std::move(*d));
-  }
 }
 
 DocumentCounts read_documents(const CorpusFile& file, const std::string& jsonl_field, bool skip_bad_lines,

@@ -41,18 +41,6 @@ CorpusPlan plan_corpus(const std::string& input, const std::string& format, cons
 // The format a file name implies (auto), e.g. "data/part1.jsonl.zst" -> jsonl, "enwik8.zip" -> enwik.
 CorpusFormat format_from_name(const std::string& path);
 
-// One JSONL line's document: nothing for a blank line; the string value of `field` for an object that has one;
-// otherwise throws ember::Error "<command> input FILE line N: ..." with a hint (the caller may count it and go on).
-std::optional<std::string> parse_jsonl_line(std::string_view line, const std::string& field, const std::string& file,
-                                            uint64_t line_number, const char* command = "prep");
-
-// The documents of the JSONL lines in `text` (the first numbered `first_line`), each handed to `doc` (blank lines and
-// empty documents left out). A bad line throws, or with `skip_bad_lines` goes to `bad` with its error and is skipped.
-void for_each_jsonl_document(std::string_view text, const std::string& field, const std::string& file,
-                             uint64_t first_line, const char* command, bool skip_bad_lines,
-                             const std::function<void(std::string&&)>& doc,
-                             const std::function<void(const Error&)>& bad);
-
 // The documents of one planned file, read whole (decompressed) into memory, for a consumer that takes documents
 // rather than a stream (tokenizer train): a text or enwik file is one document; a JSONL file gives each line's
 // `jsonl_field` (bad lines are errors, or skipped and counted with `skip_bad_lines`). A file that turns out binary

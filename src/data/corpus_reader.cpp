@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/jsonl_line.h"
 
 namespace ember {
 
@@ -22,8 +23,6 @@ constexpr size_t BOUNDARY_MARGIN = 4096;
 // A document with no chunk boundary in this many bytes is cut here anyway (the tokens next to that cut may then differ
 // from encoding the document whole); it keeps memory bounded on pathological input such as one huge word.
 constexpr size_t MAX_PIECE_BYTES = size_t(64) << 20;
-// A JSONL line longer than this is refused rather than buffered.
-constexpr size_t MAX_LINE_BYTES = size_t(1) << 30;
 
 class Reader {
  public:
@@ -147,21 +146,44 @@ class Reader {
     }
   }
 
-  // The JSONL line holding the val cut: its decoded text is cut at the same fraction as the raw line, at the next
-  // chunk boundary. A bad line is left to the encoder, which reports or skips it like any other.
-  void straddling_line(std::string_view line, uint64_t line_start, uint64_t line_no) {
+  // A document parsed here, handed on in pieces of about piece_bytes cut at chunk boundaries, as a text file's are
+  // (the tokens are those of the document encoded whole); `doc_start` marks its first piece.
+  void emit_text(Split split, std::string_view doc, bool doc_start) {
+    while (!doc.empty()) {
+      size_t p = doc.size() <= opt_.piece_bytes ? doc.size() : tok_.chunk_boundary(doc, opt_.piece_bytes);
+      if (p == 0 || p > MAX_PIECE_BYTES) {
+        p = std::min(opt_.piece_bytes, doc.size());
+        log_warn("prep: %s has a JSONL document with no chunk boundary in %zu MiB; cutting there", file_->c_str(),
+                 MAX_PIECE_BYTES >> 20);
+      }
+      emit(split, false, doc_start, std::string(doc.substr(0, p)), 0);
+      doc_start = false;
+      doc.remove_prefix(p);
+    }
+  }
+
+  // A JSONL line longer than a piece, or holding the val cut, is parsed here rather than by an encoder: its
+  // document goes on in pieces (emit_text), so an encoder holds the tokens of one piece at a time, and the val cut
+  // cuts it at the same fraction as the raw line, at the next chunk boundary. A bad line is left to the encoder,
+  // which reports or skips it like any other.
+  void own_line(Split split, std::string_view line, uint64_t line_start, uint64_t line_no, bool straddles) {
     std::optional<std::string> doc;
     try {
       doc = parse_jsonl_line(line, opt_.jsonl_field, *file_, line_no);
     } catch (const Error&) {
-      emit(Split::val, true, false, std::string(line) + "\n", line_no);
+      std::string raw;
+      raw.reserve(line.size() + 1);
+      raw.append(line).push_back('\n');
+      emit(straddles ? Split::val : split, true, false, std::move(raw), line_no);
       return;
     }
     if (!doc || doc->empty()) return;
+    if (!straddles) return emit_text(split, *doc, true);
     const double frac = double(*cut_off_ - line_start) / double(line.size());
     const size_t at = tok_.chunk_boundary(*doc, size_t(std::ceil(frac * double(doc->size()))));
-    if (at > 0) emit(Split::train, false, true, doc->substr(0, at), 0);
-    if (at < doc->size()) emit(Split::val, false, at == 0, doc->substr(at), 0);
+    const std::string_view whole(*doc);
+    emit_text(Split::train, whole.substr(0, at), true);
+    emit_text(Split::val, whole.substr(at), at == 0);
   }
 
   void read_jsonl() {
@@ -181,9 +203,9 @@ class Reader {
         buf_off += line_start;
         line_start = 0;
         scan = buf.size();
-        if (buf.size() > MAX_LINE_BYTES)
+        if (buf.size() > kMaxJsonlLineBytes)
           throw_error("prep input " + *file_ + " line " + std::to_string(line_no) + ": longer than " +
-                          std::to_string(MAX_LINE_BYTES >> 20) + " MiB",
+                          std::to_string(kMaxJsonlLineBytes >> 20) + " MiB",
                       "split the document into smaller lines, or check that the file is really JSONL");
         eof = !read_more(buf, READ_BLOCK_BYTES, left);
         continue;
@@ -198,8 +220,11 @@ class Reader {
       }
       if (split == Split::train && cut_off_ && *cut_off_ < start + line.size()) {
         flush();
-        straddling_line(line, start, line_no);
+        own_line(split, line, start, line_no, true);
         split = Split::val;
+      } else if (line.size() > opt_.piece_bytes) {
+        flush();
+        own_line(split, line, start, line_no, false);
       } else {
         if (piece.empty()) piece_line = line_no;
         piece.append(line);

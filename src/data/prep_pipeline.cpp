@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/jsonl_line.h"
 
 namespace ember {
 

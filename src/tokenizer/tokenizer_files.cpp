@@ -34,9 +34,15 @@ std::string in_quotes(std::string_view s) {
   return q;
 }
 
+// The largest id a vocabulary file may give: past every published vocabulary (256k), and the table it sizes stays
+// small (2^21 entries) whatever a file claims.
+constexpr int64_t kMaxTokenId = (int64_t(1) << 21) - 1;
+
 // Puts `bytes` at `id`, growing the table; an id given twice is an error naming `entry`.
 void place_token(BpeVocab& v, int64_t id, std::string bytes, const std::string& entry) {
-  if (id < 0 || id > INT32_MAX - 1) throw_error(entry + ": id " + std::to_string(id) + " is out of range", kFileHint);
+  if (id < 0 || id > kMaxTokenId)
+    throw_error(entry + ": id " + std::to_string(id) + " is out of range [0, " + std::to_string(kMaxTokenId) + "]",
+                kFileHint);
   if (size_t(id) >= v.tokens.size()) v.tokens.resize(size_t(id) + 1);
   if (!v.tokens[size_t(id)].empty()) throw_error(entry + ": id " + std::to_string(id) + " is used twice", kFileHint);
   v.tokens[size_t(id)] = std::move(bytes);

@@ -320,6 +320,8 @@ TEST(BpeTokenizer, MalformedVocabAndMerges) {
   expect_load_error({{"vocab.json", with("abc", "x")}, {"merges.txt", merges}}, {"vocab.json", "abc", "integer"});
   expect_load_error({{"vocab.json", with("abc", -5)}, {"merges.txt", merges}}, {"vocab.json", "abc", "-5"});
   expect_load_error({{"vocab.json", with("abc", 97)}, {"merges.txt", merges}}, {"vocab.json", "abc", "twice"});
+  expect_load_error({{"vocab.json", with("abc", 3000000000LL)}, {"merges.txt", merges}},
+                    {"vocab.json", "abc", "3000000000 is out of range"});
   expect_load_error({{"vocab.json", "{not json"}, {"merges.txt", merges}}, {"vocab.json", "JSON"});
   expect_load_error({{"vocab.json", good.dump()}, {"merges.txt", merges + "zz q\n"}}, {"merges.txt", "line 3", "zz"});
   expect_load_error({{"vocab.json", good.dump()}, {"merges.txt", merges + "q zz\n"}}, {"merges.txt", "line 3", "zz"});
@@ -346,6 +348,7 @@ TEST(BpeTokenizer, MalformedTokenizerJson) {
   expect_load_error(with("/model/merges/1"_json_pointer, 5), {"model.merges[1]"});
   expect_load_error(with("/model/vocab/abc"_json_pointer, 1.5), {"abc", "integer"});
   expect_load_error(with("/added_tokens/0/id"_json_pointer, 65), {"<|endoftext|>", "65"});
+  expect_load_error(with("/added_tokens/0/id"_json_pointer, 99999999), {"<|endoftext|>", "99999999 is out of range"});
   // BPE settings that change the ids and that Ember does not implement; their GPT-2 values are accepted.
   expect_load_error(with("/model/dropout"_json_pointer, 0.1), {"model.dropout", "0.1"});
   expect_load_error(with("/model/end_of_word_suffix"_json_pointer, "</w>"), {"model.end_of_word_suffix", "</w>"});
@@ -395,6 +398,8 @@ TEST(BpeTokenizer, MalformedTiktokenAndSpecs) {
   expect_load_error({{"x.tiktoken", good + "dGhl 400\n"}}, {bad_line, "twice"});
   expect_load_error({{"x.tiktoken", good + "YWJj 3\n"}}, {bad_line, "id 3"});
   expect_load_error({{"x.tiktoken", good + "YWJj -3\n"}}, {bad_line});
+  // A rank far past the others would size the table by it (found by fuzz_tiktoken: 5.5 GB for rank 174,443,000).
+  expect_load_error({{"x.tiktoken", good + "YWJj 174443000\n"}}, {bad_line, "id 174443000 is out of range"});
   expect_load_error({{"x.tiktoken", good.substr(good.find('\n') + 1)}}, {"byte 0"});
   expect_load_error({{"a.tiktoken", good}, {"b.tiktoken", good}}, {"a.tiktoken", "b.tiktoken"});
   expect_load_error({{"notes.txt", ""}}, {"no tokenizer.json"});

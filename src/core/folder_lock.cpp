@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/json_input.h"
 #include "core/log.h"
+#include "core/regular_file.h"
 #include "core/timer.h"
 
 namespace ember {
@@ -140,6 +141,7 @@ FolderLock::FolderLock(const LockSpec& spec) : path_(spec.path) {
     if (errno != EEXIST)
       throw_error(what + " " + dir + ": cannot create the lock file " + path_ + ": " + std::strerror(errno),
                   "make the folder writable (or choose another one) and check free disk space");
+    refuse_special_file(path_, what + " " + dir + ": the lock file");  // a FIFO would block the read below
     const std::string text = read_all(path_);
     const nlohmann::json holder =
         try_parse_json_input(text).value_or(nlohmann::json(nlohmann::json::value_t::discarded));

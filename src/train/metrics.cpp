@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json_input.h"
+#include "core/regular_file.h"
 
 namespace ember {
 
@@ -19,6 +20,7 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_up_to_step) :
   if (ec)
     throw_error("metrics directory " + fs::path(path).parent_path().string() + ": " + ec.message(),
                 "set run.dir to a writable directory");
+  refuse_special_file(path, "metrics file");  // a FIFO would block the open below forever
   if (keep_up_to_step > 0 && fs::exists(path)) {
     const std::string tmp = path + ".tmp";
     try {

@@ -92,6 +92,32 @@ std::vector<fs::path> earlier_results(const std::string& run_dir, const std::str
   return found;
 }
 
+// The files a run reads and writes by name must be regular files where they exist: a folder fails a save, and a
+// device or FIFO would take the metrics or block the writer forever.
+void check_named_files(const std::string& run_dir, const std::string& ckpt) {
+  std::vector<std::pair<fs::path, std::string>> named = {
+      {fs::path(ckpt) / "latest", "the file naming the newest checkpoint"},
+      {fs::path(run_dir) / "metrics.jsonl", "the metrics file"},
+      {fs::path(run_dir) / "run_state.json", "the run's state file"}};
+  std::error_code ec;
+  for (const std::string& dir : {run_dir, ckpt})
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (is_metrics_name(name) && name != "metrics.jsonl") named.emplace_back(it->path(), "a metrics file");
+      if (is_checkpoint_name(name)) named.emplace_back(it->path(), "a checkpoint");
+    }
+  for (const auto& [path, role] : named) {
+    const fs::file_status st = fs::status(path, ec);  // what a link leads to
+    if (ec || !fs::exists(st) || fs::is_regular_file(st)) continue;
+    const char* kind = fs::is_directory(st) ? "a folder"
+                       : fs::is_fifo(st)    ? "a FIFO"
+                       : fs::is_socket(st)  ? "a socket"
+                                            : "a device";
+    throw_error(path.string() + " is " + kind + ", not " + role,
+                "move " + path.string() + " away, or give this run a new run.dir");
+  }
+}
+
 // Creates and removes a probe file in `dir`: proves this process can create files there now.
 void probe_folder(const World& world, const std::string& dir, const std::string& what, const char* hint) {
   const std::string where = world.size > 1 ? " from rank " + std::to_string(world.rank) + " on " + world.host : "";
@@ -151,14 +177,7 @@ void RunFolder::prepare_on_root() {
   // Its own lock even inside run.dir: another job pointing checkpoint.folder into this run's folder is refused too.
   if (!same_folder(ckpt, run_dir)) locks_.push_back(std::make_unique<FolderLock>(ckpt, "checkpoint folder"));
 
-  std::error_code ec;
-  if (fs::is_directory(fs::path(ckpt) / "latest", ec))
-    throw_error(
-        "checkpoint folder " + ckpt + ": " + ckpt + "/latest is a folder, not the file naming the newest checkpoint",
-        "move " + ckpt + "/latest away (a save would fail to replace it)");
-  if (fs::is_directory(fs::path(run_dir) / "metrics.jsonl", ec))
-    throw_error("run folder " + run_dir + ": " + run_dir + "/metrics.jsonl is a folder, not the metrics file",
-                "move " + run_dir + "/metrics.jsonl away, or give this run a new run.dir");
+  check_named_files(run_dir, ckpt);
 
   if (!config_.checkpoint.resume.empty()) return;  // resuming continues the earlier results
   const std::vector<fs::path> earlier = earlier_results(run_dir, ckpt);

@@ -58,6 +58,17 @@ bad_case run_dir_is_file 1 "run folder somefile: somefile exists and is not a fo
 bad_case run_dir_under_file 1 "run folder somefile/run" -- \
   mpirun -np 2 --oversubscribe "${train[@]}" --run.dir=somefile/run --checkpoint.interval=0
 bad_case metrics_is_folder 1 "metrics.jsonl is a folder" -- "${train[@]}" --run.dir=metrics_dir --resume auto
+# The files a run opens by name, as a FIFO (which would block the run forever) or a device: refused at start-up.
+for f in metrics.jsonl metrics_rank1.jsonl ember.lock checkpoints/latest checkpoints/step_00000010.h5 \
+  run_state.json; do
+  d=special_$(echo $f | tr /. __)
+  mkdir -p $d/checkpoints
+  mkfifo $d/$f
+  bad_case fifo_$d 1 "$d/$f is a FIFO" -- "${train[@]}" --run.dir=$d --resume auto
+  [ -p $d/$f ] || fail "fifo_$d: the FIFO was replaced"
+done
+mkdir -p devnull_latest/checkpoints && ln -s /dev/null devnull_latest/checkpoints/latest
+bad_case latest_links_to_device 1 "latest is a device" -- "${train[@]}" --run.dir=devnull_latest --resume auto
 bad_case metrics_bad_step 1 'bad_metrics/metrics.jsonl line 21: "step" is "twenty", not a whole number' -- \
   "${train[@]}" --run.dir=bad_metrics --resume auto --training.steps=30
 # Root ignores permission bits; a read-only file system stops it too.

@@ -4,6 +4,7 @@
                                                 100-continue, no compression
   serve_http.py max_connections PORT LIMIT      the connection past --max-connections is answered 503
   serve_http.py load PORT CLIENTS               CLIENTS concurrent completions: only 200s and 429s, no resets
+  serve_http.py idle PORT N                     (benchmark) /health beside N idle connections: its latency, or none
 """
 import asyncio
 import json
@@ -206,6 +207,20 @@ def max_connections(limit):
     print(f"ok: connection {limit + 1} of --max-connections {limit} answered 503; served again once they closed")
 
 
+def idle(n):
+    held = [connect() for _ in range(n)]
+    try:
+        t = time.monotonic()
+        with connect(timeout=10) as s:
+            s.sendall(request_bytes("GET", "/health"))
+            status = Reader(s).response()[0]
+        print(f"idle {n}: /health {status} in {(time.monotonic() - t) * 1000:.0f} ms")
+    except (socket.timeout, ConnectionError) as e:
+        print(f"idle {n}: /health not answered within 10 s ({type(e).__name__})")
+    for s in held:
+        s.close()
+
+
 async def load(clients):
     statuses, errors = {}, []
     start = asyncio.Event()
@@ -234,6 +249,12 @@ async def load(clients):
     start.set()  # every client connects at once
     await asyncio.gather(*tasks)
     took = time.monotonic() - t
+    kinds = {}
+    for e in errors:
+        kind = e.split(": ")[1]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    print(f"load {clients}: {statuses.get(200, 0)} x 200, {statuses.get(429, 0)} x 429, other statuses "
+          f"{ {k: v for k, v in statuses.items() if k not in (200, 429)} }, failed clients {kinds or 0}")
     check(not errors, f"{len(errors)} of {clients} clients failed: {errors[:5]}")
     check(set(statuses) <= {200, 429} and statuses.get(200, 0) > 0, f"statuses {statuses}")
     health_ok("after the load")
@@ -250,6 +271,8 @@ def main():
         max_connections(int(sys.argv[3]))
     elif mode == "load":
         asyncio.run(load(int(sys.argv[3])))
+    elif mode == "idle":
+        idle(int(sys.argv[3]))
     else:
         fail(f"unknown mode {mode}")
     print(f"PASS {mode}")

@@ -133,12 +133,12 @@ ServerOptions server_options(const ServeArgs& a, const Engine& engine) {
   options.limits.max_T = engine.max_T();
   options.limits.max_tokens_limit = a.max_tokens_limit;
   options.limits.max_choices = std::max(1, std::min(64, a.max_queue + a.max_batch));
-  options.max_body_bytes = size_t(a.max_body_kib) * 1024;
   options.timeout_s = a.timeout;
-  options.http_threads = a.threads;
-  options.max_connections = a.max_connections;
-  options.read_timeout_s = a.read_timeout;
   options.api_key = a.api_key;
+  options.http.max_body_bytes = size_t(a.max_body_kib) * 1024;
+  options.http.threads = a.threads;
+  options.http.max_connections = a.max_connections;
+  options.http.read_timeout_s = options.http.write_timeout_s = a.read_timeout;
   return options;
 }
 

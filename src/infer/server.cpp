@@ -18,7 +18,6 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "infer/http_server.h"
 #include "infer/openapi.h"
 
 namespace ember {
@@ -179,23 +178,12 @@ struct Server::Impl {
         tokenizer(t),
         empty_prompt(std::move(empty)),
         options(std::move(o)),
-        http(http_limits(options),
+        http(options.http,
              HttpHandlers{[this](const HttpRequest& h) { return check_head(h); },
                           [this](const HttpRequest& r, std::shared_ptr<HttpExchange> x) { handle(r, std::move(x)); },
                           [](int status, const std::string& message) {
                             return error_response(ApiError(status, status_error_type(status), message));
                           }}) {}
-
-  static HttpLimits http_limits(const ServerOptions& o) {
-    HttpLimits l;
-    l.max_body_bytes = o.max_body_bytes;
-    l.read_timeout_s = o.read_timeout_s;
-    l.write_timeout_s = o.read_timeout_s;
-    l.keep_alive_s = o.keep_alive_s;
-    l.max_connections = o.max_connections;
-    l.threads = o.http_threads;
-    return l;
-  }
 
   Engine& engine;
   const Tokenizer& tokenizer;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "infer/engine.h"
+#include "infer/http_server.h"
 #include "infer/openai_api.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,13 +20,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (bind() says which)
   CompletionLimits limits;
-  size_t max_body_bytes = 1 << 20;  // a larger request body is refused with 413
-  double timeout_s = 600;           // each request's deadline, from its arrival
-  double read_timeout_s = 30;       // a request's header, then its body, must arrive within this (else 408)
-  double keep_alive_s = 5;          // idle keep-alive connections close after this
-  int http_threads = 4;             // threads of the HTTP event loop (each serves any number of connections)
-  int max_connections = 1024;       // open connections; beyond it a new one is answered 503
-  std::string api_key;              // non-empty: every route but /health needs "Authorization: Bearer <api_key>"
+  double timeout_s = 600;  // each request's deadline, from its arrival
+  std::string api_key;     // non-empty: every route but /health needs "Authorization: Bearer <api_key>"
+  HttpLimits http;         // connections: body size, read and idle times, how many, threads
 };
 
 class Server {

@@ -15,18 +15,10 @@ import sys
 import threading
 import time
 
+from checks import check, fail
+
 PORT = 0
 TIMEOUT = 60
-
-
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 def request(method, path, body=None, headers=None, raw=None):

@@ -12,17 +12,9 @@ import socket
 import sys
 import time
 
+from checks import check, fail
+
 PORT = 0
-
-
-def fail(msg):
-    print("FAIL:", msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 def connect(timeout=10):

@@ -100,6 +100,16 @@ void Engine::stop(bool drain) {
   wake_.notify_all();
 }
 
+void Engine::abandon() {
+  std::deque<GenerationRequest> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    queued.swap(queue_);
+  }
+  for (auto& slot : slots_) slot.reset();
+}
+
 Engine::Stats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

@@ -83,6 +83,9 @@ class Engine {
   // Thread-safe. From now on submit() refuses. drain = true: run() returns once every queued and running request has
   // finished; false: run() ends every one with reason shutdown at its next step and returns.
   void stop(bool drain);
+  // After run() has ended (by an error): drops every queued and running request without an event, releasing what
+  // their callbacks hold, so nothing outlives the consumers that run() left waiting.
+  void abandon();
 
   struct Stats {
     int queued = 0, running = 0;

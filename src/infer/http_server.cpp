@@ -112,6 +112,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void begin_stream(uint64_t id, HttpResponse head);
   void stream_write(uint64_t id, std::string data);
   void end_stream(uint64_t id);
+  void abort(uint64_t id) {
+    if (id == exchange_id_ && in_exchange_) close();
+  }
   void note_tokens(uint64_t id, int64_t prompt, int64_t completion) {
     if (id != exchange_id_ || !in_exchange_) return;
     log_.prompt_tokens = prompt;
@@ -173,6 +176,8 @@ class Exchange : public HttpExchange {
     if (!answered_)
       net::post(connection_->executor(),
                 [c = connection_, id = id_, r = std::move(unanswered_)]() mutable { c->reply(id, std::move(r)); });
+    else if (streaming_ && !ended_)  // a stream its handler left unfinished: cut, so the client sees it end
+      net::post(connection_->executor(), [c = connection_, id = id_] { c->abort(id); });
   }
   void reply(HttpResponse response) override {
     answered_ = true;
@@ -181,6 +186,7 @@ class Exchange : public HttpExchange {
   }
   void begin_stream(HttpResponse head) override {
     answered_ = true;
+    streaming_ = true;
     net::post(connection_->executor(),
               [c = connection_, id = id_, h = std::move(head)]() mutable { c->begin_stream(id, std::move(h)); });
   }
@@ -191,6 +197,7 @@ class Exchange : public HttpExchange {
     return true;
   }
   void end_stream() override {
+    ended_ = true;
     net::post(connection_->executor(), [c = connection_, id = id_] { c->end_stream(id); });
   }
   void note_tokens(int64_t prompt_tokens, int64_t completion_tokens) override {
@@ -203,7 +210,7 @@ class Exchange : public HttpExchange {
   std::shared_ptr<Connection> connection_;
   uint64_t id_;
   HttpResponse unanswered_;  // sent if the handler drops the exchange without an answer
-  std::atomic<bool> answered_{false};
+  std::atomic<bool> answered_{false}, streaming_{false}, ended_{false};
 };
 
 // A connection past --max-connections: one 503 with Connection: close, whatever it sends.

@@ -364,6 +364,9 @@ void Server::serve() {
     s.changed.wait(lock, [&] { return s.stopping; });
     lock.unlock();
     engine_thread.join();
+    // A failed engine still holds requests, and they their connections: dropped here, each is answered 500 (or its
+    // stream cut), so the loop can end and nothing outlives it.
+    if (s.engine_error) s.engine.abandon();
     s.http.stop_when_answered();
   });
   s.http.run();

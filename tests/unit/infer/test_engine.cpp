@@ -251,5 +251,31 @@ TEST(Engine, DrainingStopFinishesEverything) {
   }
 }
 
+// abandon() (after a failed run) releases every queued and running request with what its callback holds, and
+// delivers no event: the server relies on it to free connections before its event loop ends.
+TEST(Engine, AbandonReleasesEveryRequestWithoutAnEvent) {
+  EngineFixture f(1, 40);
+  auto held = std::make_shared<int>(0);
+  int events = 0;
+  auto request = [&] {
+    GenerationRequest r;
+    r.prompt = {1, 2, 3};
+    r.max_tokens = 50;
+    r.on_event = [held, &events](const GenerationEvent&) {
+      ++events;
+      return true;
+    };
+    return r;
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(f.engine->submit(request()), Engine::Submit::accepted);
+  f.engine->step();  // one running, two queued
+  const int before = events;
+  EXPECT_EQ(held.use_count(), 4);
+  f.engine->abandon();
+  EXPECT_EQ(held.use_count(), 1);
+  EXPECT_EQ(events, before);
+  EXPECT_EQ(f.engine->submit(request()), Engine::Submit::stopping);
+}
+
 }  // namespace
 }  // namespace ember

@@ -59,11 +59,11 @@ std::string read_all(const std::string& path) {
 // "host H, pid P, job J, started T" from a lock file's text.
 std::string describe_holder(const nlohmann::json& holder) {
   if (holder.is_discarded() || !holder.is_object()) return "a holder it does not name (the file is empty or damaged)";
-  std::string s =
-      "host " + holder.value("host", std::string("?")) + ", pid " + std::to_string(holder.value("pid", (long)-1));
-  const std::string job = holder.value("job_id", std::string());
+  std::string s = "host " + json_field_or<std::string>(holder, "host", "?") + ", pid " +
+                  std::to_string(json_field_or<long>(holder, "pid", -1));
+  const std::string job = json_field_or<std::string>(holder, "job_id", "");
   if (!job.empty()) s += ", job " + job;
-  return s + ", started " + holder.value("start", std::string("?"));
+  return s + ", started " + json_field_or<std::string>(holder, "start", "?");
 }
 
 // Why the lock at `path` (holding `text`) is stale, or "" while its holder may still be alive.
@@ -75,13 +75,13 @@ std::string stale_reason(const std::string& path, const nlohmann::json& holder, 
     // A holder writes its lock right after creating it; an empty file that stays so was left by a crash.
     return age > stale_s ? "it names no holder and was last written " + std::to_string(long(age)) + " s ago" : "";
   }
-  const long pid = holder.value("pid", (long)-1);
-  if (holder.value("host", std::string()) == this_host()) {
+  const long pid = json_field_or<long>(holder, "pid", -1);
+  if (json_field_or<std::string>(holder, "host", "") == this_host()) {
     if (pid <= 0) return "it names no valid pid";
     if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) return "its process " + std::to_string(pid) + " is gone";
     const std::string state = process_stat_field(pid, 3);
     if (state == "Z" || state == "X") return "its process " + std::to_string(pid) + " is gone (a zombie)";
-    const std::string started = holder.value("pid_start", std::string());
+    const std::string started = json_field_or<std::string>(holder, "pid_start", "");
     const std::string now = process_start(pid);
     if (!started.empty() && !now.empty() && started != now)
       return "its process " + std::to_string(pid) + " is gone (the pid now belongs to another process)";
@@ -147,7 +147,7 @@ FolderLock::FolderLock(const LockSpec& spec) : path_(spec.path) {
         try_parse_json_input(text).value_or(nlohmann::json(nlohmann::json::value_t::discarded));
     const std::string reason = attempt < 3 ? stale_reason(path_, holder, stale_s) : "";
     if (reason.empty()) {
-      const std::string job_id = holder.is_object() ? holder.value("job_id", std::string()) : "";
+      const std::string job_id = json_field_or<std::string>(holder, "job_id", "");
       throw_error(what + " " + dir + " is in use by another job: " + path_ + " names " + describe_holder(holder),
                   "wait for that job to end or stop it (" +
                       (job_id.empty() ? std::string("kill its pid") : "scancel " + job_id) + "), or " + spec.elsewhere +

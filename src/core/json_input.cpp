@@ -33,6 +33,13 @@ nlohmann::json parse_json_input(std::string_view text, const std::string& what, 
   }
 }
 
+void throw_json_field_type(const std::string& what, const std::string& key, const nlohmann::json& value,
+                           const char* expected, const std::string& hint) {
+  std::string shown = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+  throw_error(what + ": \"" + key + "\" is " + shown + ", not " + expected, hint);
+}
+
 std::optional<nlohmann::json> try_parse_json_input(std::string_view text, int max_depth) {
   try {
     return parse_bounded(text, max_depth);

@@ -44,14 +44,15 @@ ModelConfig read_config(const std::string& dir) {
                                                   "model.safetensors)"),
                                   "import: " + path, "give the config.json save_pretrained wrote");
   if (!c.is_object()) throw_error("import: " + path + " is not a JSON object", "give a GPT-2 config.json");
-  bool gpt2 = c.value("model_type", std::string()) == "gpt2";
+  const std::string where = "import: " + path, hint = "give a GPT-2 config.json";
+  bool gpt2 = json_field<std::string>(c, "model_type", "", where, hint) == "gpt2";
   if (c.contains("architectures") && c["architectures"].is_array())
     for (const auto& a : c["architectures"])
       if (a.is_string() && (a == "GPT2LMHeadModel" || a == "GPT2Model")) gpt2 = true;
   if (!gpt2)
     unsupported(dir, "model_type " + (c.contains("model_type") ? c["model_type"].dump() : std::string("(none)")) +
                          " is not gpt2");
-  const std::string act = c.value("activation_function", std::string("gelu_new"));
+  const std::string act = json_field<std::string>(c, "activation_function", "gelu_new", where, hint);
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     unsupported(dir, "activation_function " + act + " (ember's GELU is the tanh form: gelu_new)");
   if (c.contains("layer_norm_epsilon") &&

@@ -124,17 +124,20 @@ void check_byte_level(const json& pre, const std::string& name) {
       "only GPT-2's byte-level scheme is supported: a ByteLevel pre-tokenizer with use_regex "
       "true and add_prefix_space false, and no normalizer";
   const json* p = &pre;
-  if (pre.is_object() && pre.value("type", "") == "Sequence") {
+  if (json_field<std::string>(pre, "type", "", name + " pre_tokenizer", hint) == "Sequence") {
     const auto steps = pre.find("pretokenizers");  // a reference into `pre`, which outlives *p
     if (steps == pre.end() || !steps->is_array() || steps->size() != 1)
       throw_error(name + ": pre_tokenizer is a Sequence of other steps than ByteLevel", hint);
     p = &(*steps)[0];
   }
-  if (!p->is_object() || p->value("type", "") != "ByteLevel")
-    throw_error(
-        name + ": pre_tokenizer " + (p->is_object() ? in_quotes(p->value("type", "?")) : "null") + " is not ByteLevel",
-        hint);
-  if (!p->value("use_regex", true) || p->value("add_prefix_space", false))
+  const std::string where = name + " pre_tokenizer";
+  if (!p->is_object() || json_field<std::string>(*p, "type", "", where, hint) != "ByteLevel")
+    throw_error(name + ": pre_tokenizer " +
+                    (p->is_object() ? in_quotes(json_field<std::string>(*p, "type", "?", where, hint)) : "null") +
+                    " is not ByteLevel",
+                hint);
+  if (!json_field<bool>(*p, "use_regex", true, where, hint) ||
+      json_field<bool>(*p, "add_prefix_space", false, where, hint))
     throw_error(name + ": the ByteLevel pre_tokenizer needs use_regex true and add_prefix_space false", hint);
 }
 
@@ -181,17 +184,19 @@ BpeVocab read_tokenizer_json(const std::string& contents, const std::string& nam
   if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object())
     throw_error(name + ": no \"model\" object", kFileHint);
   const json& model = doc["model"];
-  if (model.value("type", "BPE") != "BPE")
-    throw_error(name + ": model type " + in_quotes(model.value("type", "?")) + " is not BPE", kFileHint);
+  const std::string model_type = json_field<std::string>(model, "type", "BPE", name + " model", kFileHint);
+  if (model_type != "BPE") throw_error(name + ": model type " + in_quotes(model_type) + " is not BPE", kFileHint);
   if (doc.contains("normalizer") && !doc["normalizer"].is_null())
     throw_error(name + ": has a normalizer", "only GPT-2's byte-level scheme, without a normalizer, is supported");
-  check_byte_level(doc.value("pre_tokenizer", json()), name);
+  check_byte_level(json_field<json>(doc, "pre_tokenizer", json(), name, kFileHint), name);
   check_bpe_settings(model, name);
   BpeVocab v;
-  const auto ids = read_printable_vocab(model.value("vocab", json()), v, name + " model.vocab");
+  const auto ids =
+      read_printable_vocab(json_field<json>(model, "vocab", json(), name, kFileHint), v, name + " model.vocab");
   v.special.clear();  // the special tokens are the added tokens marked special
-  v.ignore_merges = model.value("ignore_merges", false);
-  const json& merges = model.value("merges", json::array());
+  v.ignore_merges = json_field<bool>(model, "ignore_merges", false, name + " model", kFileHint);
+  const json merges = json_field<json>(model, "merges", json::array(), name, kFileHint);
+  if (!merges.is_array()) throw_error(name + ": model.merges is not a list", kFileHint);
   for (size_t i = 0; i < merges.size(); ++i) {
     const std::string entry = name + " model.merges[" + std::to_string(i) + "]";
     const json& m = merges[i];
@@ -207,9 +212,14 @@ BpeVocab read_tokenizer_json(const std::string& contents, const std::string& nam
       throw_error(entry + ": not \"A B\" or [\"A\", \"B\"]", kFileHint);
     }
   }
-  for (const json& added : doc.value("added_tokens", json::array())) {
-    if (!added.value("special", false)) continue;
-    const std::string content = added.value("content", "");
+  const json added_tokens = json_field<json>(doc, "added_tokens", json::array(), name, kFileHint);
+  if (!added_tokens.is_array()) throw_error(name + ": added_tokens is not a list", kFileHint);
+  for (size_t i = 0; i < added_tokens.size(); ++i) {
+    const json& added = added_tokens[i];
+    const std::string at = name + " added_tokens[" + std::to_string(i) + "]";
+    if (!added.is_object()) throw_error(at + ": not an object", kFileHint);
+    if (!json_field<bool>(added, "special", false, at, kFileHint)) continue;
+    const std::string content = json_field<std::string>(added, "content", "", at, kFileHint);
     const std::string entry = name + " added token " + in_quotes(content);
     if (content.empty() || !added.contains("id") || !added["id"].is_number_integer() || added["id"].get<int64_t>() < 0)
       throw_error(entry + ": needs a content and a non-negative integer id", kFileHint);

@@ -45,10 +45,10 @@ RunState read_run_state(const std::string& run_dir) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const nlohmann::json j = try_parse_json_input(text).value_or(nlohmann::json());
   if (!j.is_object()) return r;
-  r.state = j.value("state", std::string());
-  r.step = j.value("step", int64_t(-1));
-  r.checkpoint = j.value("checkpoint", std::string());
-  r.error = j.value("error", std::string());
+  r.state = json_field_or<std::string>(j, "state", "");
+  r.step = json_field_or<int64_t>(j, "step", -1);
+  r.checkpoint = json_field_or<std::string>(j, "checkpoint", "");
+  r.error = json_field_or<std::string>(j, "error", "");
   return r;
 }
 

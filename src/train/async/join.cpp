@@ -51,7 +51,7 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 // A joining start's beat, renewed once a second in a file of its own beside its request (0: none yet).
 uint64_t beat_of(const std::string& path) {
   const nlohmann::json j = read_json(path);
-  return j.is_object() ? j.value("beat", uint64_t(0)) : 0;
+  return json_field_or<uint64_t>(j, "beat", 0);
 }
 
 }  // namespace
@@ -97,10 +97,11 @@ bool JoinDesk::poll(int ranks_per_worker) {
     it->second = {beat, now};
     const nlohmann::json r = read_json(path);
     if (!r.is_object()) continue;
-    const std::string host = r.value("host", std::string("?"));
-    const int ranks = r.value("ranks", 0);
+    const std::string host = json_field_or<std::string>(r, "host", "?");
+    const int ranks = json_field_or<int>(r, "ranks", 0);
     std::string error, hint;
-    const auto [theirs, mine] = first_config_difference(r.value("config", std::string()), config_ini_, kOwnKeys);
+    const auto [theirs, mine] =
+        first_config_difference(json_field_or<std::string>(r, "config", ""), config_ini_, kOwnKeys);
     if (spans_hosts_) {
       error =
           "the job refused to take this start in: one mpirun started the job's ranks on several hosts, and Open "
@@ -199,13 +200,13 @@ World join_running_job(const World& world, const RunConfig& c, const std::string
       for (uint64_t beat = 1;; ++beat) {
         write_json(beat_file, {{"beat", beat}});
         const nlohmann::json a = read_json(reply);
-        const std::string s = a.is_object() ? a.value("state", std::string()) : std::string();
+        const std::string s = json_field_or<std::string>(a, "state", "");
         if (s == "refused") {
-          refuse(a.value("error", std::string()), a.value("hint", std::string()));
+          refuse(json_field_or<std::string>(a, "error", ""), json_field_or<std::string>(a, "hint", ""));
           break;
         }
         if (s == "accepted") {
-          answer[3] = a.value("checkpoint", std::string());
+          answer[3] = json_field_or<std::string>(a, "checkpoint", "");
           fs::remove(request, ec);
           fs::remove(beat_file, ec);
           break;

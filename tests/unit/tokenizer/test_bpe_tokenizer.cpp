@@ -349,6 +349,17 @@ TEST(BpeTokenizer, MalformedTokenizerJson) {
   expect_load_error(with("/model/vocab/abc"_json_pointer, 1.5), {"abc", "integer"});
   expect_load_error(with("/added_tokens/0/id"_json_pointer, 65), {"<|endoftext|>", "65"});
   expect_load_error(with("/added_tokens/0/id"_json_pointer, 99999999), {"<|endoftext|>", "99999999 is out of range"});
+  // Fields of another type are errors naming them, not escaped library exceptions (found by fuzz_tokenizer_json:
+  // "special": 1 stopped the program).
+  expect_load_error(with("/added_tokens/0/special"_json_pointer, 1), {"added_tokens[0]", "\"special\" is 1"});
+  expect_load_error(with("/added_tokens/0/content"_json_pointer, 7), {"added_tokens[0]", "\"content\" is 7"});
+  expect_load_error(with("/added_tokens"_json_pointer, "x"), {"added_tokens is not a list"});
+  expect_load_error(with("/added_tokens/0"_json_pointer, 3), {"added_tokens[0]: not an object"});
+  expect_load_error(with("/model/merges"_json_pointer, {{"a", 1}}), {"model.merges is not a list"});
+  expect_load_error(with("/model/type"_json_pointer, 5), {"\"type\" is 5"});
+  expect_load_error(with("/model/ignore_merges"_json_pointer, "yes"), {"\"ignore_merges\" is \"yes\""});
+  expect_load_error(with("/pre_tokenizer/type"_json_pointer, json::array()), {"pre_tokenizer", "\"type\" is []"});
+  expect_load_error(with("/pre_tokenizer/use_regex"_json_pointer, 1), {"\"use_regex\" is 1"});
   // BPE settings that change the ids and that Ember does not implement; their GPT-2 values are accepted.
   expect_load_error(with("/model/dropout"_json_pointer, 0.1), {"model.dropout", "0.1"});
   expect_load_error(with("/model/end_of_word_suffix"_json_pointer, "</w>"), {"model.end_of_word_suffix", "</w>"});

@@ -58,17 +58,17 @@ mkdir -p "$CORPUS" "$BUILD/crashes" "$BUILD/logs"
 if [[ ! -f $SEEDS/.done ]]; then
   rm -rf "$SEEDS" && mkdir -p "$SEEDS"
   cp -r fuzz/seeds/. "$SEEDS/"
-  mkdir -p "$SEEDS/vocab_merges" "$SEEDS/tokenizer_json" "$SEEDS/checkpoint_meta" "$BUILD/work"
+  mkdir -p "$SEEDS/vocab_merges" "$SEEDS/tokenizer_json" "$SEEDS/checkpoint_meta" "$BUILD/seed-files"
   ASAN_OPTIONS=detect_leaks=0 "$BUILD/ember" tokenizer train --input src/tokenizer --vocab-size 320 \
-    --output "$BUILD/work/tok" --overwrite >/dev/null
+    --output "$BUILD/seed-files/tok" --overwrite >/dev/null
   split=$'\n--8<--\n'
   text='int main() { return "the théâtre" + 42; } <|endoftext|> tail'
-  { cat "$BUILD/work/tok/vocab.json"; printf '%s' "$split"; cat "$BUILD/work/tok/merges.txt"; printf '%s%s' "$split" "$text"; } \
+  { cat "$BUILD/seed-files/tok/vocab.json"; printf '%s' "$split"; cat "$BUILD/seed-files/tok/merges.txt"; printf '%s%s' "$split" "$text"; } \
     >"$SEEDS/vocab_merges/trained"
-  { cat "$BUILD/work/tok/tokenizer.json"; printf '%s%s' "$split" "$text"; } >"$SEEDS/tokenizer_json/trained"
+  { cat "$BUILD/seed-files/tok/tokenizer.json"; printf '%s%s' "$split" "$text"; } >"$SEEDS/tokenizer_json/trained"
   ASAN_OPTIONS=detect_leaks=0 "$BUILD/ember" export --checkpoint tests/fixtures/checkpoint_v1_sync_np2.h5 \
-    --output "$BUILD/work/export" --overwrite >/dev/null
-  cp "$BUILD/work/export/model.safetensors" "$SEEDS/safetensors/exported.safetensors"
+    --output "$BUILD/seed-files/export" --overwrite >/dev/null
+  cp "$BUILD/seed-files/export/model.safetensors" "$SEEDS/safetensors/exported.safetensors"
   printf '' >"$SEEDS/checkpoint_meta/keep"
   head -c 256 /dev/urandom >"$SEEDS/checkpoint_meta/random"
   touch "$SEEDS/.done"

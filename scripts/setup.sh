@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Ember needs to build, test and run (compiler, CMake, Open MPI, parallel HDF5, Boost,
-# OpenBLAS, nlohmann-json, PCRE2, zlib, zstd, libzip, simdjson, GoogleTest, Python with numpy/h5py/torch, venv and
-# pip, clang-format for the format check, Slurm for the
-# job-script tests, iproute2 and ping for the emulated cluster). Idempotent: quiet and does nothing when all are present.
+# OpenBLAS, oneDNN, nlohmann-json, PCRE2, zlib, zstd, libzip, simdjson, GoogleTest, Python with numpy/h5py/torch,
+# venv and pip, clang-format for the format check, Slurm for the job-script tests, iproute2 and ping for the emulated
+# cluster). Idempotent: quiet and does nothing when all are present.
 set -euo pipefail
 
 PACKAGES=(
@@ -13,6 +13,8 @@ PACKAGES=(
   libpcre2-dev zlib1g-dev libzstd-dev libzip-dev
   # JSONL documents (simdjson On-Demand)
   libsimdjson-dev
+  # int8 products on the CPU (oneDNN; its CMake package asks for the OpenCL loader, which it depends on)
+  libdnnl-dev
   # ember serve: the HTTP server (Boost.Beast and Boost.Asio, header-only)
   libboost-dev
   libgtest-dev googletest

@@ -26,9 +26,9 @@ EOF
 DEST=.device/debs
 LIMIT_MIB=60
 # What the build uses: MPI (C++ and mpiexec), parallel HDF5, Boost.Program_options, OpenBLAS with CBLAS, GoogleTest,
-# nlohmann-json, simdjson; all of them with their CMake config files or the wrappers CMake's Find modules query.
+# nlohmann-json, simdjson, oneDNN; all of them with their CMake config files or the wrappers CMake's Find modules query.
 ROOTS=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libboost-program-options-dev libopenblas-dev libgtest-dev
-       nlohmann-json3-dev libsimdjson-dev)
+       nlohmann-json3-dev libsimdjson-dev libdnnl-dev)
 
 # Packages taken as satisfied without downloading them: the device has them, or nothing the build or the tests run
 # uses them. apt resolves against a status file that lists these as installed, so it also skips their own Depends.

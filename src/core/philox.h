@@ -13,6 +13,7 @@ enum RngPurpose : uint32_t {
   RNG_PURPOSE_DATA = 2,    // data-order shuffling
   RNG_PURPOSE_SAMPLE = 3,  // token sampling in generate
   RNG_PURPOSE_TEST = 4,    // test inputs
+  RNG_PURPOSE_DITHER = 5,  // stochastic rounding of int8 gradients (core/int8_quant.h)
 };
 
 // One Philox4x32-10 block: 128-bit counter, 64-bit key -> 4 x uint32.

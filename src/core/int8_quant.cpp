@@ -1,0 +1,109 @@
+// int8 quantization per row or per column, rounded to nearest or dithered; see int8_quant.h.
+#include "core/int8_quant.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace ember {
+
+namespace {
+
+// 127 / max|x| for a row whose largest magnitude is `amax`, with its scale; 0 and 0 for a zero (or vanishingly
+// small) row, whose values all become 0; NaN for a row holding a NaN or an infinity.
+struct RowScale {
+  float inverse, scale;
+};
+RowScale row_scale(float amax) {
+  if (!std::isfinite(amax)) return {0.0f, NAN};
+  const float inverse = 127.0f / amax;
+  if (!std::isfinite(inverse)) return {0.0f, 0.0f};
+  return {inverse, amax / 127.0f};
+}
+
+int8_t clamp_int8(float y) { return int8_t(std::clamp(y, -127.0f, 127.0f)); }
+
+// Largest magnitude of n values `stride` apart; NaN if any is a NaN.
+float amax_of(const float* x, size_t n, size_t stride) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i * stride]);
+    if (std::isnan(a)) return a;
+    m = std::max(m, a);
+  }
+  return m;
+}
+
+// Philox block b of a dither stream.
+std::array<uint32_t, 4> dither_block(const DitherKey& key, uint64_t b) {
+  const uint64_t counter = (uint64_t(key.stream) << 40) | b;
+  return philox4x32(
+      {uint32_t(counter), uint32_t(counter >> 32), key.rank ^ (uint32_t(RNG_PURPOSE_DITHER) << 24), key.step},
+      {uint32_t(key.seed), uint32_t(key.seed >> 32)});
+}
+
+float to_uniform(uint32_t word) { return float(word >> 8) * (1.0f / 16777216.0f); }
+
+}  // namespace
+
+float dither_uniform(const DitherKey& key, uint64_t i) {
+  EMBER_ASSERT(key.stream < kDitherStreams && i / 4 < kDitherBlocksPerStream, "a dither index out of range");
+  return to_uniform(dither_block(key, i / 4)[i % 4]);
+}
+
+void quantize_int8_rows(const float* x, size_t rows, size_t cols, int8_t* q, float* scales) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 16))
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    int8_t* qr = q + r * cols;
+    const RowScale s = row_scale(amax_of(xr, cols, 1));
+    scales[r] = s.scale;
+    for (size_t c = 0; c < cols; ++c) qr[c] = clamp_int8(std::nearbyint(xr[c] * s.inverse));
+  }
+}
+
+void quantize_int8_rows_dithered(const float* x, size_t rows, size_t cols, const DitherKey& key, int8_t* q,
+                                 float* scales) {
+  EMBER_ASSERT(key.stream < kDitherStreams && rows * cols / 4 < kDitherBlocksPerStream, "a dither key out of range");
+#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 14))
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    int8_t* qr = q + r * cols;
+    const RowScale s = row_scale(amax_of(xr, cols, 1));
+    scales[r] = s.scale;
+    uint64_t block = UINT64_MAX;
+    std::array<uint32_t, 4> words{};
+    for (size_t c = 0; c < cols; ++c) {
+      const uint64_t i = r * cols + c;
+      if (i / 4 != block) words = dither_block(key, block = i / 4);
+      // Two roundings, as the GPU kernel does them (this file is compiled without FMA contraction).
+      const float y = xr[c] * s.inverse;
+      qr[c] = clamp_int8(std::floor(y + to_uniform(words[i % 4])));
+    }
+  }
+}
+
+void quantize_int8_columns(const float* x, size_t rows, size_t cols, int8_t* q, float* scales) {
+  std::vector<float> inverse(cols);
+#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 16))
+  for (size_t c = 0; c < cols; ++c) {
+    const RowScale s = row_scale(amax_of(x + c, rows, cols));
+    scales[c] = s.scale;
+    inverse[c] = s.inverse;
+  }
+#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 16))
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) q[r * cols + c] = clamp_int8(std::nearbyint(x[r * cols + c] * inverse[c]));
+}
+
+void dequantize_int8_rows(const int8_t* q, const float* scales, size_t rows, size_t cols, float* x) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 16))
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) x[r * cols + c] = float(q[r * cols + c]) * scales[r];
+}
+
+}  // namespace ember

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/int8_quant.h"
 
 namespace ember {
 
@@ -104,6 +105,10 @@ class Backend {
   // --- out = inp @ weight + bias (bias may be null). out may be stored in bf16 under matmul precision bf16: the fp32
   // product with the bias added, rounded once; the bias is then stored in bf16 too (stored as out is, either way),
   // as cuBLASLt's bf16 epilogue and PyTorch's bf16 autocast take it. ---
+  // Under matmul precision int8: out = (float(sum_i qx[n,i] qw[i,o]) * sx[n]) * sw[o] + bias[o], each step rounded to
+  // fp32 in that order (then to bf16 once, where out is so stored), where qx, sx are inp's bf16 values quantized per
+  // row and qw, sw the weight's stored values (the fp32 masters) quantized per column, both to nearest
+  // (core/int8_quant.h); the int32 sum is exact. There inp may be stored in bf16 beside an fp32 weight.
   virtual void matmul_forward(TensorOut out,    // (N, OC)
                               TensorIn inp,     // (N, IC)
                               TensorIn weight,  // (IC, OC)
@@ -112,6 +117,9 @@ class Backend {
   // dinp = dout @ weight^T; dweight += inp^T @ dout; dbias += sum_rows(dout) (dbias may be null). dout may be stored
   // in bf16 under matmul precision bf16 (attention's dqkv is, where qkv is): the GEMMs read it as it is, which is what
   // they would read of its fp32 value anyway, and dbias sums its values. So may dinp (its fp32 value rounded once).
+  // Under matmul precision int8 dinp is the int8 product: dout's bf16 values quantized per row with dithering keyed by
+  // set_gradient_dither's key (element (n, o) is element n * OC + o of its stream), times the weight's stored values
+  // quantized per row (input channel) to nearest, scaled as matmul_forward's; dweight and dbias as under bf16.
   virtual void matmul_backward(TensorOut dinp,   // (N, IC) =
                                float* dweight,   // (IC, OC) +=
                                float* dbias,     // (OC) += or null
@@ -263,6 +271,10 @@ class Backend {
   // --- the precision of the four matmul ops' GEMM inputs (core/dtype.h); fp32 until set ---
   void set_matmul_precision(MatmulPrecision p) { matmul_precision_ = p; }
   MatmulPrecision matmul_precision() const { return matmul_precision_; }
+  // What runs the int8 products here, for the start-up log (empty where the backend has none).
+  virtual std::string int8_engine() const { return ""; }
+  // The key of the next matmul_backward's dithered rounding under int8 (the model sets one per layer and product).
+  void set_gradient_dither(const DitherKey& key) { dither_key_ = key; }
 
   // --- determinism: on (the default), repeated runs give bitwise-equal results; off lets a backend use faster
   // kernels whose reductions depend on timing (the CPU backend has none: it is deterministic either way) ---
@@ -293,6 +305,7 @@ class Backend {
   void track_free(const void* ptr);
 
   MatmulPrecision matmul_precision_ = MatmulPrecision::fp32;
+  DitherKey dither_key_;
   bool deterministic_ = true;
 
  private:

@@ -5,7 +5,17 @@
 
 namespace ember {
 
-std::string matmul_precision_name(MatmulPrecision p) { return p == MatmulPrecision::bf16 ? "bf16" : "fp32"; }
+std::string matmul_precision_name(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::fp32:
+      return "fp32";
+    case MatmulPrecision::bf16:
+      return "bf16";
+    case MatmulPrecision::int8:
+      return "int8";
+  }
+  return "?";
+}
 
 std::optional<MatmulPrecision> parse_matmul_precision(const std::string& name) {
   return find_by_name(kMatmulPrecisions, matmul_precision_name, name);
@@ -19,6 +29,8 @@ const char* precision_request_name(PrecisionRequest p) {
       return "fp32";
     case PrecisionRequest::bf16:
       return "bf16";
+    case PrecisionRequest::int8:
+      return "int8";
   }
   return "?";
 }
@@ -33,6 +45,8 @@ MatmulPrecision resolve_precision(PrecisionRequest p, bool on_gpu) {
       return MatmulPrecision::fp32;
     case PrecisionRequest::bf16:
       return MatmulPrecision::bf16;
+    case PrecisionRequest::int8:
+      return MatmulPrecision::int8;
     case PrecisionRequest::automatic:
       break;
   }

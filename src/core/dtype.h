@@ -83,27 +83,35 @@ struct TensorOut {
 // changes no value: they are rounded to bf16 as they are written rather than as read. And, as PyTorch's bf16 autocast
 // and llm.c do, it keeps the outputs of c_attn (where attention is bf16, below) and c_fc in bf16, bias added in bf16:
 // the one rounding that bf16 storage adds, to the pre-activations that attention and GELU read.
-enum class MatmulPrecision { fp32, bf16 };
-inline constexpr MatmulPrecision kMatmulPrecisions[] = {MatmulPrecision::fp32, MatmulPrecision::bf16};
-std::string matmul_precision_name(MatmulPrecision p);  // "fp32" or "bf16": the one place these names are spelled
+// int8: everything bf16 does, except that the four dense layers' forward products and their input-gradient products
+// are int8 x int8 summed exactly in int32 (core/int8_quant.h, backend/backend.h): activations quantized per token row
+// from their bf16 values, weights per output (forward) or input (backward) channel from the fp32 masters, output
+// gradients per row with dithering. The weight-gradient products, the lm_head, attention, layernorms, the loss and
+// AdamW stay as under bf16.
+enum class MatmulPrecision { fp32, bf16, int8 };
+inline constexpr MatmulPrecision kMatmulPrecisions[] = {MatmulPrecision::fp32, MatmulPrecision::bf16,
+                                                        MatmulPrecision::int8};
+std::string matmul_precision_name(MatmulPrecision p);  // "fp32", "bf16" or "int8": the one place these are spelled
 std::optional<MatmulPrecision> parse_matmul_precision(const std::string& name);  // nothing for any other text
+// GEMM inputs are stored in bf16 (and fp32-stored ones rounded to bf16 as read): under bf16 and int8.
+inline bool gemm_inputs_in_bf16(MatmulPrecision p) { return p != MatmulPrecision::fp32; }
 
-// A requested precision (training.precision): auto (written "auto"), fp32 or bf16. auto is bf16 on a GPU, where
-// tensor cores make it the fast path and mixed-precision training is the norm, and fp32 on the CPU, which has no
-// bf16 arithmetic and only emulates its rounding.
-enum class PrecisionRequest { automatic, fp32, bf16 };
+// A requested precision (training.precision): auto (written "auto"), fp32, bf16 or int8. auto is bf16 on a GPU,
+// where tensor cores make it the fast path and mixed-precision training is the norm, and fp32 on the CPU, which has
+// no bf16 arithmetic and only emulates its rounding.
+enum class PrecisionRequest { automatic, fp32, bf16, int8 };
 inline constexpr PrecisionRequest kPrecisionRequests[] = {PrecisionRequest::automatic, PrecisionRequest::fp32,
-                                                          PrecisionRequest::bf16};
-const char* precision_request_name(PrecisionRequest p);                            // "auto", "fp32" or "bf16"
+                                                          PrecisionRequest::bf16, PrecisionRequest::int8};
+const char* precision_request_name(PrecisionRequest p);                            // "auto", "fp32", "bf16", "int8"
 std::optional<PrecisionRequest> parse_precision_request(const std::string& name);  // nothing for any other text
 // The precision a request means on a GPU (on_gpu) or on the CPU.
 MatmulPrecision resolve_precision(PrecisionRequest p, bool on_gpu);
 
-// Under matmul precision bf16, attention's products (q k^T, P v and the backward's four) take bf16 inputs too, with
-// fp32 softmax statistics and accumulation, for the head sizes the CUDA backend has tensor-core kernels for (16, 32
-// and 64; GPT-2's is 64 at every size). Other head sizes keep fp32 attention, on every backend alike.
+// Under matmul precision bf16 (and int8), attention's products (q k^T, P v and the backward's four) take bf16 inputs
+// too, with fp32 softmax statistics and accumulation, for the head sizes the CUDA backend has tensor-core kernels for
+// (16, 32 and 64; GPT-2's is 64 at every size). Other head sizes keep fp32 attention, on every backend alike.
 inline bool attention_in_bf16(MatmulPrecision p, int head_size) {
-  return p == MatmulPrecision::bf16 && (head_size == 16 || head_size == 32 || head_size == 64);
+  return gemm_inputs_in_bf16(p) && (head_size == 16 || head_size == 32 || head_size == 64);
 }
 
 }  // namespace ember

@@ -88,7 +88,8 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     : config_(config),
       backend_(backend),
       recompute_(recompute),
-      bf16_storage_(backend.matmul_precision() == MatmulPrecision::bf16),
+      bf16_storage_(gemm_inputs_in_bf16(backend.matmul_precision())),
+      int8_(backend.matmul_precision() == MatmulPrecision::int8),
       table_(config),
       max_B_(max_B),
       max_T_(max_T) {
@@ -260,7 +261,7 @@ void GPT::attention_core(int l) {
   const int C = config_.n_embd, NH = config_.n_head, N = B_ * T_;
   LayerActs& a = layers_[l];
   const ParamInfo &qkv_w = table_.block(l, BLOCK_PARAM_QKV_W), &qkv_b = table_.block(l, BLOCK_PARAM_QKV_B);
-  backend_.matmul_forward(a.qkv, a.ln1, w(qkv_w), bias(qkv_b, a.qkv), N, C, 3 * C);
+  backend_.matmul_forward(a.qkv, a.ln1, dense_w(qkv_w), bias(qkv_b, a.qkv), N, C, 3 * C);
   backend_.attention_forward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
 }
 
@@ -278,7 +279,7 @@ void GPT::mlp_in(int l) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
   const ParamInfo &fc_w = table_.block(l, BLOCK_PARAM_FC_W), &fc_b = table_.block(l, BLOCK_PARAM_FC_B);
-  backend_.matmul_forward(a.fch, a.ln2, w(fc_w), bias(fc_b, a.fch), N, C, 4 * C);
+  backend_.matmul_forward(a.fch, a.ln2, dense_w(fc_w), bias(fc_b, a.fch), N, C, 4 * C);
   backend_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * C);
 }
 
@@ -286,8 +287,8 @@ void GPT::mlp_out(int l) {
   const int C = config_.n_embd, N = B_ * T_;
   LayerActs& a = layers_[l];
   const ParamInfo& fcproj_b = table_.block(l, BLOCK_PARAM_FCPROJ_B);
-  backend_.matmul_forward(fcproj_, a.fch_gelu, w(table_.block(l, BLOCK_PARAM_FCPROJ_W)), bias(fcproj_b, fcproj_), N,
-                          4 * C, C);
+  backend_.matmul_forward(fcproj_, a.fch_gelu, dense_w(table_.block(l, BLOCK_PARAM_FCPROJ_W)), bias(fcproj_b, fcproj_),
+                          N, 4 * C, C);
   // The layernorm after this layer: ln_f after the last, else the next layer's ln_1.
   TensorOut out = lnf_;
   float *mean = lnf_mean_, *rstd = lnf_rstd_;
@@ -298,6 +299,13 @@ void GPT::mlp_out(int l) {
     lnw = &table_.block(l + 1, BLOCK_PARAM_LN1_W), lnb = &table_.block(l + 1, BLOCK_PARAM_LN1_B);
   }
   backend_.residual_layernorm_forward(a.residual3, out, mean, rstd, a.residual2, fcproj_, p(*lnw), p(*lnb), N, C);
+}
+
+void GPT::set_dither(int l, int which) {
+  if (!int8_) return;
+  const uint32_t stream = uint32_t(l) * 4 + uint32_t(which);
+  EMBER_ASSERT(stream < kDitherStreams, "too many layers for the dither streams");
+  backend_.set_gradient_dither({dither_seed_, uint32_t(dither_sample_ >> 32), uint32_t(dither_sample_), stream});
 }
 
 void GPT::zero_grad() {
@@ -332,7 +340,7 @@ void GPT::backward_from_dlogits() {
     LayerActs& a = layers_[l];
     const float* residual = l == 0 ? encoded_ : layers_[l - 1].residual3;
     auto P = [&](BlockParam bp) { return p(table_.block(l, bp)); };
-    auto W = [&](BlockParam bp) { return w(table_.block(l, bp)); };
+    auto W = [&](BlockParam bp) { return dense_w(table_.block(l, bp)); };
     auto G = [&](BlockParam bp) { return g(table_.block(l, bp)); };
     if (recompute_ == Recompute::full) {  // everything but the stored output, in forward order
       attention_in(l, residual);
@@ -340,16 +348,20 @@ void GPT::backward_from_dlogits() {
       mlp_in(l);
     }
     // MLP branch: residual3 = residual2 + c_proj(gelu(c_fc(ln_2(residual2)))).
+    set_dither(l, 3);
     be.matmul_backward(d4C_, G(BLOCK_PARAM_FCPROJ_W), G(BLOCK_PARAM_FCPROJ_B), dresidual_, a.fch_gelu,
                        W(BLOCK_PARAM_FCPROJ_W), N, 4 * C, C);
+    set_dither(l, 2);
     be.matmul_gelu_backward(dC_, G(BLOCK_PARAM_FC_W), G(BLOCK_PARAM_FC_B), d4C_, a.fch, a.ln2, W(BLOCK_PARAM_FC_W), N,
                             C, 4 * C);
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN2_W), G(BLOCK_PARAM_LN2_B), dC_, a.residual2,
                           P(BLOCK_PARAM_LN2_W), a.ln2_mean, a.ln2_rstd, N, C);
     // Attention branch: residual2 = residual + c_proj(attn(c_attn(ln_1(residual)))).
     if (recompute_ == Recompute::attention) attention_in(l, residual);
+    set_dither(l, 1);
     be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, proj_weight(l), N, C, C);
     be.attention_backward(d3C_, dC_, a.qkv, a.atty, a.lse, B, T, C, NH);
+    set_dither(l, 0);
     be.matmul_backward(dC_, G(BLOCK_PARAM_QKV_W), G(BLOCK_PARAM_QKV_B), d3C_, a.ln1, W(BLOCK_PARAM_QKV_W), N, C, 3 * C);
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN1_W), G(BLOCK_PARAM_LN1_B), dC_, residual, P(BLOCK_PARAM_LN1_W),
                           a.ln1_mean, a.ln1_rstd, N, C);

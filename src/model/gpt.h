@@ -89,6 +89,12 @@ class GPT {
   // instead of five times. The CPU gives bitwise the results of forward + backward; a GPU the same to rounding.
   double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, float loss_scale);
   void zero_grad();
+  // Under matmul precision int8 the output gradients of the dense layers are rounded with dithering keyed by the run's
+  // seed, the global index of the micro-batch's first sample (unique to a rank, step and micro-batch, and the same
+  // after a resume), the layer and the product (core/int8_quant.h). The trainer sets the seed once and the sample
+  // before each backward.
+  void set_dither_seed(uint64_t seed) { dither_seed_ = seed; }
+  void set_dither_sample(uint64_t first_sample) { dither_sample_ = first_sample; }
 
   // Called during backward as gradients become final: hook(l) once layer l's gradients (and, for the last layer,
   // ln_f's) are complete, for l = n_layer-1 down to 0, then hook(-1) when wte and wpe are. Data parallelism uses it
@@ -125,11 +131,16 @@ class GPT {
   TensorIn bias(const ParamInfo& info, TensorOut out) const {
     return out.bf16 ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
   }
+  // A dense layer's weight as its GEMMs read it: under int8 the fp32 master, which the products quantize.
+  TensorIn dense_w(const ParamInfo& info) const { return int8_ ? TensorIn(params_ + info.offset) : w(info); }
   // The attention projection's weight, stored as atty is (which is fp32 where attention is, at any precision).
   TensorIn proj_weight(int l) const {
     const ParamInfo& info = table_.block(l, BLOCK_PARAM_PROJ_W);
-    return bf16_attention_out_ ? w(info) : TensorIn(params_ + info.offset);
+    return bf16_attention_out_ ? dense_w(info) : TensorIn(params_ + info.offset);
   }
+  // Keys the backend's dithering of the output gradient of layer l's dense product `which` (0 c_attn, 1 the attention
+  // projection, 2 c_fc, 3 the MLP projection) in this micro-batch (set_dither_sample).
+  void set_dither(int l, int which);
   float* alloc_floats(size_t n, bool weights = false);
   TensorOut alloc_activation(size_t n, bool bf16);  // bf16 where `bf16`, else fp32
   // Forward pieces of layer l: ln_1 of its input; c_attn and attention; c_proj, the residual add (residual2) fused
@@ -149,6 +160,8 @@ class GPT {
   Backend& backend_;
   Recompute recompute_ = Recompute::none;
   bool bf16_storage_ = false;
+  bool int8_ = false;                             // the backend's matmul precision is int8
+  uint64_t dither_seed_ = 0, dither_sample_ = 0;  // set_dither_seed, set_dither_sample
   bool bf16_attention_out_ = false;  // attention's output is stored in bf16 (bf16 storage and attention_in_bf16)
   size_t weight_bytes_ = 0, activation_bytes_ = 0;
   ParamTable table_;

@@ -61,7 +61,7 @@ size_t MemoryEstimate::total() const { return add_sat(add_sat(weights, moments),
 MemoryEstimate estimate_inference_memory(const ModelConfig& model, int B, int T, MatmulPrecision precision,
                                          size_t extra) {
   const GPT::Footprint fp =
-      GPT::footprint(model, B, T, /*with_grads=*/false, Recompute::none, precision == MatmulPrecision::bf16);
+      GPT::footprint(model, B, T, /*with_grads=*/false, Recompute::none, gemm_inputs_in_bf16(precision));
   MemoryEstimate m;
   m.weights = fp.weight_bytes;
   m.activations = fp.activation_bytes;

@@ -15,6 +15,7 @@ double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int
   double loss = 0.0;
   for (int m = 0; m < A; ++m) {
     data.batch_at(first + uint64_t(m) * stride, batch.inputs.data(), batch.targets.data(), batch.B);
+    model.set_dither_sample(first + uint64_t(m) * stride);
     model.set_backward_hook(m == A - 1 ? last_hook : nullptr);
     loss += model.forward_backward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T, 1.0f / float(A)) / A;
   }

@@ -9,7 +9,7 @@ namespace ember {
 
 MemoryEstimate estimate_training_memory(const RunConfig& c, int world_size, MatmulPrecision precision) {
   const GPT::Footprint fp = GPT::footprint(c.model, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
-                                           c.training.recompute, precision == MatmulPrecision::bf16);
+                                           c.training.recompute, gemm_inputs_in_bf16(precision));
   // As the trainers shard it: each rank holds arena / world_size of the moments (and a gradient shard) under ZeRO-1.
   const size_t arena = (ParamTable(c.model).total_numel() + GPT::ARENA_ALIGN - 1) / GPT::ARENA_ALIGN * GPT::ARENA_ALIGN;
   const bool zero = c.training.zero == 1 && c.training.mode == TrainingMode::sync;

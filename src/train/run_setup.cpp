@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
@@ -23,10 +24,19 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
   tb.backend = make_backend(tb.device);
   const bool on_gpu = tb.device.kind == DEVICE_KIND_CUDA;
   const MatmulPrecision precision = resolve_precision(training.precision, on_gpu);
+  if (on_gpu && precision == MatmulPrecision::int8)
+    throw_error("training.precision = int8 runs on the CPU backend only in this version",
+                "use training.precision = bf16 on a GPU, or training.device = cpu for int8");
   tb.backend->set_matmul_precision(precision);
   if (training.precision == PrecisionRequest::automatic)
     log_info("matmul precision: %s (training.precision = auto: bf16 on cuda, fp32 on cpu)",
              matmul_precision_name(precision).c_str());
+  if (precision == MatmulPrecision::int8)
+    log_info(
+        "matmul precision int8: the dense layers' forward and input-gradient products in int8 (input gradients "
+        "dithered) on %s; their weight gradients, the lm_head and attention in bf16; layernorms, the loss and "
+        "AdamW in fp32",
+        tb.backend->int8_engine().c_str());
   tb.backend->set_deterministic(training.deterministic);
   return tb;
 }

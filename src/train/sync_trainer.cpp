@@ -122,6 +122,7 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
                  training_memory_hint());
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
                                   c.training.recompute);
+  s.model->set_dither_seed(c.training.seed);
   const ParamTable& table = s.model->table();
   const size_t arena = s.model->arena_numel(), share = arena / size_t(world.size);
   s.shard_begin = share * size_t(world.rank);

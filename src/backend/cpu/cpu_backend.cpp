@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_gemm_int8.h"
 #include "core/error.h"
 
 namespace ember {
@@ -22,6 +23,8 @@ CpuBackend::CpuBackend() {
 }
 
 std::string CpuBackend::name() const { return "cpu"; }
+
+std::string CpuBackend::int8_engine() const { return cpu::int8_gemm_engine(); }
 
 void* CpuBackend::alloc(size_t bytes) {
   // aligned_alloc wants a size that is a multiple of the alignment; a zero-byte request still gets a valid pointer.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_matmul_int8.h"
 
 namespace ember {
 
@@ -67,6 +68,8 @@ class CpuBackend final : public Backend {
                              int ld) override;
   void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override;
 
+  std::string int8_engine() const override;
+
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, int t, float grad_scale) override;
@@ -76,6 +79,7 @@ class CpuBackend final : public Backend {
   // output's fp32 result, kept between calls so that a step does not allocate and fault in fresh pages for each GEMM.
   std::vector<float> gemm_scratch_[4];
   std::vector<float> gelu_scratch_;  // matmul_gelu_backward's gradient, formed from a bf16-stored dout
+  cpu::Int8Operands int8_operands_;  // under int8, the quantized operands of the last product
 };
 
 }  // namespace ember

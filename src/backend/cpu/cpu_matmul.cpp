@@ -3,7 +3,8 @@
 // matmul precision bf16 the GEMM inputs are first rounded to bf16 (into scratch copies), which emulates a bf16 GEMM
 // with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs (the lm_head's dout included) are
 // widened into the same scratch, and a bf16-stored output is the fp32 result rounded, computed in blocks of rows.
-// Forward products of a few rows with bf16-stored weights stream the weights instead (cpu_skinny_bf16.h).
+// Forward products of a few rows with bf16-stored weights stream the weights instead (cpu_skinny_bf16.h). Under int8
+// the dense layers' forward and input-gradient products are int8 (cpu_matmul_int8.h); the rest is as under bf16.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_matmul_int8.h"
 #include "backend/cpu/cpu_skinny_bf16.h"
 
 namespace ember {
@@ -37,6 +39,15 @@ const float* gemm_input(TensorIn x, size_t n, MatmulPrecision p, std::vector<flo
     for (size_t i = 0; i < n; ++i) s[i] = round_to_bf16(f[i]);
   }
   return s;
+}
+
+// x's stored values (a weight, which int8 quantizes from its fp32 masters): x itself in fp32, widened into `scratch`
+// from bf16.
+const float* stored_values(TensorIn x, size_t n, std::vector<float>& scratch) {
+  if (!x.bf16) return x.f32();
+  scratch.resize(n);
+  widen_bf16(scratch.data(), x.b16(), n);
+  return scratch.data();
 }
 
 // An (M, ncols) row-major GEMM result stored in `out`: straight into it in fp32; in bf16 computed in fp32 in blocks of
@@ -74,6 +85,19 @@ void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* x = gemm_input(inp, size_t(N) * IC, p, si);
+  if (p == MatmulPrecision::int8) {  // activations per row, the weight per output channel
+    auto& q = int8_operands_;
+    q.a.resize(size_t(N) * IC), q.a_scales.resize(size_t(N));
+    q.b.resize(size_t(IC) * OC), q.b_scales.resize(size_t(OC));
+    quantize_int8_rows(x, size_t(N), size_t(IC), q.a.data(), q.a_scales.data());
+    quantize_int8_columns(stored_values(weight, size_t(IC) * OC, sw), size_t(IC), size_t(OC), q.b.data(),
+                          q.b_scales.data());
+    gemm_rows_into(out, N, OC, so, [&](int r0, int R, float* o) {
+      cpu::int8_product_rows(o, q.a.data() + size_t(r0) * IC, q.a_scales.data() + r0, q.b.data(), false,
+                             q.b_scales.data(), bias, R, IC, OC);
+    });
+    return;
+  }
   if (weight.bf16 && !out.bf16 && !bias.bf16 && N <= cpu::kSkinnyRows) {  // a decoding step: bound by the weights
     cpu::skinny_matmul_bf16(out.f32(), x, weight.b16(), bias.f32(), N, IC, OC);
     return;
@@ -111,13 +135,26 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
   const MatmulPrecision p = matmul_precision_;
   const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
   const float* dsum = dout.bf16 ? dy : dout.f32();  // dbias sums dout's values: fp32 ones unrounded, bf16 ones widened
-  EMBER_ASSERT(!dinp.bf16 || p == MatmulPrecision::bf16,
-               "matmul_backward: a bf16-stored dinp needs matmul precision bf16");
+  EMBER_ASSERT(!dinp.bf16 || gemm_inputs_in_bf16(p),
+               "matmul_backward: a bf16-stored dinp needs matmul precision bf16 or int8");
   // dinp = dout @ W^T (into bf16 storage rounded, in blocks of rows); dW += inp^T @ dout
-  const float* w = gemm_input(weight, size_t(IC) * OC, p, sw);
-  gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
-    gemm_parallel(false, true, R, IC, OC, 1.0f, dy + size_t(r0) * OC, OC, w, OC, 0.0f, o, IC);
-  });
+  if (p == MatmulPrecision::int8) {  // dout per row, dithered; the weight per input channel
+    auto& q = int8_operands_;
+    q.a.resize(size_t(N) * OC), q.a_scales.resize(size_t(N));
+    q.b.resize(size_t(IC) * OC), q.b_scales.resize(size_t(IC));
+    quantize_int8_rows_dithered(dy, size_t(N), size_t(OC), dither_key_, q.a.data(), q.a_scales.data());
+    quantize_int8_rows(stored_values(weight, size_t(IC) * OC, sw), size_t(IC), size_t(OC), q.b.data(),
+                       q.b_scales.data());
+    gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
+      cpu::int8_product_rows(o, q.a.data() + size_t(r0) * OC, q.a_scales.data() + r0, q.b.data(), true,
+                             q.b_scales.data(), nullptr, R, OC, IC);
+    });
+  } else {
+    const float* w = gemm_input(weight, size_t(IC) * OC, p, sw);
+    gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
+      gemm_parallel(false, true, R, IC, OC, 1.0f, dy + size_t(r0) * OC, OC, w, OC, 0.0f, o, IC);
+    });
+  }
   gemm_parallel(true, false, IC, OC, N, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC, dy, OC, 1.0f, dweight, OC);
   if (dbias) {
     // Split over OC (whole cache lines per thread), rows summed in order: identical for any thread count.
@@ -187,8 +224,8 @@ void CpuBackend::matmul_backward_transposed(TensorOut dinp,  // (N, C) =
   check_gemm_dout(dout, "matmul_backward_transposed");
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
-  EMBER_ASSERT(!dinp.bf16 || p == MatmulPrecision::bf16,
-               "matmul_backward_transposed: a bf16-stored dinp needs matmul precision bf16");
+  EMBER_ASSERT(!dinp.bf16 || gemm_inputs_in_bf16(p),
+               "matmul_backward_transposed: a bf16-stored dinp needs matmul precision bf16 or int8");
   const float* g = gemm_input(dout, size_t(N) * V, p, sg);
   // dinp = dout @ wte (into bf16 storage rounded, in blocks of rows); dwte += dout^T @ inp
   const float* w = gemm_input(wte, size_t(V) * C, p, sw);

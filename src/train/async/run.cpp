@@ -180,6 +180,7 @@ TrainResult run_async_job(const World& world, const RunConfig& c, const std::str
                    world.local_size, training_memory_hint());
   job.model =
       std::make_unique<GPT>(c.model, *job.backend, job.B, job.T, /*with_grads=*/world.rank != 0, c.training.recompute);
+  job.model->set_dither_seed(c.training.seed);
   job.shape.n = job.model->table().total_numel();
   job.shape.block_size = size_t(c.async.block_size);
   job.shape.workers = job.workers;

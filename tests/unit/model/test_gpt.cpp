@@ -150,11 +150,11 @@ TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
 }
 
 // forward_backward takes the loss and its gradient in one op (the fused classifier), which on the CPU is the two
-// plain ops: bitwise forward + backward, at both precisions and over two accumulated micro-batches.
+// plain ops: bitwise forward + backward, at every precision and over two accumulated micro-batches.
 TEST(GPT, ForwardBackwardIsBitwiseForwardThenBackward) {
   ModelConfig c = tiny_config();
   const int B = 3, T = 11;
-  for (MatmulPrecision precision : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+  for (MatmulPrecision precision : kMatmulPrecisions) {
     auto backend = make_cpu_backend();
     backend->set_matmul_precision(precision);
     auto run = [&](bool fused) {

@@ -1,0 +1,23 @@
+// The int8 products of the dense layers under matmul precision int8 (backend.h): the exact int8 GEMM
+// (cpu_gemm_int8.h) and the epilogue that scales its result by the two operands' scales and adds the bias.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ember::cpu {
+
+// Quantized operands and their scales, kept between calls so that a step does not allocate for each product.
+struct Int8Operands {
+  std::vector<int8_t> a, b;
+  std::vector<float> a_scales, b_scales;
+};
+
+// out (R, N) = (float(qa @ op(qb)) * a_scales[r]) * b_scales[n] + bias[n], each operation rounded to fp32 in that
+// order (bias may be null, or stored in bf16). qa (R, K); qb (K, N), or (N, K) where b_transposed.
+void int8_product_rows(float* out, const int8_t* qa, const float* a_scales, const int8_t* qb, bool b_transposed,
+                       const float* b_scales, TensorIn bias, int R, int K, int N);
+
+}  // namespace ember::cpu

@@ -279,9 +279,10 @@ TEST(BpeTokenizer, ChunkBoundaryIsASafeCut) {
 }
 
 // Runs of spaces and digits that merge at several levels: the heap path, O(n log n) rather than quadratic. The check
-// is a growth ratio, not a time limit: a run 16 times longer may take at most 64 times as long (linear is 16, n log n
-// about 20, quadratic 256). Each size is the fastest of three encodes, taken back to back, so a loaded machine slows
-// both alike.
+// is a growth ratio, not a time limit: a run 64 times longer may take at most 1024 times as long, where linear is 64
+// and quadratic 4096. The margin is wide because a loaded machine slows the 1 MiB run more than the 16 KiB one (its
+// working set leaves the caches others share: ratios up to 85 for 16x were measured beside two fuzzers and a build).
+// Each size is the fastest of five encodes, taken back to back.
 TEST(BpeTokenizer, LongRunsEncodeInNearLinearTime) {
   const TinyVocab v(
       {{" ", " "}, {"  ", "  "}, {"    ", "    "}, {"7", "7"}, {"77", "77"}, {"7777", "7777"}, {"e", "e"}});
@@ -289,7 +290,7 @@ TEST(BpeTokenizer, LongRunsEncodeInNearLinearTime) {
   const auto t = load_all(v, dir);
   const auto fastest = [](const Tokenizer& tok, const std::string& text) {
     double best = 1e30;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 5; ++i) {
       const auto start = std::chrono::steady_clock::now();
       const Ids ids = tok.encode(text);
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -298,10 +299,10 @@ TEST(BpeTokenizer, LongRunsEncodeInNearLinearTime) {
     return best;
   };
   for (char c : {' ', '7', 'e', '.'}) {
-    const std::string small = std::string(1 << 16, c) + "the", large = std::string(1 << 20, c) + "the";
+    const std::string small = std::string(1 << 14, c) + "the", large = std::string(1 << 20, c) + "the";
     for (const auto* tok : {t.hf.get(), t.tiktoken.get()}) {
       const double ratio = fastest(*tok, large) / std::max(fastest(*tok, small), 1e-6);
-      EXPECT_LT(ratio, 64.0) << "a 1 MiB run of '" << c << "' against a 64 KiB one";
+      EXPECT_LT(ratio, 1024.0) << "a 1 MiB run of '" << c << "' against a 16 KiB one";
       if (c == '7') EXPECT_EQ(tok->encode(large).size(), (size_t(1) << 20) / 8 + 3);  // "77777777" x 131072, t, h, e
     }
   }

@@ -48,6 +48,23 @@ std::array<uint32_t, 4> dither_block(const DitherKey& key, uint64_t b) {
 
 float to_uniform(uint32_t word) { return float(word >> 8) * (1.0f / 16777216.0f); }
 
+// Quantizes each row of x with its own scale: q = round(x * 127 / max|x|), where make_rounder(r) gives row r's
+// rounding of y = x * (127 / max|x|) (an fp32 product, rounded on its own: this file is compiled without FMA
+// contraction) at column c. Rows are split over threads when there are at least `parallel_from` elements.
+template <typename MakeRounder>
+void quantize_rows(const float* x, size_t rows, size_t cols, int8_t* q, float* scales, size_t parallel_from,
+                   MakeRounder make_rounder) {
+#pragma omp parallel for schedule(static) if (rows * cols >= parallel_from)
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    int8_t* qr = q + r * cols;
+    const RowScale s = row_scale(amax_of(xr, cols, 1));
+    scales[r] = s.scale;
+    auto round = make_rounder(r);
+    for (size_t c = 0; c < cols; ++c) qr[c] = clamp_int8(round(xr[c] * s.inverse, c));
+  }
+}
+
 }  // namespace
 
 float dither_uniform(const DitherKey& key, uint64_t i) {
@@ -56,35 +73,21 @@ float dither_uniform(const DitherKey& key, uint64_t i) {
 }
 
 void quantize_int8_rows(const float* x, size_t rows, size_t cols, int8_t* q, float* scales) {
-#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 16))
-  for (size_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    int8_t* qr = q + r * cols;
-    const RowScale s = row_scale(amax_of(xr, cols, 1));
-    scales[r] = s.scale;
-    for (size_t c = 0; c < cols; ++c) qr[c] = clamp_int8(std::nearbyint(xr[c] * s.inverse));
-  }
+  quantize_rows(x, rows, cols, q, scales, (size_t(1) << 16),
+                [](size_t) { return [](float y, size_t) { return std::nearbyint(y); }; });
 }
 
 void quantize_int8_rows_dithered(const float* x, size_t rows, size_t cols, const DitherKey& key, int8_t* q,
                                  float* scales) {
   EMBER_ASSERT(key.stream < kDitherStreams && rows * cols / 4 < kDitherBlocksPerStream, "a dither key out of range");
-#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 14))
-  for (size_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    int8_t* qr = q + r * cols;
-    const RowScale s = row_scale(amax_of(xr, cols, 1));
-    scales[r] = s.scale;
-    uint64_t block = UINT64_MAX;
-    std::array<uint32_t, 4> words{};
-    for (size_t c = 0; c < cols; ++c) {
-      const uint64_t i = r * cols + c;
+  // A row's rounder keeps the Philox block it drew last: one block serves four elements.
+  quantize_rows(x, rows, cols, q, scales, (size_t(1) << 14), [&](size_t r) {
+    return [&key, first = r * cols, block = UINT64_MAX, words = std::array<uint32_t, 4>{}](float y, size_t c) mutable {
+      const uint64_t i = first + c;
       if (i / 4 != block) words = dither_block(key, block = i / 4);
-      // Two roundings, as the GPU kernel does them (this file is compiled without FMA contraction).
-      const float y = xr[c] * s.inverse;
-      qr[c] = clamp_int8(std::floor(y + to_uniform(words[i % 4])));
-    }
-  }
+      return std::floor(y + to_uniform(words[i % 4]));  // a second rounding: y was rounded once already
+    };
+  });
 }
 
 void quantize_int8_columns(const float* x, size_t rows, size_t cols, int8_t* q, float* scales) {

@@ -19,13 +19,6 @@
 namespace ember {
 namespace {
 
-std::vector<int32_t> random_tokens(size_t n, int V, uint32_t step) {
-  Philox rng(7, 0, step, RNG_PURPOSE_TEST);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(rng.below(uint64_t(V)));
-  return t;
-}
-
 // The padded vocabulary takes no part: wte's padding rows start zero, and whatever they hold (here huge values, as
 // an asynchronous exchange could leave in any arena gap) changes no loss and no gradient but their own, which stays
 // zero; AdamW leaves them as they are; and the logits' padding columns, which the lm_head computes from them, are

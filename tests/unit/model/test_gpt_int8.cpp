@@ -16,13 +16,6 @@
 namespace ember {
 namespace {
 
-std::vector<int32_t> random_tokens(size_t n, int V, uint32_t step) {
-  Philox rng(11, 0, step, RNG_PURPOSE_TEST);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(rng.below(uint64_t(V)));
-  return t;
-}
-
 // 50 AdamW steps on one fixed batch, as GPT.Bf16MatmulsTrackTheFp32LossCurve: int8 keeps about 7 significant bits
 // of each row's largest value, so small values lose more than under bf16. The losses must agree with fp32 within the
 // 2% bf16 is held to (measured: 0.6% at worst), and differ from bf16's (else no product was int8).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -231,12 +232,13 @@ TEST(GPT, RecomputeGivesBitwiseEqualGradientsWithLessMemory) {
   EXPECT_EQ(parse_recompute("selective"), std::nullopt);
 }
 
-// Matmul precision bf16 on the whole model: 50 AdamW steps on one fixed batch (the loss falls by more than half as the
-// model memorises it) track the fp32 run. bf16 keeps 8 significant bits, so each GEMM input is off by up to 2^-8
-// relative; the products average those errors over their sums, and the losses must agree within 2% at every step
-// (measured: 0.5% at worst).
-// The bf16 losses must still differ from the fp32 ones (else nothing was rounded).
-TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
+// Matmul precisions bf16 and int8 on the whole model: 50 AdamW steps on one fixed batch (the loss falls by more than
+// half as the model memorises it) track the fp32 run. bf16 keeps 8 significant bits, so each GEMM input is off by up
+// to 2^-8 relative; the products average those errors over their sums. int8 keeps about 7 bits of each row's largest
+// value, so small values lose more. The losses must agree within 2% at every step (measured: 0.5% at worst for bf16,
+// 0.6% for int8). Each must still differ from the precision before it (else nothing was rounded, or no product ran
+// in int8).
+TEST(GPT, LowPrecisionMatmulsTrackTheFp32LossCurve) {
   const ModelConfig c = tiny_config();
   const int B = 4, T = 16, steps = 50;
   const auto in = random_tokens(size_t(B) * T, c.vocab_size, 3), tg = random_tokens(size_t(B) * T, c.vocab_size, 4);
@@ -248,17 +250,24 @@ TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
     backend->set_matmul_precision(p);
     GPT model(c, *backend, B, T);
     model.init_weights(1);
+    model.set_dither_seed(9);
     AdamW adam(*backend, model.table(), oc, 0, model.arena_numel());
     return test::train_on_one_batch(model, adam, in, tg, B, T, steps, oc.lr);
   };
-  const std::vector<double> fp32 = run(MatmulPrecision::fp32), bf16 = run(MatmulPrecision::bf16);
+  std::vector<std::vector<double>> losses;
+  for (MatmulPrecision p : kMatmulPrecisions) losses.push_back(run(p));
+  const std::vector<double>& fp32 = losses[0];
   EXPECT_LT(fp32.back(), 0.5 * fp32.front()) << "the fp32 run did not learn the batch";
-  int differ = 0;
-  for (int s = 0; s < steps; ++s) {
-    EXPECT_NEAR(bf16[s] / fp32[s], 1.0, 0.02) << "step " << s << ": bf16 " << bf16[s] << ", fp32 " << fp32[s];
-    differ += bf16[s] != fp32[s];
+  for (size_t k = 1; k < losses.size(); ++k) {
+    const std::string name = matmul_precision_name(kMatmulPrecisions[k]);
+    int differ = 0;
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_NEAR(losses[k][s] / fp32[s], 1.0, 0.02)
+          << "step " << s << ": " << name << " " << losses[k][s] << ", fp32 " << fp32[s];
+      differ += losses[k][s] != losses[k - 1][s];
+    }
+    EXPECT_GT(differ, steps / 2) << name << " losses equal those of the precision before it";
   }
-  EXPECT_GT(differ, steps / 2) << "bf16 losses equal the fp32 ones: were the GEMM inputs rounded?";
 }
 
 // bf16 storage (GPT's constructor): under matmul precision bf16 the model keeps its GEMM inputs (the ln_1, ln_2, GELU
@@ -269,8 +278,8 @@ TEST(GPT, Bf16MatmulsTrackTheFp32LossCurve) {
 //  - recompute attention and full give bitwise the losses and weights of none, as in fp32 (the recomputed tensors are
 //    stored as the kept ones are);
 //  - they track a model that stores everything in fp32 (built at fp32, then run at bf16) within the 2% of
-//    Bf16MatmulsTrackTheFp32LossCurve: the added roundings are one more of the same size as those bf16 already makes
-//    (measured: under 0.01%), yet must change some loss (else nothing was rounded);
+//    LowPrecisionMatmulsTrackTheFp32LossCurve: the added roundings are one more of the same size as those bf16 already
+//    makes (measured: under 0.01%), yet must change some loss (else nothing was rounded);
 //  - without recomputation the activations shrink by 2 bytes per element of those outputs, and the weights grow by
 //    the 2-byte copy.
 TEST(GPT, Bf16StorageHalvesTheActivationsAndTracksFp32Storage) {

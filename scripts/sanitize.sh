@@ -27,7 +27,9 @@ cmake --build "$BUILD" -j"$(nproc)" > "$BUILD/build.log" 2>&1 || {
   exit 2
 }
 
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
+# The slow unwinder for allocation stacks: the libraries are built without frame pointers, so the fast one stops
+# after a frame or two and the suppressions, which match the library a frame is in, never see Open MPI's frames.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0
 export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizer/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

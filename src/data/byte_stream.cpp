@@ -150,6 +150,31 @@ class ZipStream final : public ByteStream {
       zip_error_fini(&ze);
       throw_error(input_error(path) + "cannot open zip archive: " + why, CORRUPT_HINT);
     }
+    try {
+      open_single_member();
+    } catch (...) {  // the destructor does not run for a constructor that throws
+      zip_discard(archive_);
+      throw;
+    }
+  }
+  ~ZipStream() override {
+    if (member_) zip_fclose(member_);
+    zip_discard(archive_);  // read-only: nothing to write back
+  }
+  size_t read(char* buf, size_t n) override {
+    const zip_int64_t r = zip_fread(member_, buf, n);
+    if (r < 0) fail(std::string("corrupt zip member (") + zip_file_strerror(member_) + ")", CORRUPT_HINT);
+    pos_ += uint64_t(r);
+    if (r == 0 && pos_ != size_) fail("truncated zip member", CORRUPT_HINT);
+    return size_t(r);
+  }
+  uint64_t disk_pos() const override { return size_ == 0 ? 0 : uint64_t(double(pos_) / double(size_) * comp_size_); }
+  Compression compression() const override { return Compression::zip; }
+  uint64_t size() const { return size_; }
+
+ private:
+  // Finds the archive's one file and opens it (member_); throws if it holds none or several.
+  void open_single_member() {
     const zip_int64_t n = zip_get_num_entries(archive_, 0);
     zip_int64_t member = -1, files = 0;
     for (zip_int64_t i = 0; i < n; ++i) {
@@ -170,22 +195,7 @@ class ZipStream final : public ByteStream {
     member_ = zip_fopen_index(archive_, zip_uint64_t(member), 0);
     if (member_ == nullptr) fail(std::string("cannot open its member: ") + zip_strerror(archive_), CORRUPT_HINT);
   }
-  ~ZipStream() override {
-    if (member_) zip_fclose(member_);
-    zip_discard(archive_);  // read-only: nothing to write back
-  }
-  size_t read(char* buf, size_t n) override {
-    const zip_int64_t r = zip_fread(member_, buf, n);
-    if (r < 0) fail(std::string("corrupt zip member (") + zip_file_strerror(member_) + ")", CORRUPT_HINT);
-    pos_ += uint64_t(r);
-    if (r == 0 && pos_ != size_) fail("truncated zip member", CORRUPT_HINT);
-    return size_t(r);
-  }
-  uint64_t disk_pos() const override { return size_ == 0 ? 0 : uint64_t(double(pos_) / double(size_) * comp_size_); }
-  Compression compression() const override { return Compression::zip; }
-  uint64_t size() const { return size_; }
 
- private:
   [[noreturn]] void fail(const std::string& what, const std::string& hint) {
     throw_error(input_error(path_) + "zip archive " + what, hint);
   }

@@ -68,7 +68,9 @@ class Watchdog {
         std::fflush(stderr);
         ::_exit(1);
       }
-      changed_.wait_until(lock, first->second.deadline);
+      // A copy: wait_until reads its deadline again after waking, by when disarm() may have erased the entry.
+      const Clock::time_point deadline = first->second.deadline;
+      changed_.wait_until(lock, deadline);
     }
   }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -70,6 +71,24 @@ TEST(StallWatchdog, SectionsThatEndInTimeLeaveNoTrace) {
   });
   ASSERT_TRUE(WIFEXITED(c.status));
   EXPECT_EQ(WEXITSTATUS(c.status), 0);
+  EXPECT_EQ(c.err, "");
+}
+
+// A guard that ends while the watchdog sleeps until its deadline, and a new guard that wakes it: the watchdog must not
+// read the ended guard's deadline again (it did: a use after free that AddressSanitizer reports, scripts/sanitize.sh).
+TEST(StallWatchdog, GuardsEndingWhileTheWatchdogWaitsOnThem) {
+  const Child c = run_child([] {
+    for (int i = 0; i < 200; ++i) {
+      std::optional<StallGuard> g;
+      g.emplace(5.0, "first", "h");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // the watchdog now waits until g's deadline
+      g.reset();
+      const StallGuard next(5.0, "next", "h");  // arming notifies the watchdog, which wakes
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  ASSERT_TRUE(WIFEXITED(c.status)) << c.err;
+  EXPECT_EQ(WEXITSTATUS(c.status), 0) << c.err;
   EXPECT_EQ(c.err, "");
 }
 

@@ -49,11 +49,13 @@ ember_job_wait() {
   stop_signal=""
   trap ember_job_on_usr1 USR1
   trap ember_job_on_term TERM
-  # A trapped signal interrupts `wait`; polling a short sleep keeps that harmless, and the final wait returns srun's
-  # own exit status (the highest of its tasks).
+  # The loop polls with a sleep in the foreground: bash runs a trap only once the foreground command ends (so the
+  # signals are relayed within a second) and meanwhile reaps srun the moment it exits. A trapped signal that arrives
+  # inside the `wait` builtin instead interrupts it, and one that lands as bash reaps srun loses srun's exit status
+  # (`wait` then returns -1). Once srun is reaped (kill -0 fails), the final wait returns its recorded status (the
+  # highest of its tasks) at once.
   while kill -0 "$srun_pid" 2>/dev/null; do
-    sleep 1 &
-    wait $! || true
+    sleep 1 || true
   done
   local rc=0
   wait "$srun_pid" || rc=$?

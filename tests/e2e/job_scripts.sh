@@ -4,7 +4,8 @@
 # replaced by stubs on PATH that record their command lines. The launcher must be asked to start `ember train` with a
 # config file under configs/, and the Slurm scripts' shared end (jobs/common/requeue.bash) must act on the run-state file
 # of this start (stopped: requeue, done: finish, failed: fail, whatever the exit code) and without one on the exit
-# code: 0 done, 3 requeue (3 after SIGTERM: no requeue), anything else a failure.
+# code: 0 done, 3 requeue (3 after SIGTERM: no requeue), anything else a failure; the exit code survives SIGTERM
+# reaching the batch shell as the step exits.
 source "$(dirname "$0")/support/common.bash"
 source "$(dirname "$0")/support/slurm.bash"
 trap slurm_stop EXIT
@@ -201,4 +202,29 @@ for script in "$SRC"/jobs/*.sh; do
   check_launch "$name" mpirun
   rm -f "$STUBS"/*.calls
 done
+
+# 4. The race of scancel: SIGTERM reaches the batch shell and the training step at the same moment, and the step exits 3
+#    as bash reaps it. A shell that waits in the `wait` builtin while its traps fire loses the step's exit status in
+#    about 1 race in 20 (bash's wait then returns -1, and the job exits 255); 40 races catch that 7 times in 8.
+cat >race.bash <<EOF
+set -euo pipefail
+source "$SRC/jobs/common/requeue.bash"
+"$STUBS/launcher" &
+ember_job_wait "\$!"
+EOF
+races=40 lost=0
+for ((k = 0; k < races; k++)); do
+  rm -f "$STUBS/launcher.pid"
+  env STUB_DIR="$STUBS" STUB_RC=wait bash race.bash >race.out 2>race.err &
+  job_pid=$!
+  until [ -s "$STUBS/launcher.pid" ]; do sleep 0.01; done
+  sleep 0.05
+  kill -TERM "$(cat "$STUBS/launcher.pid")" && kill -TERM "$job_pid"
+  finish
+  [ "$rc" -eq 3 ] || { lost=$((lost + 1)) && cat race.err >&2; }
+done
+rm -f "$STUBS"/*.calls
+[ "$lost" -eq 0 ] || fail "SIGTERM race: $lost of $races jobs did not exit 3"
+echo "ok: SIGTERM to the step and the batch shell at once: $races of $races jobs exit 3"
+
 echo PASS

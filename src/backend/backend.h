@@ -275,6 +275,11 @@ class Backend {
   virtual std::string int8_engine() const { return ""; }
   // The key of the next matmul_backward's dithered rounding under int8 (the model sets one per layer and product).
   void set_gradient_dither(const DitherKey& key) { dither_key_ = key; }
+  // Under int8 a backend may keep the int8 copies of the weights its products quantized (as a bf16 model keeps a bf16
+  // copy), known by their address and made by the first product that reads a weight after this call: whoever changes
+  // a weight in place calls it before the next product (the model does after an optimizer step, a load or an
+  // exchange), so a weight is quantized once per step however many micro-batches read it. free() implies it.
+  virtual void weights_changed() {}
 
   // --- determinism: on (the default), repeated runs give bitwise-equal results; off lets a backend use faster
   // kernels whose reductions depend on timing (the CPU backend has none: it is deterministic either way) ---

@@ -119,7 +119,10 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
   be.copy_to_device(tokens_, tokens, size_t(n) * sizeof(int32_t));
   be.copy_to_device(slots_, slots, size_t(n) * sizeof(int32_t));
   be.copy_to_device(pos_, pos, size_t(n) * sizeof(int32_t));
-  if (bf16_ && weights_changed_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+  if (weights_changed_) {
+    if (bf16_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+    be.weights_changed();
+  }
   weights_changed_ = false;
   auto P = [&](const ParamInfo& info) { return params_ + info.offset; };
   auto B = [&](int l, BlockParam bp) { return P(table_.block(l, bp)); };

@@ -199,8 +199,12 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
   be.copy_to_device(inputs_, inputs, size_t(N) * sizeof(int32_t));
   if (targets) be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
   // Where the weights may have changed since the last cast (an optimizer step, a checkpoint loaded, an exchange: all
-  // through params()): one cast over the arena, 6 bytes per parameter, once per step however many micro-batches.
-  if (bf16_storage_ && weights_changed_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+  // through params()): one cast over the arena, 6 bytes per parameter, once per step however many micro-batches;
+  // under int8 the backend likewise quantizes each dense weight again, once, as the step's first product reads it.
+  if (weights_changed_) {
+    if (bf16_storage_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+    be.weights_changed();
+  }
   weights_changed_ = false;
 
   be.encoder_forward(encoded_, inputs_, p(table_.wte()), p(table_.wpe()), B, T, C);

@@ -26,6 +26,11 @@ std::string CpuBackend::name() const { return "cpu"; }
 
 std::string CpuBackend::int8_engine() const { return cpu::int8_gemm_engine(); }
 
+void CpuBackend::weights_changed() {
+  for (auto* copies : {&int8_forward_weights_, &int8_backward_weights_})
+    for (auto& [address, copy] : *copies) copy.current = false;
+}
+
 void* CpuBackend::alloc(size_t bytes) {
   // aligned_alloc wants a size that is a multiple of the alignment; a zero-byte request still gets a valid pointer.
   const size_t rounded = (bytes + 63) / 64 * 64 + (bytes == 0 ? 64 : 0);
@@ -39,6 +44,7 @@ void* CpuBackend::alloc(size_t bytes) {
 }
 
 void CpuBackend::free(void* ptr) {
+  weights_changed();  // the address may come back holding another weight
   track_free(ptr);
   std::free(ptr);
 }

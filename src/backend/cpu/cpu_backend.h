@@ -2,6 +2,7 @@
 // other backends are tested against, so every loop uses a static split and results are reproducible bit for bit.
 #pragma once
 
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -69,6 +70,7 @@ class CpuBackend final : public Backend {
   void softmax_forward(float* probs, const float* logits, float temperature, int N, int V) override;
 
   std::string int8_engine() const override;
+  void weights_changed() override;
 
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
@@ -79,7 +81,9 @@ class CpuBackend final : public Backend {
   // output's fp32 result, kept between calls so that a step does not allocate and fault in fresh pages for each GEMM.
   std::vector<float> gemm_scratch_[4];
   std::vector<float> gelu_scratch_;  // matmul_gelu_backward's gradient, formed from a bf16-stored dout
-  cpu::Int8Operands int8_operands_;  // under int8, the quantized operands of the last product
+  cpu::Int8Matrix int8_rows_;        // under int8, the last product's activations or gradients quantized per row
+  // Under int8, the weights' int8 copies by address: per output channel (forward), per input channel (backward).
+  std::unordered_map<const void*, cpu::Int8Weight> int8_forward_weights_, int8_backward_weights_;
 };
 
 }  // namespace ember

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -50,6 +51,23 @@ const float* stored_values(TensorIn x, size_t n, std::vector<float>& scratch) {
   return scratch.data();
 }
 
+// The int8 copy of a weight (IC, OC) in `copies`, quantized from its stored values when it is not current: per output
+// channel (its columns) for the forward product, per input channel (its rows) for the input-gradient product.
+const cpu::Int8Weight& int8_weight(std::unordered_map<const void*, cpu::Int8Weight>& copies, TensorIn weight, int IC,
+                                   int OC, bool per_output_channel, std::vector<float>& scratch) {
+  cpu::Int8Weight& copy = copies[weight.ptr];
+  const size_t n = size_t(IC) * OC, nscales = size_t(per_output_channel ? OC : IC);
+  if (copy.current && copy.q.size() == n && copy.scales.size() == nscales) return copy;
+  copy.q.resize(n), copy.scales.resize(nscales);
+  const float* w = stored_values(weight, n, scratch);
+  if (per_output_channel)
+    quantize_int8_columns(w, size_t(IC), size_t(OC), copy.q.data(), copy.scales.data());
+  else
+    quantize_int8_rows(w, size_t(IC), size_t(OC), copy.q.data(), copy.scales.data());
+  copy.current = true;
+  return copy;
+}
+
 // An (M, ncols) row-major GEMM result stored in `out`: straight into it in fp32; in bf16 computed in fp32 in blocks of
 // rows (at most kRoundedBlockFloats floats of `scratch`, one row at least) and rounded into it. rows(r0, R, dst)
 // writes rows r0 .. r0 + R - 1 of the fp32 result to dst (row stride ncols).
@@ -86,15 +104,13 @@ void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
   const MatmulPrecision p = matmul_precision_;
   const float* x = gemm_input(inp, size_t(N) * IC, p, si);
   if (p == MatmulPrecision::int8) {  // activations per row, the weight per output channel
-    auto& q = int8_operands_;
-    q.a.resize(size_t(N) * IC), q.a_scales.resize(size_t(N));
-    q.b.resize(size_t(IC) * OC), q.b_scales.resize(size_t(OC));
-    quantize_int8_rows(x, size_t(N), size_t(IC), q.a.data(), q.a_scales.data());
-    quantize_int8_columns(stored_values(weight, size_t(IC) * OC, sw), size_t(IC), size_t(OC), q.b.data(),
-                          q.b_scales.data());
+    auto& qx = int8_rows_;
+    qx.q.resize(size_t(N) * IC), qx.scales.resize(size_t(N));
+    quantize_int8_rows(x, size_t(N), size_t(IC), qx.q.data(), qx.scales.data());
+    const cpu::Int8Weight& qw = int8_weight(int8_forward_weights_, weight, IC, OC, true, sw);
     gemm_rows_into(out, N, OC, so, [&](int r0, int R, float* o) {
-      cpu::int8_product_rows(o, q.a.data() + size_t(r0) * IC, q.a_scales.data() + r0, q.b.data(), false,
-                             q.b_scales.data(), bias, R, IC, OC);
+      cpu::int8_product_rows(o, qx.q.data() + size_t(r0) * IC, qx.scales.data() + r0, qw.q.data(), false,
+                             qw.scales.data(), bias, R, IC, OC);
     });
     return;
   }
@@ -139,15 +155,13 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
                "matmul_backward: a bf16-stored dinp needs matmul precision bf16 or int8");
   // dinp = dout @ W^T (into bf16 storage rounded, in blocks of rows); dW += inp^T @ dout
   if (p == MatmulPrecision::int8) {  // dout per row, dithered; the weight per input channel
-    auto& q = int8_operands_;
-    q.a.resize(size_t(N) * OC), q.a_scales.resize(size_t(N));
-    q.b.resize(size_t(IC) * OC), q.b_scales.resize(size_t(IC));
-    quantize_int8_rows_dithered(dy, size_t(N), size_t(OC), dither_key_, q.a.data(), q.a_scales.data());
-    quantize_int8_rows(stored_values(weight, size_t(IC) * OC, sw), size_t(IC), size_t(OC), q.b.data(),
-                       q.b_scales.data());
+    auto& qd = int8_rows_;
+    qd.q.resize(size_t(N) * OC), qd.scales.resize(size_t(N));
+    quantize_int8_rows_dithered(dy, size_t(N), size_t(OC), dither_key_, qd.q.data(), qd.scales.data());
+    const cpu::Int8Weight& qw = int8_weight(int8_backward_weights_, weight, IC, OC, false, sw);
     gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
-      cpu::int8_product_rows(o, q.a.data() + size_t(r0) * OC, q.a_scales.data() + r0, q.b.data(), true,
-                             q.b_scales.data(), nullptr, R, OC, IC);
+      cpu::int8_product_rows(o, qd.q.data() + size_t(r0) * OC, qd.scales.data() + r0, qw.q.data(), true,
+                             qw.scales.data(), nullptr, R, OC, IC);
     });
   } else {
     const float* w = gemm_input(weight, size_t(IC) * OC, p, sw);

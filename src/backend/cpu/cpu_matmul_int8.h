@@ -9,10 +9,16 @@
 
 namespace ember::cpu {
 
-// Quantized operands and their scales, kept between calls so that a step does not allocate for each product.
-struct Int8Operands {
-  std::vector<int8_t> a, b;
-  std::vector<float> a_scales, b_scales;
+// A quantized matrix: its int8 values and one scale per row (or column).
+struct Int8Matrix {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+};
+
+// A dense weight's int8 copy (per output channel for the forward product, per input channel for the input-gradient
+// product), and whether it still matches the weight (Backend::weights_changed).
+struct Int8Weight : Int8Matrix {
+  bool current = false;
 };
 
 // out (R, N) = (float(qa @ op(qb)) * a_scales[r]) * b_scales[n] + bias[n], each operation rounded to fp32 in that

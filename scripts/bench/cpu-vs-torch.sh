@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side CPU training throughput: Ember vs PyTorch (fp32) on the same machine, model shapes, batch and threads,
-# so Ember's CPU backend is judged against the peer a user would pick. Prints one table with tokens/s and the ratio.
+# so Ember's CPU backend is judged against the peer a user would pick. Prints one table with tokens/s and the ratios;
+# BENCH_PRECISIONS="fp32 bf16 int8" runs Ember once per training.precision, each against Ember's first and PyTorch.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$(pwd)
@@ -11,6 +12,7 @@ CONFIG=${BENCH_CONFIG:-configs/demo.ini}
 STEPS=${BENCH_STEPS:-30}
 WARMUP=${BENCH_WARMUP:-5}
 THREADS=${BENCH_THREADS:-$(nproc)}
+read -r -a PRECISIONS <<<"${BENCH_PRECISIONS:-fp32}"
 BUILD_DIR=${EMBER_BUILD_DIR:-build}
 PYTHON=/usr/bin/python3   # Debian's python: python3-torch is installed for it, not for a pyenv/venv python
 
@@ -21,6 +23,11 @@ die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2
   die "BENCH_STEPS, BENCH_WARMUP and BENCH_THREADS must be non-negative integers" "e.g. BENCH_STEPS=30 BENCH_WARMUP=5"
 (( STEPS > WARMUP )) || die "BENCH_STEPS=$STEPS leaves no step after BENCH_WARMUP=$WARMUP" "raise BENCH_STEPS"
 (( THREADS > 0 )) || die "BENCH_THREADS must be at least 1" "leave it unset to use all $(nproc) cores"
+(( ${#PRECISIONS[@]} > 0 )) || die "BENCH_PRECISIONS is empty" "e.g. BENCH_PRECISIONS=\"fp32 bf16 int8\""
+for precision in "${PRECISIONS[@]}"; do
+  [[ "$precision" =~ ^(fp32|bf16|int8)$ ]] ||
+    die "BENCH_PRECISIONS: '$precision' is not a CPU training precision" "use fp32, bf16 and int8, e.g. \"fp32 int8\""
+done
 
 bash scripts/setup.sh
 
@@ -87,7 +94,7 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 EMBER_CMD=("$EMBER" train --config "$CONFIG" --training.steps="$STEPS" --eval.every=0 --checkpoint.interval=0
-  --run.dir="$WORK/run" --data.dir="$WORK/data" --training.threads="$THREADS"
+  --data.dir="$WORK/data" --training.threads="$THREADS"
   --model.n_layer="$N_LAYER" --model.n_head="$N_HEAD" --model.n_embd="$N_EMBD" --model.block_size="$BLOCK_SIZE"
   --model.vocab_size="$VOCAB_SIZE" --training.batch_size="$BATCH_SIZE" --training.seq_len="$SEQ_LEN"
   --training.grad_accum_steps="$GRAD_ACCUM")
@@ -102,12 +109,16 @@ if "$PYTHON" -c "import sys; sys.exit(0 if float('$LOAD_BEFORE') > 0.5 else 1)" 
   echo "hint: rerun when nothing else is running (see uptime) before recording the numbers" >&2
 fi
 
-echo "bench: ember, $STEPS steps"
-if ! "${EMBER_CMD[@]}" >"$WORK/ember.log" 2>&1; then
-  tail -n 40 "$WORK/ember.log" >&2
-  die "ember train failed (last lines above)" "rerun the command by hand: ${EMBER_CMD[*]}"
-fi
-EMBER_TPS=$("$PYTHON" scripts/bench/mean_tokens_per_s.py "$WORK/run/metrics.jsonl" "$WARMUP")
+declare -A EMBER_TPS
+for precision in "${PRECISIONS[@]}"; do
+  echo "bench: ember $precision, $STEPS steps"
+  cmd=("${EMBER_CMD[@]}" --training.precision="$precision" --run.dir="$WORK/run-$precision")
+  if ! "${cmd[@]}" >"$WORK/ember-$precision.log" 2>&1; then
+    tail -n 40 "$WORK/ember-$precision.log" >&2
+    die "ember train failed (last lines above)" "rerun the command by hand: ${cmd[*]}"
+  fi
+  EMBER_TPS[$precision]=$("$PYTHON" scripts/bench/mean_tokens_per_s.py "$WORK/run-$precision/metrics.jsonl" "$WARMUP")
+done
 
 echo "bench: torch, $STEPS steps"
 if ! "${TORCH_CMD[@]}" >"$WORK/torch.log" 2>&1; then
@@ -119,7 +130,15 @@ TORCH_INFO=$(head -n 1 "$WORK/torch.log")
 
 CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
 [[ -n "$CPU_MODEL" ]] || CPU_MODEL=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
-RATIO=$("$PYTHON" -c "print(f'{$EMBER_TPS / $TORCH_TPS:.2f}')")
+ratio() { "$PYTHON" -c "print(f'{$1 / $2:.2f}')"; }
+FIRST=${PRECISIONS[0]}
+EMBER_ROWS=""
+for precision in "${PRECISIONS[@]}"; do
+  tps=${EMBER_TPS[$precision]}
+  EMBER_ROWS+="| ember $precision tokens/s | $tps ($(ratio "$tps" "$TORCH_TPS")x torch"
+  [[ "$precision" == "$FIRST" ]] || EMBER_ROWS+=", $(ratio "$tps" "${EMBER_TPS[$FIRST]}")x ember $FIRST"
+  EMBER_ROWS+=") |"$'\n'
+done
 
 relative() { local s="$*"; echo "${s//$ROOT\//}"; }
 cat <<TABLE
@@ -133,13 +152,11 @@ cat <<TABLE
 | model             | n_layer $N_LAYER, n_head $N_HEAD, n_embd $N_EMBD, block_size $BLOCK_SIZE, vocab_size $VOCAB_SIZE |
 | batch             | B $BATCH_SIZE, T $SEQ_LEN, grad_accum $GRAD_ACCUM |
 | steps             | $STEPS ($WARMUP warm-up steps left out of the mean) |
-| ember tokens/s    | $EMBER_TPS |
-| torch tokens/s    | $TORCH_TPS |
-| ratio ember/torch | $RATIO |
+${EMBER_ROWS}| torch fp32 tokens/s | $TORCH_TPS |
 | torch             | $TORCH_INFO |
 
 command: $(relative "BENCH_CONFIG=$CONFIG BENCH_STEPS=$STEPS BENCH_WARMUP=$WARMUP BENCH_THREADS=$THREADS" \
-  scripts/bench/cpu-vs-torch.sh)
-ember:   $(relative "OMP_NUM_THREADS=$THREADS ${EMBER_CMD[*]}")
+  "BENCH_PRECISIONS=\"${PRECISIONS[*]}\"" scripts/bench/cpu-vs-torch.sh)
+ember:   $(relative "OMP_NUM_THREADS=$THREADS ${EMBER_CMD[*]} --training.precision=P --run.dir=RUN")
 torch:   $(relative "OMP_NUM_THREADS=$THREADS ${TORCH_CMD[*]}")
 TABLE

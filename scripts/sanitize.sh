@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds Ember and its tests with AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/, GCC, no CUDA) and
 # runs them: the unit tests, then the e2e tests given by a ctest regex (default: those labelled `sanitize`, the ones
-# that exercise readers, writers and the server, about 20 minutes under ASan on 2 cores). Any report fails the test that triggered it: UBSan findings stop the program,
-# ASan's always do, LeakSanitizer's at exit (the libraries' own lifetime allocations are suppressed by
-# tests/sanitizer/lsan.supp).
+# that exercise readers, writers and the server; each may take an hour, and all of them about 45 minutes under ASan on
+# 2 cores). Any report fails the test that triggered it: UBSan findings stop the program, ASan's always do,
+# LeakSanitizer's at exit (the libraries' own lifetime allocations are suppressed by tests/sanitizer/lsan.supp).
 #   scripts/sanitize.sh [--no-e2e] [CTEST_REGEX]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -56,6 +56,9 @@ class HttpExchange {
   virtual void begin_stream(HttpResponse head) = 0;
   // Queues bytes of the streamed body. False once the client has gone (a write failed or timed out): stop then.
   virtual bool write(std::string data) = 0;
+  // As write(), with the bytes made by `make` on the connection's thread, in order with the other writes: formatting
+  // stays off the caller's thread (the engine's, which would otherwise format every token of every stream).
+  virtual bool write_from(std::function<std::string()> make) = 0;
   virtual void end_stream() = 0;
   // Token counts the access log line reports for this request.
   virtual void note_tokens(int64_t prompt_tokens, int64_t completion_tokens) = 0;

@@ -1,7 +1,8 @@
 // The HTTP server of `ember serve` (implementation): routes on HttpServer. Each completion request becomes one
 // GenerationRequest per prompt and choice; their on_event callbacks, on the engine's thread, hand text to the
-// request's Answer, which queues it on the connection (whose own thread writes it), so a slow client never slows the
-// engine; once a write fails the next on_event tells the engine to cancel the request.
+// request's Answer, which queues it on the connection (whose own thread formats and writes it), so neither a slow
+// client nor the formatting of many streams slows the engine; once a write fails the next on_event tells the engine to
+// cancel the request.
 #include "infer/server.h"
 
 #include <atomic>
@@ -79,27 +80,29 @@ const ApiError kEngineStopped(500, "server_error", "the engine stopped before th
 class Answer {
  public:
   Answer(std::shared_ptr<HttpExchange> exchange, Reply reply)
-      : exchange_(std::move(exchange)), reply_(std::move(reply)), choices_(size_t(reply_.choices)) {
-    usage_.prompt_tokens = reply_.prompt_tokens;
+      : exchange_(std::move(exchange)),
+        reply_(std::make_shared<const Reply>(std::move(reply))),
+        choices_(size_t(reply_->choices)) {
+    usage_.prompt_tokens = reply_->prompt_tokens;
   }
 
   // False once the client has gone: the engine then cancels the request's sequences.
   bool on_event(int index, const GenerationEvent& e) {
     if (gone_) return false;
-    if (reply_.stream) return stream_event(index, e);
+    if (reply_->stream) return stream_event(index, e);
     choices_[size_t(index)].text += e.text;
     if (!e.done) return true;
     ++done_;
     usage_.completion_tokens += e.completion_tokens;
     if (e.reason == FinishReason::shutdown || e.reason == FinishReason::cancelled) failed_ = true;
     choices_[size_t(index)].finish_reason = api_finish_reason(e.reason);
-    if (done_ < reply_.choices) return true;
+    if (done_ < reply_->choices) return true;
     exchange_->note_tokens(usage_.prompt_tokens, usage_.completion_tokens);
     if (failed_) {
       exchange_->reply(error_response(kEngineStopped));
     } else {
       HttpResponse r;
-      r.body = completion_json(reply_.id, reply_.created, reply_.model, choices_, usage_);
+      r.body = completion_json(reply_->id, reply_->created, reply_->model, choices_, usage_);
       exchange_->reply(std::move(r));
     }
     return true;
@@ -114,9 +117,16 @@ class Answer {
   }
 
  private:
+  // A token's chunk is formatted on the connection's thread (HttpExchange::write_from), not on the engine's.
   bool stream_event(int index, const GenerationEvent& e) {
     bool ok = true;
     auto send = [&](const std::string& data) { ok = ok && exchange_->write("data: " + data + "\n\n"); };
+    auto send_chunk = [&](std::string text, const char* finish_reason) {
+      ok = ok && exchange_->write_from([reply = reply_, index, text = std::move(text), finish_reason] {
+        return "data: " + completion_chunk_json(reply->id, reply->created, reply->model, index, text, finish_reason) +
+               "\n\n";
+      });
+    };
     if (e.done) {
       ++done_;
       usage_.completion_tokens += e.completion_tokens;
@@ -124,13 +134,12 @@ class Answer {
       if (e.reason == FinishReason::shutdown)
         send(error_json(kEngineStopped));
       else
-        send(
-            completion_chunk_json(reply_.id, reply_.created, reply_.model, index, e.text, api_finish_reason(e.reason)));
+        send_chunk(e.text, api_finish_reason(e.reason));
     } else if (!e.text.empty()) {
-      send(completion_chunk_json(reply_.id, reply_.created, reply_.model, index, e.text, ""));
+      send_chunk(e.text, "");
     }
-    if (ok && done_ == reply_.choices) {
-      if (reply_.include_usage) send(usage_chunk_json(reply_.id, reply_.created, reply_.model, usage_));
+    if (ok && done_ == reply_->choices) {
+      if (reply_->include_usage) send(usage_chunk_json(reply_->id, reply_->created, reply_->model, usage_));
       send("[DONE]");
       exchange_->end_stream();
     }
@@ -139,7 +148,7 @@ class Answer {
   }
 
   std::shared_ptr<HttpExchange> exchange_;
-  Reply reply_;
+  std::shared_ptr<const Reply> reply_;  // shared with the chunks formatted on the connection's thread
   std::vector<CompletionChoice> choices_;
   CompletionUsage usage_;
   int done_ = 0;

@@ -57,6 +57,8 @@ int cmd_inspect(int argc, char** argv) {
       training_mode_name(meta.mode), meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd,
       m.block_size, m.vocab_size, (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2),
       double(meta.eps), double(meta.weight_decay), double(meta.lr));
+  printf("precision   %s\n", meta.precision.empty() ? "not recorded (written before checkpoints recorded it)"
+                                                    : (meta.precision + " (matmul precision, as resolved)").c_str());
   if (meta.tokenizer) {
     const CheckpointTokenizer& t = *meta.tokenizer;
     printf("tokenizer   kind=%s ids=%d fingerprint=%s files=", t.kind.c_str(), t.vocab_size, t.fingerprint.c_str());

@@ -280,6 +280,8 @@ class Backend {
   // a weight in place calls it before the next product (the model does after an optimizer step, a load or an
   // exchange), so a weight is quantized once per step however many micro-batches read it. free() implies it.
   virtual void weights_changed() {}
+  // The bytes those int8 copies hold now (GPT::int8_weight_copy_bytes predicts them for a model's dense layers).
+  virtual size_t int8_weight_copy_bytes() const { return 0; }
 
   // --- determinism: on (the default), repeated runs give bitwise-equal results; off lets a backend use faster
   // kernels whose reductions depend on timing (the CPU backend has none: it is deterministic either way) ---

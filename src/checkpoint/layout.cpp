@@ -166,6 +166,7 @@ std::vector<std::function<void()>> content_steps(hid_t file_id, const Checkpoint
     write_attr_i64(r, "block_size", meta.model.block_size, ctx);
     write_attr_i64(r, "vocab_size", meta.model.vocab_size, ctx);
     if (meta.mode == TrainingMode::async) write_attr_u64(r, "async_version", meta.async_version, ctx);
+    if (!meta.precision.empty()) write_attr_str(r, "precision", meta.precision, ctx);
     if (!parallel) {
       write_config(file_id, meta.config_ini, file);
       write_tokenizer(file_id, meta.tokenizer.value_or(CheckpointTokenizer{}), file);

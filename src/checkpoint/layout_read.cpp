@@ -153,6 +153,7 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
   m.model.block_size = read_attr_int(r, "block_size", "/", ctx);
   m.model.vocab_size = read_attr_int(r, "vocab_size", "/", ctx);
   if (attr_exists(r, "async_version", "/", ctx)) m.async_version = read_attr_u64(r, "async_version", "/", ctx);
+  if (attr_exists(r, "precision", "/", ctx)) m.precision = read_attr_str(r, "precision", "/", ctx);
 
   if (!path_exists(file_id, "/config", ctx))
     throw Error("checkpoint " + file + ": dataset /config is missing", HINT_DAMAGED);

@@ -74,6 +74,7 @@ uint64_t save_digest(const std::string& folder, const CheckpointMeta& m, const C
   d.add(m.step).add(m.tokens_seen).add(m.world_size).add(m.mode).add(m.config_ini);
   d.add(m.model.n_layer).add(m.model.n_head).add(m.model.n_embd).add(m.model.block_size).add(m.model.vocab_size);
   d.add(m.optimizer_step).add(m.beta1).add(m.beta2).add(m.eps).add(m.weight_decay).add(m.lr).add(m.async_version);
+  d.add(m.precision);
   for (const CheckpointMeta::RankState& r : m.ranks) {
     d.add(r.data_cursor).add(r.rng_offset).add(r.role).add(r.optimizer_step).add(r.seq).add(r.arrays.size());
     for (const std::string& name : r.arrays) d.add(name);

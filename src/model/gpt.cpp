@@ -42,6 +42,16 @@ size_t add_sat(size_t a, size_t b) {
 
 }  // namespace
 
+size_t GPT::int8_weight_copy_bytes(const ModelConfig& config) {
+  const size_t C = size_t(config.n_embd);
+  // (in, out) of each dense layer; each copy holds in * out int8 values and one scale per output (forward) or input
+  // (backward) channel.
+  const size_t dense[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+  size_t bytes = 0;
+  for (const auto& [in, out] : dense) bytes += 2 * in * out + (in + out) * sizeof(float);
+  return bytes * size_t(config.n_layer);
+}
+
 GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
                               bool bf16_storage) {
   // The constructor's allocations below, in the same order, counted instead of made.

@@ -54,6 +54,10 @@ class GPT {
   };
   static Footprint footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
                              bool bf16_storage);
+  // Under matmul precision int8, what the backend keeps beside the model: each dense layer's weight (c_attn, attn
+  // c_proj, c_fc, mlp c_proj) in int8 twice, scaled per output channel for the forward product and per input channel
+  // for the input-gradient product, with an fp32 scale per row of each.
+  static size_t int8_weight_copy_bytes(const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
   Recompute recompute() const { return recompute_; }

@@ -13,7 +13,8 @@
 namespace ember {
 
 struct MemoryEstimate {
-  size_t weights = 0;      // parameters, gradients (training), the bf16 weight copy (bf16 precision)
+  size_t weights = 0;      // parameters, gradients (training), the bf16 weight copy (bf16 and int8 precision), the
+                           // dense layers' int8 copies (int8 precision)
   size_t moments = 0;      // AdamW's two moments (this rank's shard under ZeRO-1)
   size_t activations = 0;  // activations, backward scratch and token ids of one micro-batch
   size_t extra = 0;        // ZeRO-1's gradient shard; host buffers of eval and generate

@@ -44,14 +44,17 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
 size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend, size_t extra_bytes) {
   const double mib = 1.0 / 1048576.0;
   const size_t moments = 2 * (optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
-  const size_t total = model.weight_bytes() + moments + model.activation_bytes() + extra_bytes;
-  char shard[64] = "";
+  const size_t int8_copies =
+      backend.matmul_precision() == MatmulPrecision::int8 ? GPT::int8_weight_copy_bytes(model.config()) : 0;
+  const size_t total = model.weight_bytes() + int8_copies + moments + model.activation_bytes() + extra_bytes;
+  char shard[64] = "", int8[64] = "";
   if (extra_bytes) snprintf(shard, sizeof(shard), ", ZeRO-1 gradient shard %.1f MiB", double(extra_bytes) * mib);
+  if (int8_copies) snprintf(int8, sizeof(int8), ", int8 weight copies %.1f MiB", double(int8_copies) * mib);
   log_info(
-      "memory on %s: parameters + gradients%s %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
+      "memory on %s: parameters + gradients%s %.1f MiB%s, AdamW moments %.1f MiB, activations %.1f MiB "
       "(recompute = %s, matmul precision %s)%s; %.1f MiB in all",
       backend.name().c_str(), model.bf16_storage() ? " + bf16 weight copy" : "", double(model.weight_bytes()) * mib,
-      double(moments) * mib, double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
+      int8, double(moments) * mib, double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
       matmul_precision_name(backend.matmul_precision()).c_str(), shard, double(total) * mib);
   return total;
 }

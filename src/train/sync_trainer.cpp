@@ -185,6 +185,11 @@ void SyncTrainer::State::resume_from(const std::string& path) {
         meta.world_size, world.size, (unsigned long long)cursor);
   log_info("resumed from %s at step %lld (%lld tokens seen)", path.c_str(), (long long)meta.step,
            (long long)meta.tokens_seen);
+  const std::string precision = matmul_precision_name(backend().matmul_precision());
+  if (!meta.precision.empty() && meta.precision != precision)
+    log_info(
+        "notice: the checkpoint was trained in %s; this run goes on in %s (the fp32 masters and moments carry over)",
+        meta.precision.c_str(), precision.c_str());
 }
 
 // Each rank writes its share of every tensor.
@@ -213,6 +218,7 @@ std::string SyncTrainer::State::save() {
   meta.step = step;
   meta.tokens_seen = tokens_seen;
   meta.world_size = world.size;
+  meta.precision = matmul_precision_name(be.matmul_precision());
   meta.optimizer_step = optimizer->step_count();
   meta.lr = lr_at_step(c, std::max<int64_t>(step - 1, 0));
   meta.ranks.assign(size_t(world.size), CheckpointMeta::RankState{train_data->cursor(), 0});

@@ -31,6 +31,13 @@ void CpuBackend::weights_changed() {
     for (auto& [address, copy] : *copies) copy.current = false;
 }
 
+size_t CpuBackend::int8_weight_copy_bytes() const {
+  size_t bytes = 0;
+  for (const auto* copies : {&int8_forward_weights_, &int8_backward_weights_})
+    for (const auto& [address, copy] : *copies) bytes += copy.q.size() + copy.scales.size() * sizeof(float);
+  return bytes;
+}
+
 void* CpuBackend::alloc(size_t bytes) {
   // aligned_alloc wants a size that is a multiple of the alignment; a zero-byte request still gets a valid pointer.
   const size_t rounded = (bytes + 63) / 64 * 64 + (bytes == 0 ? 64 : 0);

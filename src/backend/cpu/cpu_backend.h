@@ -71,6 +71,7 @@ class CpuBackend final : public Backend {
 
   std::string int8_engine() const override;
   void weights_changed() override;
+  size_t int8_weight_copy_bytes() const override;
 
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,

@@ -77,8 +77,9 @@ std::string save_async(AsyncJob& job, const World& w, const float* params, float
   const RunConfig& c = job.c;
   broadcast_values(w, counters, 3, 0);
   const uint64_t version = counters[0], tokens = counters[1], samples = counters[2];
-  const int64_t mine[2] = {adam ? int64_t(adam->step_count()) : 0, worker ? int64_t(worker->seq()) : 0};
-  const std::vector<int64_t> all = all_gather_values(w, mine, 2);
+  const int64_t mine[3] = {adam ? int64_t(adam->step_count()) : 0, worker ? int64_t(worker->seq()) : 0,
+                           worker ? int64_t(job.backend->matmul_precision()) : -1};
+  const std::vector<int64_t> all = all_gather_values(w, mine, 3);
 
   const ParamTable& table = job.model->table();
   const size_t total = table.total_numel();
@@ -91,13 +92,20 @@ std::string save_async(AsyncJob& job, const World& w, const float* params, float
   meta.optimizer_step = int64_t(version);
   meta.lr = c.async.outer_lr;
   meta.beta1 = c.async.inner_beta1;  // the workers' AdamW moments were taken with it
+  // The workers' precisions (each resolves training.precision on its own device), each named once.
+  for (MatmulPrecision p : kMatmulPrecisions)
+    for (int r = 1; r < w.size; ++r)
+      if (all[3 * size_t(r) + 2] == int64_t(p)) {
+        meta.precision += (meta.precision.empty() ? "" : ",") + matmul_precision_name(p);
+        break;
+      }
   meta.ranks.assign(size_t(w.size), CheckpointMeta::RankState{});
   for (int r = 0; r < w.size; ++r) {
     CheckpointMeta::RankState& rs = meta.ranks[size_t(r)];
     rs.data_cursor = samples;
     rs.role = r == 0 ? "center" : "worker";
-    rs.optimizer_step = all[2 * size_t(r)];
-    rs.seq = uint64_t(all[2 * size_t(r) + 1]);
+    rs.optimizer_step = all[3 * size_t(r)];
+    rs.seq = uint64_t(all[3 * size_t(r) + 1]);
     if (r > 0) rs.arrays = async_worker_arrays();
   }
   CheckpointContents contents;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/gpt.h"
@@ -50,6 +51,27 @@ TEST(MemoryEstimate, TrainingEqualsWhatGptAndAdamWAllocate) {
           EXPECT_LT(be->peak_allocated_bytes() - est.total(), kRoundingSlack) << what;
           if (grad_shard) be->free(grad_shard);
         }
+}
+
+// Under int8 the backend also keeps each dense weight's int8 copies, made by the first step: the estimate counts
+// them exactly, on top of what GPT and AdamW allocate.
+TEST(MemoryEstimate, Int8CountsTheWeightCopiesTheBackendKeeps) {
+  RunConfig c = odd_config();
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  be->set_matmul_precision(MatmulPrecision::int8);
+  const MemoryEstimate est = estimate_training_memory(c, 1, MatmulPrecision::int8);
+  GPT model(c.model, *be, c.training.batch_size, c.training.seq_len);
+  model.init_weights(1);
+  AdamW adam(*be, model.table(), c.optimizer, 0, model.arena_numel());
+  std::vector<int32_t> tokens(size_t(c.training.batch_size) * size_t(c.training.seq_len));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 37 % 257);
+  EXPECT_EQ(be->int8_weight_copy_bytes(), 0u);
+  model.zero_grad();
+  model.forward_backward(tokens.data(), tokens.data(), c.training.batch_size, c.training.seq_len, 1.0f);
+  const size_t copies = be->int8_weight_copy_bytes();
+  EXPECT_EQ(copies, GPT::int8_weight_copy_bytes(c.model));
+  EXPECT_EQ(est.weights, model.weight_bytes() + copies);
+  EXPECT_EQ(est.activations, model.activation_bytes());
 }
 
 TEST(MemoryEstimate, InferenceEqualsWhatAGradientFreeGptAllocates) {

@@ -275,6 +275,8 @@ class Backend {
   virtual std::string int8_engine() const { return ""; }
   // The key of the next matmul_backward's dithered rounding under int8 (the model sets one per layer and product).
   void set_gradient_dither(const DitherKey& key) { dither_key_ = key; }
+  // Whether int8 rounds those gradients stochastically (the default) or to nearest (a test's weakened variant).
+  void set_int8_stochastic_rounding(bool on) { int8_stochastic_rounding_ = on; }
   // Under int8 a backend may keep the int8 copies of the weights its products quantized (as a bf16 model keeps a bf16
   // copy), known by their address and made by the first product that reads a weight after this call: whoever changes
   // a weight in place calls it before the next product (the model does after an optimizer step, a load or an
@@ -313,6 +315,7 @@ class Backend {
 
   MatmulPrecision matmul_precision_ = MatmulPrecision::fp32;
   DitherKey dither_key_;
+  bool int8_stochastic_rounding_ = true;
   bool deterministic_ = true;
 
  private:

@@ -34,6 +34,8 @@ struct TrainingConfig {
   Recompute recompute = Recompute::none;      // activation recomputation: none, attention or full (model/gpt.h)
   // GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16 (fp32 accumulation and masters either way)
   PrecisionRequest precision = PrecisionRequest::automatic;
+  // Test-only switch: false rounds int8's output gradients to nearest instead of stochastically (docs/precision.md).
+  bool int8_stochastic_rounding = true;
   bool deterministic = true;  // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
 };
 

@@ -28,14 +28,16 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
     throw_error("training.precision = int8 runs on the CPU backend only in this version",
                 "use training.precision = bf16 on a GPU, or training.device = cpu for int8");
   tb.backend->set_matmul_precision(precision);
+  tb.backend->set_int8_stochastic_rounding(training.int8_stochastic_rounding);
   if (training.precision == PrecisionRequest::automatic)
     log_info("matmul precision: %s (training.precision = auto: bf16 on cuda, fp32 on cpu)",
              matmul_precision_name(precision).c_str());
   if (precision == MatmulPrecision::int8)
     log_info(
-        "matmul precision int8: the dense layers' forward and input-gradient products in int8 (input gradients "
-        "dithered) on %s; their weight gradients, the lm_head and attention in bf16; layernorms, the loss and "
+        "matmul precision int8: the dense layers' forward and input-gradient products in int8 (output gradients "
+        "rounded %s) on %s; their weight gradients, the lm_head and attention in bf16; layernorms, the loss and "
         "AdamW in fp32",
+        training.int8_stochastic_rounding ? "stochastically" : "to nearest: training.int8_stochastic_rounding = false",
         tb.backend->int8_engine().c_str());
   tb.backend->set_deterministic(training.deterministic);
   return tb;

@@ -157,7 +157,10 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
   if (p == MatmulPrecision::int8) {  // dout per row, dithered; the weight per input channel
     auto& qd = int8_rows_;
     qd.q.resize(size_t(N) * OC), qd.scales.resize(size_t(N));
-    quantize_int8_rows_dithered(dy, size_t(N), size_t(OC), dither_key_, qd.q.data(), qd.scales.data());
+    if (int8_stochastic_rounding_)
+      quantize_int8_rows_dithered(dy, size_t(N), size_t(OC), dither_key_, qd.q.data(), qd.scales.data());
+    else
+      quantize_int8_rows(dy, size_t(N), size_t(OC), qd.q.data(), qd.scales.data());
     const cpu::Int8Weight& qw = int8_weight(int8_backward_weights_, weight, IC, OC, false, sw);
     gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
       cpu::int8_product_rows(o, qd.q.data() + size_t(r0) * OC, qd.scales.data() + r0, qw.q.data(), true,

@@ -55,5 +55,31 @@ TEST(GPTInt8, DitherIsKeyedAndRecomputationIsBitwise) {
   }
 }
 
+// training.int8_stochastic_rounding = false (the convergence test's weakened variant): the output gradients rounded
+// to nearest, so the key no longer matters, and the gradients differ from every dithered draw.
+TEST(GPTInt8, NearestRoundingIgnoresTheKey) {
+  const ModelConfig c = tiny_config();
+  const int B = 2, T = 9;
+  const auto in = random_tokens(size_t(B) * T, c.vocab_size, 7), tg = random_tokens(size_t(B) * T, c.vocab_size, 8);
+  auto backend = make_cpu_backend();
+  backend->set_matmul_precision(MatmulPrecision::int8);
+  auto grads = [&](uint64_t seed, bool stochastic) {
+    backend->set_int8_stochastic_rounding(stochastic);
+    GPT model(c, *backend, B, T);
+    model.init_weights(5);
+    model.set_dither_seed(seed);
+    model.set_dither_sample(0);
+    model.zero_grad();
+    model.forward_backward(in.data(), tg.data(), B, T, 1.0f);
+    std::vector<float> g(model.table().total_numel());
+    backend->copy_to_host(g.data(), model.grads(), g.size() * sizeof(float));
+    return g;
+  };
+  const std::vector<float> nearest = grads(1, false);
+  EXPECT_EQ(grads(2, false), nearest);
+  EXPECT_NE(grads(1, true), nearest);
+  EXPECT_NE(grads(2, true), nearest);
+}
+
 }  // namespace
 }  // namespace ember

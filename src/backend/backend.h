@@ -290,7 +290,8 @@ class Backend {
   virtual void set_deterministic(bool on) { deterministic_ = on; }
   bool deterministic() const { return deterministic_; }
 
-  // --- memory accounting: bytes held now and at most so far, counting alloc() and the backend's own scratch ---
+  // --- memory accounting: bytes held now and at most so far, counting alloc() and what the backend keeps of its own
+  // (the CPU backend: its int8 weight copies, not its GEMM scratch) ---
   size_t allocated_bytes() const { return allocated_; }
   size_t peak_allocated_bytes() const { return peak_; }
   // What the device itself reports in use and in all (every process and library on it, the runtime's context

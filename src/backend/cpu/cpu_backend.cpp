@@ -38,6 +38,14 @@ size_t CpuBackend::int8_weight_copy_bytes() const {
   return bytes;
 }
 
+void CpuBackend::track_int8_copies() {
+  const size_t held = int8_weight_copy_bytes();
+  if (held == int8_tracked_bytes_) return;
+  if (int8_tracked_bytes_) track_free(&int8_forward_weights_);
+  track_alloc(&int8_forward_weights_, held);
+  int8_tracked_bytes_ = held;
+}
+
 void* CpuBackend::alloc(size_t bytes) {
   // aligned_alloc wants a size that is a multiple of the alignment; a zero-byte request still gets a valid pointer.
   const size_t rounded = (bytes + 63) / 64 * 64 + (bytes == 0 ? 64 : 0);

@@ -85,6 +85,9 @@ class CpuBackend final : public Backend {
   cpu::Int8Matrix int8_rows_;        // under int8, the last product's activations or gradients quantized per row
   // Under int8, the weights' int8 copies by address: per output channel (forward), per input channel (backward).
   std::unordered_map<const void*, cpu::Int8Weight> int8_forward_weights_, int8_backward_weights_;
+  // What the memory accounting counts of those copies (under one entry), brought up to date after each product.
+  size_t int8_tracked_bytes_ = 0;
+  void track_int8_copies();
 };
 
 }  // namespace ember

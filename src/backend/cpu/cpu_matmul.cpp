@@ -108,6 +108,7 @@ void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
     qx.q.resize(size_t(N) * IC), qx.scales.resize(size_t(N));
     quantize_int8_rows(x, size_t(N), size_t(IC), qx.q.data(), qx.scales.data());
     const cpu::Int8Weight& qw = int8_weight(int8_forward_weights_, weight, IC, OC, true, sw);
+    track_int8_copies();
     gemm_rows_into(out, N, OC, so, [&](int r0, int R, float* o) {
       cpu::int8_product_rows(o, qx.q.data() + size_t(r0) * IC, qx.scales.data() + r0, qw.q.data(), false,
                              qw.scales.data(), bias, R, IC, OC);
@@ -162,6 +163,7 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
     else
       quantize_int8_rows(dy, size_t(N), size_t(OC), qd.q.data(), qd.scales.data());
     const cpu::Int8Weight& qw = int8_weight(int8_backward_weights_, weight, IC, OC, false, sw);
+    track_int8_copies();
     gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
       cpu::int8_product_rows(o, qd.q.data() + size_t(r0) * OC, qd.scales.data() + r0, qw.q.data(), true,
                              qw.scales.data(), nullptr, R, OC, IC);

@@ -214,11 +214,14 @@ std::vector<Binding> bindings(RunConfig& c) {
                        "(whole layers; only layer outputs are kept)"));
   b.push_back(bind_key("training.precision", &c.training.precision,
                        "GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32, bf16 (rounded to bf16, accumulated "
-                       "in fp32; weights, gradients and AdamW stay fp32), or int8 (bf16, with the dense layers' "
-                       "forward and input-gradient products in int8; cpu only for now)"));
+                       "in fp32; weights, gradients and AdamW stay fp32), int8 (bf16, with the dense layers' "
+                       "forward and input-gradient products in int8) or fp8 (bf16, with all the dense layers' "
+                       "products in fp8); int8 and fp8 on cpu only for now"));
   b.push_back(bind_key("training.int8_stochastic_rounding", &c.training.int8_stochastic_rounding,
                        "int8 (test-only switch): round the output gradients stochastically (dithered); false rounds "
                        "them to nearest"));
+  b.push_back(bind_key("training.fp8_scaling", &c.training.fp8_scaling,
+                       "fp8 (test-only switch): scale each tensor into fp8's range; false casts the values unscaled"));
   b.push_back(bind_key("training.deterministic", &c.training.deterministic,
                        "bitwise-repeatable GPU results (false lets cuBLAS reduce with atomics; the CPU backend is "
                        "deterministic either way)"));

@@ -11,22 +11,22 @@ namespace ember {
 void Backend::check_gemm_inputs(TensorIn inp, TensorIn weight, const char* op) const {
   if (!inp.bf16 && !weight.bf16) return;
   EMBER_ASSERT(gemm_inputs_in_bf16(matmul_precision_),
-               std::string(op) + ": bf16-stored GEMM inputs need matmul precision bf16 or int8");
-  EMBER_ASSERT(inp.bf16 && (weight.bf16 || matmul_precision_ == MatmulPrecision::int8),
+               std::string(op) + ": bf16-stored GEMM inputs need a matmul precision other than fp32");
+  EMBER_ASSERT(inp.bf16 && (weight.bf16 || dense_weights_quantized(matmul_precision_)),
                std::string(op) +
-                   ": inp and weight must be stored alike (both bf16 or fp32; under int8 a bf16 inp may "
+                   ": inp and weight must be stored alike (both bf16 or fp32; under int8 and fp8 a bf16 inp may "
                    "meet an fp32 weight)");
 }
 
 void Backend::check_gemm_output(TensorOut out, TensorIn bias, const char* op) const {
   EMBER_ASSERT(!bias.ptr || bias.bf16 == out.bf16, std::string(op) + ": the bias must be stored as out is");
   EMBER_ASSERT(!out.bf16 || gemm_inputs_in_bf16(matmul_precision_),
-               std::string(op) + ": a bf16-stored output needs matmul precision bf16 or int8");
+               std::string(op) + ": a bf16-stored output needs a matmul precision other than fp32");
 }
 
 void Backend::check_gemm_dout(TensorIn dout, const char* op) const {
   EMBER_ASSERT(!dout.bf16 || gemm_inputs_in_bf16(matmul_precision_),
-               std::string(op) + ": a bf16-stored dout needs matmul precision bf16 or int8");
+               std::string(op) + ": a bf16-stored dout needs a matmul precision other than fp32");
 }
 
 void Backend::check_attention_grad_storage(TensorOut dqkv, TensorIn dout, TensorIn qkv, const char* op) const {

@@ -277,13 +277,16 @@ class Backend {
   void set_gradient_dither(const DitherKey& key) { dither_key_ = key; }
   // Whether int8 rounds those gradients stochastically (the default) or to nearest (a test's weakened variant).
   void set_int8_stochastic_rounding(bool on) { int8_stochastic_rounding_ = on; }
-  // Under int8 a backend may keep the int8 copies of the weights its products quantized (as a bf16 model keeps a bf16
-  // copy), known by their address and made by the first product that reads a weight after this call: whoever changes
-  // a weight in place calls it before the next product (the model does after an optimizer step, a load or an
+  // Whether fp8 scales each operand into the format's range (the default) or casts it unscaled (a test's weakened
+  // variant). Set before the first product: weight copies made earlier keep their scaling.
+  void set_fp8_scaling(bool on) { fp8_scaling_ = on; }
+  // Under int8 and fp8 a backend may keep the quantized copies of the weights its products read (as a bf16 model keeps
+  // a bf16 copy), known by their address and made by the first product that reads a weight after this call: whoever
+  // changes a weight in place calls it before the next product (the model does after an optimizer step, a load or an
   // exchange), so a weight is quantized once per step however many micro-batches read it. free() implies it.
   virtual void weights_changed() {}
-  // The bytes those int8 copies hold now (GPT::int8_weight_copy_bytes predicts them for a model's dense layers).
-  virtual size_t int8_weight_copy_bytes() const { return 0; }
+  // The bytes those copies hold now (GPT::quantized_weight_copy_bytes predicts them for a model's dense layers).
+  virtual size_t quantized_weight_copy_bytes() const { return 0; }
 
   // --- determinism: on (the default), repeated runs give bitwise-equal results; off lets a backend use faster
   // kernels whose reductions depend on timing (the CPU backend has none: it is deterministic either way) ---
@@ -291,7 +294,7 @@ class Backend {
   bool deterministic() const { return deterministic_; }
 
   // --- memory accounting: bytes held now and at most so far, counting alloc() and what the backend keeps of its own
-  // (the CPU backend: its int8 weight copies, not its GEMM scratch) ---
+  // (the CPU backend: its quantized weight copies, not its GEMM scratch) ---
   size_t allocated_bytes() const { return allocated_; }
   size_t peak_allocated_bytes() const { return peak_; }
   // What the device itself reports in use and in all (every process and library on it, the runtime's context
@@ -317,6 +320,7 @@ class Backend {
   MatmulPrecision matmul_precision_ = MatmulPrecision::fp32;
   DitherKey dither_key_;
   bool int8_stochastic_rounding_ = true;
+  bool fp8_scaling_ = true;
   bool deterministic_ = true;
 
  private:

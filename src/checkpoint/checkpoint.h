@@ -54,7 +54,7 @@ struct CheckpointMeta {
   std::vector<RankState> ranks = std::vector<RankState>(1);
   uint64_t async_version = 0;  // async mode: version of the center's parameters (stored only in async mode)
   // The matmul precision the run trained with, as resolved (training.precision = auto is stored as given in
-  // config_ini): "fp32", "bf16" or "int8"; "" where not recorded (files written before it was).
+  // config_ini): "fp32", "bf16", "int8" or "fp8"; "" where not recorded (files written before it was).
   std::string precision;
   // The tokenizer. A save writes it, or the byte tokenizer when unset, so every file written now records one; a read
   // leaves it unset for files written before /tokenizer existed (their config_ini's data.tokenizer says "bytes").

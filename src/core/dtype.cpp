@@ -13,6 +13,8 @@ std::string matmul_precision_name(MatmulPrecision p) {
       return "bf16";
     case MatmulPrecision::int8:
       return "int8";
+    case MatmulPrecision::fp8:
+      return "fp8";
   }
   return "?";
 }
@@ -31,6 +33,8 @@ const char* precision_request_name(PrecisionRequest p) {
       return "bf16";
     case PrecisionRequest::int8:
       return "int8";
+    case PrecisionRequest::fp8:
+      return "fp8";
   }
   return "?";
 }
@@ -47,6 +51,8 @@ MatmulPrecision resolve_precision(PrecisionRequest p, bool on_gpu) {
       return MatmulPrecision::bf16;
     case PrecisionRequest::int8:
       return MatmulPrecision::int8;
+    case PrecisionRequest::fp8:
+      return MatmulPrecision::fp8;
     case PrecisionRequest::automatic:
       break;
   }

@@ -88,28 +88,37 @@ struct TensorOut {
 // from their bf16 values, weights per output (forward) or input (backward) channel from the fp32 masters, output
 // gradients per row with dithering. The weight-gradient products, the lm_head, attention, layernorms, the loss and
 // AdamW stay as under bf16.
-enum class MatmulPrecision { fp32, bf16, int8 };
+// fp8: everything bf16 does, except that all three products of the four dense layers (forward, input gradient,
+// weight gradient) multiply fp8 operands with one scale per tensor (core/fp8_quant.h): activations and weights in
+// E4M3, output gradients in E5M2; the rest stays as under bf16.
+enum class MatmulPrecision { fp32, bf16, int8, fp8 };
 inline constexpr MatmulPrecision kMatmulPrecisions[] = {MatmulPrecision::fp32, MatmulPrecision::bf16,
-                                                        MatmulPrecision::int8};
-std::string matmul_precision_name(MatmulPrecision p);  // "fp32", "bf16" or "int8": the one place these are spelled
+                                                        MatmulPrecision::int8, MatmulPrecision::fp8};
+std::string matmul_precision_name(MatmulPrecision p);  // "fp32", "bf16", "int8" or "fp8": the one place spelled
 std::optional<MatmulPrecision> parse_matmul_precision(const std::string& name);  // nothing for any other text
-// GEMM inputs are stored in bf16 (and fp32-stored ones rounded to bf16 as read): under bf16 and int8.
+// GEMM inputs are stored in bf16 (and fp32-stored ones rounded to bf16 as read): under bf16, int8 and fp8.
 inline bool gemm_inputs_in_bf16(MatmulPrecision p) { return p != MatmulPrecision::fp32; }
+// The dense layers' products quantize their weights from the fp32 masters (int8, fp8), not from the bf16 copy.
+inline bool dense_weights_quantized(MatmulPrecision p) {
+  return p == MatmulPrecision::int8 || p == MatmulPrecision::fp8;
+}
 
-// A requested precision (training.precision): auto (written "auto"), fp32, bf16 or int8. auto is bf16 on a GPU,
+// A requested precision (training.precision): auto (written "auto"), fp32, bf16, int8 or fp8. auto is bf16 on a GPU,
 // where tensor cores make it the fast path and mixed-precision training is the norm, and fp32 on the CPU, which has
 // no bf16 arithmetic and only emulates its rounding.
-enum class PrecisionRequest { automatic, fp32, bf16, int8 };
+enum class PrecisionRequest { automatic, fp32, bf16, int8, fp8 };
 inline constexpr PrecisionRequest kPrecisionRequests[] = {PrecisionRequest::automatic, PrecisionRequest::fp32,
-                                                          PrecisionRequest::bf16, PrecisionRequest::int8};
-const char* precision_request_name(PrecisionRequest p);                            // "auto", "fp32", "bf16", "int8"
+                                                          PrecisionRequest::bf16, PrecisionRequest::int8,
+                                                          PrecisionRequest::fp8};
+const char* precision_request_name(PrecisionRequest p);  // "auto", "fp32", "bf16", "int8", "fp8"
 std::optional<PrecisionRequest> parse_precision_request(const std::string& name);  // nothing for any other text
 // The precision a request means on a GPU (on_gpu) or on the CPU.
 MatmulPrecision resolve_precision(PrecisionRequest p, bool on_gpu);
 
-// Under matmul precision bf16 (and int8), attention's products (q k^T, P v and the backward's four) take bf16 inputs
-// too, with fp32 softmax statistics and accumulation, for the head sizes the CUDA backend has tensor-core kernels for
-// (16, 32 and 64; GPT-2's is 64 at every size). Other head sizes keep fp32 attention, on every backend alike.
+// Under matmul precision bf16 (and int8, fp8), attention's products (q k^T, P v and the backward's four) take bf16
+// inputs too, with fp32 softmax statistics and accumulation, for the head sizes the CUDA backend has tensor-core
+// kernels for (16, 32 and 64; GPT-2's is 64 at every size). Other head sizes keep fp32 attention, on every backend
+// alike.
 inline bool attention_in_bf16(MatmulPrecision p, int head_size) {
   return gemm_inputs_in_bf16(p) && (head_size == 16 || head_size == 32 || head_size == 64);
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace ember {
 
@@ -31,20 +32,20 @@ uint8_t to_fp8(float x, Fp8Format f) {
   const float a = std::fabs(x);
   if (a >= l.max_finite) return sign | l.max_finite_bits;
   if (a == 0.0f) return sign;
-  // a = 1.f x 2^e, with e no lower than the smallest normal exponent: the spacing of fp8 values around a is then
-  // 2^(e - mantissa_bits), subnormals included, and a / spacing is exact in double.
-  const int min_exponent = 1 - l.bias;
-  int e = 0;
-  std::frexp(a, &e);
-  e = std::max(e - 1, min_exponent);
-  double steps = std::nearbyint(std::ldexp(double(a), l.mantissa_bits - e));  // ties to even, the default mode
-  const double one = double(1 << l.mantissa_bits);
-  if (steps >= 2 * one) {  // rounded up into the next binade
-    steps = one;
-    ++e;
+  uint32_t bits = 0;
+  std::memcpy(&bits, &a, sizeof(bits));
+  const int e = int(bits >> 23) - 127;  // a = 1.f x 2^e (fp32 subnormals have e = -127)
+  if (e < 1 - l.bias) {
+    // Below the smallest normal: a counted in steps of the smallest subnormal, exact in fp32 (a power-of-two
+    // scaling), rounded ties to even (the default mode); 2^mantissa_bits steps is the smallest normal's code.
+    return sign | uint8_t(std::nearbyint(std::ldexp(a, l.bias - 1 + l.mantissa_bits)));
   }
-  if (steps < one) return sign | uint8_t(steps);  // a subnormal (or zero), only when e is the smallest exponent
-  return sign | uint8_t(((e + l.bias) << l.mantissa_bits) | int(steps - one));
+  // Normal: drop the low 23 - mantissa_bits bits of fp32's exponent and fraction, rounding to nearest, ties to even
+  // (a carry out of the fraction steps the exponent, as it should); then rebias the exponent. a < max_finite, so the
+  // result is at most the largest finite code.
+  const int shift = 23 - l.mantissa_bits;
+  const uint32_t rounded = (bits + ((1u << (shift - 1)) - 1) + ((bits >> shift) & 1)) >> shift;
+  return sign | uint8_t(rounded - (uint32_t(127 - l.bias) << l.mantissa_bits));
 }
 
 }  // namespace ember

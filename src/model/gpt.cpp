@@ -42,13 +42,16 @@ size_t add_sat(size_t a, size_t b) {
 
 }  // namespace
 
-size_t GPT::int8_weight_copy_bytes(const ModelConfig& config) {
+size_t GPT::quantized_weight_copy_bytes(const ModelConfig& config, MatmulPrecision precision) {
+  if (!dense_weights_quantized(precision)) return 0;
   const size_t C = size_t(config.n_embd);
-  // (in, out) of each dense layer; each copy holds in * out int8 values and one scale per output (forward) or input
-  // (backward) channel.
+  // (in, out) of each dense layer. int8: two copies of in * out values, with one scale per output (forward) or input
+  // (backward) channel; fp8: one copy, with one scale.
   const size_t dense[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+  const bool int8 = precision == MatmulPrecision::int8;
   size_t bytes = 0;
-  for (const auto& [in, out] : dense) bytes += 2 * in * out + (in + out) * sizeof(float);
+  for (const auto& [in, out] : dense)
+    bytes += int8 ? 2 * in * out + (in + out) * sizeof(float) : in * out + sizeof(float);
   return bytes * size_t(config.n_layer);
 }
 
@@ -99,6 +102,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
       backend_(backend),
       recompute_(recompute),
       bf16_storage_(gemm_inputs_in_bf16(backend.matmul_precision())),
+      dense_from_masters_(dense_weights_quantized(backend.matmul_precision())),
       int8_(backend.matmul_precision() == MatmulPrecision::int8),
       table_(config),
       max_B_(max_B),

@@ -54,10 +54,11 @@ class GPT {
   };
   static Footprint footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
                              bool bf16_storage);
-  // Under matmul precision int8, what the backend keeps beside the model: each dense layer's weight (c_attn, attn
-  // c_proj, c_fc, mlp c_proj) in int8 twice, scaled per output channel for the forward product and per input channel
-  // for the input-gradient product, with an fp32 scale per row of each.
-  static size_t int8_weight_copy_bytes(const ModelConfig& config);
+  // Under matmul precision int8 or fp8, what the backend keeps beside the model: each dense layer's weight (c_attn,
+  // attn c_proj, c_fc, mlp c_proj) in int8 twice, scaled per output channel for the forward product and per input
+  // channel for the input-gradient product, with an fp32 scale per row of each; or in fp8 once, with one scale. 0
+  // under other precisions.
+  static size_t quantized_weight_copy_bytes(const ModelConfig& config, MatmulPrecision precision);
 
   const ModelConfig& config() const { return config_; }
   Recompute recompute() const { return recompute_; }
@@ -135,8 +136,10 @@ class GPT {
   TensorIn bias(const ParamInfo& info, TensorOut out) const {
     return out.bf16 ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
   }
-  // A dense layer's weight as its GEMMs read it: under int8 the fp32 master, which the products quantize.
-  TensorIn dense_w(const ParamInfo& info) const { return int8_ ? TensorIn(params_ + info.offset) : w(info); }
+  // A dense layer's weight as its GEMMs read it: under int8 and fp8 the fp32 master, which the products quantize.
+  TensorIn dense_w(const ParamInfo& info) const {
+    return dense_from_masters_ ? TensorIn(params_ + info.offset) : w(info);
+  }
   // The attention projection's weight, stored as atty is (which is fp32 where attention is, at any precision).
   TensorIn proj_weight(int l) const {
     const ParamInfo& info = table_.block(l, BLOCK_PARAM_PROJ_W);
@@ -164,6 +167,7 @@ class GPT {
   Backend& backend_;
   Recompute recompute_ = Recompute::none;
   bool bf16_storage_ = false;
+  bool dense_from_masters_ = false;               // the dense layers' products quantize the fp32 masters (int8, fp8)
   bool int8_ = false;                             // the backend's matmul precision is int8
   uint64_t dither_seed_ = 0, dither_sample_ = 0;  // set_dither_seed, set_dither_sample
   bool bf16_attention_out_ = false;  // attention's output is stored in bf16 (bf16 storage and attention_in_bf16)

@@ -15,7 +15,7 @@ MemoryEstimate estimate_training_memory(const RunConfig& c, int world_size, Matm
   const bool zero = c.training.zero == 1 && c.training.mode == TrainingMode::sync;
   const size_t shard = zero ? arena / size_t(world_size) : arena;
   MemoryEstimate m;
-  m.weights = fp.weight_bytes + (precision == MatmulPrecision::int8 ? GPT::int8_weight_copy_bytes(c.model) : 0);
+  m.weights = fp.weight_bytes + GPT::quantized_weight_copy_bytes(c.model, precision);
   m.activations = fp.activation_bytes;
   m.moments = 2 * shard * sizeof(float);
   m.extra = zero ? shard * sizeof(float) : 0;

@@ -32,10 +32,12 @@ struct TrainingConfig {
   DeviceRequest device = DeviceRequest::cpu;
   CommRequest comm = CommRequest::automatic;  // auto (nccl on cuda, mpi on cpu), nccl, or mpi (host-staged on cuda)
   Recompute recompute = Recompute::none;      // activation recomputation: none, attention or full (model/gpt.h)
-  // GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32 or bf16 (fp32 accumulation and masters either way)
+  // GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32, bf16, int8 or fp8 (fp32 masters either way; core/dtype.h)
   PrecisionRequest precision = PrecisionRequest::automatic;
   // Test-only switch: false rounds int8's output gradients to nearest instead of stochastically (docs/precision.md).
   bool int8_stochastic_rounding = true;
+  // Test-only switch: false casts fp8's operands into the format unscaled (scale 1) (docs/precision.md).
+  bool fp8_scaling = true;
   bool deterministic = true;  // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics
 };
 

@@ -24,11 +24,13 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
   tb.backend = make_backend(tb.device);
   const bool on_gpu = tb.device.kind == DEVICE_KIND_CUDA;
   const MatmulPrecision precision = resolve_precision(training.precision, on_gpu);
-  if (on_gpu && precision == MatmulPrecision::int8)
-    throw_error("training.precision = int8 runs on the CPU backend only in this version",
-                "use training.precision = bf16 on a GPU, or training.device = cpu for int8");
+  if (on_gpu && dense_weights_quantized(precision))
+    throw_error(
+        "training.precision = " + matmul_precision_name(precision) + " runs on the CPU backend only in this version",
+        "use training.precision = bf16 on a GPU, or training.device = cpu for " + matmul_precision_name(precision));
   tb.backend->set_matmul_precision(precision);
   tb.backend->set_int8_stochastic_rounding(training.int8_stochastic_rounding);
+  tb.backend->set_fp8_scaling(training.fp8_scaling);
   if (training.precision == PrecisionRequest::automatic)
     log_info("matmul precision: %s (training.precision = auto: bf16 on cuda, fp32 on cpu)",
              matmul_precision_name(precision).c_str());
@@ -39,6 +41,12 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
         "AdamW in fp32",
         training.int8_stochastic_rounding ? "stochastically" : "to nearest: training.int8_stochastic_rounding = false",
         tb.backend->int8_engine().c_str());
+  if (precision == MatmulPrecision::fp8)
+    log_info(
+        "matmul precision fp8: the dense layers' forward, input-gradient and weight-gradient products in fp8 with one "
+        "scale per tensor%s (activations and weights e4m3, output gradients e5m2, rounded to nearest); the lm_head "
+        "and attention in bf16; layernorms, the loss and AdamW in fp32",
+        training.fp8_scaling ? "" : " (unscaled: training.fp8_scaling = false)");
   tb.backend->set_deterministic(training.deterministic);
   return tb;
 }
@@ -46,18 +54,20 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
 size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend, size_t extra_bytes) {
   const double mib = 1.0 / 1048576.0;
   const size_t moments = 2 * (optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
-  const size_t int8_copies =
-      backend.matmul_precision() == MatmulPrecision::int8 ? GPT::int8_weight_copy_bytes(model.config()) : 0;
-  const size_t total = model.weight_bytes() + int8_copies + moments + model.activation_bytes() + extra_bytes;
-  char shard[64] = "", int8[64] = "";
+  const MatmulPrecision precision = backend.matmul_precision();
+  const size_t copies = GPT::quantized_weight_copy_bytes(model.config(), precision);
+  const size_t total = model.weight_bytes() + copies + moments + model.activation_bytes() + extra_bytes;
+  char shard[64] = "", quantized[64] = "";
   if (extra_bytes) snprintf(shard, sizeof(shard), ", ZeRO-1 gradient shard %.1f MiB", double(extra_bytes) * mib);
-  if (int8_copies) snprintf(int8, sizeof(int8), ", int8 weight copies %.1f MiB", double(int8_copies) * mib);
+  if (copies)
+    snprintf(quantized, sizeof(quantized), ", %s weight copies %.1f MiB", matmul_precision_name(precision).c_str(),
+             double(copies) * mib);
   log_info(
       "memory on %s: parameters + gradients%s %.1f MiB%s, AdamW moments %.1f MiB, activations %.1f MiB "
       "(recompute = %s, matmul precision %s)%s; %.1f MiB in all",
       backend.name().c_str(), model.bf16_storage() ? " + bf16 weight copy" : "", double(model.weight_bytes()) * mib,
-      int8, double(moments) * mib, double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
-      matmul_precision_name(backend.matmul_precision()).c_str(), shard, double(total) * mib);
+      quantized, double(moments) * mib, double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
+      matmul_precision_name(precision).c_str(), shard, double(total) * mib);
   return total;
 }
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Golden resume test: 20 steps straight equal 10 steps, a stop with a checkpoint, `--resume auto`, and 10 more
 # steps, bitwise (every loss compared as its exact printed double), with gradient accumulation on, at matmul
-# precision fp32, bf16 and int8 (whose dithered rounding is keyed by the step, so a resume draws the same). Then a
-# resume that switches precision: int8's checkpoint goes on in fp32, which the checkpoint and inspect record.
+# precision fp32, bf16, int8 (whose dithered rounding is keyed by the step, so a resume draws the same) and fp8.
+# Then a resume that switches precision: int8's checkpoint goes on in fp32, which the checkpoint and inspect record.
 source "$(dirname "$0")/support/common.bash"
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1
 # bf16 also stores the GEMM inputs and a working copy of the weights in bf16, which the run must rebuild from the
-# master weights after every optimizer step and after the resume; int8 keeps int8 copies of the weights the same way.
-for precision in fp32 bf16 int8; do
+# master weights after every optimizer step and after the resume; int8 and fp8 keep their copies of the weights the
+# same way.
+for precision in fp32 bf16 int8 fp8; do
   common=(--config "$SRC/configs/tiny.ini" --data.dir=data --training.steps=20 --training.grad_accum_steps=2
           --training.precision=$precision --eval.every=5 --checkpoint.interval=0 --run.log_every=5)
   "$EMBER" train "${common[@]}" --run.dir=straight_$precision > straight_$precision.log 2>&1 ||
@@ -29,9 +30,10 @@ for precision in fp32 bf16 int8; do
     || fail "$precision: final checkpoints evaluate differently"
 done
 # The precisions trained differently (else nothing was rounded).
-for precision in fp32 bf16 int8; do losses straight_$precision/metrics.jsonl > losses_$precision.txt; done
+for precision in fp32 bf16 int8 fp8; do losses straight_$precision/metrics.jsonl > losses_$precision.txt; done
 cmp -s losses_fp32.txt losses_bf16.txt && fail "bf16 losses equal fp32's"
 cmp -s losses_fp32.txt losses_int8.txt && fail "int8 losses equal fp32's"
+cmp -s losses_bf16.txt losses_fp8.txt && fail "fp8 losses equal bf16's"
 
 # The checkpoint records the precision it was trained in; inspect and h5py read it.
 "$EMBER" inspect split_int8/checkpoints/step_00000010.h5 > inspect_int8.txt

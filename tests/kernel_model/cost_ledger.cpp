@@ -94,9 +94,10 @@ int run(int argc, char** argv) {
   const RunConfig& c = parsed.config;
   const int B = c.training.batch_size, T = c.training.seq_len;
   const MatmulPrecision precision = resolve_precision(c.training.precision, /*on_gpu=*/true);
-  if (precision == MatmulPrecision::int8)
-    throw_error("the cost ledger models the CUDA backend, which has no int8 products yet",
-                "run it with --training.precision=bf16 or fp32");
+  if (dense_weights_quantized(precision))
+    throw_error(
+        "the cost ledger models the CUDA backend, which has no " + matmul_precision_name(precision) + " products yet",
+        "run it with --training.precision=bf16 or fp32");
 
   Ledger ledger;
   launch_cost_sink() = &ledger;

@@ -29,21 +29,23 @@ std::string CpuBackend::int8_engine() const { return cpu::int8_gemm_engine(); }
 void CpuBackend::weights_changed() {
   for (auto* copies : {&int8_forward_weights_, &int8_backward_weights_})
     for (auto& [address, copy] : *copies) copy.current = false;
+  for (auto& [address, copy] : fp8_weights_) copy.current = false;
 }
 
-size_t CpuBackend::int8_weight_copy_bytes() const {
+size_t CpuBackend::quantized_weight_copy_bytes() const {
   size_t bytes = 0;
   for (const auto* copies : {&int8_forward_weights_, &int8_backward_weights_})
     for (const auto& [address, copy] : *copies) bytes += copy.q.size() + copy.scales.size() * sizeof(float);
+  for (const auto& [address, copy] : fp8_weights_) bytes += copy.q.size() + sizeof(float);
   return bytes;
 }
 
-void CpuBackend::track_int8_copies() {
-  const size_t held = int8_weight_copy_bytes();
-  if (held == int8_tracked_bytes_) return;
-  if (int8_tracked_bytes_) track_free(&int8_forward_weights_);
+void CpuBackend::track_quantized_copies() {
+  const size_t held = quantized_weight_copy_bytes();
+  if (held == quantized_tracked_bytes_) return;
+  if (quantized_tracked_bytes_) track_free(&int8_forward_weights_);
   track_alloc(&int8_forward_weights_, held);
-  int8_tracked_bytes_ = held;
+  quantized_tracked_bytes_ = held;
 }
 
 void* CpuBackend::alloc(size_t bytes) {

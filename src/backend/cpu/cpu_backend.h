@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_matmul_fp8.h"
 #include "backend/cpu/cpu_matmul_int8.h"
 
 namespace ember {
@@ -71,7 +72,7 @@ class CpuBackend final : public Backend {
 
   std::string int8_engine() const override;
   void weights_changed() override;
-  size_t int8_weight_copy_bytes() const override;
+  size_t quantized_weight_copy_bytes() const override;
 
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
@@ -81,13 +82,18 @@ class CpuBackend final : public Backend {
   // The matmul ops' widened or rounded copies of their inputs under bf16 (inp, weight, dout), then a bf16-stored
   // output's fp32 result, kept between calls so that a step does not allocate and fault in fresh pages for each GEMM.
   std::vector<float> gemm_scratch_[4];
-  std::vector<float> gelu_scratch_;  // matmul_gelu_backward's gradient, formed from a bf16-stored dout
-  cpu::Int8Matrix int8_rows_;        // under int8, the last product's activations or gradients quantized per row
+  std::vector<float> gelu_scratch_;    // matmul_gelu_backward's gradient, formed from a bf16-stored dout
+  cpu::Int8Matrix int8_rows_;          // under int8, the last product's activations or gradients quantized per row
+  cpu::Fp8Matrix fp8_inp_, fp8_dout_;  // under fp8, the last product's activations and output gradients
+  std::vector<float> fp8_scratch_;     // under fp8, the widened operands (and a product to accumulate)
   // Under int8, the weights' int8 copies by address: per output channel (forward), per input channel (backward).
   std::unordered_map<const void*, cpu::Int8Weight> int8_forward_weights_, int8_backward_weights_;
-  // What the memory accounting counts of those copies (under one entry), brought up to date after each product.
-  size_t int8_tracked_bytes_ = 0;
-  void track_int8_copies();
+  std::unordered_map<const void*, cpu::Fp8Weight> fp8_weights_;  // under fp8, the weights' fp8 copies by address
+  // What the memory accounting counts of those copies (under one entry), brought up to date when a copy is made.
+  size_t quantized_tracked_bytes_ = 0;
+  void track_quantized_copies();
+  const cpu::Int8Weight& int8_weight(TensorIn weight, int IC, int OC, bool per_output_channel);
+  const cpu::Fp8Weight& fp8_weight(TensorIn weight, int IC, int OC);
 };
 
 }  // namespace ember

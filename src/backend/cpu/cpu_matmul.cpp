@@ -4,7 +4,8 @@
 // with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs (the lm_head's dout included) are
 // widened into the same scratch, and a bf16-stored output is the fp32 result rounded, computed in blocks of rows.
 // Forward products of a few rows with bf16-stored weights stream the weights instead (cpu_skinny_bf16.h). Under int8
-// the dense layers' forward and input-gradient products are int8 (cpu_matmul_int8.h); the rest is as under bf16.
+// the dense layers' forward and input-gradient products are int8 (cpu_matmul_int8.h), under fp8 all three of their
+// products are fp8 (cpu_matmul_fp8.h); the rest is as under bf16.
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_matmul_fp8.h"
 #include "backend/cpu/cpu_matmul_int8.h"
 #include "backend/cpu/cpu_skinny_bf16.h"
 
@@ -51,23 +53,6 @@ const float* stored_values(TensorIn x, size_t n, std::vector<float>& scratch) {
   return scratch.data();
 }
 
-// The int8 copy of a weight (IC, OC) in `copies`, quantized from its stored values when it is not current: per output
-// channel (its columns) for the forward product, per input channel (its rows) for the input-gradient product.
-const cpu::Int8Weight& int8_weight(std::unordered_map<const void*, cpu::Int8Weight>& copies, TensorIn weight, int IC,
-                                   int OC, bool per_output_channel, std::vector<float>& scratch) {
-  cpu::Int8Weight& copy = copies[weight.ptr];
-  const size_t n = size_t(IC) * OC, nscales = size_t(per_output_channel ? OC : IC);
-  if (copy.current && copy.q.size() == n && copy.scales.size() == nscales) return copy;
-  copy.q.resize(n), copy.scales.resize(nscales);
-  const float* w = stored_values(weight, n, scratch);
-  if (per_output_channel)
-    quantize_int8_columns(w, size_t(IC), size_t(OC), copy.q.data(), copy.scales.data());
-  else
-    quantize_int8_rows(w, size_t(IC), size_t(OC), copy.q.data(), copy.scales.data());
-  copy.current = true;
-  return copy;
-}
-
 // An (M, ncols) row-major GEMM result stored in `out`: straight into it in fp32; in bf16 computed in fp32 in blocks of
 // rows (at most kRoundedBlockFloats floats of `scratch`, one row at least) and rounded into it. rows(r0, R, dst)
 // writes rows r0 .. r0 + R - 1 of the fp32 result to dst (row stride ncols).
@@ -93,6 +78,34 @@ void gemm_rows_into(TensorOut out, int M, int ncols, std::vector<float>& scratch
 
 }  // namespace
 
+// The int8 copy of a weight (IC, OC), quantized from its stored values when it is not current: per output channel
+// (its columns) for the forward product, per input channel (its rows) for the input-gradient product.
+const cpu::Int8Weight& CpuBackend::int8_weight(TensorIn weight, int IC, int OC, bool per_output_channel) {
+  cpu::Int8Weight& copy = (per_output_channel ? int8_forward_weights_ : int8_backward_weights_)[weight.ptr];
+  const size_t n = size_t(IC) * OC, nscales = size_t(per_output_channel ? OC : IC);
+  if (copy.current && copy.q.size() == n && copy.scales.size() == nscales) return copy;
+  copy.q.resize(n), copy.scales.resize(nscales);
+  const float* w = stored_values(weight, n, gemm_scratch_[1]);
+  if (per_output_channel)
+    quantize_int8_columns(w, size_t(IC), size_t(OC), copy.q.data(), copy.scales.data());
+  else
+    quantize_int8_rows(w, size_t(IC), size_t(OC), copy.q.data(), copy.scales.data());
+  copy.current = true;
+  track_quantized_copies();
+  return copy;
+}
+
+// The fp8 copy (E4M3, one scale) of a weight (IC, OC), quantized from its stored values when it is not current.
+const cpu::Fp8Weight& CpuBackend::fp8_weight(TensorIn weight, int IC, int OC) {
+  cpu::Fp8Weight& copy = fp8_weights_[weight.ptr];
+  const size_t n = size_t(IC) * OC;
+  if (copy.current && copy.q.size() == n) return copy;
+  cpu::quantize_fp8(stored_values(weight, n, gemm_scratch_[1]), n, Fp8Format::e4m3, fp8_scaling_, copy);
+  copy.current = true;
+  track_quantized_copies();
+  return copy;
+}
+
 void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
                                 TensorIn inp,     // (N, IC)
                                 TensorIn weight,  // (IC, OC)
@@ -107,11 +120,18 @@ void CpuBackend::matmul_forward(TensorOut out,    // (N, OC)
     auto& qx = int8_rows_;
     qx.q.resize(size_t(N) * IC), qx.scales.resize(size_t(N));
     quantize_int8_rows(x, size_t(N), size_t(IC), qx.q.data(), qx.scales.data());
-    const cpu::Int8Weight& qw = int8_weight(int8_forward_weights_, weight, IC, OC, true, sw);
-    track_int8_copies();
+    const cpu::Int8Weight& qw = int8_weight(weight, IC, OC, true);
     gemm_rows_into(out, N, OC, so, [&](int r0, int R, float* o) {
       cpu::int8_product_rows(o, qx.q.data() + size_t(r0) * IC, qx.scales.data() + r0, qw.q.data(), false,
                              qw.scales.data(), bias, R, IC, OC);
+    });
+    return;
+  }
+  if (p == MatmulPrecision::fp8) {  // activations and the weight in e4m3, one scale each
+    cpu::quantize_fp8(x, size_t(N) * IC, Fp8Format::e4m3, fp8_scaling_, fp8_inp_);
+    const cpu::Fp8Weight& qw = fp8_weight(weight, IC, OC);
+    gemm_rows_into(out, N, OC, so, [&](int r0, int R, float* o) {
+      cpu::fp8_product(o, fp8_inp_, false, r0, qw, false, bias, false, R, OC, IC, fp8_scratch_);
     });
     return;
   }
@@ -153,7 +173,7 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
   const float* dy = gemm_input(dout, size_t(N) * OC, p, sg);
   const float* dsum = dout.bf16 ? dy : dout.f32();  // dbias sums dout's values: fp32 ones unrounded, bf16 ones widened
   EMBER_ASSERT(!dinp.bf16 || gemm_inputs_in_bf16(p),
-               "matmul_backward: a bf16-stored dinp needs matmul precision bf16 or int8");
+               "matmul_backward: a bf16-stored dinp needs a matmul precision other than fp32");
   // dinp = dout @ W^T (into bf16 storage rounded, in blocks of rows); dW += inp^T @ dout
   if (p == MatmulPrecision::int8) {  // dout per row, dithered; the weight per input channel
     auto& qd = int8_rows_;
@@ -162,11 +182,16 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
       quantize_int8_rows_dithered(dy, size_t(N), size_t(OC), dither_key_, qd.q.data(), qd.scales.data());
     else
       quantize_int8_rows(dy, size_t(N), size_t(OC), qd.q.data(), qd.scales.data());
-    const cpu::Int8Weight& qw = int8_weight(int8_backward_weights_, weight, IC, OC, false, sw);
-    track_int8_copies();
+    const cpu::Int8Weight& qw = int8_weight(weight, IC, OC, false);
     gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
       cpu::int8_product_rows(o, qd.q.data() + size_t(r0) * OC, qd.scales.data() + r0, qw.q.data(), true,
                              qw.scales.data(), nullptr, R, OC, IC);
+    });
+  } else if (p == MatmulPrecision::fp8) {  // dout in e5m2 and the weight in e4m3, one scale each
+    cpu::quantize_fp8(dy, size_t(N) * OC, Fp8Format::e5m2, fp8_scaling_, fp8_dout_);
+    const cpu::Fp8Weight& qw = fp8_weight(weight, IC, OC);
+    gemm_rows_into(dinp, N, IC, so, [&](int r0, int R, float* o) {
+      cpu::fp8_product(o, fp8_dout_, false, r0, qw, true, nullptr, false, R, IC, OC, fp8_scratch_);
     });
   } else {
     const float* w = gemm_input(weight, size_t(IC) * OC, p, sw);
@@ -174,7 +199,12 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
       gemm_parallel(false, true, R, IC, OC, 1.0f, dy + size_t(r0) * OC, OC, w, OC, 0.0f, o, IC);
     });
   }
-  gemm_parallel(true, false, IC, OC, N, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC, dy, OC, 1.0f, dweight, OC);
+  if (p == MatmulPrecision::fp8) {  // dW += inp^T @ dout: inp in e4m3 (as forward quantized it), dout as above
+    cpu::quantize_fp8(gemm_input(inp, size_t(N) * IC, p, si), size_t(N) * IC, Fp8Format::e4m3, fp8_scaling_, fp8_inp_);
+    cpu::fp8_product(dweight, fp8_inp_, true, 0, fp8_dout_, false, nullptr, true, IC, OC, N, fp8_scratch_);
+  } else {
+    gemm_parallel(true, false, IC, OC, N, 1.0f, gemm_input(inp, size_t(N) * IC, p, si), IC, dy, OC, 1.0f, dweight, OC);
+  }
   if (dbias) {
     // Split over OC (whole cache lines per thread), rows summed in order: identical for any thread count.
 #pragma omp parallel if (size_t(N) * OC >= kMinParallelWork)
@@ -244,7 +274,7 @@ void CpuBackend::matmul_backward_transposed(TensorOut dinp,  // (N, C) =
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   EMBER_ASSERT(!dinp.bf16 || gemm_inputs_in_bf16(p),
-               "matmul_backward_transposed: a bf16-stored dinp needs matmul precision bf16 or int8");
+               "matmul_backward_transposed: a bf16-stored dinp needs a matmul precision other than fp32");
   const float* g = gemm_input(dout, size_t(N) * V, p, sg);
   // dinp = dout @ wte (into bf16 storage rounded, in blocks of rows); dwte += dout^T @ inp
   const float* w = gemm_input(wte, size_t(V) * C, p, sw);

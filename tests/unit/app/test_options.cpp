@@ -179,7 +179,7 @@ const std::vector<EnumKey> kEnumKeys = {
     {"training.device", {"cpu", "cuda", "auto"}, "gpu"},
     {"training.comm", {"auto", "nccl", "mpi"}, "gloo"},
     {"training.recompute", {"none", "attention", "full"}, "selective"},
-    {"training.precision", {"auto", "fp32", "bf16", "int8"}, "fp16"},
+    {"training.precision", {"auto", "fp32", "bf16", "int8", "fp8"}, "fp16"},
 };
 
 // "section.key = value" as the rendered INI writes it: "[section]\n...key = value\n".

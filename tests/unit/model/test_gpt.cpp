@@ -232,12 +232,13 @@ TEST(GPT, RecomputeGivesBitwiseEqualGradientsWithLessMemory) {
   EXPECT_EQ(parse_recompute("selective"), std::nullopt);
 }
 
-// Matmul precisions bf16 and int8 on the whole model: 50 AdamW steps on one fixed batch (the loss falls by more than
-// half as the model memorises it) track the fp32 run. bf16 keeps 8 significant bits, so each GEMM input is off by up
-// to 2^-8 relative; the products average those errors over their sums. int8 keeps about 7 bits of each row's largest
-// value, so small values lose more. The losses must agree within 2% at every step (measured: 0.5% at worst for bf16,
-// 0.6% for int8). Each must still differ from the precision before it (else nothing was rounded, or no product ran
-// in int8).
+// Matmul precisions bf16, int8 and fp8 on the whole model: 50 AdamW steps on one fixed batch (the loss falls by more
+// than half as the model memorises it) track the fp32 run. bf16 keeps 8 significant bits, so each GEMM input is off by
+// up to 2^-8 relative; the products average those errors over their sums. int8 keeps about 7 bits of each row's
+// largest value, so small values lose more. The losses must agree within 2% at every step (measured: 0.5% at worst
+// for bf16, 0.6% for int8). fp8 keeps 4 significant bits (e4m3) and 3 for gradients (e5m2), 16 times bf16's error per
+// value, and runs behind: within 5% (measured: 3.1% at worst, in the last steps, where the loss falls fastest). Each
+// must still differ from the precision before it (else nothing was rounded, or no product ran in int8 or fp8).
 TEST(GPT, LowPrecisionMatmulsTrackTheFp32LossCurve) {
   const ModelConfig c = tiny_config();
   const int B = 4, T = 16, steps = 50;
@@ -262,7 +263,7 @@ TEST(GPT, LowPrecisionMatmulsTrackTheFp32LossCurve) {
     const std::string name = matmul_precision_name(kMatmulPrecisions[k]);
     int differ = 0;
     for (int s = 0; s < steps; ++s) {
-      EXPECT_NEAR(losses[k][s] / fp32[s], 1.0, 0.02)
+      EXPECT_NEAR(losses[k][s] / fp32[s], 1.0, kMatmulPrecisions[k] == MatmulPrecision::fp8 ? 0.05 : 0.02)
           << "step " << s << ": " << name << " " << losses[k][s] << ", fp32 " << fp32[s];
       differ += losses[k][s] != losses[k - 1][s];
     }

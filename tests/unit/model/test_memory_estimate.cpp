@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -53,28 +54,33 @@ TEST(MemoryEstimate, TrainingEqualsWhatGptAndAdamWAllocate) {
         }
 }
 
-// Under int8 the backend also keeps each dense weight's int8 copies, made by the first step: the estimate counts
-// them exactly, on top of what GPT and AdamW allocate.
-TEST(MemoryEstimate, Int8CountsTheWeightCopiesTheBackendKeeps) {
-  RunConfig c = odd_config();
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  be->set_matmul_precision(MatmulPrecision::int8);
-  const MemoryEstimate est = estimate_training_memory(c, 1, MatmulPrecision::int8);
-  GPT model(c.model, *be, c.training.batch_size, c.training.seq_len);
-  model.init_weights(1);
-  AdamW adam(*be, model.table(), c.optimizer, 0, model.arena_numel());
-  std::vector<int32_t> tokens(size_t(c.training.batch_size) * size_t(c.training.seq_len));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 37 % 257);
-  EXPECT_EQ(be->int8_weight_copy_bytes(), 0u);
-  model.zero_grad();
-  model.forward_backward(tokens.data(), tokens.data(), c.training.batch_size, c.training.seq_len, 1.0f);
-  const size_t copies = be->int8_weight_copy_bytes();
-  EXPECT_EQ(copies, GPT::int8_weight_copy_bytes(c.model));
-  EXPECT_EQ(est.weights, model.weight_bytes() + copies);
-  EXPECT_EQ(est.activations, model.activation_bytes());
-  // The backend's accounting (the start-up log's measured peak) counts the copies too; its GEMM scratch it does not.
-  EXPECT_LE(est.total(), be->peak_allocated_bytes());
-  EXPECT_LT(be->peak_allocated_bytes() - est.total(), kRoundingSlack);
+// Under int8 and fp8 the backend also keeps each dense weight's quantized copies (int8: two, fp8: one), made by the
+// first step: the estimate counts them exactly, on top of what GPT and AdamW allocate.
+TEST(MemoryEstimate, QuantizedPrecisionsCountTheWeightCopiesTheBackendKeeps) {
+  for (MatmulPrecision precision : {MatmulPrecision::int8, MatmulPrecision::fp8}) {
+    const std::string what = matmul_precision_name(precision);
+    RunConfig c = odd_config();
+    std::unique_ptr<Backend> be = make_cpu_backend();
+    be->set_matmul_precision(precision);
+    const MemoryEstimate est = estimate_training_memory(c, 1, precision);
+    GPT model(c.model, *be, c.training.batch_size, c.training.seq_len);
+    model.init_weights(1);
+    AdamW adam(*be, model.table(), c.optimizer, 0, model.arena_numel());
+    std::vector<int32_t> tokens(size_t(c.training.batch_size) * size_t(c.training.seq_len));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 37 % 257);
+    EXPECT_EQ(be->quantized_weight_copy_bytes(), 0u) << what;
+    model.zero_grad();
+    model.forward_backward(tokens.data(), tokens.data(), c.training.batch_size, c.training.seq_len, 1.0f);
+    const size_t copies = be->quantized_weight_copy_bytes();
+    EXPECT_GT(copies, 0u) << what;
+    EXPECT_EQ(copies, GPT::quantized_weight_copy_bytes(c.model, precision)) << what;
+    EXPECT_EQ(est.weights, model.weight_bytes() + copies) << what;
+    EXPECT_EQ(est.activations, model.activation_bytes()) << what;
+    // The backend's accounting (the start-up log's measured peak) counts the copies too; its GEMM scratch it does
+    // not.
+    EXPECT_LE(est.total(), be->peak_allocated_bytes()) << what;
+    EXPECT_LT(be->peak_allocated_bytes() - est.total(), kRoundingSlack) << what;
+  }
 }
 
 TEST(MemoryEstimate, InferenceEqualsWhatAGradientFreeGptAllocates) {

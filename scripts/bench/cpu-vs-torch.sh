@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side CPU training throughput: Ember vs PyTorch (fp32) on the same machine, model shapes, batch and threads,
 # so Ember's CPU backend is judged against the peer a user would pick. Prints one table with tokens/s and the ratios;
-# BENCH_PRECISIONS="fp32 bf16 int8" runs Ember once per training.precision, each against Ember's first and PyTorch.
+# BENCH_PRECISIONS="fp32 bf16 int8 fp8" runs Ember once per training.precision, each against Ember's first and
+# PyTorch; int8-wgrad is int8 with training.int8_weight_gradient = true.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$(pwd)
@@ -25,8 +26,9 @@ die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2
 (( THREADS > 0 )) || die "BENCH_THREADS must be at least 1" "leave it unset to use all $(nproc) cores"
 (( ${#PRECISIONS[@]} > 0 )) || die "BENCH_PRECISIONS is empty" "e.g. BENCH_PRECISIONS=\"fp32 bf16 int8\""
 for precision in "${PRECISIONS[@]}"; do
-  [[ "$precision" =~ ^(fp32|bf16|int8)$ ]] ||
-    die "BENCH_PRECISIONS: '$precision' is not a CPU training precision" "use fp32, bf16 and int8, e.g. \"fp32 int8\""
+  [[ "$precision" =~ ^(fp32|bf16|int8|int8-wgrad|fp8)$ ]] ||
+    die "BENCH_PRECISIONS: '$precision' is not a CPU training precision" \
+      "use fp32, bf16, int8, int8-wgrad and fp8, e.g. \"fp32 int8\""
 done
 
 bash scripts/setup.sh
@@ -112,7 +114,8 @@ fi
 declare -A EMBER_TPS
 for precision in "${PRECISIONS[@]}"; do
   echo "bench: ember $precision, $STEPS steps"
-  cmd=("${EMBER_CMD[@]}" --training.precision="$precision" --run.dir="$WORK/run-$precision")
+  cmd=("${EMBER_CMD[@]}" --training.precision="${precision%-wgrad}" --run.dir="$WORK/run-$precision")
+  [[ "$precision" != int8-wgrad ]] || cmd+=(--training.int8_weight_gradient=true)
   if ! "${cmd[@]}" >"$WORK/ember-$precision.log" 2>&1; then
     tail -n 40 "$WORK/ember-$precision.log" >&2
     die "ember train failed (last lines above)" "rerun the command by hand: ${cmd[*]}"

@@ -215,11 +215,14 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key("training.precision", &c.training.precision,
                        "GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32, bf16 (rounded to bf16, accumulated "
                        "in fp32; weights, gradients and AdamW stay fp32), int8 (bf16, with the dense layers' "
-                       "forward and input-gradient products in int8) or fp8 (bf16, with all the dense layers' "
+                       "products in int8) or fp8 (bf16, with all the dense layers' "
                        "products in fp8); int8 and fp8 on cpu only for now"));
   b.push_back(bind_key("training.int8_stochastic_rounding", &c.training.int8_stochastic_rounding,
                        "int8 (test-only switch): round the output gradients stochastically (dithered); false rounds "
                        "them to nearest"));
+  b.push_back(bind_key("training.int8_weight_gradient", &c.training.int8_weight_gradient,
+                       "int8: run the dense layers' weight-gradient products in int8 too (scales per channel and "
+                       "tile of 256 tokens, gradients dithered); false runs them in bf16"));
   b.push_back(bind_key("training.fp8_scaling", &c.training.fp8_scaling,
                        "fp8 (test-only switch): scale each tensor into fp8's range; false casts the values unscaled"));
   b.push_back(bind_key("training.deterministic", &c.training.deterministic,

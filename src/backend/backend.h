@@ -280,6 +280,9 @@ class Backend {
   // Whether fp8 scales each operand into the format's range (the default) or casts it unscaled (a test's weakened
   // variant). Set before the first product: weight copies made earlier keep their scaling.
   void set_fp8_scaling(bool on) { fp8_scaling_ = on; }
+  // Whether int8 also runs the dense layers' weight-gradient products in int8 (scales per channel and tile of tokens,
+  // backend/cpu/cpu_matmul_int8.h) rather than in bf16 (the default).
+  void set_int8_weight_gradient(bool on) { int8_weight_gradient_ = on; }
   // Under int8 and fp8 a backend may keep the quantized copies of the weights its products read (as a bf16 model keeps
   // a bf16 copy), known by their address and made by the first product that reads a weight after this call: whoever
   // changes a weight in place calls it before the next product (the model does after an optimizer step, a load or an
@@ -321,6 +324,7 @@ class Backend {
   DitherKey dither_key_;
   bool int8_stochastic_rounding_ = true;
   bool fp8_scaling_ = true;
+  bool int8_weight_gradient_ = false;
   bool deterministic_ = true;
 
  private:

@@ -86,8 +86,9 @@ struct TensorOut {
 // int8: everything bf16 does, except that the four dense layers' forward products and their input-gradient products
 // are int8 x int8 summed exactly in int32 (core/int8_quant.h, backend/backend.h): activations quantized per token row
 // from their bf16 values, weights per output (forward) or input (backward) channel from the fp32 masters, output
-// gradients per row with dithering. The weight-gradient products, the lm_head, attention, layernorms, the loss and
-// AdamW stay as under bf16.
+// gradients per row with dithering; and (unless the backend is told otherwise) their weight-gradient products, with
+// scales per channel and tile of tokens (backend/cpu/cpu_matmul_int8.h). The lm_head, attention, layernorms, the loss
+// and AdamW stay as under bf16.
 // fp8: everything bf16 does, except that all three products of the four dense layers (forward, input gradient,
 // weight gradient) multiply fp8 operands with one scale per tensor (core/fp8_quant.h): activations and weights in
 // E4M3, output gradients in E5M2; the rest stays as under bf16.

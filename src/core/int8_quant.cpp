@@ -103,6 +103,30 @@ void quantize_int8_columns(const float* x, size_t rows, size_t cols, int8_t* q, 
     for (size_t c = 0; c < cols; ++c) q[r * cols + c] = clamp_int8(std::nearbyint(x[r * cols + c] * inverse[c]));
 }
 
+void quantize_int8_columns_dithered(const float* x, size_t rows, size_t cols, const DitherKey& key, uint64_t first,
+                                    int8_t* q, float* scales) {
+  EMBER_ASSERT(key.stream < kDitherStreams && (first + rows * cols) / 4 < kDitherBlocksPerStream,
+               "a dither key out of range");
+  std::vector<float> inverse(cols);
+#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 14))
+  for (size_t c = 0; c < cols; ++c) {
+    const RowScale s = row_scale(amax_of(x + c, rows, cols));
+    scales[c] = s.scale;
+    inverse[c] = s.inverse;
+  }
+#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 14))
+  for (size_t r = 0; r < rows; ++r) {
+    uint64_t block = UINT64_MAX;
+    std::array<uint32_t, 4> words{};
+    for (size_t c = 0; c < cols; ++c) {
+      const uint64_t i = first + r * cols + c;
+      if (i / 4 != block) words = dither_block(key, block = i / 4);
+      const float y = x[r * cols + c] * inverse[c];  // rounded once, then dithered
+      q[r * cols + c] = clamp_int8(std::floor(y + to_uniform(words[i % 4])));
+    }
+  }
+}
+
 void dequantize_int8_rows(const int8_t* q, const float* scales, size_t rows, size_t cols, float* x) {
 #pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 16))
   for (size_t r = 0; r < rows; ++r)

@@ -30,6 +30,10 @@ void quantize_int8_rows_dithered(const float* x, size_t rows, size_t cols, const
                                  float* scales);
 // One scale per column of x (rows, cols): a weight (IC, OC) quantized per output channel. scales (cols).
 void quantize_int8_columns(const float* x, size_t rows, size_t cols, int8_t* q, float* scales);
+// The same, dithered: element (r, c) draws the uniform of index first + r * cols + c of the key's stream, so a tile
+// of rows of a larger tensor draws by its position in that tensor (first = its first row's index).
+void quantize_int8_columns_dithered(const float* x, size_t rows, size_t cols, const DitherKey& key, uint64_t first,
+                                    int8_t* q, float* scales);
 // x[i] = q[i] * scale of its row (rows, cols).
 void dequantize_int8_rows(const int8_t* q, const float* scales, size_t rows, size_t cols, float* x);
 

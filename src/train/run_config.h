@@ -36,6 +36,8 @@ struct TrainingConfig {
   PrecisionRequest precision = PrecisionRequest::automatic;
   // Test-only switch: false rounds int8's output gradients to nearest instead of stochastically (docs/precision.md).
   bool int8_stochastic_rounding = true;
+  // int8: the dense layers' weight-gradient products in int8 too (the default), or in bf16 (docs/precision.md).
+  bool int8_weight_gradient = true;
   // Test-only switch: false casts fp8's operands into the format unscaled (scale 1) (docs/precision.md).
   bool fp8_scaling = true;
   bool deterministic = true;  // bitwise-repeatable losses; false lets cuBLAS pick split-K kernels that use atomics

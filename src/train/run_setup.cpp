@@ -31,16 +31,18 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
   tb.backend->set_matmul_precision(precision);
   tb.backend->set_int8_stochastic_rounding(training.int8_stochastic_rounding);
   tb.backend->set_fp8_scaling(training.fp8_scaling);
+  tb.backend->set_int8_weight_gradient(training.int8_weight_gradient);
   if (training.precision == PrecisionRequest::automatic)
     log_info("matmul precision: %s (training.precision = auto: bf16 on cuda, fp32 on cpu)",
              matmul_precision_name(precision).c_str());
   if (precision == MatmulPrecision::int8)
     log_info(
-        "matmul precision int8: the dense layers' forward and input-gradient products in int8 (output gradients "
-        "rounded %s) on %s; their weight gradients, the lm_head and attention in bf16; layernorms, the loss and "
-        "AdamW in fp32",
+        "matmul precision int8: the dense layers' %s products in int8 (output gradients rounded %s) on %s; %sthe "
+        "lm_head and attention in bf16; layernorms, the loss and AdamW in fp32",
+        training.int8_weight_gradient ? "forward, input-gradient and weight-gradient"
+                                      : "forward and input-gradient (training.int8_weight_gradient = false)",
         training.int8_stochastic_rounding ? "stochastically" : "to nearest: training.int8_stochastic_rounding = false",
-        tb.backend->int8_engine().c_str());
+        tb.backend->int8_engine().c_str(), training.int8_weight_gradient ? "" : "their weight gradients, ");
   if (precision == MatmulPrecision::fp8)
     log_info(
         "matmul precision fp8: the dense layers' forward, input-gradient and weight-gradient products in fp8 with one "

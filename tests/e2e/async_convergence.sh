@@ -16,10 +16,7 @@ source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 SEEDS=6 FEEDBACK_SEEDS=2 BOUND=0.02
 
-mkdir -p corpus/project corpus/licenses
-for item in README.md docs src configs scripts; do cp -R "$SRC/$item" corpus/project/; done
-cp -RL /usr/share/common-licenses/. corpus/licenses/ 2>/dev/null || true
-"$EMBER" prep --input corpus --output demo_data --tokenizer bytes --val-fraction 0.05 >/dev/null
+prep_demo_corpus demo_data
 DEMO=(--config "$SRC/configs/demo.ini" --data.dir=demo_data --training.threads=1 --training.steps=300
       --eval.every=0 --checkpoint.interval=0 --model.n_layer=2 --model.n_embd=64 --model.n_head=2
       --model.block_size=64 --training.seq_len=64)

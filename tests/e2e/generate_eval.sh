@@ -39,6 +39,7 @@ gen --temperature 0 --precision bf16 > g16.txt
 [ "$(head -c 8 g16.txt)" = "int main" ] && [ "$(wc -c < g16.txt)" -ge 40 ] || fail "generate --precision bf16"
 expect_error precision_bad "--precision fp16 is not a decoding precision" gen --precision fp16
 expect_error precision_int8 "--precision int8 is not a decoding precision" gen --precision int8
+expect_error precision_fp8 "--precision fp8 is not a decoding precision" gen --precision fp8
 grep -q '^hint: use fp32 or bf16' precision_bad.err || fail "bad --precision: hint"
 
 # --device: cpu by default; the choice is logged on stderr, so stdout is only the text or the JSON.

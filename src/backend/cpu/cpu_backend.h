@@ -86,6 +86,7 @@ class CpuBackend final : public Backend {
   cpu::Int8Matrix int8_rows_;          // under int8, the last product's activations or gradients quantized per row
   cpu::Fp8Matrix fp8_inp_, fp8_dout_;  // under fp8, the last product's activations and output gradients
   std::vector<float> fp8_scratch_;     // under fp8, the widened operands (and a product to accumulate)
+  cpu::Int8WeightGradientScratch int8_weight_gradient_scratch_;  // under int8 with int8 weight gradients
   // Under int8, the weights' int8 copies by address: per output channel (forward), per input channel (backward).
   std::unordered_map<const void*, cpu::Int8Weight> int8_forward_weights_, int8_backward_weights_;
   std::unordered_map<const void*, cpu::Fp8Weight> fp8_weights_;  // under fp8, the weights' fp8 copies by address

@@ -199,7 +199,10 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
       gemm_parallel(false, true, R, IC, OC, 1.0f, dy + size_t(r0) * OC, OC, w, OC, 0.0f, o, IC);
     });
   }
-  if (p == MatmulPrecision::fp8) {  // dW += inp^T @ dout: inp in e4m3 (as forward quantized it), dout as above
+  if (p == MatmulPrecision::int8 && int8_weight_gradient_) {  // dW += inp^T @ dout in int8, by tiles of tokens
+    cpu::int8_weight_gradient(dweight, gemm_input(inp, size_t(N) * IC, p, si), dy, N, IC, OC,
+                              int8_stochastic_rounding_ ? &dither_key_ : nullptr, int8_weight_gradient_scratch_);
+  } else if (p == MatmulPrecision::fp8) {  // dW += inp^T @ dout: inp in e4m3 (as forward quantized it), dout as above
     cpu::quantize_fp8(gemm_input(inp, size_t(N) * IC, p, si), size_t(N) * IC, Fp8Format::e4m3, fp8_scaling_, fp8_inp_);
     cpu::fp8_product(dweight, fp8_inp_, true, 0, fp8_dout_, false, nullptr, true, IC, OC, N, fp8_scratch_);
   } else {

@@ -4,6 +4,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_gemm_int8.h"
 
@@ -22,6 +24,32 @@ void int8_product_rows(float* out, const int8_t* qa, const float* a_scales, cons
       const float scaled = row[n] * sa * b_scales[n];
       row[n] = bias32 ? scaled + bias32[n] : bias16 ? scaled + from_bf16(bias16[n]) : scaled;
     }
+  }
+}
+
+void int8_weight_gradient(float* dweight, const float* x, const float* dout, int N, int IC, int OC,
+                          const DitherKey* dither, Int8WeightGradientScratch& scratch) {
+  const int tile = kInt8WeightGradientTile;
+  auto& [qx, qd, acc] = scratch;
+  qx.q.resize(size_t(tile) * IC), qx.scales.resize(size_t(IC));
+  qd.q.resize(size_t(tile) * OC), qd.scales.resize(size_t(OC));
+  acc.resize(size_t(IC) * OC);
+  for (int t0 = 0; t0 < N; t0 += tile) {
+    const int R = std::min(tile, N - t0);
+    quantize_int8_columns(x + size_t(t0) * IC, size_t(R), size_t(IC), qx.q.data(), qx.scales.data());
+    const float* d = dout + size_t(t0) * OC;
+    if (dither)
+      quantize_int8_columns_dithered(d, size_t(R), size_t(OC), *dither, size_t(N) * OC + size_t(t0) * OC, qd.q.data(),
+                                     qd.scales.data());
+    else
+      quantize_int8_columns(d, size_t(R), size_t(OC), qd.q.data(), qd.scales.data());
+    gemm_s8(true, false, IC, OC, R, qx.q.data(), IC, qd.q.data(), OC, acc.data(), OC);
+    const float* sx = qx.scales.data();
+    const float* sd = qd.scales.data();
+    const float* a = acc.data();
+#pragma omp parallel for schedule(static) if (size_t(IC) * OC >= kMinParallelWork)
+    for (int i = 0; i < IC; ++i)
+      for (int o = 0; o < OC; ++o) dweight[size_t(i) * OC + o] += a[size_t(i) * OC + o] * sx[i] * sd[o];
   }
 }
 

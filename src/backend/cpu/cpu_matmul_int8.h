@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/int8_quant.h"
 
 namespace ember::cpu {
 
@@ -25,5 +26,18 @@ struct Int8Weight : Int8Matrix {
 // order (bias may be null, or stored in bf16). qa (R, K); qb (K, N), or (N, K) where b_transposed.
 void int8_product_rows(float* out, const int8_t* qa, const float* a_scales, const int8_t* qb, bool b_transposed,
                        const float* b_scales, TensorIn bias, int R, int K, int N);
+
+// The weight gradient of a dense layer in int8 (training.int8_weight_gradient), over tiles of kInt8WeightGradientTile
+// tokens: in each tile x (N, IC) is quantized per input channel (to nearest) and dout (N, OC) per output channel
+// (dithered where `dither` is set: element (n, o) draws index N * OC + n * OC + o of the key's stream, after those the
+// input-gradient product drew), and dweight (IC, OC) += (float(qx_tile^T @ qd_tile) * sx[i]) * sd[o], each operation
+// rounded to fp32 in that order, tile after tile. `scratch` holds a tile's quantized operands and their sums.
+inline constexpr int kInt8WeightGradientTile = 256;
+struct Int8WeightGradientScratch {
+  Int8Matrix x, dout;
+  std::vector<float> acc;
+};
+void int8_weight_gradient(float* dweight, const float* x, const float* dout, int N, int IC, int OC,
+                          const DitherKey* dither, Int8WeightGradientScratch& scratch);
 
 }  // namespace ember::cpu

@@ -27,6 +27,16 @@ expect_error() {
   echo "ok: $name -> $(grep '^error: ' "$WORK/$name.err")"
 }
 
+# prep_demo_corpus DIR: the demo's corpus (this checkout's text and the system's licence texts, staged as
+# scripts/run.sh stages them) prepared byte-level into DIR, 5% of it for validation.
+prep_demo_corpus() {
+  mkdir -p corpus/project corpus/licenses
+  local item
+  for item in README.md docs src configs scripts; do cp -R "$SRC/$item" corpus/project/; done
+  cp -RL /usr/share/common-licenses/. corpus/licenses/ 2>/dev/null || true
+  "$EMBER" prep --input corpus --output "$1" --tokenizer bytes --val-fraction 0.05 >/dev/null
+}
+
 # losses FILE: the "loss" of every record in a metrics.jsonl, one per line, as printed (exact).
 losses() {
   "$PYTHON" -c 'import json,sys

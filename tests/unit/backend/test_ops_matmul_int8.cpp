@@ -1,14 +1,16 @@
 // The dense layers under matmul precision int8 (cpu_matmul.cpp, cpu_matmul_int8.cpp) bitwise against a reference
 // built here from the scheme's definition (backend.h): the quantized operands (core/int8_quant.h, tested on its own),
 // their products summed in int64, and the epilogue's roundings in their stated order; the weight gradient and bias
-// gradient bitwise those of bf16; the dither key's effect; the error of the whole product against float64; and the
-// lifetime of the weights' int8 copies.
+// gradient bitwise those of bf16 (or, with the int8 weight-gradient option, the tiled int8 scheme, bitwise); the
+// dither key's effect; the error of the whole product against float64; and the lifetime of the weights' int8 copies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_matmul_int8.h"
 #include "bf16_vectors.h"
 #include "core/int8_quant.h"
 #include "ops_test_util.h"
@@ -183,6 +185,74 @@ TEST(OpsMatmulInt8, WeightCopiesLastUntilWeightsChange) {
   both();
   EXPECT_EQ(y.host(), fresh(w2, true)) << "a stale forward copy after weights_changed()";
   EXPECT_EQ(dx.host(), fresh(w2, false)) << "a stale backward copy after weights_changed()";
+}
+
+// training.int8_weight_gradient: dW += the tiled int8 scheme (cpu_matmul_int8.h), bitwise: per tile of 256 tokens, x's
+// bf16 values per input channel to nearest and dout's per output channel dithered (indices after the input-gradient
+// product's) or to nearest, int64 sums, then (float(sum) * sx[i]) * sd[o] added, tile after tile. The input gradient
+// and dbias stay what they are without the option; and the whole weight gradient errs against float64 by at most 3%
+// of its rms (each operand's rounding is about 1% of its rms: a column's step is its largest magnitude over 127, near
+// 3 sigma / 127 over 256 tokens; the sums average the rest).
+TEST(OpsMatmulInt8, WeightGradientOptionIsTheTiledSchemeBitwise) {
+  const int IC = 24, OC = 40, tile = cpu::kInt8WeightGradientTile;
+  for (int N : {5, tile, tile + 44, 3 * tile - 1}) {
+    for (bool stochastic : {true, false}) {
+      const std::string tag = std::to_string(N) + (stochastic ? " dithered" : " nearest");
+      Rng rng(uint32_t(N * 10 + stochastic));
+      const auto x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC, 0.02f),
+                 dy = rng.normal(size_t(N) * OC, 1e-3f), dw0 = rng.normal(w.size(), 1e-3f), db0 = rng.normal(OC);
+      const DitherKey key{3, 0, 99, 21};
+      const auto xb = test::rounded_to_bf16(x), dyb = test::rounded_to_bf16(dy);
+      std::vector<float> want = dw0;
+      for (int t0 = 0; t0 < N; t0 += tile) {
+        const int R = std::min(tile, N - t0);
+        std::vector<int8_t> qx(size_t(R) * IC), qd(size_t(R) * OC);
+        std::vector<float> sx(IC), sd(OC);
+        quantize_int8_columns(xb.data() + size_t(t0) * IC, R, IC, qx.data(), sx.data());
+        if (stochastic)
+          quantize_int8_columns_dithered(dyb.data() + size_t(t0) * OC, R, OC, key, uint64_t(N) * OC + size_t(t0) * OC,
+                                         qd.data(), sd.data());
+        else
+          quantize_int8_columns(dyb.data() + size_t(t0) * OC, R, OC, qd.data(), sd.data());
+        for (int i = 0; i < IC; ++i)
+          for (int o = 0; o < OC; ++o) {
+            int64_t sum = 0;
+            for (int r = 0; r < R; ++r) sum += int64_t(qx[size_t(r) * IC + i]) * qd[size_t(r) * OC + o];
+            want[size_t(i) * OC + o] = want[size_t(i) * OC + o] + scaled(sum, sx[i], sd[o], nullptr);
+          }
+      }
+      auto run = [&](bool option, std::vector<float>* dinp, std::vector<float>* dbias) {
+        auto be = make_cpu_backend();
+        be->set_matmul_precision(MatmulPrecision::int8);
+        be->set_int8_stochastic_rounding(stochastic);
+        be->set_int8_weight_gradient(option);
+        be->set_gradient_dither(key);
+        Floats d_x(*be, x), d_w(*be, w), d_dy(*be, dy), dx(*be, x.size()), dwt(*be, dw0), dbs(*be, db0);
+        be->matmul_backward(dx.get(), dwt.get(), dbs.get(), d_dy.get(), d_x.get(), d_w.get(), N, IC, OC);
+        *dinp = dx.host(), *dbias = dbs.host();
+        return dwt.host();
+      };
+      std::vector<float> dx_on, db_on, dx_off, db_off;
+      EXPECT_EQ(run(true, &dx_on, &db_on), want) << tag << ": dweight";
+      const std::vector<float> bf16_dw = run(false, &dx_off, &db_off);
+      EXPECT_EQ(dx_on, dx_off) << tag << ": dinp";
+      EXPECT_EQ(db_on, db_off) << tag << ": dbias";
+      EXPECT_NE(bf16_dw, want) << tag << ": the option changed nothing";
+      if (N == 3 * tile - 1 && stochastic) {  // the error of the whole weight gradient
+        Vec ref(w.size(), 0.0);
+        for (int n = 0; n < N; ++n)
+          for (int i = 0; i < IC; ++i)
+            for (int o = 0; o < OC; ++o)
+              ref[size_t(i) * OC + o] += double(x[size_t(n) * IC + i]) * dy[size_t(n) * OC + o];
+        double err2 = 0;
+        for (size_t k = 0; k < ref.size(); ++k) {
+          const double e = (double(want[k]) - dw0[k]) - ref[k];
+          err2 += e * e;
+        }
+        EXPECT_LT(std::sqrt(err2 / double(ref.size())), 0.03 * rms(ref));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // int8 quantization per row and per column: the error bound of each rounding (half a step to nearest, under one step
 // dithered), dithering unbiased and reproducible for a key, the edges (zero, tiny, NaN and infinite rows), and the
-// column form equal to the row form of the transpose.
+// column form equal to the row form of the transpose, and the dithered column form drawing by position from `first`.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -150,6 +151,40 @@ TEST(Int8Quant, ColumnsAreTheRowsOfTheTranspose) {
   EXPECT_EQ(s, st);
   for (size_t r = 0; r < kRows; ++r)
     for (size_t c = 0; c < kCols; ++c) ASSERT_EQ(q[r * kCols + c], qt[c * kRows + r]) << r << "," << c;
+}
+
+// The dithered column form, from its definition: each column's scale is the nearest form's, and element (r, c) is
+// floor(x * (127 / max|column|) + u), u the key's uniform of index first + r * cols + c, for any thread count; so a
+// tile of rows quantized with first = its offset draws what those positions of the whole tensor would.
+TEST(Int8Quant, DitheredColumnsDrawByPosition) {
+  const auto x = rows_with_spread_scales(6);
+  const DitherKey key{7, 1, 55, 9};
+  const uint64_t first = 1000003;
+  std::vector<int8_t> q(x.size()), again(x.size()), nearest(x.size());
+  std::vector<float> s(kCols), s2(kCols), sn(kCols);
+  quantize_int8_columns_dithered(x.data(), kRows, kCols, key, first, q.data(), s.data());
+  quantize_int8_columns(x.data(), kRows, kCols, nearest.data(), sn.data());
+  EXPECT_EQ(s, sn);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  quantize_int8_columns_dithered(x.data(), kRows, kCols, key, first, again.data(), s2.data());
+  omp_set_num_threads(threads);
+  EXPECT_EQ(q, again);
+  size_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i) differ += q[i] != nearest[i];
+  // (a quarter here: the rows span 2^-4 .. 2^4, so a column's small rows round to 0 either way)
+  EXPECT_GT(differ, x.size() / 8) << "dithering must round many values away from the nearest";
+  // Definitional check on a few columns: the largest magnitude of a column sets 127 / amax.
+  for (size_t c : {size_t(0), size_t(1), kCols / 2, kCols - 1}) {
+    float amax = 0;
+    for (size_t r = 0; r < kRows; ++r) amax = std::max(amax, std::fabs(x[r * kCols + c]));
+    const float inverse = 127.0f / amax;
+    for (size_t r = 0; r < kRows; ++r) {
+      volatile float y = x[r * kCols + c] * inverse;
+      const float want = std::clamp(std::floor(y + dither_uniform(key, first + r * kCols + c)), -127.0f, 127.0f);
+      ASSERT_EQ(float(q[r * kCols + c]), want) << r << "," << c;
+    }
+  }
 }
 
 }  // namespace

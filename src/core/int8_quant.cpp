@@ -65,6 +65,26 @@ void quantize_rows(const float* x, size_t rows, size_t cols, int8_t* q, float* s
   }
 }
 
+// Each column's scale into `scales` and its 127 / max|column| returned (row_scale), the maxima read row by row (a
+// column at a time would touch a cache line per element).
+std::vector<float> column_scales(const float* x, size_t rows, size_t cols, float* scales) {
+  std::vector<float> amax(cols, 0.0f);
+  std::vector<unsigned char> nan(cols, 0);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) {
+      const float a = std::fabs(x[r * cols + c]);
+      nan[c] |= std::isnan(a);
+      amax[c] = std::max(amax[c], a);
+    }
+  std::vector<float> inverse(cols);
+  for (size_t c = 0; c < cols; ++c) {
+    const RowScale s = row_scale(nan[c] ? NAN : amax[c]);
+    scales[c] = s.scale;
+    inverse[c] = s.inverse;
+  }
+  return inverse;
+}
+
 }  // namespace
 
 float dither_uniform(const DitherKey& key, uint64_t i) {
@@ -91,13 +111,7 @@ void quantize_int8_rows_dithered(const float* x, size_t rows, size_t cols, const
 }
 
 void quantize_int8_columns(const float* x, size_t rows, size_t cols, int8_t* q, float* scales) {
-  std::vector<float> inverse(cols);
-#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 16))
-  for (size_t c = 0; c < cols; ++c) {
-    const RowScale s = row_scale(amax_of(x + c, rows, cols));
-    scales[c] = s.scale;
-    inverse[c] = s.inverse;
-  }
+  const std::vector<float> inverse = column_scales(x, rows, cols, scales);
 #pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 16))
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < cols; ++c) q[r * cols + c] = clamp_int8(std::nearbyint(x[r * cols + c] * inverse[c]));
@@ -107,13 +121,7 @@ void quantize_int8_columns_dithered(const float* x, size_t rows, size_t cols, co
                                     int8_t* q, float* scales) {
   EMBER_ASSERT(key.stream < kDitherStreams && (first + rows * cols) / 4 < kDitherBlocksPerStream,
                "a dither key out of range");
-  std::vector<float> inverse(cols);
-#pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 14))
-  for (size_t c = 0; c < cols; ++c) {
-    const RowScale s = row_scale(amax_of(x + c, rows, cols));
-    scales[c] = s.scale;
-    inverse[c] = s.inverse;
-  }
+  const std::vector<float> inverse = column_scales(x, rows, cols, scales);
 #pragma omp parallel for schedule(static) if (rows * cols >= (size_t(1) << 14))
   for (size_t r = 0; r < rows; ++r) {
     uint64_t block = UINT64_MAX;

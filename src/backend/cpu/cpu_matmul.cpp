@@ -4,8 +4,9 @@
 // with fp32 accumulation exactly up to the order of the sums. bf16-stored inputs (the lm_head's dout included) are
 // widened into the same scratch, and a bf16-stored output is the fp32 result rounded, computed in blocks of rows.
 // Forward products of a few rows with bf16-stored weights stream the weights instead (cpu_skinny_bf16.h). Under int8
-// the dense layers' forward and input-gradient products are int8 (cpu_matmul_int8.h), under fp8 all three of their
-// products are fp8 (cpu_matmul_fp8.h); the rest is as under bf16.
+// the dense layers' forward and input-gradient products are int8, and their weight-gradient products unless the
+// backend was told otherwise (cpu_matmul_int8.h); under fp8 all three are fp8 (cpu_matmul_fp8.h); the rest is as under
+// bf16.
 #include <omp.h>
 
 #include <algorithm>

@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dither.h"
 #include "core/dtype.h"
+#include "core/fp8.h"
 
 namespace ember {
 struct AdamWSegment;  // backend/backend.h
@@ -135,6 +137,16 @@ void launch_kv_cache_write(float* k_cache, float* v_cache, const float* qkv, con
 void launch_attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
                                  const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T,
                                  cudaStream_t stream);
+
+// int8 and fp8 quantization (cuda_quant.cuh), bit for bit the CPU's (core/int8_quant.h, core/fp8_quant.h); x may be
+// stored in fp32 or bf16. int8: per row of x (rows, cols), into q and scales (rows), dithered under *dither where it
+// is given. fp8: one scale for x (n values), into q and scale_inverse (2 floats on the device: the scale, as cuBLASLt's
+// scale pointers take it, and its inverse), through `partial` (kFp8AmaxBlocks floats of scratch).
+constexpr unsigned kFp8AmaxBlocks = 256;  // the first pass of an fp8 tensor's largest magnitude: partials per tensor
+void launch_quantize_int8_rows(int8_t* q, float* scales, TensorIn x, int rows, int cols, const DitherKey* dither,
+                               cudaStream_t stream);
+void launch_quantize_fp8(uint8_t* q, float* scale_inverse, float* partial, TensorIn x, size_t n, Fp8Format f,
+                         cudaStream_t stream);
 
 // gelu; the input and the forward output may each be stored in fp32 or bf16
 void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t stream);

@@ -8,8 +8,8 @@
 namespace ember {
 
 Fp8Limits fp8_limits(Fp8Format f) {
-  if (f == Fp8Format::e4m3) return {4, 3, 7, 448.0f, 0x1p-9f, 0x7f, 0x7e};
-  return {5, 2, 15, 57344.0f, 0x1p-16f, 0x7f, 0x7b};
+  if (f == Fp8Format::e4m3) return {4, 3, 7, fp8_max_finite(f), 0x1p-9f, 0x7f, 0x7e};
+  return {5, 2, 15, fp8_max_finite(f), 0x1p-16f, 0x7f, 0x7b};
 }
 
 const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }

@@ -19,6 +19,8 @@ struct Fp8Limits {
   uint8_t max_finite_bits;  // the largest finite value's bits (sign clear)
 };
 Fp8Limits fp8_limits(Fp8Format f);
+// The largest finite value alone (448 or 57344), for code that links nothing but this header (the CUDA kernels).
+constexpr float fp8_max_finite(Fp8Format f) { return f == Fp8Format::e4m3 ? 448.0f : 57344.0f; }
 const char* fp8_format_name(Fp8Format f);  // "e4m3" or "e5m2"
 
 uint8_t to_fp8(float x, Fp8Format f);       // rounded to nearest, ties to even, saturating (above)

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/philox.h"
 
 namespace ember {
 
@@ -25,7 +24,8 @@ RowScale row_scale(float amax) {
   return {inverse, amax / 127.0f};
 }
 
-int8_t clamp_int8(float y) { return int8_t(std::clamp(y, -127.0f, 127.0f)); }
+// A rounded value kept within [-127, 127]; a NaN (a row with a NaN or an infinity, whose inverse is 0) becomes 0.
+int8_t clamp_int8(float y) { return std::isnan(y) ? int8_t(0) : int8_t(std::clamp(y, -127.0f, 127.0f)); }
 
 // Largest magnitude of n values `stride` apart; NaN if any is a NaN.
 float amax_of(const float* x, size_t n, size_t stride) {
@@ -37,16 +37,6 @@ float amax_of(const float* x, size_t n, size_t stride) {
   }
   return m;
 }
-
-// Philox block b of a dither stream.
-std::array<uint32_t, 4> dither_block(const DitherKey& key, uint64_t b) {
-  const uint64_t counter = (uint64_t(key.stream) << 40) | b;
-  return philox4x32(
-      {uint32_t(counter), uint32_t(counter >> 32), key.rank ^ (uint32_t(RNG_PURPOSE_DITHER) << 24), key.step},
-      {uint32_t(key.seed), uint32_t(key.seed >> 32)});
-}
-
-float to_uniform(uint32_t word) { return float(word >> 8) * (1.0f / 16777216.0f); }
 
 // Quantizes each row of x with its own scale: q = round(x * 127 / max|x|), where make_rounder(r) gives row r's
 // rounding of y = x * (127 / max|x|) (an fp32 product, rounded on its own: this file is compiled without FMA
@@ -89,7 +79,7 @@ std::vector<float> column_scales(const float* x, size_t rows, size_t cols, float
 
 float dither_uniform(const DitherKey& key, uint64_t i) {
   EMBER_ASSERT(key.stream < kDitherStreams && i / 4 < kDitherBlocksPerStream, "a dither index out of range");
-  return to_uniform(dither_block(key, i / 4)[i % 4]);
+  return dither_word_uniform(dither_block(key, i / 4)[i % 4]);
 }
 
 void quantize_int8_rows(const float* x, size_t rows, size_t cols, int8_t* q, float* scales) {
@@ -105,7 +95,7 @@ void quantize_int8_rows_dithered(const float* x, size_t rows, size_t cols, const
     return [&key, first = r * cols, block = UINT64_MAX, words = std::array<uint32_t, 4>{}](float y, size_t c) mutable {
       const uint64_t i = first + c;
       if (i / 4 != block) words = dither_block(key, block = i / 4);
-      return std::floor(y + to_uniform(words[i % 4]));  // a second rounding: y was rounded once already
+      return std::floor(y + dither_word_uniform(words[i % 4]));  // a second rounding: y was rounded once already
     };
   });
 }
@@ -130,7 +120,7 @@ void quantize_int8_columns_dithered(const float* x, size_t rows, size_t cols, co
       const uint64_t i = first + r * cols + c;
       if (i / 4 != block) words = dither_block(key, block = i / 4);
       const float y = x[r * cols + c] * inverse[c];  // rounded once, then dithered
-      q[r * cols + c] = clamp_int8(std::floor(y + to_uniform(words[i % 4])));
+      q[r * cols + c] = clamp_int8(std::floor(y + dither_word_uniform(words[i % 4])));
     }
   }
 }

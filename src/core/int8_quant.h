@@ -10,17 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace ember {
+#include "core/dither.h"
 
-// What a dithered quantization is keyed by. `stream` names the tensor within the step (the caller's layer, operand
-// and micro-batch), below 2^24; the uniform for element i of that tensor is word i % 4 of Philox block
-// (stream << 40) | i / 4 under key seed and counter (rank, step).
-struct DitherKey {
-  uint64_t seed = 0;
-  uint32_t rank = 0, step = 0, stream = 0;
-};
-inline constexpr uint32_t kDitherStreams = 1u << 24;
-inline constexpr uint64_t kDitherBlocksPerStream = uint64_t(1) << 40;
+namespace ember {
 
 float dither_uniform(const DitherKey& key, uint64_t i);  // element i's uniform in [0, 1), 24 bits
 

@@ -6,6 +6,13 @@
 #include <cmath>
 #include <cstdint>
 
+// philox4x32 is also device code where nvcc compiles it (the CUDA backend's dithered rounding draws the same words).
+#ifdef __CUDACC__
+#define EMBER_HOST_DEVICE __host__ __device__
+#else
+#define EMBER_HOST_DEVICE
+#endif
+
 namespace ember {
 
 enum RngPurpose : uint32_t {
@@ -17,7 +24,7 @@ enum RngPurpose : uint32_t {
 };
 
 // One Philox4x32-10 block: 128-bit counter, 64-bit key -> 4 x uint32.
-inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
+EMBER_HOST_DEVICE inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
   constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
     uint64_t p0 = uint64_t(M0) * ctr[0];

@@ -314,6 +314,17 @@ inline float bf16_hi(uint32_t u) { return std::bit_cast<float>(u & 0xffff0000u);
 
 inline void __syncthreads() { ember::kernel_model::arrive_and_wait(ember::kernel_model::sched.block); }
 
+// The IEEE-rounded fp32 intrinsics that a kernel uses to keep a product or sum out of an FMA: one rounding each, as
+// the host's fp32 arithmetic does (volatile: never contracted here either).
+inline float __fmul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+inline float __fadd_rn(float a, float b) {
+  volatile float r = a + b;
+  return r;
+}
+
 template <typename T>
 T __shfl_sync(unsigned, T v, int src_lane) {
   return ember::kernel_model::exchange(v, src_lane);

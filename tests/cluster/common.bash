@@ -60,6 +60,16 @@ wait_for_file() {
   cat "$WORK/job.log" >&2
   fail "no $1 within $2 s"
 }
+# wait_for_checkpoint FOLDER NAME SECONDS: the job's save of NAME is complete (the file is in place and FOLDER/latest
+# names it: the pointer is written to latest.tmp and renamed last), within SECONDS.
+wait_for_checkpoint() {
+  wait_for_file "$1/$2" "$3"
+  for _ in $(seq 1 $(($3 * 5))); do
+    [[ "$(cat "$1/latest" 2>/dev/null)" == "$2" && ! -e "$1/latest.tmp" ]] && return 0
+    sleep 0.2
+  done
+  fail "$1/latest did not name $2 within $3 s"
+}
 # expect_rank_error R SINCE BOUND PATTERN: rank R exited non-zero within BOUND seconds of SINCE (date +%s.%N), with
 # exactly one error line, which matches PATTERN (an extended regex, after the "[rank R] " prefix), and a hint.
 expect_rank_error() {

@@ -12,8 +12,9 @@ common=(train --config "$SRC/configs/tiny.ini" --data.dir="$WORK/data" --trainin
         --checkpoint.interval=200 --run.log_every=50 --dist.timeout=$TIMEOUT --run.dir="$WORK/run")
 cluster_up 2
 start_job_with_rank_files "${common[@]}"
-# Past the second checkpoint, then the link goes down.
-wait_for_file run/checkpoints/step_00000400.h5 120
+# Past the second checkpoint (its save complete, so that the listing below never catches a pointer in flight), then
+# the link goes down.
+wait_for_checkpoint run/checkpoints step_00000400.h5 120
 # The folder's lock (ember.lock) is held while the job runs and goes with it: not an output.
 ls run/checkpoints | grep -v '^ember\.lock$' >before.txt
 "${CLUSTER[@]}" link 1 down

@@ -22,6 +22,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   EMBER_CUDA_CHECK(cudaSetDevice(device));
   device_name_ = cuda_device_name(device);
   EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&compute_major_, cudaDevAttrComputeCapabilityMajor, device));
+  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&compute_minor_, cudaDevAttrComputeCapabilityMinor, device));
   EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EMBER_CUBLAS_CHECK(cublasCreate(&cublas_));
   EMBER_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -45,6 +46,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(bias_grad_);
   cudaFree(lt_workspace_);
   cudaFree(scratch_);
+  cudaFree(weight_copies_);
   cudaFree(segments_);
   cudaFree(reduce_);
   cublasDestroy(cublas_);
@@ -76,6 +78,7 @@ void* CudaBackend::alloc(size_t bytes) {
 
 void CudaBackend::free(void* ptr) {
   if (!ptr) return;
+  weights_changed();                                 // a weight allocated later at this address is another weight
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // ops still queued may use the memory
   track_free(ptr);
   EMBER_CUDA_CHECK(cudaFree(ptr));
@@ -169,6 +172,29 @@ const AdamWSegment* CudaBackend::kernel_segments(const AdamWSegment* segs, size_
   // From pageable memory the copy has read segs when it returns; stream order puts it after any update still queued.
   EMBER_CUDA_CHECK(cudaMemcpyAsync(segments_, segs, nseg * sizeof(AdamWSegment), cudaMemcpyHostToDevice, stream_));
   return segments_;
+}
+
+char* CudaBackend::weight_copy_memory(size_t bytes) {
+  if (bytes > weight_copies_bytes_) {
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued products may still read the old copies
+    track_free(weight_copies_);
+    EMBER_CUDA_CHECK(cudaFree(weight_copies_));
+    weight_copies_ = nullptr;
+    weight_copies_bytes_ = 0;
+    EMBER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&weight_copies_), bytes));
+    track_alloc(weight_copies_, bytes);
+    weight_copies_bytes_ = bytes;
+  }
+  return weight_copies_;
+}
+
+std::string CudaBackend::precision_unsupported(MatmulPrecision p) const {
+  const std::string sm = "sm_" + std::to_string(compute_major_) + std::to_string(compute_minor_);
+  if (p == MatmulPrecision::int8 && compute_major_ * 10 + compute_minor_ < 75)
+    return "int8 products need int8 tensor cores (sm_75 or newer); " + name() + " is " + sm;
+  if (p == MatmulPrecision::fp8 && compute_major_ * 10 + compute_minor_ < 89)
+    return "fp8 products need fp8 tensor cores (sm_89 or newer); " + name() + " is " + sm;
+  return "";
 }
 
 cuda::OpContext CudaBackend::op_context() {

@@ -43,6 +43,7 @@ class CudaBackend final : public cuda::OpMethods {
   void bind_thread() override;
   bool device_memory(size_t* used, size_t* total) const override;
   void set_deterministic(bool on) override;
+  std::string precision_unsupported(MatmulPrecision p) const override;
 
   // The op methods are cuda::OpMethods' (cuda_op_methods.h); sum_squares reads its total back from the device.
   double sum_squares(const float* x, size_t n) override;
@@ -54,10 +55,12 @@ class CudaBackend final : public cuda::OpMethods {
   void* scratch(size_t bytes) override;
   // A device copy of the segments in segments_, grown as needed.
   const AdamWSegment* kernel_segments(const AdamWSegment* segs, size_t nseg) override;
+  // The weights' quantized copies, in weight_copies_, grown as needed.
+  char* weight_copy_memory(size_t bytes) override;
   static constexpr size_t kDoutBlockBytes = cuda::kDoutBlockBytes;
 
   int device_ = 0;
-  int compute_major_ = 0;  // the device's compute capability, major part
+  int compute_major_ = 0, compute_minor_ = 0;  // the device's compute capability
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -66,6 +69,8 @@ class CudaBackend final : public cuda::OpMethods {
   double* reduce_ = nullptr;          // (kSumSquaresBlocks + 1) partial sums of sum_squares
   AdamWSegment* segments_ = nullptr;  // device copy of adamw_update_segments' segments
   size_t segments_capacity_ = 0;
+  char* weight_copies_ = nullptr;  // the int8 weight copies (cuda_dispatch.h's Int8WeightCopies)
+  size_t weight_copies_bytes_ = 0;
   // cuBLASLt for the dense layers' fused bias epilogues: its workspace, and the bias gradient its epilogue writes
   // before it is added to dbias (layers wider than the capacity take the plain path).
   static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;

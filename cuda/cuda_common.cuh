@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "core/dtype.h"
+#include "cuda_ops.h"  // piece_bytes
 #include "launch_cost.h"
 
 // Every kernel launch: kernel<<<grid, block, 0, stream>>>(args...). A macro, so that the kernels and their launchers
@@ -29,9 +30,6 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // Blocks for n items at `per_block` items each; asserts in the launchers keep the result within the grid limits.
 inline unsigned ceil_div(size_t n, size_t per_block) { return unsigned((n + per_block - 1) / per_block); }
-
-// Pieces of an op's scratch start 256-byte aligned, as cudaMalloc's do, so that each is as aligned as a whole buffer.
-inline size_t piece_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Elementwise kernels use grid-stride loops with at most this many blocks of 256 threads: 4096 x 256 = 1M threads
 // is ~8 waves of 2048 resident threads on 132 SMs (H100), enough to saturate memory bandwidth.

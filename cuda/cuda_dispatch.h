@@ -6,8 +6,11 @@
 // tests are the paths the device takes, at the compute capability it emulates.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 #include "backend/backend.h"  // AdamWSegment
 #include "core/dtype.h"
@@ -31,9 +34,84 @@ class OpResources {
   virtual void* scratch(size_t bytes) = 0;
   // `segs` (host memory) where the update kernel can read them, ordered after any update still queued.
   virtual const AdamWSegment* kernel_segments(const AdamWSegment* segs, size_t nseg) = 0;
+  // Memory of at least `bytes` (256-byte aligned) for the weights' quantized copies (Int8WeightCopies): it keeps its
+  // contents while it does not grow; when it grows it is new memory (the old released after the ops queued on it).
+  virtual char* weight_copy_memory(size_t bytes) = 0;
 
  protected:
   ~OpResources() = default;
+};
+
+// The dense weights' quantized copies (cuda_ops.h's Int8WeightCopy and Fp8WeightCopy), known by the weight's address,
+// its shape and the copy's kind, each made by the first product that reads it after Backend::weights_changed (once
+// per step however many micro-batches read it), in one block of weight_copy_memory: a copy that does not fit grows
+// the block, which drops every copy made in the old one (they are made again as they are read, from the same masters).
+class WeightCopies {
+ public:
+  enum class Kind { int8_forward, int8_backward, fp8 };
+  Int8WeightCopy int8(OpResources& resources, TensorIn weight, int IC, int OC, bool forward, cudaStream_t stream) {
+    bool make = false;
+    char* at = get(resources, weight, IC, OC, forward ? Kind::int8_forward : Kind::int8_backward, &make);
+    const Int8WeightCopy copy = int8_weight_copy_at(at, IC, OC, forward);
+    if (make) launch_int8_weight_copy(copy, weight, IC, OC, forward, stream);
+    return copy;
+  }
+  Fp8WeightCopy fp8(OpResources& resources, TensorIn weight, int IC, int OC, bool scaled, cudaStream_t stream) {
+    bool make = false;
+    char* at = get(resources, weight, IC, OC, Kind::fp8, &make);
+    const Fp8WeightCopy copy = fp8_weight_copy_at(at, IC, OC);
+    if (make) launch_fp8_weight_copy(copy, weight, IC, OC, scaled, stream);
+    return copy;
+  }
+  void changed() {
+    for (auto& [key, e] : entries_) e.current = false;
+  }
+  size_t bytes() const { return used_; }
+
+ private:
+  // The copy's memory; *make: whether it must be made (it is current from here on).
+  char* get(OpResources& resources, TensorIn weight, int IC, int OC, Kind kind, bool* make) {
+    Entry& e = entries_[Key{weight.ptr, IC, OC, kind}];
+    if (e.bytes == 0) {
+      e.offset = used_;
+      e.bytes = kind == Kind::fp8 ? fp8_weight_copy_bytes(IC, OC)
+                                  : int8_weight_copy_bytes(IC, OC, kind == Kind::int8_forward);
+      used_ += e.bytes;
+    }
+    if (used_ > capacity_ || !base_) {  // new memory: every copy in the old block is gone
+      capacity_ = std::max(used_, 2 * capacity_);
+      base_ = resources.weight_copy_memory(capacity_);
+      changed();
+    }
+    *make = !e.current;
+    e.current = true;
+    return base_ + e.offset;
+  }
+  struct Key {
+    const void* weight;
+    int IC, OC;
+    Kind kind;
+    bool operator<(const Key& o) const {
+      return std::tie(weight, IC, OC, kind) < std::tie(o.weight, o.IC, o.OC, o.kind);
+    }
+  };
+  struct Entry {
+    size_t offset = 0, bytes = 0;
+    bool current = false;
+  };
+  std::map<Key, Entry> entries_;
+  size_t used_ = 0, capacity_ = 0;
+  char* base_ = nullptr;
+};
+
+// What the int8 and fp8 products take beyond the OpContext's resources: the weights' copies, the dither key of the
+// next int8 backward pass (null: to nearest), whether int8 weight gradients are int8 too and whether fp8 scales its
+// tensors (backend.h).
+struct QuantState {
+  WeightCopies* copies = nullptr;
+  const DitherKey* dither = nullptr;
+  bool int8_weight_gradient = false;
+  bool fp8_scaling = true;
 };
 
 // The backend's state an op runs with.
@@ -47,8 +125,12 @@ struct OpContext {
   size_t dout_block_bytes;  // the most scratch a bf16 backward pass takes for dout rounded to bf16
   int compute_major;        // the device's compute capability, major part
   MatmulPrecision precision;
+  QuantState quant{};  // under int8 and fp8, set by the op methods
 
-  bool bf16() const { return precision == MatmulPrecision::bf16; }
+  // bf16 products: under bf16, and under int8 and fp8 for every product but the dense layers' quantized ones.
+  bool bf16() const { return gemm_inputs_in_bf16(precision); }
+  bool int8_products() const { return precision == MatmulPrecision::int8; }
+  bool fp8_products() const { return precision == MatmulPrecision::fp8; }
   void* scratch(size_t bytes) const { return bytes ? resources.scratch(bytes) : nullptr; }
 };
 
@@ -165,6 +247,19 @@ inline void matmul_forward(const OpContext& ctx, TensorOut out,  // (N, OC)
                            TensorIn weight,                      // (IC, OC)
                            TensorIn bias,                        // (OC) or null
                            int N, int IC, int OC) {
+  if (ctx.int8_products()) {
+    const Int8WeightCopy w = ctx.quant.copies->int8(ctx.resources, weight, IC, OC, true, ctx.stream);
+    const size_t bytes = matmul_int8_forward_scratch_bytes(N, IC, OC);
+    launch_matmul_forward_int8(out, inp, w, bias, N, IC, OC, ctx.cublas, ctx.scratch(bytes), bytes, ctx.stream);
+    return;
+  }
+  if (ctx.fp8_products()) {
+    const Fp8WeightCopy w = ctx.quant.copies->fp8(ctx.resources, weight, IC, OC, ctx.quant.fp8_scaling, ctx.stream);
+    const size_t bytes = matmul_fp8_forward_scratch_bytes(N, IC, OC);
+    launch_matmul_forward_fp8(out, inp, w, bias, N, IC, OC, ctx.quant.fp8_scaling, ctx.lt, ctx.scratch(bytes), bytes,
+                              ctx.stream);
+    return;
+  }
   const size_t bytes = matmul_forward_scratch_bytes(ctx, inp, N, IC, OC);
   launch_matmul_forward(out, inp, weight, bias, N, IC, OC, ctx.bf16(), ctx.cublas, ctx.lt, ctx.scratch(bytes), bytes,
                         ctx.stream);
@@ -177,6 +272,22 @@ inline void matmul_backward(const OpContext& ctx, TensorOut dinp,  // (N, IC) =
                             TensorIn inp,                          // (N, IC)
                             TensorIn weight,                       // (IC, OC)
                             int N, int IC, int OC) {
+  if (ctx.int8_products()) {
+    const Int8WeightCopy w = ctx.quant.copies->int8(ctx.resources, weight, IC, OC, false, ctx.stream);
+    const size_t bytes = matmul_int8_backward_scratch_bytes(dout, inp, dbias != nullptr, ctx.quant.int8_weight_gradient,
+                                                            N, IC, OC, ctx.dout_block_bytes);
+    launch_matmul_backward_int8(dinp, dweight, dbias, dout, inp, w, N, IC, OC, ctx.quant.dither,
+                                ctx.quant.int8_weight_gradient, ctx.cublas, ctx.lt, ctx.bias_grad,
+                                ctx.bias_grad_capacity, ctx.scratch(bytes), bytes, ctx.stream);
+    return;
+  }
+  if (ctx.fp8_products()) {
+    const Fp8WeightCopy w = ctx.quant.copies->fp8(ctx.resources, weight, IC, OC, ctx.quant.fp8_scaling, ctx.stream);
+    const size_t bytes = matmul_fp8_backward_scratch_bytes(dbias != nullptr, N, IC, OC);
+    launch_matmul_backward_fp8(dinp, dweight, dbias, dout, inp, w, N, IC, OC, ctx.quant.fp8_scaling, ctx.lt,
+                               ctx.scratch(bytes), bytes, ctx.stream);
+    return;
+  }
   const size_t bytes = matmul_backward_scratch_bytes(ctx, dout, inp, dbias != nullptr, N, IC, OC);
   launch_matmul_backward(dinp, dweight, dbias, dout, nullptr, inp, weight, N, IC, OC, ctx.bf16(), ctx.cublas, ctx.lt,
                          ctx.bias_grad, ctx.bias_grad_capacity, ctx.scratch(bytes), bytes, ctx.stream);
@@ -184,7 +295,8 @@ inline void matmul_backward(const OpContext& ctx, TensorOut dinp,  // (N, IC) =
 
 // Backend::matmul_gelu_backward: under bf16 with a dbias, the GELU's derivative is applied in the pass that casts dout
 // (fp32 or bf16) and sums dbias; otherwise gelu_backward runs in place over an fp32 dout first (fp32 has no such pass
-// to fuse into; a bf16-stored dout without a dbias is refused).
+// to fuse into; a bf16-stored dout without a dbias is refused). Under int8 and fp8 the gradient is formed in fp32
+// first (a bf16-stored dout widened into scratch), as on the CPU, and the quantized backward pass takes it.
 inline void matmul_gelu_backward(const OpContext& ctx, TensorOut dinp,  // (N, IC) =
                                  float* dweight,                        // (IC, OC) +=
                                  float* dbias,                          // (OC) += or null
@@ -193,6 +305,30 @@ inline void matmul_gelu_backward(const OpContext& ctx, TensorOut dinp,  // (N, I
                                  TensorIn inp,                          // (N, IC)
                                  TensorIn weight,                       // (IC, OC)
                                  int N, int IC, int OC) {
+  if (ctx.int8_products() || ctx.fp8_products()) {
+    // The gradient in fp32: over dout itself, or over dout widened into the front of the scratch (the backward pass's
+    // own scratch then follows it, taken with an offset by the same scratch call).
+    const size_t n = size_t(N) * OC, widened = dout.bf16 ? piece_bytes(n * sizeof(float)) : 0;
+    const size_t rest = ctx.int8_products() ? matmul_int8_backward_scratch_bytes(dout.f32(), inp, dbias != nullptr,
+                                                                                 ctx.quant.int8_weight_gradient, N, IC,
+                                                                                 OC, ctx.dout_block_bytes)
+                                            : matmul_fp8_backward_scratch_bytes(dbias != nullptr, N, IC, OC);
+    char* scratch = static_cast<char*>(ctx.scratch(widened + rest));
+    float* g = dout.bf16 ? reinterpret_cast<float*>(scratch) : dout.f32();
+    if (dout.bf16) launch_widen_bf16(g, dout.b16(), n, ctx.stream);
+    launch_gelu_backward(g, pre, g, n, ctx.stream);
+    if (ctx.int8_products())
+      launch_matmul_backward_int8(dinp, dweight, dbias, g, inp,
+                                  ctx.quant.copies->int8(ctx.resources, weight, IC, OC, false, ctx.stream), N, IC, OC,
+                                  ctx.quant.dither, ctx.quant.int8_weight_gradient, ctx.cublas, ctx.lt, ctx.bias_grad,
+                                  ctx.bias_grad_capacity, scratch + widened, rest, ctx.stream);
+    else
+      launch_matmul_backward_fp8(
+          dinp, dweight, dbias, g, inp,
+          ctx.quant.copies->fp8(ctx.resources, weight, IC, OC, ctx.quant.fp8_scaling, ctx.stream), N, IC, OC,
+          ctx.quant.fp8_scaling, ctx.lt, scratch + widened, rest, ctx.stream);
+    return;
+  }
   const bool fused = ctx.bf16() && dbias != nullptr;
   EMBER_ASSERT(fused || !dout.bf16, "matmul_gelu_backward: a bf16-stored dout needs a dbias on the CUDA backend");
   if (!fused) launch_gelu_backward(dout.f32(), pre, dout.f32(), size_t(N) * OC, ctx.stream);

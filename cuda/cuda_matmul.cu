@@ -4,16 +4,13 @@
 // those the model stores in bf16 already are, fp32-stored ones are cast into scratch first, and dout is cast in blocks
 // of rows in the backward passes. (CUBLAS_COMPUTE_32F_FAST_16BF would convert fp32 inputs itself, but "to bfloat16
 // or TF32" as cuBLAS sees fit, which the CPU backend's emulation could not follow.) The dense layers go through
-// cuBLASLt where it offers the fused bias epilogue; elsewhere the bias broadcast and the dbias column sum are small
-// kernels here, and dbias is always the column sum of the fp32 dout under bf16, as on the CPU. Under bf16 a dense
-// layer's output may be stored in bf16 (CUDA_R_16BF D, its bias in bf16 seeded into D, the sum rounded once).
-#include <cublasLt.h>
+// cuBLASLt (cuda_lt_gemm.cu) where it offers the fused bias epilogue; elsewhere the bias broadcast and the dbias column
+// sum are small kernels here, and dbias is always the column sum of the fp32 dout under bf16, as on the CPU. Under bf16
+// a dense layer's output may be stored in bf16 (CUDA_R_16BF D, its bias in bf16 seeded into D, the sum rounded once).
+#include <cublas_v2.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
-#include <map>
-#include <memory>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -30,15 +27,6 @@ namespace {
 // so every product below is written for the transposes: row-major out = A @ B becomes out^T = B^T @ A^T.
 // A and B are both fp32 or, with `ab_bf16`, both bf16; the products accumulate in fp32 either way. C is fp32 or, with
 // `c_bf16` (bf16 inputs only), bf16: then alpha A B + beta C is formed in fp32 and rounded once.
-// The cost ledger's record of a GEMM (launch_cost.h): A and B read once, C written once and also read when beta is
-// not 0, 2 m n k operations.
-void report_gemm(const char* name, bool ab_bf16, int m, int n, int k, float beta, bool c_bf16, double extra_read = 0.0,
-                 double extra_write = 0.0) {
-  const double in = ab_bf16 ? 2.0 : 4.0, out = c_bf16 ? 2.0 : 4.0, mn = double(m) * n;
-  report_launch(name, in * (double(m) * k + double(k) * n) + (beta != 0.0f ? out * mn : 0.0) + extra_read,
-                out * mn + extra_write, 2.0 * mn * k, /*gemm=*/true, /*tensor_cores=*/ab_bf16);
-}
-
 void gemm(cublasHandle_t handle, bool ab_bf16, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
           const void* a, int lda, const void* b, int ldb, float beta, void* c, int ldc, bool c_bf16 = false) {
   const float alpha = 1.0f;
@@ -64,17 +52,18 @@ struct GemmInputs {
 };
 GemmInputs gemm_inputs(bool bf16, TensorIn inp, size_t inp_numel, TensorIn weight, size_t weight_numel, void* scratch,
                        size_t scratch_bytes, cudaStream_t stream) {
-  EMBER_ASSERT(inp.bf16 == weight.bf16, "matmul: inp and weight must be stored alike");
+  EMBER_ASSERT(!weight.ptr || inp.bf16 == weight.bf16, "matmul: inp and weight must be stored alike");
   EMBER_ASSERT(!inp.bf16 || bf16, "matmul: bf16-stored inputs need matmul precision bf16");
   GemmInputs g{inp, weight, bf16, static_cast<char*>(scratch), scratch_bytes};
-  if (bf16 && !inp.bf16) {
-    const size_t a = piece_bytes(inp_numel * sizeof(BFloat16)), b = piece_bytes(weight_numel * sizeof(BFloat16));
+  if (bf16 && !inp.bf16) {  // without a weight (a backward pass's dweight only), inp alone
+    const size_t a = piece_bytes(inp_numel * sizeof(BFloat16)),
+                 b = weight.ptr ? piece_bytes(weight_numel * sizeof(BFloat16)) : 0;
     EMBER_ASSERT(scratch_bytes >= a + b, "matmul: the scratch must hold bf16 copies of inp and weight");
     auto* xi = reinterpret_cast<BFloat16*>(g.rest);
     auto* wi = reinterpret_cast<BFloat16*>(g.rest + a);
     launch_cast_to_bf16(xi, inp.f32(), inp_numel, stream);
-    launch_cast_to_bf16(wi, weight.f32(), weight_numel, stream);
-    g.inp = xi, g.weight = wi, g.rest += a + b, g.rest_bytes -= a + b;
+    if (weight.ptr) launch_cast_to_bf16(wi, weight.f32(), weight_numel, stream);
+    g.inp = xi, g.weight = weight.ptr ? TensorIn(wi) : TensorIn(), g.rest += a + b, g.rest_bytes -= a + b;
   }
   return g;
 }
@@ -184,138 +173,12 @@ void column_sum_accumulate(float* dst, BFloat16* cast, TensorIn src, int N, int 
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
-// The largest power of two up to 256 that divides the address: cuBLASLt's heuristic assumes 256-byte alignment
-// unless told otherwise, and parameter tensors sit at arbitrary float offsets in the arena.
-uint32_t alignment_of(const void* ptr) {
-  const auto addr = reinterpret_cast<uintptr_t>(ptr);
-  uint32_t align = 256;
-  while (align > 1 && addr % align != 0) align /= 2;
-  return align;
-}
-
-template <typename T>
-void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
-}
-template <typename T>
-void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const T& value) {
-  EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
-}
-
 }  // namespace
 
-// The descriptors of one cuBLASLt call shape, destroyed with it (or on any path out while it is being built).
-struct LtDescriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescriptors() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
+size_t column_sum_scratch_bytes(int N, int C) { return piece_bytes(size_t(sum_chunks(N)) * size_t(C) * sizeof(float)); }
 
-// A call shape's answer: whether cuBLASLt has a kernel for it, which, and the descriptors it was chosen for (built
-// once, not on every call).
-struct LtGemm::Plan {
-  bool found = false;
-  cublasLtMatmulAlgo_t algo{};
-  std::unique_ptr<LtDescriptors> desc;
-};
-struct LtGemm::Cache {
-  std::map<std::array<int64_t, 16>, Plan> plans;
-};
-
-LtGemm::LtGemm() : stream_(nullptr), workspace_(nullptr), workspace_bytes_(0), cache_(nullptr) {}
-
-LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes)
-    : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes), cache_(new Cache) {
-  cublasLtHandle_t handle = nullptr;
-  EMBER_CUBLAS_CHECK(cublasLtCreate(&handle));
-  handle_ = handle;
-}
-
-LtGemm::~LtGemm() {
-  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
-  delete cache_;
-}
-
-bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a,
-                 int lda, const void* b, int ldb, float beta, void* d, bool d_bf16, int ldd, void* bias) {
-  EMBER_ASSERT(ab_bf16 || !d_bf16, "matmul: a bf16 output needs bf16 inputs");
-  // The epilogue reads the bias (stored as D is), or writes the bias gradient (m floats).
-  const double bias_bytes = double(m) * (epilogue == Epilogue::bias ? (d_bf16 ? 2.0 : 4.0) : 4.0);
-  const bool with_bias = epilogue == Epilogue::bias;
-  if (!handle_) {  // count-only: the GEMM as cuBLASLt would run it, for the cost ledger
-    report_gemm(with_bias ? "gemm+bias" : "gemm+bias_grad", ab_bf16, m, n, k, beta, d_bf16, with_bias ? bias_bytes : 0,
-                with_bias ? 0 : bias_bytes);
-    return true;
-  }
-  const auto handle = static_cast<cublasLtHandle_t>(handle_);
-  const std::array<int64_t, 16> key = {
-      int64_t(epilogue), ab_bf16,         d_bf16,          trans_a,         trans_b,           m, n, k, lda, ldb, ldd,
-      beta != 0.0f,      alignment_of(a), alignment_of(b), alignment_of(d), alignment_of(bias)};
-  auto it = cache_->plans.find(key);
-  if (it == cache_->plans.end()) {
-    // A new call shape: its descriptors and the heuristic's answer, kept for every later call of the shape.
-    auto desc = std::make_unique<LtDescriptors>();
-    EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    set_desc(desc->op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
-    set_desc(desc->op, CUBLASLT_MATMUL_DESC_TRANSB, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-    const cublasLtEpilogue_t ep = epilogue == Epilogue::bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADA;
-    set_desc(desc->op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(ep));
-    set_desc(desc->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);  // read by the heuristic for its alignment
-    // Layouts as stored: A is (m, k), or (k, m) when transposed; B is (k, n), or (n, k).
-    const cudaDataType ab_type = ab_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->a, ab_type, trans_a ? k : m, trans_a ? m : k, lda));
-    EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->b, ab_type, trans_b ? n : k, trans_b ? k : n, ldb));
-    // D (and the bias, which cuBLASLt takes in D's type) in fp32 or bf16.
-    EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->d, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd));
-    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc->pref));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes_));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(a));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(b));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(d));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle, desc->op, desc->a, desc->b, desc->d, desc->d,
-                                                             desc->pref, 1, &result, &found);
-    // NOT_SUPPORTED: no kernel for this epilogue with these types, shape or alignment. Any other refusal also leaves
-    // the call to the plain path, which computes the same thing, but is worth a line in the log.
-    if (rc != CUBLAS_STATUS_SUCCESS && rc != CUBLAS_STATUS_NOT_SUPPORTED)
-      log_warn("cuBLASLt heuristic refused a %dx%dx%d GEMM with a fused %s epilogue (%s); using cuBLAS and a kernel", m,
-               n, k, epilogue == Epilogue::bias ? "bias" : "bias-gradient", cublasGetStatusString(rc));
-    Plan plan;
-    plan.found = rc == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-    if (plan.found) plan.algo = result.algo, plan.desc = std::move(desc);
-    it = cache_->plans.emplace(key, std::move(plan)).first;
-  }
-  if (!it->second.found) return false;
-  // Only the bias pointer differs between calls of one shape (its alignment is part of the key).
-  const LtDescriptors& desc = *it->second.desc;
-  set_desc(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  const float alpha = 1.0f;
-  const cublasStatus_t rc = cublasLtMatmul(handle, desc.op, &alpha, a, desc.a, b, desc.b, &beta, d, desc.d, d, desc.d,
-                                           &it->second.algo, workspace_, workspace_bytes_, stream_);
-  if (rc == CUBLAS_STATUS_SUCCESS) {
-    report_gemm(with_bias ? "gemm+bias" : "gemm+bias_grad", ab_bf16, m, n, k, beta, d_bf16, with_bias ? bias_bytes : 0,
-                with_bias ? 0 : bias_bytes);
-    return true;
-  }
-  // A heuristic's answer that the call itself then refuses (cuBLASLt does not promise it cannot happen): nothing was
-  // launched, so the plain path computes the result instead, from now on for this call shape.
-  if (rc != CUBLAS_STATUS_NOT_SUPPORTED && rc != CUBLAS_STATUS_ARCH_MISMATCH && rc != CUBLAS_STATUS_INVALID_VALUE)
-    EMBER_CUBLAS_CHECK(rc);
-  log_warn(
-      "cuBLASLt refused a %dx%dx%d GEMM with a fused %s epilogue that its heuristic offered (%s); using cuBLAS "
-      "and a kernel",
-      m, n, k, epilogue == Epilogue::bias ? "bias" : "bias-gradient", cublasGetStatusString(rc));
-  it->second.found = false;
-  return false;
+void launch_column_sum(float* dst, TensorIn src, int N, int C, float* partial, cudaStream_t stream) {
+  column_sum_accumulate(dst, nullptr, src, N, C, partial, stream);
 }
 
 size_t matmul_scratch_bytes(bool bf16, TensorIn inp, size_t inp_numel, size_t weight_numel, int N, int dout_cols,
@@ -401,8 +264,10 @@ void launch_matmul_backward(TensorOut dinp, float* dweight, float* dbias, Tensor
     }
     const TensorIn x = in.inp.at(size_t(r0) * IC);  // (R, IC)
     // dinp^T (IC, R) = weight (IC, OC) @ dout^T (OC, R); weight as stored is (OC, IC) column-major, hence op T.
+    // Without dinp (the int8 products' bf16 weight gradient), none.
     void* dx = dinp.bf16 ? static_cast<void*>(dinp.b16() + size_t(r0) * IC) : dinp.f32() + size_t(r0) * IC;
-    gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, in.weight.ptr, OC, g, OC, 0.0f, dx, IC, dinp.bf16);
+    if (dinp.ptr)
+      gemm(handle, in.bf16, CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, in.weight.ptr, OC, g, OC, 0.0f, dx, IC, dinp.bf16);
     // dweight^T (OC, IC) += dout^T (OC, R) @ inp (R, IC); inp as stored is (IC, R) column-major, hence op T. In fp32
     // the epilogue's bias gradient is the sum of A = dout^T over k = R, i.e. this block's dbias, which it writes (not
     // adds): it lands in bias_grad and is added to dbias after. In bf16 A is the rounded dout, and dbias must be the

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
@@ -49,18 +50,18 @@ class OpMethods : public Backend, protected OpResources {
   void matmul_forward(TensorOut out, TensorIn inp, TensorIn weight, TensorIn bias, int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_forward");
     check_gemm_output(out, bias, "matmul_forward");
-    cuda::matmul_forward(op_context(), out, inp, weight, bias, N, IC, OC);
+    cuda::matmul_forward(matmul_context(), out, inp, weight, bias, N, IC, OC);
   }
   void matmul_backward(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp, TensorIn weight,
                        int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_backward");
     check_gemm_dout(dout, "matmul_backward");
-    cuda::matmul_backward(op_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    cuda::matmul_backward(matmul_context(), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
   void matmul_gelu_backward(TensorOut dinp, float* dweight, float* dbias, TensorOut dout, TensorIn pre, TensorIn inp,
                             TensorIn weight, int N, int IC, int OC) override {
     check_gemm_inputs(inp, weight, "matmul_gelu_backward");
-    cuda::matmul_gelu_backward(op_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);
+    cuda::matmul_gelu_backward(matmul_context(), dinp, dweight, dbias, dout, pre, inp, weight, N, IC, OC);
   }
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
     check_gemm_inputs(inp, wte, "matmul_forward_transposed");
@@ -143,9 +144,24 @@ class OpMethods : public Backend, protected OpResources {
     cuda::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t, grad_scale);
   }
 
+  // --- int8 and fp8: the dense weights' copies (cuda_dispatch.h), and the GEMMs that read them ---
+  void weights_changed() override { weight_copies_.changed(); }
+  size_t quantized_weight_copy_bytes() const override { return weight_copies_.bytes(); }
+  std::string int8_engine() const override { return "cuBLAS int8 GEMMs (exact int32 sums on the tensor cores)"; }
+
  protected:
   // The stream, handles, scratch and device the ops run with.
   virtual OpContext op_context() = 0;
+
+ private:
+  // The dense layers' ops: op_context() with the quantized products' state.
+  OpContext matmul_context() {
+    OpContext ctx = op_context();
+    ctx.quant = {&weight_copies_, int8_stochastic_rounding_ ? &dither_key_ : nullptr, int8_weight_gradient_,
+                 fp8_scaling_};
+    return ctx;
+  }
+  WeightCopies weight_copies_;
 };
 
 }  // namespace ember::cuda

@@ -12,12 +12,16 @@
 #include "core/dither.h"
 #include "core/dtype.h"
 #include "core/fp8.h"
+#include "core/int8_quant.h"
 
 namespace ember {
 struct AdamWSegment;  // backend/backend.h
 }
 
 namespace ember::cuda {
+
+// Pieces of an op's scratch start 256-byte aligned, as cudaMalloc's do, so that each is as aligned as a whole buffer.
+inline size_t piece_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // encoder
 void launch_encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C,
@@ -69,6 +73,11 @@ class LtGemm {
   // the bias is stored as D is.
   bool run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, int m, int n, int k, const void* a, int lda,
            const void* b, int ldb, float beta, void* d, bool d_bf16, int ldd, void* bias);
+  // fp8: D (m, n) fp32 = A^T B, A stored (k, m) and B (k, n) in fp8 (not both E5M2), unscaled sums (fp32
+  // accumulation, with cuBLASLt's periodic promotion: no fast accumulation). cuBLASLt's only form for fp8 ("TN"); m, n,
+  // k and the leading dimensions multiples of 16. Throws where cuBLASLt has no kernel for it (there is no other path).
+  void run_fp8(int m, int n, int k, const uint8_t* a, Fp8Format fa, int lda, const uint8_t* b, Fp8Format fb, int ldb,
+               float* d, int ldd);
 
  private:
   struct Plan;
@@ -105,6 +114,9 @@ void launch_matmul_backward(TensorOut dinp, float* dweight, float* dbias, Tensor
                             TensorIn inp, TensorIn weight, int N, int IC, int OC, bool bf16, cublasHandle_t handle,
                             LtGemm* lt, float* bias_grad, size_t bias_grad_capacity, void* scratch,
                             size_t scratch_bytes, cudaStream_t stream);
+// dst (C) += the column sums of src (N, C), fp32 or bf16, through column_sum_scratch_bytes(N, C) of scratch.
+size_t column_sum_scratch_bytes(int N, int C);
+void launch_column_sum(float* dst, TensorIn src, int N, int C, float* partial, cudaStream_t stream);
 void launch_matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V, bool bf16,
                                       cublasHandle_t handle, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void launch_matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N,
@@ -139,14 +151,90 @@ void launch_attention_kv_forward(float* out, const float* qkv, const float* k_ca
                                  cudaStream_t stream);
 
 // int8 and fp8 quantization (cuda_quant.cuh), bit for bit the CPU's (core/int8_quant.h, core/fp8_quant.h); x may be
-// stored in fp32 or bf16. int8: per row of x (rows, cols), into q and scales (rows), dithered under *dither where it
-// is given. fp8: one scale for x (n values), into q and scale_inverse (2 floats on the device: the scale, as cuBLASLt's
-// scale pointers take it, and its inverse), through `partial` (kFp8AmaxBlocks floats of scratch).
+// stored in fp32 or bf16, and with `round_bf16` an fp32 x is read rounded to bf16 (a GEMM input's value, as the CPU's
+// products read it). int8 per row: row r of x (rows, cols) into row r of q, ldq bytes apart (the columns after cols
+// and q's rows from rows to qrows written 0: an int8 GEMM operand's padding), its scale into scales[r], dithered
+// under *dither where it is given (element i = r cols + c drawing index i of the key's stream). Per column,
+// transposed: column c into row c of q (rows values, then zeros up to ldq; q's rows from cols to qrows written 0), its
+// scale into scales[c], element (r, c) drawing index first + r cols + c. fp8: one scale for x (n values), into q and
+// scale_inverse (2 floats on the device: the scale, as cuBLASLt's scale pointers take it, and its inverse), through
+// `partial` (kFp8AmaxBlocks floats of scratch).
 constexpr unsigned kFp8AmaxBlocks = 256;  // the first pass of an fp8 tensor's largest magnitude: partials per tensor
-void launch_quantize_int8_rows(int8_t* q, float* scales, TensorIn x, int rows, int cols, const DitherKey* dither,
-                               cudaStream_t stream);
+void launch_quantize_int8_rows(int8_t* q, int ldq, int qrows, float* scales, TensorIn x, int rows, int cols,
+                               bool round_bf16, const DitherKey* dither, cudaStream_t stream);
+void launch_quantize_int8_columns_transposed(int8_t* q, int ldq, int qrows, float* scales, TensorIn x, int rows,
+                                             int cols, bool round_bf16, const DitherKey* dither, uint64_t first,
+                                             cudaStream_t stream);
 void launch_quantize_fp8(uint8_t* q, float* scale_inverse, float* partial, TensorIn x, size_t n, Fp8Format f,
                          cudaStream_t stream);
+// fp8 in two steps: a tensor's scale (n values; without `scaled`, 1: a test's weakened variant), then its codes laid
+// out as a GEMM operand: row r of q holds row r of x (rows, cols) or, `transposed`, row c of q holds column c of x,
+// rows ldq bytes apart, zeros after the values and in q's rows up to qrows.
+void launch_fp8_tensor_scale(float* scale_inverse, float* partial, TensorIn x, size_t n, Fp8Format f, bool round_bf16,
+                             bool scaled, cudaStream_t stream);
+void launch_fp8_codes(uint8_t* q, int ldq, int qrows, TensorIn x, int rows, int cols, bool transposed, bool round_bf16,
+                      const float* scale_inverse, Fp8Format f, cudaStream_t stream);
+
+// The fp8 GEMM (cuda_gemm_fp8.cu: cuBLASLt through lt, LtGemm::run_fp8; the kernel model has its own): D (m, n) fp32
+// = A^T B, column-major, A stored (k, m) and B (k, n) in fp8, the sums unscaled.
+void launch_gemm_fp8(LtGemm* lt, int m, int n, int k, const uint8_t* a, Fp8Format fa, int lda, const uint8_t* b,
+                     Fp8Format fb, int ldb, float* d, int ldd, cudaStream_t stream);
+
+// The dense layers' int8 products (cuda_matmul_quant.cu), bit for bit the CPU backend's (backend.h's matmul_forward
+// and matmul_backward under matmul precision int8). Quantized GEMM operands have their summed dimension, and the
+// GEMM's m, padded with zeros to a multiple of kQuantPad. A weight's int8 copy: for the forward product W^T per output
+// channel (OC rows of IC values, padded), for the input-gradient product W per input channel (IC rows of OC values,
+// padded), with one scale per row; launch_int8_weight_copy makes one from the weight's stored values (fp32 masters),
+// in int8_weight_copy_bytes of device memory (the values, then the scales, each 256-byte aligned).
+constexpr int kQuantPad = 16;
+inline int quant_padded(int n) { return (n + kQuantPad - 1) / kQuantPad * kQuantPad; }
+struct Int8WeightCopy {
+  int8_t* q = nullptr;
+  float* scales = nullptr;
+};
+size_t int8_weight_copy_bytes(int IC, int OC, bool forward);
+// The copy whose int8_weight_copy_bytes start at `at`.
+Int8WeightCopy int8_weight_copy_at(char* at, int IC, int OC, bool forward);
+void launch_int8_weight_copy(Int8WeightCopy copy, TensorIn weight, int IC, int OC, bool forward, cudaStream_t stream);
+// The forward product: inp's bf16 values quantized per token row (to nearest), out = (float(sum) * s_inp) * s_w + bias.
+size_t matmul_int8_forward_scratch_bytes(int N, int IC, int OC);
+void launch_matmul_forward_int8(TensorOut out, TensorIn inp, Int8WeightCopy weight, TensorIn bias, int N, int IC,
+                                int OC, cublasHandle_t handle, void* scratch, size_t scratch_bytes,
+                                cudaStream_t stream);
+// The backward pass: dinp from dout's bf16 values quantized per row (dithered under *dither, else to nearest) and the
+// weight's input-gradient copy; dweight and dbias as launch_matmul_backward's under bf16 or, with
+// `int8_weight_gradient`, dweight in int8 over tiles of kInt8WeightGradientTile tokens (core/int8_quant.h) and dbias
+// the column sum of dout's values.
+size_t matmul_int8_backward_scratch_bytes(TensorIn dout, TensorIn inp, bool dbias, bool int8_weight_gradient, int N,
+                                          int IC, int OC, size_t dout_block_bytes);
+void launch_matmul_backward_int8(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp,
+                                 Int8WeightCopy weight, int N, int IC, int OC, const DitherKey* dither,
+                                 bool int8_weight_gradient, cublasHandle_t handle, LtGemm* lt, float* bias_grad,
+                                 size_t bias_grad_capacity, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+
+// The dense layers' fp8 products (cuda_matmul_quant.cu), as the CPU backend's (backend.h) save for the GEMMs' sums
+// (the tensor cores' own order and accumulation). All three GEMM dimensions are padded to kQuantPad. A weight's fp8
+// copy (E4M3, one scale): W^T (OC rows of IC) for the forward product and W (IC rows of OC) for the input-gradient
+// product, both padded (cuBLASLt's fp8 GEMMs take only the "TN" form), the scale and its inverse, and the scale's
+// working space; launch_fp8_weight_copy makes it from the weight's stored values.
+struct Fp8WeightCopy {
+  uint8_t* forward = nullptr;
+  uint8_t* backward = nullptr;
+  float* scale_inverse = nullptr;
+  float* partial = nullptr;
+};
+size_t fp8_weight_copy_bytes(int IC, int OC);
+Fp8WeightCopy fp8_weight_copy_at(char* at, int IC, int OC);
+void launch_fp8_weight_copy(Fp8WeightCopy copy, TensorIn weight, int IC, int OC, bool scaled, cudaStream_t stream);
+// Forward: out = (sum * s_inp) * s_w + bias, inp's bf16 values in E4M3. Backward: dinp from dout's bf16 values in
+// E5M2, dweight += (sum of inp^T dout) * s_inp * s_dout, dbias the column sum of dout's values.
+size_t matmul_fp8_forward_scratch_bytes(int N, int IC, int OC);
+void launch_matmul_forward_fp8(TensorOut out, TensorIn inp, Fp8WeightCopy weight, TensorIn bias, int N, int IC, int OC,
+                               bool scaled, LtGemm* lt, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+size_t matmul_fp8_backward_scratch_bytes(bool dbias, int N, int IC, int OC);
+void launch_matmul_backward_fp8(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp,
+                                Fp8WeightCopy weight, int N, int IC, int OC, bool scaled, LtGemm* lt, void* scratch,
+                                size_t scratch_bytes, cudaStream_t stream);
 
 // gelu; the input and the forward output may each be stored in fp32 or bf16
 void launch_gelu_forward(TensorOut out, TensorIn inp, size_t n, cudaStream_t stream);

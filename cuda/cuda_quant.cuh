@@ -43,46 +43,115 @@ __device__ inline void int8_row_scale(float amax, float* inverse, float* scale) 
 // A rounded int8 value kept within [-127, 127]; a NaN (its row's inverse was 0) becomes 0.
 __device__ inline int8_t clamp_int8(float r) { return isnan(r) ? int8_t(0) : int8_t(fminf(fmaxf(r, -127.0f), 127.0f)); }
 
-// One block per row of x (rows, cols): the row's scale into scales[row] and its values into q, rounded to nearest
-// (ties to even) or, with kDither, dithered: element i = row * cols + c draws word i % 4 of the key's block i / 4.
+// An element of x as the quantization reads it: as stored or, with `round` (a GEMM input under int8: activations and
+// gradients, never the fp32 master weights), an fp32 value rounded to bf16 first, as the CPU backend's products read
+// it.
+template <typename InT>
+__device__ inline float quant_input(const InT* x, size_t i, bool round) {
+  return round ? bf16_value(x[i]) : load(&x[i]);
+}
+
+// int8 value of y = x * inverse: to nearest (ties to even) or, with kDither, plus the uniform of element i of the
+// key's stream (word i % 4 of its block i / 4), rounded down.
+template <bool kDither>
+__device__ inline int8_t int8_value(float y, const DitherKey& key, uint64_t i) {
+  if constexpr (kDither)
+    return clamp_int8(floorf(__fadd_rn(y, dither_word_uniform(dither_block(key, i / 4)[i % 4]))));
+  else
+    return clamp_int8(rintf(y));
+}
+
+// One block per row of q: for a row of x (rows, cols), its scale into scales[row] and its values into row `row` of q,
+// `ldq` bytes apart (ldq >= cols; the columns from cols to ldq are written 0, the zero padding of an int8 GEMM
+// operand); the rows of q from `rows` on are written 0. Element i = row * cols + c draws index i of the key's stream.
 template <typename InT, bool kDither>
-__global__ void quantize_int8_rows_kernel(int8_t* q, float* scales, const InT* x, int cols, DitherKey key) {
+__global__ void quantize_int8_rows_kernel(int8_t* q, int ldq, float* scales, const InT* x, int rows, int cols,
+                                          bool round, DitherKey key) {
   __shared__ float scratch[32];
   const size_t row = blockIdx.x;
+  if (row >= size_t(rows)) {
+    for (int c = threadIdx.x; c < ldq; c += blockDim.x) q[row * size_t(ldq) + c] = 0;
+    return;
+  }
   const InT* xr = x + row * size_t(cols);
   float m = 0.0f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, magnitude(load(&xr[c])));
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, magnitude(quant_input(xr, c, round)));
   m = block_reduce<float, true>(m, scratch);
   float inverse = 0.0f, scale = 0.0f;
   int8_row_scale(m, &inverse, &scale);
   if (threadIdx.x == 0) scales[row] = scale;
-  int8_t* qr = q + row * size_t(cols);
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float y = __fmul_rn(load(&xr[c]), inverse);
-    if constexpr (kDither) {
-      const uint64_t i = row * uint64_t(cols) + uint64_t(c);
-      qr[c] = clamp_int8(floorf(__fadd_rn(y, dither_word_uniform(dither_block(key, i / 4)[i % 4]))));
-    } else {
-      qr[c] = clamp_int8(rintf(y));
+  int8_t* qr = q + row * size_t(ldq);
+  for (int c = threadIdx.x; c < ldq; c += blockDim.x)
+    qr[c] = c < cols ? int8_value<kDither>(__fmul_rn(quant_input(xr, c, round), inverse), key,
+                                           row * uint64_t(cols) + uint64_t(c))
+                     : int8_t(0);
+}
+
+// Per column, transposed: column c of x (rows, cols) gets scale scales[c] and lands in row c of q, `ldq` bytes apart
+// (ldq >= rows; columns rows .. ldq - 1 of q written 0), and q's rows from cols to `qrows` are written 0. Element (r,
+// c) draws index first + r * cols + c of the key's stream. A block takes kQuantColumns columns: their maxima over all
+// rows (kQuantColumns x kQuantLanes threads, each warp reading a row's columns together), then tiles of kQuantColumns
+// rows quantized and written transposed through shared memory, so both the reads and the writes go a row at a time.
+constexpr int kQuantColumns = 32, kQuantLanes = 8;
+template <typename InT, bool kDither>
+__global__ void quantize_int8_columns_transposed_kernel(int8_t* q, int ldq, int qrows, float* scales, const InT* x,
+                                                        int rows, int cols, bool round, DitherKey key, uint64_t first) {
+  __shared__ float part[kQuantLanes][kQuantColumns];
+  __shared__ float inverse[kQuantColumns];
+  __shared__ int8_t tile[kQuantColumns][kQuantColumns + 4];
+  const int c = blockIdx.x * kQuantColumns + threadIdx.x;
+  float m = 0.0f;
+  if (c < cols)
+    for (int r = threadIdx.y; r < rows; r += kQuantLanes)
+      m = fmaxf(m, magnitude(quant_input(x, size_t(r) * cols + c, round)));
+  part[threadIdx.y][threadIdx.x] = m;
+  __syncthreads();
+  if (threadIdx.y == 0) {
+    for (int y = 1; y < kQuantLanes; ++y) m = fmaxf(m, part[y][threadIdx.x]);
+    float inv = 0.0f, scale = 0.0f;
+    int8_row_scale(m, &inv, &scale);
+    inverse[threadIdx.x] = inv;
+    if (c < cols) scales[c] = scale;
+  }
+  __syncthreads();
+  for (int r0 = 0; r0 < ldq; r0 += kQuantColumns) {
+    for (int y = threadIdx.y; y < kQuantColumns; y += kQuantLanes) {
+      const int r = r0 + y;
+      const size_t i = size_t(r) * cols + c;
+      tile[y][threadIdx.x] =
+          c < cols && r < rows
+              ? int8_value<kDither>(__fmul_rn(quant_input(x, i, round), inverse[threadIdx.x]), key, first + uint64_t(i))
+              : int8_t(0);
     }
+    __syncthreads();
+    for (int y = threadIdx.y; y < kQuantColumns; y += kQuantLanes) {
+      const int qc = blockIdx.x * kQuantColumns + y, r = r0 + threadIdx.x;  // row qc of q, its element r
+      if (qc < qrows && r < ldq) q[size_t(qc) * ldq + r] = tile[threadIdx.x][y];
+    }
+    __syncthreads();
   }
 }
 
 // The first pass of an fp8 tensor's largest magnitude: block b's over its grid-stride share of x (n values).
 template <typename InT>
-__global__ void amax_partial_kernel(float* partial, const InT* x, size_t n) {
+__global__ void amax_partial_kernel(float* partial, const InT* x, size_t n, bool round) {
   __shared__ float scratch[32];
   float m = 0.0f;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    m = fmaxf(m, magnitude(load(&x[i])));
+    m = fmaxf(m, magnitude(quant_input(x, i, round)));
   m = block_reduce<float, true>(m, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = m;
 }
 
 // The second pass, one block: scale_inverse[0] = amax / M (the dequantizing scale, as cuBLASLt's scale pointers take
 // it) and scale_inverse[1] = M / amax, M the format's largest finite value; NaN and 0 where amax is not finite, 0 and
-// 0 where M / amax overflows (core/fp8_quant.cpp).
-__global__ void fp8_scale_kernel(float* scale_inverse, const float* partial, unsigned nparts, float max_finite) {
+// 0 where M / amax overflows (core/fp8_quant.cpp). Without `scaled` (a test's weakened variant), 1 and 1.
+__global__ void fp8_scale_kernel(float* scale_inverse, const float* partial, unsigned nparts, float max_finite,
+                                 bool scaled) {
+  if (!scaled) {
+    if (threadIdx.x == 0) scale_inverse[0] = 1.0f, scale_inverse[1] = 1.0f;
+    return;
+  }
   __shared__ float scratch[32];
   float m = 0.0f;
   for (unsigned i = threadIdx.x; i < nparts; i += blockDim.x) m = fmaxf(m, partial[i]);
@@ -100,14 +169,40 @@ __global__ void fp8_scale_kernel(float* scale_inverse, const float* partial, uns
   scale_inverse[0] = m / max_finite, scale_inverse[1] = inverse;
 }
 
+// fp8 code of v * inverse, saturating; 0 where the inverse is 0 (a zero or non-finite tensor).
+__device__ inline uint8_t fp8_code(float v, float inverse, Fp8Format f) {
+  const __nv_fp8_interpretation_t kind = f == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2;
+  return inverse == 0.0f ? uint8_t(0) : uint8_t(__nv_cvt_float_to_fp8(__fmul_rn(v, inverse), __NV_SATFINITE, kind));
+}
+
 // q[i] = fp8(x[i] * inverse), saturating; all zeros where the inverse is 0 (a zero or non-finite tensor).
 template <typename InT>
 __global__ void quantize_fp8_kernel(uint8_t* q, const InT* x, size_t n, const float* scale_inverse, Fp8Format f) {
   const float inverse = scale_inverse[1];
-  const __nv_fp8_interpretation_t kind = f == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    q[i] = inverse == 0.0f ? uint8_t(0)
-                           : uint8_t(__nv_cvt_float_to_fp8(__fmul_rn(load(&x[i]), inverse), __NV_SATFINITE, kind));
+    q[i] = fp8_code(load(&x[i]), inverse, f);
+}
+
+// The codes of x (rows, cols) laid out as a GEMM operand: row r of q holds row r of x or, `transposed`, row c of q
+// holds column c of x; rows ldq bytes apart, zeros after the values and in q's rows up to qrows. Tiles of
+// kQuantColumns x kQuantColumns through shared memory, so reads and writes both go a row at a time.
+template <typename InT>
+__global__ void fp8_codes_kernel(uint8_t* q, int ldq, int qrows, const InT* x, int rows, int cols, bool transposed,
+                                 bool round, const float* scale_inverse, Fp8Format f) {
+  __shared__ uint8_t tile[kQuantColumns][kQuantColumns + 4];
+  const float inverse = scale_inverse[1];
+  // This block's tile of q: rows q0 .., columns j0 ..; it reads x's tile at (j0, q0) transposed, or (q0, j0).
+  const int q0 = blockIdx.y * kQuantColumns, j0 = blockIdx.x * kQuantColumns;
+  for (int y = threadIdx.y; y < kQuantColumns; y += kQuantLanes) {
+    const int xr = (transposed ? j0 : q0) + y, xc = (transposed ? q0 : j0) + threadIdx.x;  // x's element, read
+    tile[y][threadIdx.x] =
+        xr < rows && xc < cols ? fp8_code(quant_input(x, size_t(xr) * cols + xc, round), inverse, f) : uint8_t(0);
+  }
+  __syncthreads();
+  for (int y = threadIdx.y; y < kQuantColumns; y += kQuantLanes) {
+    const int qr = q0 + y, qc = j0 + threadIdx.x;
+    if (qr < qrows && qc < ldq) q[size_t(qr) * ldq + qc] = transposed ? tile[threadIdx.x][y] : tile[y][threadIdx.x];
+  }
 }
 
 }  // namespace ember::cuda

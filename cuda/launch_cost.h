@@ -15,6 +15,8 @@ struct LaunchCost {
   double flops = 0.0;
   bool gemm = false;          // cuBLAS or cuBLASLt
   bool tensor_cores = false;  // the FLOPs run on the tensor cores (bf16 GEMMs, the tensor-core attention)
+  bool int8 = false;          // ... and in int8 (the int8 GEMMs: integer operations, at the int8 peak)
+  bool fp8 = false;           // ... or in fp8 (the fp8 GEMMs, at the fp8 peak with fp32 accumulation)
 };
 
 class LaunchCostSink {
@@ -32,9 +34,18 @@ inline LaunchCostSink*& launch_cost_sink() {
 }
 
 inline void report_launch(const char* name, double read_bytes, double write_bytes, double flops, bool gemm = false,
-                          bool tensor_cores = false) {
+                          bool tensor_cores = false, bool int8 = false, bool fp8 = false) {
   if (LaunchCostSink* sink = launch_cost_sink())
-    sink->record({name, read_bytes, write_bytes, flops, gemm, tensor_cores});
+    sink->record({name, read_bytes, write_bytes, flops, gemm, tensor_cores, int8, fp8});
+}
+
+// A cuBLAS or cuBLASLt GEMM's record: A and B (both fp32 or, with `ab_bf16`, both bf16) read once, C (fp32 or, with
+// `c_bf16`, bf16) written once and also read when beta is not 0, 2 m n k operations on the tensor cores in bf16.
+inline void report_gemm(const char* name, bool ab_bf16, int m, int n, int k, float beta, bool c_bf16,
+                        double extra_read = 0.0, double extra_write = 0.0) {
+  const double in = ab_bf16 ? 2.0 : 4.0, out = c_bf16 ? 2.0 : 4.0, mn = double(m) * n;
+  report_launch(name, in * (double(m) * k + double(k) * n) + (beta != 0.0f ? out * mn : 0.0) + extra_read,
+                out * mn + extra_write, 2.0 * mn * k, /*gemm=*/true, /*tensor_cores=*/ab_bf16);
 }
 
 }  // namespace ember

@@ -216,7 +216,7 @@ std::vector<Binding> bindings(RunConfig& c) {
                        "GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32, bf16 (rounded to bf16, accumulated "
                        "in fp32; weights, gradients and AdamW stay fp32), int8 (bf16, with the dense layers' "
                        "products in int8) or fp8 (bf16, with all the dense layers' "
-                       "products in fp8); int8 and fp8 on cpu only for now"));
+                       "products in fp8); int8 on cuda needs sm_75 or newer; fp8 on cpu only for now"));
   b.push_back(bind_key("training.int8_stochastic_rounding", &c.training.int8_stochastic_rounding,
                        "int8 (test-only switch): round the output gradients stochastically (dithered); false rounds "
                        "them to nearest"));

@@ -271,6 +271,11 @@ class Backend {
   // --- the precision of the four matmul ops' GEMM inputs (core/dtype.h); fp32 until set ---
   void set_matmul_precision(MatmulPrecision p) { matmul_precision_ = p; }
   MatmulPrecision matmul_precision() const { return matmul_precision_; }
+  // Why this backend cannot run matmul precision `p` (one line, naming the device), or empty where it can.
+  virtual std::string precision_unsupported(MatmulPrecision p) const {
+    (void)p;
+    return "";
+  }
   // What runs the int8 products here, for the start-up log (empty where the backend has none).
   virtual std::string int8_engine() const { return ""; }
   // The key of the next matmul_backward's dithered rounding under int8 (the model sets one per layer and product).

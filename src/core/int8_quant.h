@@ -26,6 +26,10 @@ void quantize_int8_columns(const float* x, size_t rows, size_t cols, int8_t* q, 
 // of rows of a larger tensor draws by its position in that tensor (first = its first row's index).
 void quantize_int8_columns_dithered(const float* x, size_t rows, size_t cols, const DitherKey& key, uint64_t first,
                                     int8_t* q, float* scales);
+// The dense layers' int8 weight-gradient products (training.int8_weight_gradient) scale their operands per channel
+// over tiles of this many tokens, on every backend.
+inline constexpr int kInt8WeightGradientTile = 256;
+
 // x[i] = q[i] * scale of its row (rows, cols).
 void dequantize_int8_rows(const int8_t* q, const float* scales, size_t rows, size_t cols, float* x);
 

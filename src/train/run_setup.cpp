@@ -24,10 +24,10 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
   tb.backend = make_backend(tb.device);
   const bool on_gpu = tb.device.kind == DEVICE_KIND_CUDA;
   const MatmulPrecision precision = resolve_precision(training.precision, on_gpu);
-  if (on_gpu && dense_weights_quantized(precision))
+  if (const std::string why = tb.backend->precision_unsupported(precision); !why.empty())
     throw_error(
-        "training.precision = " + matmul_precision_name(precision) + " runs on the CPU backend only in this version",
-        "use training.precision = bf16 on a GPU, or training.device = cpu for " + matmul_precision_name(precision));
+        "training.precision = " + matmul_precision_name(precision) + ": " + why,
+        "use training.precision = bf16 on this GPU, or training.device = cpu for " + matmul_precision_name(precision));
   tb.backend->set_matmul_precision(precision);
   tb.backend->set_int8_stochastic_rounding(training.int8_stochastic_rounding);
   tb.backend->set_fp8_scaling(training.fp8_scaling);

@@ -48,7 +48,7 @@ void expect_whole_model_close(Backend& cpu, Backend& gpu, MatmulPrecision p, dou
   const double loss_cpu = cpu_model.forward(in.data(), tg.data(), B, T);
   const double loss_gpu = gpu_model.forward(in.data(), tg.data(), B, T);
   if (std::getenv("EMBER_TEST_VERBOSE"))
-    std::printf("  loss relative difference %.3g\n", std::fabs(loss_gpu / loss_cpu - 1.0));
+    std::printf("  loss %.9f, relative difference %.3g\n", loss_cpu, std::fabs(loss_gpu / loss_cpu - 1.0));
   EXPECT_NEAR(loss_gpu, loss_cpu, loss_rtol * loss_cpu);
   cpu_model.zero_grad();
   gpu_model.zero_grad();
@@ -85,6 +85,26 @@ TEST_F(CudaOpsWholeModel, WholeModelLossAndGradients) {
 // O(1); the fp32 test above holds every kernel to fp32 accuracy.
 TEST_F(CudaOpsWholeModel, WholeModelLossAndGradientsBf16) {
   expect_whole_model_close(*cpu, *gpu, MatmulPrecision::bf16, 1e-4, std::ldexp(1.0, -4));
+}
+
+// Matmul precision int8 on both backends, the weight gradients in int8 too: the dense layers' products are the CPU's
+// bit for bit given the same inputs (test_cuda_ops_matmul_int8.cpp), and the rest runs as under bf16. So the backends
+// differ where a value that differs in its last bits (attention's bf16 products, the GELU) rounds to the neighbouring
+// int8 step, 1/127 of its row's (or tile's) largest magnitude: coarser than the bf16 test's flips, and summed into
+// whole rows of the weight gradients. Allowed: 2^-3 of each parameter's RMS gradient and 1e-3 of the loss; a wrong
+// scale, padding or transposition in an int8 launcher is off by O(1).
+TEST_F(CudaOpsWholeModel, WholeModelLossAndGradientsInt8) {
+  cpu->set_int8_weight_gradient(true);
+  gpu->set_int8_weight_gradient(true);
+  expect_whole_model_close(*cpu, *gpu, MatmulPrecision::int8, 1e-3, std::ldexp(1.0, -3));
+}
+
+// Matmul precision fp8 on both backends: the dense layers' fp8 codes and scales are the CPU's, their sums fp32 in
+// another order (the kernel model) or the tensor cores' (a GPU), and a value that differs in its last bits may land
+// on the neighbouring fp8 value (2^-3 or 2^-2 of itself apart: E4M3 keeps 4 significant bits, E5M2 3). Allowed: 2^-3
+// of each parameter's RMS gradient and 1e-3 of the loss, as for int8.
+TEST_F(CudaOpsWholeModel, WholeModelLossAndGradientsFp8) {
+  expect_whole_model_close(*cpu, *gpu, MatmulPrecision::fp8, 1e-3, std::ldexp(1.0, -3));
 }
 
 // 50 training steps (forward, backward, AdamW over the whole arena in one call) on one fixed batch, which the model

@@ -163,4 +163,24 @@ worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 print(f"cpu_bf16   vs gpu_bf16 : max relative difference {worst:.2e} (tolerance 1e-02)")
 assert worst <= 1e-2, "bf16 GPU training does not follow the CPU's bf16 emulation"
 PY
+
+# Matmul precision int8 (the weight gradients in int8 too, the default): the dense layers' products are the CPU's bit
+# for bit on the same inputs, the rest is bf16, so the runs part where a last-bit difference of the bf16 attention or
+# the GELU moves a value across an int8 rounding boundary (1/127 of its row's largest value): 2e-2 relative over 12
+# steps (a wrong scale or layout gives 1e-1 or more).
+train cpu_int8 1 --training.device=cpu --training.precision=int8
+train gpu_int8 1 --training.device=cuda --training.precision=int8
+grep -q "matmul precision int8: .* on cuBLAS int8 GEMMs" gpu_int8.log ||
+  { cat gpu_int8.log >&2; fail "gpu_int8 did not log its int8 products on cuBLAS"; }
+"$PYTHON" - <<'PY'
+import json
+def losses(d):
+    recs = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+    return [r["loss"] for r in recs] + [r["val_loss"] for r in recs if "val_loss" in r]
+a, b = losses("cpu_int8"), losses("gpu_int8")
+assert len(a) == len(b) == 14, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"cpu_int8   vs gpu_int8 : max relative difference {worst:.2e} (tolerance 2e-02)")
+assert worst <= 2e-2, "int8 GPU training does not follow the CPU's int8 products"
+PY
 echo PASS

@@ -33,9 +33,13 @@ struct Device {
   double bandwidth;  // bytes/s
   double bf16_peak;  // dense bf16 tensor-core FLOP/s, fp32 accumulation
   double fp32_peak;  // FP32 FLOP/s on the CUDA cores (non-tensor)
+  double int8_peak;  // dense int8 tensor-core operations/s, int32 accumulation
+  double fp8_peak;   // dense fp8 tensor-core FLOP/s, fp32 accumulation
 };
-// The datasheets' figures: H100 SXM5 (HBM3) and GeForce RTX 4090 (bf16 with fp32 accumulation, dense).
-const Device kDevices[] = {{"H100 SXM", 3.35e12, 989e12, 67e12}, {"RTX 4090", 1.008e12, 165.2e12, 82.6e12}};
+// The datasheets' figures: H100 SXM5 (HBM3) and GeForce RTX 4090 (dense; bf16 and fp8 with fp32 accumulation, which
+// the GeForce cards run at half their fp16-accumulation rate).
+const Device kDevices[] = {{"H100 SXM", 3.35e12, 989e12, 67e12, 1979e12, 1979e12},
+                           {"RTX 4090", 1.008e12, 165.2e12, 82.6e12, 660.6e12, 330.3e12}};
 
 struct Entry {
   std::string phase;
@@ -53,10 +57,11 @@ class Ledger final : public LaunchCostSink {
   }
 };
 
-// Roofline time of one launch on `d`: FLOPs at the bf16 tensor-core peak where the launch runs on the tensor cores
-// (bf16 GEMMs, the tensor-core attention), else at the CUDA cores' fp32 peak.
+// Roofline time of one launch on `d`: FLOPs at the int8 or fp8 tensor-core peak for those GEMMs, at the bf16 one where
+// the launch runs on the tensor cores otherwise (bf16 GEMMs, the tensor-core attention), else at the CUDA cores' fp32
+// peak.
 double seconds(const Device& d, const LaunchCost& c) {
-  const double peak = c.tensor_cores ? d.bf16_peak : d.fp32_peak;
+  const double peak = c.int8 ? d.int8_peak : c.fp8 ? d.fp8_peak : c.tensor_cores ? d.bf16_peak : d.fp32_peak;
   return std::max((c.read_bytes + c.write_bytes) / d.bandwidth, c.flops / peak);
 }
 
@@ -94,15 +99,15 @@ int run(int argc, char** argv) {
   const RunConfig& c = parsed.config;
   const int B = c.training.batch_size, T = c.training.seq_len;
   const MatmulPrecision precision = resolve_precision(c.training.precision, /*on_gpu=*/true);
-  if (dense_weights_quantized(precision))
-    throw_error(
-        "the cost ledger models the CUDA backend, which has no " + matmul_precision_name(precision) + " products yet",
-        "run it with --training.precision=bf16 or fp32");
 
   Ledger ledger;
   launch_cost_sink() = &ledger;
   std::unique_ptr<Backend> be = make_kernel_model_backend(90, /*count_only=*/true);
+  if (const std::string why = be->precision_unsupported(precision); !why.empty())
+    throw_error("training.precision = " + matmul_precision_name(precision) + ": " + why,
+                "run it with --training.precision=bf16, int8 or fp32");
   be->set_matmul_precision(precision);
+  be->set_int8_weight_gradient(c.training.int8_weight_gradient);
   GPT model(c.model, *be, B, T, /*with_grads=*/true, c.training.recompute);
   const size_t arena = model.arena_numel();
   AdamW adam(*be, model.table(), c.optimizer, 0, arena);
@@ -121,11 +126,12 @@ int run(int argc, char** argv) {
   launch_cost_sink() = nullptr;
   const KernelModelCounts after = kernel_model_counts();
 
-  // Every launch reported: kernels (all but the backend's own memset and memcpy) and plain GEMMs, one record each.
+  // Every launch reported: kernels (all but the backend's own memset and memcpy) and the GEMMs the kernel model
+  // computes (cuBLAS's fp32, bf16 and int8 ones and the fp8 one; not cuBLASLt's fused ones), one record each.
   long long kernels = 0, gemms = 0;
   for (const Entry& e : ledger.entries) {
     const std::string name = e.cost.name;
-    if (name == "gemm") ++gemms;
+    if (name == "gemm" || name == "gemm_s8" || name == "gemm_fp8") ++gemms;
     if (!e.cost.gemm && name != "memset" && name != "memcpy") ++kernels;
   }
   const long long launched = after.launches - before.launches, gemm_calls = after.gemms - before.gemms;
@@ -184,9 +190,9 @@ int run(int argc, char** argv) {
       "recompute %s\n",
       c.model.n_layer, c.model.n_head, c.model.n_embd, c.model.vocab_size, c.model.padded_vocab_size(), params / 1e6, B,
       T, matmul_precision_name(precision).c_str(), recompute_name(c.training.recompute));
-  printf("devices: %s (%.2f TB/s, %.0f TFLOP/s bf16, %.0f fp32), %s (%.2f TB/s, %.0f TFLOP/s bf16, %.1f fp32)\n",
-         kDevices[0].name, kDevices[0].bandwidth / 1e12, kDevices[0].bf16_peak / 1e12, kDevices[0].fp32_peak / 1e12,
-         kDevices[1].name, kDevices[1].bandwidth / 1e12, kDevices[1].bf16_peak / 1e12, kDevices[1].fp32_peak / 1e12);
+  for (const Device& d : kDevices)
+    printf("device: %s (%.2f TB/s, %.0f TFLOP/s bf16, %.1f fp32, %.0f fp8, %.0f TOP/s int8)\n", d.name,
+           d.bandwidth / 1e12, d.bf16_peak / 1e12, d.fp32_peak / 1e12, d.fp8_peak / 1e12, d.int8_peak / 1e12);
   printf("checked: %lld kernel launches and %lld plain GEMMs, each with its cost\n\n", launched, gemm_calls);
   if (launches) {
     printf("launches in order:\n");

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "kernel_model_backend.h"
 
 #define cuda cuda_model
@@ -76,10 +77,35 @@ inline cublasStatus_t sgemm(cublasHandle_t, cublasOperation_t op_a, cublasOperat
                             float* C, int ldc) {
   return gemm(op_a, op_b, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
 }
+// int8: C (m, n) int32 = alpha op(A) op(B) + beta C with int8 A and B, the sums exact (in int64 here, then wrapped to
+// int32 as the tensor cores' int32 accumulators would; a GEMM whose sums overflow int32 is the caller's bug). cuBLAS
+// takes only the "TN" form with m, k and the leading dimensions multiples of 4 on the tensor cores; the model refuses
+// anything else, so a launcher that would fall off that path fails here.
+inline cublasStatus_t gemm_s8(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, int32_t alpha,
+                              const int8_t* A, int lda, const int8_t* B, int ldb, int32_t beta, int32_t* C, int ldc) {
+  if (op_a != CUBLAS_OP_T || op_b != CUBLAS_OP_N || m % 4 || k % 4 || lda % 4 || ldb % 4 || ldc % 4)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (count_only) {
+    ++gemms_counted;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      int64_t acc = 0;
+      for (int l = 0; l < k; ++l) acc += int64_t(A[l + size_t(i) * lda]) * int64_t(B[l + size_t(j) * ldb]);
+      int32_t& c = C[i + size_t(j) * ldc];
+      c = int32_t(int64_t(alpha) * acc + (beta == 0 ? 0 : int64_t(beta) * c));
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
 inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                               const void* alpha, const void* A, cudaDataType a_type, int lda, const void* B,
                               cudaDataType b_type, int ldb, const void* beta, void* C, cudaDataType c_type, int ldc,
                               cublasComputeType_t compute, cublasGemmAlgo_t) {
+  if (a_type == CUDA_R_8I && b_type == CUDA_R_8I && c_type == CUDA_R_32I && compute == CUBLAS_COMPUTE_32I)
+    return gemm_s8(op_a, op_b, m, n, k, *static_cast<const int32_t*>(alpha), static_cast<const int8_t*>(A), lda,
+                   static_cast<const int8_t*>(B), ldb, *static_cast<const int32_t*>(beta), static_cast<int32_t*>(C),
+                   ldc);
   if (a_type != CUDA_R_16BF || b_type != CUDA_R_16BF || (c_type != CUDA_R_32F && c_type != CUDA_R_16BF) ||
       compute != CUBLAS_COMPUTE_32F)
     return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -93,7 +119,9 @@ inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOper
 #undef cublasSgemm
 #define cublasSgemm ::ember::kernel_model::sgemm
 #define cublasGemmEx ::ember::kernel_model::gemm_ex
+#include "cuda_lt_gemm.cu"
 #include "cuda_matmul.cu"
+#include "cuda_matmul_quant.cu"
 #undef cublasGemmEx
 #undef cublasSgemm
 
@@ -108,7 +136,38 @@ inline cublasStatus_t gemm_ex(cublasHandle_t, cublasOperation_t op_a, cublasOper
 #include "cuda_loss.cu"
 #include "cuda_op_methods.h"  // CudaBackend's op methods, over both
 #include "cuda_optim.cu"
+#include "cuda_quant.cu"
 #undef cuda
+
+// The fp8 GEMM (cuda_gemm_fp8.cu, cuBLASLt on the device), computed from its definition: D (m, n) fp32 = A^T B, each
+// product of two fp8 values exact in fp32 and summed in fp32 in order of k (the tensor cores' order and accumulation
+// are their own), refused unless every dimension and leading dimension is a multiple of 16 and the operands are not
+// both E5M2, as cuBLASLt refuses them. In count-only mode one GEMM with its cost.
+namespace ember::cuda_model {
+void launch_gemm_fp8(LtGemm*, int m, int n, int k, const uint8_t* a, Fp8Format fa, int lda, const uint8_t* b,
+                     Fp8Format fb, int ldb, float* d, int ldd, cudaStream_t) {
+  EMBER_ASSERT(m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0 && ldd % 16 == 0,
+               "fp8 GEMM: m, n, k and the leading dimensions must be multiples of 16");
+  EMBER_ASSERT(fa == Fp8Format::e4m3 || fb == Fp8Format::e4m3, "fp8 GEMM: E5M2 times E5M2 has no kernel");
+  report_launch("gemm_fp8", double(m) * k + double(k) * n, 4.0 * double(m) * n, 2.0 * double(m) * n * k, true, true,
+                false, true);
+  if (kernel_model::count_only) {
+    ++kernel_model::gemms_counted;
+    return;
+  }
+  std::vector<float> wa(size_t(m) * k), wb(size_t(n) * k);
+  for (int i = 0; i < m; ++i)
+    for (int l = 0; l < k; ++l) wa[size_t(i) * k + l] = from_fp8(a[l + size_t(i) * lda], fa);
+  for (int j = 0; j < n; ++j)
+    for (int l = 0; l < k; ++l) wb[size_t(j) * k + l] = from_fp8(b[l + size_t(j) * ldb], fb);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float acc = 0.0f;
+      for (int l = 0; l < k; ++l) acc += wa[size_t(i) * k + l] * wb[size_t(j) * k + l];
+      d[i + size_t(j) * ldd] = acc;
+    }
+}
+}  // namespace ember::cuda_model
 
 // CUB's stable radix sort (cuda_sort.cu, whose device code only nvcc compiles), as the encoder's backward pass calls
 // it: the same contract from std::stable_sort, on host memory. In count-only mode one launch with its cost.
@@ -155,6 +214,7 @@ class KernelModelBackend final : public k::OpMethods {
   // would make.
   void* alloc(size_t bytes) override { return count_only_ ? fake(bytes) : cpu_->alloc(bytes); }
   void free(void* ptr) override {
+    weights_changed();  // a weight allocated later at this address is another weight
     if (!count_only_) cpu_->free(ptr);
   }
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
@@ -216,6 +276,16 @@ class KernelModelBackend final : public k::OpMethods {
     return scratch_.data() + (256 - reinterpret_cast<uintptr_t>(scratch_.data()) % 256) % 256;
   }
   const AdamWSegment* kernel_segments(const AdamWSegment* segs, size_t) override { return segs; }
+  // New memory whenever it grows, as the device's (the copies in the old block are dropped).
+  char* weight_copy_memory(size_t bytes) override {
+    if (count_only_) return static_cast<char*>(fake(bytes));
+    if (bytes > weight_copies_bytes_) {
+      weight_copies_ = std::make_unique<char[]>(bytes + 256);
+      weight_copies_bytes_ = bytes;
+    }
+    char* p = weight_copies_.get();
+    return p + (256 - reinterpret_cast<uintptr_t>(p) % 256) % 256;
+  }
 
   // A fresh address range for `bytes`, 256-byte aligned, that nothing ever reads or writes (count-only mode).
   void* fake(size_t bytes) {
@@ -230,6 +300,8 @@ class KernelModelBackend final : public k::OpMethods {
   k::LtGemm count_lt_;  // count-only: reports each GEMM with a fused epilogue as accepted
   float* count_bias_grad_ = static_cast<float*>(fake(sizeof(float) * k::kBiasGradCapacity));  // count-only
   std::vector<char> scratch_;
+  std::unique_ptr<char[]> weight_copies_;
+  size_t weight_copies_bytes_ = 0;
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();  // memory
 };
 

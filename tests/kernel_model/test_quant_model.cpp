@@ -7,6 +7,7 @@
 // neighbours.
 #include "kernel_model.h"  // first: the model's definitions come before the kernels
 
+#include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -21,8 +22,8 @@
 #include "core/int8_quant.h"
 #include "test_rng.h"
 
-#define cuda cuda_model  // apart from the CUDA backend's own launchers, which a CUDA build links in too
-#include "cuda_quant.cu"
+#define cuda cuda_model  // the kernel model's launchers (kernel_model_backend.cpp), apart from the CUDA backend's
+#include "cuda_ops.h"
 #undef cuda
 
 namespace ember {
@@ -94,30 +95,87 @@ Floats int8_rows(int rows, int cols) {
   return x;
 }
 
+// The launchers write padded operands (row stride ldq >= the values per row, zeros after them and in the rows after
+// the real ones): the real values must be the CPU's, bit for bit, and the padding zeros.
+constexpr int kPadColumns = 5, kPadRows = 3;
+
 template <typename Storage>
-void expect_int8_rows_like_the_cpu(const Storage& x, const Floats& values, int rows, int cols, const char* what) {
+void expect_int8_rows_like_the_cpu(const Storage& x, const Floats& values, int rows, int cols, bool round,
+                                   const char* what) {
   const DitherKey key{77, 2, 1234, 321};
+  const int ldq = cols + kPadColumns, qrows = rows + kPadRows;
   for (bool dither : {false, true}) {
-    std::vector<int8_t> q(values.size(), 99), want(values.size());
+    std::vector<int8_t> q(size_t(qrows) * ldq, 99), want(values.size());
     Floats scales(size_t(rows), -1.0f), want_scales(size_t(rows), 0.0f);
-    cuda_model::launch_quantize_int8_rows(q.data(), scales.data(), tensor(x), rows, cols, dither ? &key : nullptr,
-                                          nullptr);
+    cuda_model::launch_quantize_int8_rows(q.data(), ldq, qrows, scales.data(), tensor(x), rows, cols, round,
+                                          dither ? &key : nullptr, nullptr);
     if (dither)
       quantize_int8_rows_dithered(values.data(), size_t(rows), size_t(cols), key, want.data(), want_scales.data());
     else
       quantize_int8_rows(values.data(), size_t(rows), size_t(cols), want.data(), want_scales.data());
     for (int r = 0; r < rows; ++r) ASSERT_TRUE(same_bits(scales[r], want_scales[r])) << what << " scale of row " << r;
-    for (size_t i = 0; i < q.size(); ++i)
-      ASSERT_EQ(int(q[i]), int(want[i])) << what << (dither ? " dithered" : " nearest") << " at " << i;
+    for (int r = 0; r < qrows; ++r)
+      for (int c = 0; c < ldq; ++c) {
+        const int got = q[size_t(r) * ldq + c], expected = r < rows && c < cols ? want[size_t(r) * cols + c] : 0;
+        ASSERT_EQ(got, expected) << what << (dither ? " dithered" : " nearest") << " at (" << r << ", " << c << ")";
+      }
   }
+}
+
+// Per column into q transposed: column c of x is row c of q. The dithered draws start at `first`.
+template <typename Storage>
+void expect_int8_columns_like_the_cpu(const Storage& x, const Floats& values, int rows, int cols, bool round,
+                                      const char* what) {
+  const DitherKey key{78, 3, 99, 4};
+  const uint64_t first = 1000003;
+  const int ldq = rows + kPadColumns, qrows = cols + kPadRows;
+  for (bool dither : {false, true}) {
+    std::vector<int8_t> q(size_t(qrows) * ldq, 99), want(values.size());
+    Floats scales(size_t(cols), -1.0f), want_scales(size_t(cols), 0.0f);
+    cuda_model::launch_quantize_int8_columns_transposed(q.data(), ldq, qrows, scales.data(), tensor(x), rows, cols,
+                                                        round, dither ? &key : nullptr, first, nullptr);
+    if (dither)
+      quantize_int8_columns_dithered(values.data(), size_t(rows), size_t(cols), key, first, want.data(),
+                                     want_scales.data());
+    else
+      quantize_int8_columns(values.data(), size_t(rows), size_t(cols), want.data(), want_scales.data());
+    for (int c = 0; c < cols; ++c)
+      ASSERT_TRUE(same_bits(scales[c], want_scales[c])) << what << " scale of column " << c;
+    for (int c = 0; c < qrows; ++c)
+      for (int r = 0; r < ldq; ++r) {
+        const int got = q[size_t(c) * ldq + r], expected = c < cols && r < rows ? want[size_t(r) * cols + c] : 0;
+        ASSERT_EQ(got, expected) << what << (dither ? " dithered" : " nearest") << " column " << c << " row " << r;
+      }
+  }
+}
+
+Floats bf16_rounded(const Floats& x) {
+  Floats r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+  return r;
 }
 
 TEST(QuantModel, Int8RowsAreTheCpusBitwise) {
   const int rows = 29, cols = 301;  // odd: rows start at every offset of a Philox block
   const Floats x = int8_rows(rows, cols);
-  expect_int8_rows_like_the_cpu(x, x, rows, cols, "fp32");
+  expect_int8_rows_like_the_cpu(x, x, rows, cols, false, "fp32");
+  expect_int8_rows_like_the_cpu(x, bf16_rounded(x), rows, cols, true, "fp32 read as bf16");
   const Bf16s x16 = to_bf16(x);
-  expect_int8_rows_like_the_cpu(x16, widened(x16), rows, cols, "bf16");
+  expect_int8_rows_like_the_cpu(x16, widened(x16), rows, cols, false, "bf16");
+}
+
+// Columns: the same edge rows, as columns (x transposed), across more than one block of columns and more than one
+// tile of rows.
+TEST(QuantModel, Int8ColumnsTransposedAreTheCpusBitwise) {
+  const int rows = 71, cols = 45;
+  const Floats t = int8_rows(cols, rows);  // row c of t is column c of x
+  Floats x(t.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) x[size_t(r) * cols + c] = t[size_t(c) * rows + r];
+  expect_int8_columns_like_the_cpu(x, x, rows, cols, false, "fp32");
+  expect_int8_columns_like_the_cpu(x, bf16_rounded(x), rows, cols, true, "fp32 read as bf16");
+  const Bf16s x16 = to_bf16(x);
+  expect_int8_columns_like_the_cpu(x16, widened(x16), rows, cols, false, "bf16");
 }
 
 template <typename Storage>
@@ -152,6 +210,42 @@ TEST(QuantModel, Fp8TensorsAreTheCpusBitwise) {
     y[4321] = bad;
     expect_fp8_like_the_cpu(y, y, std::isnan(bad) ? "a NaN" : "an infinity");
   }
+}
+
+// fp8 as the dense layers' products lay it out: the tensor's scale over its bf16-rounded values (fp32 storage read as
+// bf16), then the codes padded, as they are and transposed (through shared-memory tiles: sizes past one tile in both
+// directions), against the CPU's quantization of the rounded values; also unscaled (scale 1).
+TEST(QuantModel, Fp8OperandLayoutsAreTheCpusBitwise) {
+  const int rows = 45, cols = 70, ldq_pad = 10, qrows_pad = 6;
+  test::Rng rng(23, 1);
+  Floats x = rng.normal(size_t(rows) * cols, 0.02f);
+  x[77] = 3.0f;
+  const Floats rounded = bf16_rounded(x);
+  Floats partial(cuda_model::kFp8AmaxBlocks);
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (bool scaled : {true, false}) {
+      std::vector<uint8_t> want(x.size());
+      const float scale = scaled ? quantize_fp8_tensor(rounded.data(), rounded.size(), f, want.data())
+                                 : quantize_fp8_unscaled(rounded.data(), rounded.size(), f, want.data());
+      Floats scale_inverse = {-1.0f, -1.0f};
+      cuda_model::launch_fp8_tensor_scale(scale_inverse.data(), partial.data(), tensor(x), x.size(), f, true, scaled,
+                                          nullptr);
+      const std::string what = std::string(fp8_format_name(f)) + (scaled ? "" : " unscaled");
+      ASSERT_TRUE(same_bits(scale_inverse[0], scale)) << what << ": scale " << scale_inverse[0] << " vs " << scale;
+      for (bool transposed : {false, true}) {
+        const int ldq = (transposed ? rows : cols) + ldq_pad, qrows = (transposed ? cols : rows) + qrows_pad;
+        std::vector<uint8_t> q(size_t(qrows) * ldq, 0x55);
+        cuda_model::launch_fp8_codes(q.data(), ldq, qrows, tensor(x), rows, cols, transposed, true,
+                                     scale_inverse.data(), f, nullptr);
+        for (int i = 0; i < qrows; ++i)
+          for (int j = 0; j < ldq; ++j) {
+            const int r = transposed ? j : i, c = transposed ? i : j;  // q's (i, j) holds x's (r, c)
+            const int expected = r < rows && c < cols ? want[size_t(r) * cols + c] : 0;
+            ASSERT_EQ(int(q[size_t(i) * ldq + j]), expected)
+                << what << (transposed ? " transposed" : "") << " at (" << i << ", " << j << ")";
+          }
+      }
+    }
 }
 
 }  // namespace

@@ -28,11 +28,11 @@ void int8_product_rows(float* out, const int8_t* qa, const float* a_scales, cons
                        const float* b_scales, TensorIn bias, int R, int K, int N);
 
 // The weight gradient of a dense layer in int8 (training.int8_weight_gradient), over tiles of kInt8WeightGradientTile
-// tokens: in each tile x (N, IC) is quantized per input channel (to nearest) and dout (N, OC) per output channel
-// (dithered where `dither` is set: element (n, o) draws index N * OC + n * OC + o of the key's stream, after those the
-// input-gradient product drew), and dweight (IC, OC) += (float(qx_tile^T @ qd_tile) * sx[i]) * sd[o], each operation
-// rounded to fp32 in that order, tile after tile. `scratch` holds a tile's quantized operands and their sums.
-inline constexpr int kInt8WeightGradientTile = 256;
+// tokens (core/int8_quant.h): in each tile x (N, IC) is quantized per input channel (to nearest) and dout (N, OC) per
+// output channel (dithered where `dither` is set: element (n, o) draws index N * OC + n * OC + o of the key's stream,
+// after those the input-gradient product drew), and dweight (IC, OC) += (float(qx_tile^T @ qd_tile) * sx[i]) * sd[o],
+// each operation rounded to fp32 in that order, tile after tile. `scratch` holds a tile's quantized operands and their
+// sums.
 struct Int8WeightGradientScratch {
   Int8Matrix x, dout;
   std::vector<float> acc;

@@ -194,7 +194,7 @@ TEST(OpsMatmulInt8, WeightCopiesLastUntilWeightsChange) {
 // of its rms (each operand's rounding is about 1% of its rms: a column's step is its largest magnitude over 127, near
 // 3 sigma / 127 over 256 tokens; the sums average the rest).
 TEST(OpsMatmulInt8, WeightGradientOptionIsTheTiledSchemeBitwise) {
-  const int IC = 24, OC = 40, tile = cpu::kInt8WeightGradientTile;
+  const int IC = 24, OC = 40, tile = kInt8WeightGradientTile;
   for (int N : {5, tile, tile + 44, 3 * tile - 1}) {
     for (bool stochastic : {true, false}) {
       const std::string tag = std::to_string(N) + (stochastic ? " dithered" : " nearest");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# CPU decoding speed of `ember serve` against Hugging Face transformers' generate (KV cache, use_cache=True) on the
-# same model: time to first token and tokens/s of one stream, aggregate tokens/s of 1, 8 and 32 concurrent streams.
+# CPU decoding speed of `ember serve` against Hugging Face transformers' generate (KV cache, use_cache=True) and
+# CTranslate2 (fp32 and int8 runs) on the same model: time to first token and tokens/s of one stream, aggregate
+# tokens/s of 1, 8 and 32 concurrent streams.
 # The model is trained for one step (speed does not depend on the weights), exported with `ember export`, checked
 # greedy token for token on both sides, then timed. Prints one table with the ratio; it is not a test.
 set -euo pipefail
@@ -31,6 +32,13 @@ done
   "lower BENCH_TOKENS or raise BENCH_BLOCK_SIZE"
 "$VENV_PYTHON" -c "import torch, transformers" 2>/dev/null ||
   die "$VENV_PYTHON cannot import torch and transformers" "run scripts/python_env.sh, or set EMBER_VENV_PYTHON"
+# CTranslate2 (PyPI) beside them: fp32 runs compare with its float32 weights, int8 with its int8 ones; it has no bf16
+# on the CPU, so bf16 runs leave it out.
+case "$PRECISION" in fp32) CT2_TYPE=float32 ;; int8) CT2_TYPE=int8 ;; *) CT2_TYPE="" ;; esac
+if [[ -n "$CT2_TYPE" ]] && ! "$VENV_PYTHON" -c "import ctranslate2" 2>/dev/null; then
+  "$VENV_PYTHON" -m pip install --quiet ctranslate2 ||
+    die "installing ctranslate2 into $VENV_PYTHON's environment failed" "pip install ctranslate2 there by hand"
+fi
 
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -80,7 +88,13 @@ trap - EXIT
 # transformers at 1 thread and at $THREADS, the better of the two for each number.
 "$VENV_PYTHON" "$DRIVER" hf hf hf.json --tokens "$TOKENS" --repeats "$REPEATS" --threads "$(
   [[ $THREADS -gt 1 ]] && echo "1,$THREADS" || echo 1)"
+ct2_json=""
+if [[ -n "$CT2_TYPE" ]]; then
+  "$VENV_PYTHON" "$DRIVER" ct2 hf ct2.json --tokens "$TOKENS" --repeats "$REPEATS" --threads "$THREADS" \
+    --compute-type "$CT2_TYPE"
+  ct2_json=ct2.json
+fi
 echo
-"$VENV_PYTHON" "$DRIVER" table ember.json hf.json
+"$VENV_PYTHON" "$DRIVER" table ember.json hf.json $ct2_json
 # Timings on a shared machine mean little: say how busy it was.
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 # The driver of scripts/bench/serve.sh: decoding speed of a running `ember serve` (HTTP clients, standard library
-# only) and of Hugging Face transformers' generate (KV cache) on the same model, then one table with the ratio.
+# only), of Hugging Face transformers' generate (KV cache) and of CTranslate2's Generator on the same model, then one
+# table with the ratios.
 """Modes:
   ember URL OUT.json     time to first token and decode tokens/s of one stream; aggregate tokens/s of 1, 8 and 32
                          concurrent streams (each client its own request, batched by the server's engine)
   hf DIR OUT.json        the same numbers from transformers' model.generate(use_cache=True) on the model in DIR (an
                          `ember export` folder); C concurrent streams are one generate call over a batch of C prompts
+  ct2 DIR OUT.json       the same from CTranslate2 (converted from DIR with --compute-type's weights: float32 or
+                         int8), in-process, C streams as one generate_batch of C prompts
   greedy URL DIR         correctness first: greedy tokens of the server and of transformers agree
-  table EMBER HF         prints the table
+  table EMBER HF [CT2]   prints the table
 
 Every run asks for exactly --tokens new tokens (a byte-level model has no end-of-text token; transformers gets
 min_new_tokens), so tokens/s counts the same work on both sides."""
@@ -140,6 +143,63 @@ def best_hf(model_dir, tokens, repeats, thread_list):
     return best
 
 
+def convert_ct2(model_dir, out_dir, compute_type):
+    """CTranslate2's converter on an `ember export` folder. Two adjustments, neither touching the weights: the
+    byte-level tokenizer lists 256 tokens where the model has vocab_size rows (the rest padding), so the vocabulary is
+    padded with names for those rows; and it has no special tokens, so the last padding row stands in for them. The
+    converter also passes `dtype=` to transformers, which 4.40 calls `torch_dtype`."""
+    from ctranslate2.converters import TransformersConverter
+    from ctranslate2.converters import transformers as ct2t
+
+    base = ct2t.GPT2Loader.get_vocabulary
+
+    def vocabulary(self, model, tokenizer):
+        tokens = base(self, model, tokenizer)
+        return tokens + [f"<unused{i}>" for i in range(len(tokens), model.config.vocab_size)]
+
+    def config(self, config, model, tokenizer):
+        config.bos_token = config.eos_token = config.unk_token = f"<unused{model.config.vocab_size - 1}>"
+        config.layer_norm_epsilon = model.config.layer_norm_epsilon
+
+    ct2t.GPT2Loader.get_vocabulary = vocabulary
+    ct2t.GPT2Loader.set_config = config
+
+    class Converter(TransformersConverter):
+        def load_model(self, model_class, name, **kwargs):
+            if "dtype" in kwargs:
+                kwargs["torch_dtype"] = kwargs.pop("dtype")
+            return super().load_model(model_class, name, **kwargs)
+
+    Converter(model_dir).convert(out_dir, quantization=compute_type, force=True)
+
+
+def bench_ct2(model_dir, tokens, repeats, compute_type, threads):
+    import ctranslate2
+    out_dir = f"ct2_{compute_type}"
+    convert_ct2(model_dir, out_dir, compute_type)
+    vocab = json.load(open(f"{out_dir}/vocabulary.json"))
+    prompt = [vocab[b] for b in PROMPT.encode()]  # the byte-level model: token id = byte
+    gen = ctranslate2.Generator(out_dir, device="cpu", compute_type=compute_type, intra_threads=threads)
+
+    def generate(batch, new, sample):
+        t0 = time.perf_counter()
+        r = gen.generate_batch([prompt] * batch, max_length=new, min_length=new, include_prompt_in_result=False,
+                               sampling_topk=0 if sample else 1, sampling_temperature=1.0)
+        wall = time.perf_counter() - t0
+        assert all(len(x.sequences[0]) == new for x in r), [len(x.sequences[0]) for x in r]
+        return wall
+
+    generate(1, 4, False)  # warm-up
+    ttft = statistics.median(generate(1, 1, False) for _ in range(repeats))
+    full = statistics.median(generate(1, tokens, False) for _ in range(repeats))
+    out = {"ttft_ms": 1e3 * ttft, "decode_tps": (tokens - 1) / (full - ttft), "aggregate": {}}
+    for c in CONCURRENCY:
+        wall = generate(c, tokens, True)
+        out["aggregate"][str(c)] = c * tokens / wall
+        print(f"ct2 {compute_type}: batch {c}: {c * tokens} tokens in {wall:.2f} s", file=sys.stderr)
+    return out
+
+
 def greedy(url, model_dir, tokens):
     torch, model = load_hf(model_dir)
     x = prompt_ids(torch, 1)
@@ -159,24 +219,28 @@ def greedy(url, model_dir, tokens):
     print(f"greedy: ember and transformers agree on {tokens} tokens", file=sys.stderr)
 
 
-def table(ember_json, hf_json):
-    e, h = json.load(open(ember_json)), json.load(open(hf_json))
-    rows = [("time to first token (ms)", e["ttft_ms"], h["ttft_ms"], False),
-            ("decode, 1 stream (tokens/s)", e["decode_tps"], h["decode_tps"], True)]
-    rows += [(f"aggregate, {c} streams (tokens/s)", e["aggregate"][str(c)], h["aggregate"][str(c)], True)
-             for c in CONCURRENCY]
-    print(f"{'':36} {'ember serve':>12} {'HF generate':>12} {'ember/HF':>9}")
-    for name, a, b, higher_better in rows:
-        ratio = a / b if higher_better else b / a  # > 1: ember is better
-        print(f"{name:36} {a:12.1f} {b:12.1f} {ratio:8.2f}x")
-    print("(ember/HF > 1: ember is faster; for time to first token the ratio is HF's time over ember's)")
+def table(ember_json, hf_json, ct2_json=None):
+    results = [json.load(open(f)) for f in (ember_json, hf_json, ct2_json) if f]
+    names = ["ember serve", "HF generate", "CTranslate2"][:len(results)]
+    rows = [("time to first token (ms)", "ttft_ms", False), ("decode, 1 stream (tokens/s)", "decode_tps", True)]
+    rows += [(f"aggregate, {c} streams (tokens/s)", str(c), True) for c in CONCURRENCY]
+    get = lambda r, key: r["aggregate"][key] if key in r["aggregate"] else r[key]
+    print(f"{'':36}" + "".join(f"{n:>13}" for n in names) + "".join(f"{'ember/' + n.split()[0]:>18}"
+                                                                      for n in names[1:]))
+    for name, key, higher_better in rows:
+        v = [get(r, key) for r in results]
+        ratios = [(v[0] / x if higher_better else x / v[0]) for x in v[1:]]  # > 1: ember is better
+        print(f"{name:36}" + "".join(f"{x:13.1f}" for x in v) + "".join(f"{x:17.2f}x" for x in ratios))
+    print("(ember/X > 1: ember is faster; for time to first token the ratio is X's time over ember's)")
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["ember", "hf", "greedy", "table"])
+    p.add_argument("mode", choices=["ember", "hf", "ct2", "greedy", "table"])
     p.add_argument("a")
     p.add_argument("b")
+    p.add_argument("c", nargs="?", help="table: CTranslate2's results")
+    p.add_argument("--compute-type", default="float32", help="ct2: float32 or int8")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", default="1", help="torch thread counts to try, comma-separated (hf mode)")
@@ -185,10 +249,13 @@ def main():
         json.dump(bench_ember(args.a, args.tokens, args.repeats), open(args.b, "w"))
     elif args.mode == "hf":
         json.dump(best_hf(args.a, args.tokens, args.repeats, args.threads), open(args.b, "w"))
+    elif args.mode == "ct2":
+        json.dump(bench_ct2(args.a, args.tokens, args.repeats, args.compute_type, int(args.threads.split(",")[-1])),
+                  open(args.b, "w"))
     elif args.mode == "greedy":
         greedy(args.a, args.b, args.tokens)
     else:
-        table(args.a, args.b)
+        table(args.a, args.b, args.c)
 
 
 if __name__ == "__main__":

@@ -43,9 +43,9 @@ DeviceRequest parse_device_option(const std::string& value) {
 
 MatmulPrecision parse_precision_option(const std::string& value) {
   const std::optional<MatmulPrecision> p = parse_matmul_precision(value);
-  if (!p || dense_weights_quantized(*p))
+  if (!p || *p == MatmulPrecision::fp8)
     throw_error("--precision " + value + " is not a decoding precision",
-                "use fp32 or bf16 (int8 and fp8 are training precisions: training.precision = int8 or fp8)");
+                "use fp32, bf16 or int8 (fp8 is a training precision: training.precision = fp8)");
   return *p;
 }
 

@@ -41,7 +41,8 @@ int cmd_generate(int argc, char** argv) {
   desc.add_options()("device", po::value(&device)->default_value("cpu"),
                      "cpu, cuda or auto (cuda when a GPU is visible)")(
       "precision", po::value(&precision)->default_value("fp32"),
-      "fp32, or bf16: weights and GEMM inputs in bf16 (half the bytes per token; logits within bf16 rounding)");
+      "fp32; bf16: weights and GEMM inputs in bf16 (half the bytes per token; logits within bf16 rounding); or "
+      "int8: as bf16, with the dense layers' weights in int8 per output channel and their products in int8");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc,
                      "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]\n"

@@ -86,7 +86,8 @@ bool parse_serve_args(int argc, char** argv, ServeArgs& a) {
   numbers.add(desc, "max-body-kib", &a.max_body_kib, {1, 1 << 20}, "largest request body in KiB (larger: 413)");
   desc.add_options()("device", po::value(&a.device)->default_value("cpu"),
                      "cpu, cuda or auto (cuda when a GPU is visible)")(
-      "precision", po::value(&a.precision)->default_value("fp32"), "fp32, or bf16: weights and GEMM inputs in bf16");
+      "precision", po::value(&a.precision)->default_value("fp32"),
+      "fp32; bf16: weights and GEMM inputs in bf16; or int8: as bf16, with the dense layers' products in int8");
   po::variables_map vm;
   if (!parse_command(argc, argv, desc,
                      "usage: ember serve --checkpoint F [--host 127.0.0.1] [--port 8000] [--max-batch 16]\n"

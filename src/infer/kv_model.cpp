@@ -39,7 +39,16 @@ KvModelShape resolved(const ModelConfig& config, KvModelShape shape) {
 
 }  // namespace
 
-size_t KvModel::footprint_bytes(const ModelConfig& config, KvModelShape shape, bool bf16_storage) {
+size_t KvModel::quantized_weight_copy_bytes(const ModelConfig& config, MatmulPrecision precision) {
+  if (precision != MatmulPrecision::int8) return 0;
+  // Per layer: c_attn (C, 3C), attention's c_proj (C, C), c_fc (C, 4C), the MLP's c_proj (4C, C): 12 C^2 int8 values
+  // and an fp32 scale per output channel (3C + C + 4C + C).
+  const size_t C = size_t(config.n_embd);
+  return size_t(config.n_layer) * (12 * C * C + 9 * C * sizeof(float));
+}
+
+size_t KvModel::footprint_bytes(const ModelConfig& config, KvModelShape shape, MatmulPrecision precision) {
+  const bool bf16_storage = gemm_inputs_in_bf16(precision);
   const KvSizes z = kv_sizes(config, resolved(config, shape));
   const size_t f = sizeof(float), g = bf16_storage ? sizeof(BFloat16) : sizeof(float);
   // ids: tokens, slots, positions; fp32 rows: x, att, proj (C), mean, rstd (1), qkv (3C), fc (4C); GEMM inputs: ln,
@@ -71,8 +80,10 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
       backend_(backend),
       shape_(resolved(config, shape)),
       table_(config),
-      bf16_(backend.matmul_precision() == MatmulPrecision::bf16) {
+      bf16_(gemm_inputs_in_bf16(backend.matmul_precision())),
+      int8_(backend.matmul_precision() == MatmulPrecision::int8) {
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
+  EMBER_ASSERT(backend.matmul_precision() != MatmulPrecision::fp8, "a KvModel decodes in fp32, bf16 or int8");
   const KvSizes z = kv_sizes(config_, shape_);
   params_ = alloc_floats(z.params);
   if (bf16_) {
@@ -98,7 +109,7 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
   att_in_ = bf16_ ? alloc_gemm_input(z.rows_c) : TensorOut(att_);
   fc_gelu_ = alloc_gemm_input(z.rows_4c);
   picked_ = alloc_gemm_input(z.picked);
-  EMBER_ASSERT(allocated_bytes_ == footprint_bytes(config_, shape_, bf16_),
+  EMBER_ASSERT(allocated_bytes_ == footprint_bytes(config_, shape_, backend.matmul_precision()),
                "KvModel::footprint_bytes() disagrees with what the constructor allocated");
 }
 
@@ -126,7 +137,7 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
   weights_changed_ = false;
   auto P = [&](const ParamInfo& info) { return params_ + info.offset; };
   auto B = [&](int l, BlockParam bp) { return P(table_.block(l, bp)); };
-  auto W = [&](int l, BlockParam bp) { return w(table_.block(l, bp)); };
+  auto W = [&](int l, BlockParam bp) { return dense_w(table_.block(l, bp)); };
 
   // The same ops as GPT::forward, row by row: each layer's closing residual add is fused with the layernorm after it.
   be.encoder_forward_positions(x_, tokens_, pos_, P(table_.wte()), P(table_.wpe()), n, C);
@@ -166,9 +177,10 @@ std::unique_ptr<KvModel> load_kv_model(const std::string& path, const Checkpoint
                                        KvModelShape shape, size_t extra_bytes) {
   const ModelConfig& mc = meta.model;
   MemoryEstimate need;
-  need.weights = ParamTable(mc).total_numel() * sizeof(float);
+  const MatmulPrecision p = backend.matmul_precision();
+  need.weights = ParamTable(mc).total_numel() * sizeof(float) + KvModel::quantized_weight_copy_bytes(mc, p);
   need.activations =
-      KvModel::footprint_bytes(mc, shape, backend.matmul_precision() == MatmulPrecision::bf16) - need.weights;
+      KvModel::footprint_bytes(mc, shape, p) + KvModel::quantized_weight_copy_bytes(mc, p) - need.weights;
   need.extra = extra_bytes + need.weights;  // the host copy of the weights read from the file
   require_memory("the model and its KV cache", need, backend, 1,
                  "lower --max-batch (cache slots) or the tokens per step, or use a machine with more memory");

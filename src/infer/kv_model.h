@@ -3,7 +3,9 @@
 // sequences (continuous batching) and a sequence's rows to a prompt being prefilled or to one decoded token: each
 // row names its cache slot and its position. fp32, or under the backend's matmul precision bf16 (set before
 // construction) with the weights and the GEMMs' inputs stored in bf16, as GPT stores them: half the bytes a decoding
-// step reads. The caches, the attention and the residual stream stay fp32 either way.
+// step reads. Under int8, as under bf16, save that the four dense layers' products are int8 (backend.h): the backend
+// quantizes each dense weight from its fp32 master once, per output channel, and a decoding step reads those int8
+// copies, a quarter of the fp32 bytes. The caches, the attention and the residual stream stay fp32 either way.
 #pragma once
 
 #include <cstddef>
@@ -34,9 +36,12 @@ class KvModel {
   KvModel(const KvModel&) = delete;
   KvModel& operator=(const KvModel&) = delete;
 
-  // The backend memory a KvModel of this shape allocates, from its arguments alone; bf16_storage: the backend's
-  // matmul precision is bf16.
-  static size_t footprint_bytes(const ModelConfig& config, KvModelShape shape, bool bf16_storage);
+  // The backend memory a KvModel of this shape allocates, from its arguments alone, at the backend's matmul precision
+  // `precision` (fp32, bf16 or int8).
+  static size_t footprint_bytes(const ModelConfig& config, KvModelShape shape, MatmulPrecision precision);
+  // What the backend keeps beside it under int8: each dense weight's int8 copy per output channel, with its scales
+  // (the forward product's copy only: a KvModel runs no backward pass). 0 at other precisions.
+  static size_t quantized_weight_copy_bytes(const ModelConfig& config, MatmulPrecision precision);
 
   const ModelConfig& config() const { return config_; }
   const KvModelShape& shape() const { return shape_; }
@@ -63,6 +68,8 @@ class KvModel {
   TensorIn w(const ParamInfo& info) const {
     return bf16_ ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
   }
+  // A dense layer's weight as its product reads it: under int8 the fp32 master, which the backend quantizes.
+  TensorIn dense_w(const ParamInfo& info) const { return int8_ ? TensorIn(params_ + info.offset) : w(info); }
 
   ModelConfig config_;
   Backend& backend_;
@@ -70,7 +77,8 @@ class KvModel {
   ParamTable table_;
   std::vector<void*> allocations_;
   size_t allocated_bytes_ = 0;  // as footprint_bytes() counts them
-  bool bf16_ = false;
+  bool bf16_ = false;           // the weights' working copy and the GEMMs' inputs in bf16 (bf16 and int8)
+  bool int8_ = false;           // the dense layers' products in int8
   float* params_ = nullptr;
   BFloat16* params_bf16_ = nullptr;                                // (total_numel) the working copy under bf16 storage
   bool weights_changed_ = true;                                    // since the working copy was cast

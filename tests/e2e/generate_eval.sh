@@ -34,13 +34,14 @@ cmp g1.txt g2.txt || fail "greedy decoding depends on the seed"
 # Past block_size (32 in tiny.ini) generation goes on over the last half of the context.
 "$EMBER" generate --checkpoint "$ckpt" --prompt "int main" --temperature 0 --max-new-tokens 150 > long.txt
 [ "$(wc -c < long.txt)" -ge 150 ] || fail "generation stopped at the context length"
-# bf16 weights: the same kind of output, and a bad precision is refused naming it.
+# bf16 and int8 weights: the same kind of output, and a bad precision is refused naming it.
 gen --temperature 0 --precision bf16 > g16.txt
 [ "$(head -c 8 g16.txt)" = "int main" ] && [ "$(wc -c < g16.txt)" -ge 40 ] || fail "generate --precision bf16"
+gen --temperature 0 --precision int8 > g8.txt
+[ "$(head -c 8 g8.txt)" = "int main" ] && [ "$(wc -c < g8.txt)" -ge 40 ] || fail "generate --precision int8"
 expect_error precision_bad "--precision fp16 is not a decoding precision" gen --precision fp16
-expect_error precision_int8 "--precision int8 is not a decoding precision" gen --precision int8
 expect_error precision_fp8 "--precision fp8 is not a decoding precision" gen --precision fp8
-grep -q '^hint: use fp32 or bf16' precision_bad.err || fail "bad --precision: hint"
+grep -q '^hint: use fp32, bf16 or int8' precision_bad.err || fail "bad --precision: hint"
 
 # --device: cpu by default; the choice is logged on stderr, so stdout is only the text or the JSON.
 gen --seed 1 --temperature 0.8 --top-k 20 --device cpu > d.txt 2> d.err

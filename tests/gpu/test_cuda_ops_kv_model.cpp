@@ -1,5 +1,6 @@
 // KV-cache inference on the CUDA backend against the CPU backend: the whole cached forward pass (KvModel) of two
-// sequences in different slots, prefilled in chunks and then decoded a token per step, at both matmul precisions.
+// sequences in different slots, prefilled in chunks and then decoded a token per step, at matmul precisions fp32, bf16
+// and int8.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,6 +82,13 @@ TEST_F(CudaOpsKvModel, KvModelPrefillAndDecodeBf16) {
   // Both backends round the same GEMM inputs to bf16; a value whose last fp32 bits differ can round to the
   // neighbouring bf16 (2^-8 of itself), rarely: 2^-5 of the logits' RMS, while a wrong kernel is off by O(1).
   expect_kv_model_close(*cpu, *gpu, MatmulPrecision::bf16, 1.0 / 32);
+}
+
+TEST_F(CudaOpsKvModel, KvModelPrefillAndDecodeInt8) {
+  // The dense layers' int8 products are the CPU's bit for bit on the same inputs; a value whose last bits differ (the
+  // attention's sums) can cross an int8 rounding boundary, one step of 1/127 of its row's largest value: 2^-4 of the
+  // logits' RMS, while a wrong weight copy or layout is off by O(1).
+  expect_kv_model_close(*cpu, *gpu, MatmulPrecision::int8, 1.0 / 16);
 }
 
 }  // namespace

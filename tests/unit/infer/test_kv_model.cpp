@@ -131,5 +131,48 @@ TEST(KvModel, Bf16DecodeEqualsBf16PrefillAndStaysNearFp32) {
          to_fp32 / scale);
 }
 
+TEST(KvModel, Int8DecodeTracksInt8PrefillAndStaysNearFp32) {
+  // Under matmul precision int8 the dense layers' products are exact int32 sums of per-row quantized operands, the
+  // same kernel for one row as for 40 (no streaming path): decoding and prefilling differ only where the attention's
+  // fp32 reorderings (kRelTol above) move a value across an int8 rounding boundary, which moves one term of one
+  // product by a step, 1/127 of its row's largest term. Measured: 1.1e-7 of the largest logit (no such crossing);
+  // allowed 2e-3, a few such steps. Against fp32 they differ by the int8 rounding itself, half a step per operand
+  // value: measured 5.2e-3, allowed 2e-2 (the bf16 test's bound); an unscaled or misplaced weight copy moves logits
+  // by their own size.
+  Fixture f;
+  f.gpt.init_weights(5);
+  const int V = f.config.vocab_size, T = f.config.block_size;
+  const std::vector<int32_t> tokens = random_tokens(size_t(T), V, 9);
+  std::vector<int32_t> slots(static_cast<size_t>(T), 0), pos(static_cast<size_t>(T));
+  std::vector<int> rows(static_cast<size_t>(T));
+  for (int i = 0; i < T; ++i) pos[size_t(i)] = rows[size_t(i)] = i;
+  auto fp32 = f.kv(KvModelShape{1, T, T, T});
+  std::vector<float> ref(size_t(T) * V), prefill(size_t(T) * V), decode(size_t(T) * V);
+  fp32->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, ref.data());
+  f.backend->set_matmul_precision(MatmulPrecision::int8);
+  auto int8 = f.kv(KvModelShape{1, T, T, T});
+  ASSERT_TRUE(int8->bf16_storage());
+  int8->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, prefill.data());
+  for (int t = 0; t < T; ++t) {
+    const int row = 0;
+    int8->forward(&tokens[size_t(t)], &slots[0], &pos[size_t(t)], 1, &row, 1, decode.data() + size_t(t) * V);
+  }
+  const size_t copies = f.backend->quantized_weight_copy_bytes();
+  f.backend->set_matmul_precision(MatmulPrecision::fp32);
+  EXPECT_EQ(copies, KvModel::quantized_weight_copy_bytes(f.config, MatmulPrecision::int8));
+  const float scale = max_abs(ref);
+  float to_prefill = 0.0f, to_fp32 = 0.0f;
+  for (int t = 0; t < T; ++t) {
+    to_prefill =
+        std::max(to_prefill, max_abs_diff(decode.data() + size_t(t) * V, prefill.data() + size_t(t) * V, size_t(V)));
+    to_fp32 = std::max(to_fp32, max_abs_diff(decode.data() + size_t(t) * V, ref.data() + size_t(t) * V, size_t(V)));
+  }
+  printf("int8 KV decode vs int8 prefill: %.3g, vs fp32: %.3g of the largest logit\n", to_prefill / scale,
+         to_fp32 / scale);
+  EXPECT_LE(to_prefill, 2e-3f * scale);
+  EXPECT_LE(to_fp32, 0.02f * scale);
+  EXPECT_GT(to_fp32, 0.0f);
+}
+
 }  // namespace
 }  // namespace ember

@@ -112,6 +112,7 @@ struct QuantState {
   const DitherKey* dither = nullptr;
   bool int8_weight_gradient = false;
   bool fp8_scaling = true;
+  bool int8_lm_head = false;
 };
 
 // The backend's state an op runs with.
@@ -344,6 +345,12 @@ inline void matmul_forward_transposed(const OpContext& ctx, TensorOut out,  // (
                                       TensorIn inp,                         // (N, C)
                                       TensorIn wte,                         // (V, C)
                                       int N, int C, int V) {
+  if (ctx.int8_products() && ctx.quant.int8_lm_head) {  // wte (V, C) per row is the forward product's copy layout
+    const Int8WeightCopy w = ctx.quant.copies->int8(ctx.resources, wte, V, C, false, ctx.stream);
+    const size_t bytes = matmul_int8_forward_scratch_bytes(N, C, V);
+    launch_matmul_forward_int8(out, inp, w, nullptr, N, C, V, ctx.cublas, ctx.scratch(bytes), bytes, ctx.stream);
+    return;
+  }
   const size_t bytes = matmul_forward_transposed_scratch_bytes(ctx, inp, N, C, V);
   launch_matmul_forward_transposed(out, inp, wte, N, C, V, ctx.bf16(), ctx.cublas, ctx.scratch(bytes), bytes,
                                    ctx.stream);

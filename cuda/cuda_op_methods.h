@@ -66,7 +66,7 @@ class OpMethods : public Backend, protected OpResources {
   void matmul_forward_transposed(TensorOut out, TensorIn inp, TensorIn wte, int N, int C, int V) override {
     check_gemm_inputs(inp, wte, "matmul_forward_transposed");
     check_gemm_output(out, nullptr, "matmul_forward_transposed");
-    cuda::matmul_forward_transposed(op_context(), out, inp, wte, N, C, V);
+    cuda::matmul_forward_transposed(matmul_context(), out, inp, wte, N, C, V);
   }
   void matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override {
@@ -158,7 +158,7 @@ class OpMethods : public Backend, protected OpResources {
   OpContext matmul_context() {
     OpContext ctx = op_context();
     ctx.quant = {&weight_copies_, int8_stochastic_rounding_ ? &dither_key_ : nullptr, int8_weight_gradient_,
-                 fp8_scaling_};
+                 fp8_scaling_, int8_lm_head_};
     return ctx;
   }
   WeightCopies weight_copies_;

@@ -69,7 +69,7 @@ ckpt=run/checkpoints/step_00000001.h5
 server_pid=$!
 trap 'kill "$server_pid" 2>/dev/null || true' EXIT
 port=""
-for _ in $(seq 200); do
+for _ in $(seq 1200); do  # up to a minute: loading a large model on a busy machine
   port=$(sed -n 's|^serve: .* listening on http://127.0.0.1:\([0-9]*\)$|\1|p' serve.err)
   [[ -n "$port" ]] && break
   sleep 0.05

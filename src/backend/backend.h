@@ -147,7 +147,9 @@ class Backend {
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
   // Logits against the tied embedding: out = inp @ wte^T, i.e. weight stored (V, C). Used for the lm_head. out may be
-  // stored in bf16 under matmul precision bf16 (the fp32 result rounded once).
+  // stored in bf16 under matmul precision bf16 (the fp32 result rounded once). Under int8 it is a bf16 product unless
+  // set_int8_lm_head(true): then an int8 one as matmul_forward's, with wte's stored values quantized per row (output
+  // channel) and inp's bf16 values per row, to nearest (the decoders set it; training keeps the lm_head in bf16).
   virtual void matmul_forward_transposed(TensorOut out,  // (N, V)
                                          TensorIn inp,   // (N, C)
                                          TensorIn wte,   // (V, C)
@@ -285,6 +287,8 @@ class Backend {
   // Whether fp8 scales each operand into the format's range (the default) or casts it unscaled (a test's weakened
   // variant). Set before the first product: weight copies made earlier keep their scaling.
   void set_fp8_scaling(bool on) { fp8_scaling_ = on; }
+  // Whether int8 also runs the lm_head's forward product (matmul_forward_transposed) in int8; off by default.
+  void set_int8_lm_head(bool on) { int8_lm_head_ = on; }
   // Whether int8 also runs the dense layers' weight-gradient products in int8 (scales per channel and tile of tokens,
   // backend/cpu/cpu_matmul_int8.h) rather than in bf16 (the default).
   void set_int8_weight_gradient(bool on) { int8_weight_gradient_ = on; }
@@ -330,6 +334,7 @@ class Backend {
   bool int8_stochastic_rounding_ = true;
   bool fp8_scaling_ = true;
   bool int8_weight_gradient_ = false;
+  bool int8_lm_head_ = false;
   bool deterministic_ = true;
 
  private:

@@ -44,7 +44,9 @@ size_t KvModel::quantized_weight_copy_bytes(const ModelConfig& config, MatmulPre
   // Per layer: c_attn (C, 3C), attention's c_proj (C, C), c_fc (C, 4C), the MLP's c_proj (4C, C): 12 C^2 int8 values
   // and an fp32 scale per output channel (3C + C + 4C + C).
   const size_t C = size_t(config.n_embd);
-  return size_t(config.n_layer) * (12 * C * C + 9 * C * sizeof(float));
+  // And the lm_head's: wte (V, C), an fp32 scale per row.
+  const size_t V = size_t(config.vocab_size);
+  return size_t(config.n_layer) * (12 * C * C + 9 * C * sizeof(float)) + V * C + V * sizeof(float);
 }
 
 size_t KvModel::footprint_bytes(const ModelConfig& config, KvModelShape shape, MatmulPrecision precision) {
@@ -84,6 +86,7 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
       int8_(backend.matmul_precision() == MatmulPrecision::int8) {
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
   EMBER_ASSERT(backend.matmul_precision() != MatmulPrecision::fp8, "a KvModel decodes in fp32, bf16 or int8");
+  backend.set_int8_lm_head(int8_);
   const KvSizes z = kv_sizes(config_, shape_);
   params_ = alloc_floats(z.params);
   if (bf16_) {
@@ -114,6 +117,7 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
 }
 
 KvModel::~KvModel() {
+  if (int8_) backend_.set_int8_lm_head(false);
   for (void* ptr : allocations_) backend_.free(ptr);
 }
 
@@ -169,7 +173,7 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
     be.copy(static_cast<char*>(picked_.ptr) + size_t(j) * row, static_cast<const char*>(ln_.ptr) + logit_rows[j] * row,
             row);
   }
-  be.matmul_forward_transposed(logits_, picked_, w(table_.wte()), m, C, V);
+  be.matmul_forward_transposed(logits_, picked_, dense_w(table_.wte()), m, C, V);
   be.copy_to_host(logits, logits_, size_t(m) * V * sizeof(float));
 }
 

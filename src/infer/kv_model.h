@@ -3,9 +3,10 @@
 // sequences (continuous batching) and a sequence's rows to a prompt being prefilled or to one decoded token: each
 // row names its cache slot and its position. fp32, or under the backend's matmul precision bf16 (set before
 // construction) with the weights and the GEMMs' inputs stored in bf16, as GPT stores them: half the bytes a decoding
-// step reads. Under int8, as under bf16, save that the four dense layers' products are int8 (backend.h): the backend
-// quantizes each dense weight from its fp32 master once, per output channel, and a decoding step reads those int8
-// copies, a quarter of the fp32 bytes. The caches, the attention and the residual stream stay fp32 either way.
+// step reads. Under int8, as under bf16, save that the four dense layers' products and the lm_head's are int8
+// (backend.h; the constructor sets Backend::set_int8_lm_head): the backend quantizes each of those weights from its
+// fp32 master once, per output channel, and a decoding step reads those int8 copies, a quarter of the fp32 bytes. The
+// caches, the attention and the residual stream stay fp32 either way.
 #pragma once
 
 #include <cstddef>
@@ -39,8 +40,8 @@ class KvModel {
   // The backend memory a KvModel of this shape allocates, from its arguments alone, at the backend's matmul precision
   // `precision` (fp32, bf16 or int8).
   static size_t footprint_bytes(const ModelConfig& config, KvModelShape shape, MatmulPrecision precision);
-  // What the backend keeps beside it under int8: each dense weight's int8 copy per output channel, with its scales
-  // (the forward product's copy only: a KvModel runs no backward pass). 0 at other precisions.
+  // What the backend keeps beside it under int8: the int8 copy of each dense weight and of wte (the lm_head) per output
+  // channel, with its scales (the forward products' copies only: a KvModel runs no backward pass). 0 otherwise.
   static size_t quantized_weight_copy_bytes(const ModelConfig& config, MatmulPrecision precision);
 
   const ModelConfig& config() const { return config_; }
@@ -68,7 +69,8 @@ class KvModel {
   TensorIn w(const ParamInfo& info) const {
     return bf16_ ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
   }
-  // A dense layer's weight as its product reads it: under int8 the fp32 master, which the backend quantizes.
+  // A dense layer's weight (or wte, for the lm_head) as its product reads it: under int8 the fp32 master, which the
+  // backend quantizes.
   TensorIn dense_w(const ParamInfo& info) const { return int8_ ? TensorIn(params_ + info.offset) : w(info); }
 
   ModelConfig config_;

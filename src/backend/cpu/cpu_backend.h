@@ -94,6 +94,7 @@ class CpuBackend final : public Backend {
   size_t quantized_tracked_bytes_ = 0;
   void track_quantized_copies();
   const cpu::Int8Weight& int8_weight(TensorIn weight, int IC, int OC, bool per_output_channel);
+  const cpu::Int8Weight& int8_lm_head_weight(TensorIn wte, int C, int V);
   const cpu::Fp8Weight& fp8_weight(TensorIn weight, int IC, int OC);
 };
 

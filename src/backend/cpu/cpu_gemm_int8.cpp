@@ -49,10 +49,14 @@ struct Int8Gemms {
   bool exact = has_exact_int8_kernels(dnnl::get_effective_cpu_isa());
   std::mutex mutex;
   struct Gemm {
-    memory::desc a, b, c;
+    memory::desc a, b, c, scratchpad;
     dnnl::matmul matmul;
   };
   std::map<Key, Gemm> primitives;
+  // The primitives' working space (a transposed operand's repacked copy, for one), ours rather than oneDNN's: with
+  // its default a call allocates it and frees it again, and a buffer of tens of MB (the lm_head's weight in a
+  // decoding step) comes back from the kernel as fresh zeroed pages every time. Grown to the largest one needs.
+  std::vector<char> scratchpad;
 
   Gemm& primitive(const Key& key) {
     auto it = primitives.find(key);
@@ -63,8 +67,12 @@ struct Int8Gemms {
     const memory::desc a({M, K}, memory::data_type::s8, trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
     const memory::desc b({K, N}, memory::data_type::s8, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
     const memory::desc c({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine);
-    return primitives.emplace(key, Gemm{a, b, c, dnnl::matmul(pd)}).first->second;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
+    const memory::desc pad = pd.scratchpad_desc();
+    if (pad.get_size() > scratchpad.size()) scratchpad.resize(pad.get_size());
+    return primitives.emplace(key, Gemm{a, b, c, pad, dnnl::matmul(pd)}).first->second;
   }
 };
 
@@ -94,7 +102,9 @@ void gemm_s8(bool trans_a, bool trans_b, int M, int N, int K, const int8_t* A, i
   memory a(gemm.a, g.engine, const_cast<int8_t*>(A));
   memory b(gemm.b, g.engine, const_cast<int8_t*>(B));
   memory c(gemm.c, g.engine, C);
-  gemm.matmul.execute(g.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  memory pad(gemm.scratchpad, g.engine, g.scratchpad.data());
+  gemm.matmul.execute(g.stream,
+                      {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
   g.stream.wait();
 }
 

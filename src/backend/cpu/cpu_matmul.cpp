@@ -5,8 +5,8 @@
 // widened into the same scratch, and a bf16-stored output is the fp32 result rounded, computed in blocks of rows.
 // Forward products of a few rows with bf16-stored weights stream the weights instead (cpu_skinny_bf16.h). Under int8
 // the dense layers' forward and input-gradient products are int8, and their weight-gradient products unless the
-// backend was told otherwise (cpu_matmul_int8.h); under fp8 all three are fp8 (cpu_matmul_fp8.h); the rest is as under
-// bf16.
+// backend was told otherwise (cpu_matmul_int8.h), and the lm_head's forward product where the backend was told so;
+// under fp8 all three are fp8 (cpu_matmul_fp8.h); the rest is as under bf16.
 #include <omp.h>
 
 #include <algorithm>
@@ -91,6 +91,26 @@ const cpu::Int8Weight& CpuBackend::int8_weight(TensorIn weight, int IC, int OC, 
     quantize_int8_columns(w, size_t(IC), size_t(OC), copy.q.data(), copy.scales.data());
   else
     quantize_int8_rows(w, size_t(IC), size_t(OC), copy.q.data(), copy.scales.data());
+  copy.current = true;
+  track_quantized_copies();
+  return copy;
+}
+
+// The int8 copy of wte (V, C) for the lm_head's forward product: wte^T (C, V), one scale per column (a row of wte,
+// an output channel), laid out as the dense layers' forward copies are: oneDNN reads that layout as it is, where a
+// transposed one is repacked on every call (the whole vocabulary's weights for each decoding step).
+const cpu::Int8Weight& CpuBackend::int8_lm_head_weight(TensorIn wte, int C, int V) {
+  cpu::Int8Weight& copy = int8_forward_weights_[wte.ptr];
+  const size_t n = size_t(V) * C;
+  if (copy.current && copy.q.size() == n && copy.scales.size() == size_t(V)) return copy;
+  const float* w = stored_values(wte, n, gemm_scratch_[1]);
+  std::vector<float>& t = gemm_scratch_[2];
+  t.resize(n);
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+  for (int c = 0; c < C; ++c)
+    for (int v = 0; v < V; ++v) t[size_t(c) * V + v] = w[size_t(v) * C + c];
+  copy.q.resize(n), copy.scales.resize(size_t(V));
+  quantize_int8_columns(t.data(), size_t(C), size_t(V), copy.q.data(), copy.scales.data());
   copy.current = true;
   track_quantized_copies();
   return copy;
@@ -257,6 +277,17 @@ void CpuBackend::matmul_forward_transposed(TensorOut out,  // (N, V)
   auto& [si, sw, sg, so] = gemm_scratch_;
   const MatmulPrecision p = matmul_precision_;
   const float* x = gemm_input(inp, size_t(N) * C, p, si);
+  if (p == MatmulPrecision::int8 && int8_lm_head_) {  // inp per row, wte per row (its output channels), both nearest
+    auto& qx = int8_rows_;
+    qx.q.resize(size_t(N) * C), qx.scales.resize(size_t(N));
+    quantize_int8_rows(x, size_t(N), size_t(C), qx.q.data(), qx.scales.data());
+    const cpu::Int8Weight& qw = int8_lm_head_weight(wte, C, V);
+    gemm_rows_into(out, N, V, so, [&](int r0, int R, float* o) {
+      cpu::int8_product_rows(o, qx.q.data() + size_t(r0) * C, qx.scales.data() + r0, qw.q.data(), false,
+                             qw.scales.data(), nullptr, R, C, V);
+    });
+    return;
+  }
   if (wte.bf16 && !out.bf16 && N <= cpu::kSkinnyRows) {  // the lm_head of a decoding step
     cpu::skinny_matmul_transposed_bf16(out.f32(), x, wte.b16(), N, C, V);
     return;

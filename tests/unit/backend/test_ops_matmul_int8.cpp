@@ -83,6 +83,33 @@ TEST(OpsMatmulInt8, ForwardIsTheSchemeBitwise) {
   }
 }
 
+// The lm_head's forward product under int8 with Backend::set_int8_lm_head (decoding): wte (V, C) quantized per row,
+// its output channels, and inp's bf16 values per row; without the switch it stays the bf16 product.
+TEST(OpsMatmulInt8, LmHeadForwardIsTheSchemeBitwiseWhenAsked) {
+  for (const Dims& d : kDims) {
+    const int N = d.N, C = d.IC, V = d.OC;
+    const std::string tag = std::to_string(N) + "x" + std::to_string(C) + "x" + std::to_string(V);
+    Rng rng(uint32_t(N * 1000 + V + 11));
+    const auto x = rng.normal(size_t(N) * C, 2.0f), wte = rng.normal(size_t(V) * C, 0.02f);
+    const auto xb = test::rounded_to_bf16(x);
+    std::vector<int8_t> qx(x.size()), qw(wte.size());
+    std::vector<float> sx(N), sw(V);
+    quantize_int8_rows(xb.data(), N, C, qx.data(), sx.data());
+    quantize_int8_rows(wte.data(), V, C, qw.data(), sw.data());
+    const auto want = reference_product(qx, sx, qw, sw, true, nullptr, N, C, V);
+
+    auto be = make_cpu_backend();
+    be->set_matmul_precision(MatmulPrecision::int8);
+    Halves x16(*be, test::bf16_values(x));
+    Floats d_w(*be, wte), out(*be, nans(size_t(N) * V));
+    be->matmul_forward_transposed(out.get(), x16.get(), d_w.get(), N, C, V);  // the switch off: the bf16 product
+    EXPECT_NE(out.host(), want) << tag << ": int8 without the switch";
+    be->set_int8_lm_head(true);
+    be->matmul_forward_transposed(out.get(), x16.get(), d_w.get(), N, C, V);
+    EXPECT_EQ(out.host(), want) << tag << ": the int8 lm_head";
+  }
+}
+
 TEST(OpsMatmulInt8, BackwardIsTheSchemeBitwise) {
   for (const Dims& d : kDims) {
     const std::string tag = std::to_string(d.N) + "x" + std::to_string(d.IC) + "x" + std::to_string(d.OC);

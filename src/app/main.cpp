@@ -7,6 +7,7 @@
 
 #include "app/commands.h"
 #include "app/options.h"
+#include "backend/cpu/blas_kernels.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/world.h"
@@ -73,6 +74,7 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ember::select_blas_kernels(argv);  // may run the program again with OpenBLAS's better kernels
   ember::MpiSession mpi(&argc, &argv);
   const int rank = mpi.rank(), size = mpi.size();
   ember::log_set_rank(rank, false);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "backend/cpu/blas_kernels.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -29,6 +30,7 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
         "training.precision = " + matmul_precision_name(precision) + ": " + why,
         "use training.precision = bf16 on this GPU, or training.device = cpu for " + matmul_precision_name(precision));
   tb.backend->set_matmul_precision(precision);
+  if (!on_gpu) log_info("cpu GEMMs: OpenBLAS with its %s kernels", blas_kernels());
   tb.backend->set_int8_stochastic_rounding(training.int8_stochastic_rounding);
   tb.backend->set_fp8_scaling(training.fp8_scaling);
   tb.backend->set_int8_weight_gradient(training.int8_weight_gradient);

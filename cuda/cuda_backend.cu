@@ -135,17 +135,20 @@ void CudaBackend::zero(void* ptr, size_t bytes) {
 
 void CudaBackend::synchronize() { EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+void CudaBackend::grow(void*& buffer, size_t& capacity, size_t bytes) {
+  if (bytes <= capacity) return;
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued ops may still read the old buffer
+  track_free(buffer);
+  EMBER_CUDA_CHECK(cudaFree(buffer));
+  buffer = nullptr;
+  capacity = 0;
+  EMBER_CUDA_CHECK(cudaMalloc(&buffer, bytes));
+  track_alloc(buffer, bytes);
+  capacity = bytes;
+}
+
 void* CudaBackend::scratch(size_t bytes) {
-  if (bytes > scratch_bytes_) {
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued ops may still read the old scratch
-    track_free(scratch_);
-    EMBER_CUDA_CHECK(cudaFree(scratch_));
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    EMBER_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
-    track_alloc(scratch_, bytes);
-    scratch_bytes_ = bytes;
-  }
+  grow(scratch_, scratch_bytes_, bytes);
   return scratch_;
 }
 
@@ -175,17 +178,8 @@ const AdamWSegment* CudaBackend::kernel_segments(const AdamWSegment* segs, size_
 }
 
 char* CudaBackend::weight_copy_memory(size_t bytes) {
-  if (bytes > weight_copies_bytes_) {
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued products may still read the old copies
-    track_free(weight_copies_);
-    EMBER_CUDA_CHECK(cudaFree(weight_copies_));
-    weight_copies_ = nullptr;
-    weight_copies_bytes_ = 0;
-    EMBER_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&weight_copies_), bytes));
-    track_alloc(weight_copies_, bytes);
-    weight_copies_bytes_ = bytes;
-  }
-  return weight_copies_;
+  grow(weight_copies_, weight_copies_bytes_, bytes);
+  return static_cast<char*>(weight_copies_);
 }
 
 std::string CudaBackend::precision_unsupported(MatmulPrecision p) const {

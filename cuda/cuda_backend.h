@@ -57,6 +57,8 @@ class CudaBackend final : public cuda::OpMethods {
   const AdamWSegment* kernel_segments(const AdamWSegment* segs, size_t nseg) override;
   // The weights' quantized copies, in weight_copies_, grown as needed.
   char* weight_copy_memory(size_t bytes) override;
+  // `buffer` (device memory of `capacity` bytes) replaced by one of `bytes` where it is smaller, after the stream.
+  void grow(void*& buffer, size_t& capacity, size_t bytes);
   static constexpr size_t kDoutBlockBytes = cuda::kDoutBlockBytes;
 
   int device_ = 0;
@@ -69,7 +71,7 @@ class CudaBackend final : public cuda::OpMethods {
   double* reduce_ = nullptr;          // (kSumSquaresBlocks + 1) partial sums of sum_squares
   AdamWSegment* segments_ = nullptr;  // device copy of adamw_update_segments' segments
   size_t segments_capacity_ = 0;
-  char* weight_copies_ = nullptr;  // the int8 weight copies (cuda_dispatch.h's Int8WeightCopies)
+  void* weight_copies_ = nullptr;  // the int8 and fp8 weight copies (cuda_dispatch.h's WeightCopies)
   size_t weight_copies_bytes_ = 0;
   // cuBLASLt for the dense layers' fused bias epilogues: its workspace, and the bias gradient its epilogue writes
   // before it is added to dbias (layers wider than the capacity take the plain path).

@@ -53,6 +53,20 @@ struct LtDescriptors {
   }
 };
 
+namespace {
+// cuBLASLt's first choice for the call `desc` describes, with its workspace and the operands' alignments.
+cublasStatus_t heuristic(cublasLtHandle_t handle, LtDescriptors& desc, size_t workspace_bytes, const void* a,
+                         const void* b, const void* d, cublasLtMatmulHeuristicResult_t* result, int* found) {
+  EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc.pref));
+  set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes));
+  set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(a));
+  set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(b));
+  set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(d));
+  set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d));
+  return cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1, result, found);
+}
+}  // namespace
+
 // A call shape's answer: whether cuBLASLt has a kernel for it, which, and the descriptors it was chosen for (built
 // once, not on every call).
 struct LtGemm::Plan {
@@ -109,16 +123,9 @@ bool LtGemm::run(Epilogue epilogue, bool ab_bf16, bool trans_a, bool trans_b, in
     EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->b, ab_type, trans_b ? n : k, trans_b ? k : n, ldb));
     // D (and the bias, which cuBLASLt takes in D's type) in fp32 or bf16.
     EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->d, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd));
-    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc->pref));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes_));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(a));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(b));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(d));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle, desc->op, desc->a, desc->b, desc->d, desc->d,
-                                                             desc->pref, 1, &result, &found);
+    const cublasStatus_t rc = heuristic(handle, *desc, workspace_bytes_, a, b, d, &result, &found);
     // NOT_SUPPORTED: no kernel for this epilogue with these types, shape or alignment. Any other refusal also leaves
     // the call to the plain path, which computes the same thing, but is worth a line in the log.
     if (rc != CUBLAS_STATUS_SUCCESS && rc != CUBLAS_STATUS_NOT_SUPPORTED)
@@ -172,16 +179,9 @@ void LtGemm::run_fp8(int m, int n, int k, const uint8_t* a, Fp8Format fa, int ld
     EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->a, type(fa), k, m, lda));
     EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->b, type(fb), k, n, ldb));
     EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&desc->d, CUDA_R_32F, m, n, ldd));
-    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&desc->pref));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(workspace_bytes_));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(a));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(b));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(d));
-    set_pref(desc->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(d));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle, desc->op, desc->a, desc->b, desc->d, desc->d,
-                                                             desc->pref, 1, &result, &found);
+    const cublasStatus_t rc = heuristic(handle, *desc, workspace_bytes_, a, b, d, &result, &found);
     Plan plan;
     plan.found = rc == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (!plan.found)

@@ -98,6 +98,20 @@ def prompt_ids(torch, batch):
     return torch.tensor([ids] * batch, dtype=torch.long)
 
 
+def time_in_process(generate, tokens, repeats, name):
+    """The numbers of an in-process generator, generate(batch, new_tokens, sample) -> seconds: time to first token
+    (one new token), decode tokens/s of one stream (the rest of `tokens`), and C streams as one batch of C."""
+    generate(1, 4, False)  # warm-up
+    ttft = statistics.median(generate(1, 1, False) for _ in range(repeats))
+    full = statistics.median(generate(1, tokens, False) for _ in range(repeats))
+    out = {"ttft_ms": 1e3 * ttft, "decode_tps": (tokens - 1) / (full - ttft), "aggregate": {}}
+    for c in CONCURRENCY:
+        wall = generate(c, tokens, True)
+        out["aggregate"][str(c)] = c * tokens / wall
+        print(f"{name}: batch {c}: {c * tokens} tokens in {wall:.2f} s", file=sys.stderr)
+    return out
+
+
 def bench_hf(model_dir, tokens, repeats):
     torch, model = load_hf(model_dir)
 
@@ -112,15 +126,7 @@ def bench_hf(model_dir, tokens, repeats):
         assert y.shape[1] - x.shape[1] == new, y.shape
         return wall
 
-    generate(1, 4, False)  # warm-up
-    ttft = statistics.median(generate(1, 1, False) for _ in range(repeats))
-    full = statistics.median(generate(1, tokens, False) for _ in range(repeats))
-    out = {"ttft_ms": 1e3 * ttft, "decode_tps": (tokens - 1) / (full - ttft), "aggregate": {}}
-    for c in CONCURRENCY:
-        wall = generate(c, tokens, True)
-        out["aggregate"][str(c)] = c * tokens / wall
-        print(f"hf: batch {c}: {c * tokens} tokens in {wall:.2f} s", file=sys.stderr)
-    return out
+    return time_in_process(generate, tokens, repeats, "hf")
 
 
 def best_hf(model_dir, tokens, repeats, thread_list):
@@ -189,15 +195,7 @@ def bench_ct2(model_dir, tokens, repeats, compute_type, threads):
         assert all(len(x.sequences[0]) == new for x in r), [len(x.sequences[0]) for x in r]
         return wall
 
-    generate(1, 4, False)  # warm-up
-    ttft = statistics.median(generate(1, 1, False) for _ in range(repeats))
-    full = statistics.median(generate(1, tokens, False) for _ in range(repeats))
-    out = {"ttft_ms": 1e3 * ttft, "decode_tps": (tokens - 1) / (full - ttft), "aggregate": {}}
-    for c in CONCURRENCY:
-        wall = generate(c, tokens, True)
-        out["aggregate"][str(c)] = c * tokens / wall
-        print(f"ct2 {compute_type}: batch {c}: {c * tokens} tokens in {wall:.2f} s", file=sys.stderr)
-    return out
+    return time_in_process(generate, tokens, repeats, f"ct2 {compute_type}")
 
 
 def greedy(url, model_dir, tokens):

@@ -134,6 +134,22 @@ for ref, other in [("gpu", "gpu_to_cpu"), ("cpu", "cpu_to_gpu"), ("cpu", "gpu_no
 assert bad == 0, "training after a change of device (or without determinism) left its reference"
 PY
 
+# follows REF RUN TOL WHAT: the 12 training and 2 validation losses of RUN within TOL (relative) of REF's, else fail.
+follows() {
+  "$PYTHON" - "$1" "$2" "$3" <<'PY' || fail "$4"
+import json, sys
+ref, run, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+def losses(d):
+    recs = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+    return [r["loss"] for r in recs] + [r["val_loss"] for r in recs if "val_loss" in r]
+a, b = losses(ref), losses(run)
+assert len(a) == len(b) == 14, (len(a), len(b))
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"{ref:10s} vs {run:10s}: max relative difference {worst:.2e} (tolerance {tol:.0e})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+
 # Matmul precision bf16. The tiny config's head size is 16, so attention takes the tensor-core kernels. The GPU run
 # follows the CPU's emulation of the same roundings, and a second GPU run repeats it bitwise. The two backends round
 # the same kinds of inputs, but a difference in fp32 summation order can move a value across a bf16 rounding boundary
@@ -152,17 +168,7 @@ losses gpu_auto/metrics.jsonl >gpu_auto.txt
 diff gpu_bf16.txt gpu_auto.txt || fail "training.precision = auto on the GPU did not train as bf16"
 losses gpu_bf16_again/metrics.jsonl >gpu_bf16_again.txt
 diff gpu_bf16.txt gpu_bf16_again.txt || fail "two deterministic bf16 GPU runs gave different losses"
-"$PYTHON" - <<'PY'
-import json
-def losses(d):
-    recs = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
-    return [r["loss"] for r in recs] + [r["val_loss"] for r in recs if "val_loss" in r]
-a, b = losses("cpu_bf16"), losses("gpu_bf16")
-assert len(a) == len(b) == 14, (len(a), len(b))
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"cpu_bf16   vs gpu_bf16 : max relative difference {worst:.2e} (tolerance 1e-02)")
-assert worst <= 1e-2, "bf16 GPU training does not follow the CPU's bf16 emulation"
-PY
+follows cpu_bf16 gpu_bf16 1e-2 "bf16 GPU training does not follow the CPU's bf16 emulation"
 
 # Matmul precision int8 (the weight gradients in int8 too, the default): the dense layers' products are the CPU's bit
 # for bit on the same inputs, the rest is bf16, so the runs part where a last-bit difference of the bf16 attention or
@@ -172,15 +178,5 @@ train cpu_int8 1 --training.device=cpu --training.precision=int8
 train gpu_int8 1 --training.device=cuda --training.precision=int8
 grep -q "matmul precision int8: .* on cuBLAS int8 GEMMs" gpu_int8.log ||
   { cat gpu_int8.log >&2; fail "gpu_int8 did not log its int8 products on cuBLAS"; }
-"$PYTHON" - <<'PY'
-import json
-def losses(d):
-    recs = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
-    return [r["loss"] for r in recs] + [r["val_loss"] for r in recs if "val_loss" in r]
-a, b = losses("cpu_int8"), losses("gpu_int8")
-assert len(a) == len(b) == 14, (len(a), len(b))
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"cpu_int8   vs gpu_int8 : max relative difference {worst:.2e} (tolerance 2e-02)")
-assert worst <= 2e-2, "int8 GPU training does not follow the CPU's int8 products"
-PY
+follows cpu_int8 gpu_int8 2e-2 "int8 GPU training does not follow the CPU's int8 products"
 echo PASS

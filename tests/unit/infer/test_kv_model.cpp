@@ -92,53 +92,15 @@ TEST(KvModel, SequencesInOneStepEqualEachAlone) {
   }
 }
 
-TEST(KvModel, Bf16DecodeEqualsBf16PrefillAndStaysNearFp32) {
-  // Under matmul precision bf16, decoding one row per step (the CPU backend's streaming bf16 kernels) and prefilling
-  // all 40 rows in one step (its general GEMM path) round the same GEMM inputs to bf16 and differ only in summation
-  // order: kRelTol again. Against fp32 they differ by bf16 rounding, 2^-9 relative per GEMM input: at GPT-2's weight
-  // scale that moves logits by about 0.2% of the largest, so 2% allows for 10x that, while a weight left uncast or a
-  // wrong row moves them by their own size.
-  Fixture f;
-  f.gpt.init_weights(5);  // GPT-2's own scale: the 8x weights amplify any rounding (0.37 for GPT's own bf16 forward)
-  const int V = f.config.vocab_size, T = f.config.block_size;
-  const std::vector<int32_t> tokens = random_tokens(size_t(T), V, 9);
-  std::vector<int32_t> slots(static_cast<size_t>(T), 0), pos(static_cast<size_t>(T));
-  std::vector<int> rows(static_cast<size_t>(T));
-  for (int i = 0; i < T; ++i) pos[size_t(i)] = rows[size_t(i)] = i;
-  auto fp32 = f.kv(KvModelShape{1, T, T, T});
-  std::vector<float> ref(size_t(T) * V), prefill(size_t(T) * V), decode(size_t(T) * V);
-  fp32->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, ref.data());
-  f.backend->set_matmul_precision(MatmulPrecision::bf16);
-  auto bf16 = f.kv(KvModelShape{1, T, T, T});
-  ASSERT_TRUE(bf16->bf16_storage());
-  bf16->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, prefill.data());
-  for (int t = 0; t < T; ++t) {
-    const int row = 0;
-    bf16->forward(&tokens[size_t(t)], &slots[0], &pos[size_t(t)], 1, &row, 1, decode.data() + size_t(t) * V);
-  }
-  f.backend->set_matmul_precision(MatmulPrecision::fp32);
-  const float scale = max_abs(ref);
-  float to_prefill = 0.0f, to_fp32 = 0.0f;
-  for (int t = 0; t < T; ++t) {
-    to_prefill =
-        std::max(to_prefill, max_abs_diff(decode.data() + size_t(t) * V, prefill.data() + size_t(t) * V, size_t(V)));
-    to_fp32 = std::max(to_fp32, max_abs_diff(decode.data() + size_t(t) * V, ref.data() + size_t(t) * V, size_t(V)));
-  }
-  EXPECT_LE(to_prefill, kRelTol * scale);
-  EXPECT_LE(to_fp32, 0.02f * scale);
-  EXPECT_GT(to_fp32, 0.0f);  // bf16 did round something
-  printf("bf16 KV decode vs bf16 prefill: %.3g, vs fp32: %.3g of the largest logit\n", to_prefill / scale,
-         to_fp32 / scale);
-}
-
-TEST(KvModel, Int8DecodeTracksInt8PrefillAndStaysNearFp32) {
-  // Under matmul precision int8 the dense layers' and the lm_head's products are exact int32 sums of per-row
-  // quantized operands, the same kernel for one row as for 40 (no streaming path): decoding and prefilling differ only
-  // where the attention's fp32 reorderings (kRelTol above) move a value across an int8 rounding boundary, which moves
-  // one term of one product by a step, 1/127 of its row's largest term. Measured: 0 (no such crossing); allowed 2e-3
-  // of the largest logit, a few such steps. Against fp32 they differ by the int8 rounding itself, half a step per
-  // operand value: measured 7.4e-3, allowed 2e-2 (the bf16 test's bound); an unscaled or misplaced weight copy moves
-  // logits by their own size.
+// At matmul precision p, the T positions of one sequence decoded a row per step and prefilled in one step, each
+// against the other and against fp32's prefill: the largest logit difference of each, relative to fp32's largest
+// logit. GPT-2's own weight scale (init_weights: the 8x weights would amplify any rounding, 0.37 for GPT's own bf16
+// forward). `copies`: the backend's quantized weight bytes after the run.
+struct DecodeDifferences {
+  float to_prefill, to_fp32;
+  size_t copies;
+};
+DecodeDifferences decode_differences(MatmulPrecision p) {
   Fixture f;
   f.gpt.init_weights(5);
   const int V = f.config.vocab_size, T = f.config.block_size;
@@ -149,29 +111,52 @@ TEST(KvModel, Int8DecodeTracksInt8PrefillAndStaysNearFp32) {
   auto fp32 = f.kv(KvModelShape{1, T, T, T});
   std::vector<float> ref(size_t(T) * V), prefill(size_t(T) * V), decode(size_t(T) * V);
   fp32->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, ref.data());
-  f.backend->set_matmul_precision(MatmulPrecision::int8);
-  auto int8 = f.kv(KvModelShape{1, T, T, T});
-  ASSERT_TRUE(int8->bf16_storage());
-  int8->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, prefill.data());
+  f.backend->set_matmul_precision(p);
+  auto model = f.kv(KvModelShape{1, T, T, T});
+  EXPECT_TRUE(model->bf16_storage());
+  model->forward(tokens.data(), slots.data(), pos.data(), T, rows.data(), T, prefill.data());
   for (int t = 0; t < T; ++t) {
     const int row = 0;
-    int8->forward(&tokens[size_t(t)], &slots[0], &pos[size_t(t)], 1, &row, 1, decode.data() + size_t(t) * V);
+    model->forward(&tokens[size_t(t)], &slots[0], &pos[size_t(t)], 1, &row, 1, decode.data() + size_t(t) * V);
   }
-  const size_t copies = f.backend->quantized_weight_copy_bytes();
+  DecodeDifferences d{0.0f, 0.0f, f.backend->quantized_weight_copy_bytes()};
   f.backend->set_matmul_precision(MatmulPrecision::fp32);
-  EXPECT_EQ(copies, KvModel::quantized_weight_copy_bytes(f.config, MatmulPrecision::int8));
   const float scale = max_abs(ref);
-  float to_prefill = 0.0f, to_fp32 = 0.0f;
   for (int t = 0; t < T; ++t) {
-    to_prefill =
-        std::max(to_prefill, max_abs_diff(decode.data() + size_t(t) * V, prefill.data() + size_t(t) * V, size_t(V)));
-    to_fp32 = std::max(to_fp32, max_abs_diff(decode.data() + size_t(t) * V, ref.data() + size_t(t) * V, size_t(V)));
+    const float* got = decode.data() + size_t(t) * V;
+    d.to_prefill = std::max(d.to_prefill, max_abs_diff(got, prefill.data() + size_t(t) * V, size_t(V)) / scale);
+    d.to_fp32 = std::max(d.to_fp32, max_abs_diff(got, ref.data() + size_t(t) * V, size_t(V)) / scale);
   }
-  printf("int8 KV decode vs int8 prefill: %.3g, vs fp32: %.3g of the largest logit\n", to_prefill / scale,
-         to_fp32 / scale);
-  EXPECT_LE(to_prefill, 2e-3f * scale);
-  EXPECT_LE(to_fp32, 0.02f * scale);
-  EXPECT_GT(to_fp32, 0.0f);
+  printf("%s KV decode vs its prefill: %.3g, vs fp32: %.3g of the largest logit\n", matmul_precision_name(p).c_str(),
+         d.to_prefill, d.to_fp32);
+  return d;
+}
+
+TEST(KvModel, Bf16DecodeEqualsBf16PrefillAndStaysNearFp32) {
+  // Under matmul precision bf16, decoding one row per step (the CPU backend's streaming bf16 kernels) and prefilling
+  // all 40 rows in one step (its general GEMM path) round the same GEMM inputs to bf16 and differ only in summation
+  // order: kRelTol again. Against fp32 they differ by bf16 rounding, 2^-9 relative per GEMM input: at GPT-2's weight
+  // scale that moves logits by about 0.2% of the largest, so 2% allows for 10x that, while a weight left uncast or a
+  // wrong row moves them by their own size.
+  const DecodeDifferences d = decode_differences(MatmulPrecision::bf16);
+  EXPECT_LE(d.to_prefill, kRelTol);
+  EXPECT_LE(d.to_fp32, 0.02f);
+  EXPECT_GT(d.to_fp32, 0.0f);  // bf16 did round something
+}
+
+TEST(KvModel, Int8DecodeTracksInt8PrefillAndStaysNearFp32) {
+  // Under matmul precision int8 the dense layers' and the lm_head's products are exact int32 sums of per-row
+  // quantized operands, the same kernel for one row as for 40 (no streaming path): decoding and prefilling differ only
+  // where the attention's fp32 reorderings (kRelTol above) move a value across an int8 rounding boundary, which moves
+  // one term of one product by a step, 1/127 of its row's largest term. Measured: 0 (no such crossing); allowed 2e-3
+  // of the largest logit, a few such steps. Against fp32 they differ by the int8 rounding itself, half a step per
+  // operand value: measured 7.4e-3, allowed 2e-2 (the bf16 test's bound); an unscaled or misplaced weight copy moves
+  // logits by their own size. The backend holds exactly the copies KvModel counts.
+  const DecodeDifferences d = decode_differences(MatmulPrecision::int8);
+  EXPECT_LE(d.to_prefill, 2e-3f);
+  EXPECT_LE(d.to_fp32, 0.02f);
+  EXPECT_GT(d.to_fp32, 0.0f);
+  EXPECT_EQ(d.copies, KvModel::quantized_weight_copy_bytes(infer_config(), MatmulPrecision::int8));
 }
 
 }  // namespace

@@ -112,7 +112,9 @@ void gemm_s8(bool trans_a, bool trans_b, int M, int N, int K, const int8_t* A, i
 void gemm_s8_by_doubles(bool trans_a, bool trans_b, int M, int N, int K, const int8_t* A, int lda, const int8_t* B,
                         int ldb, float* C, int ldc) {
   const size_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  std::vector<double> a(a_rows * a_cols), b(b_rows * b_cols), c(size_t(M) * N);
+  // The widened operands and the sums, kept per thread between calls (the model's products come back every step).
+  thread_local std::vector<double> a, b, c;
+  a.resize(a_rows * a_cols), b.resize(b_rows * b_cols), c.resize(size_t(M) * N);
   for (size_t r = 0; r < a_rows; ++r)
     for (size_t k = 0; k < a_cols; ++k) a[r * a_cols + k] = A[r * size_t(lda) + k];
   for (size_t r = 0; r < b_rows; ++r)

@@ -224,6 +224,8 @@ void CpuBackend::matmul_backward(TensorOut dinp,   // (N, IC) =
     cpu::int8_weight_gradient(dweight, gemm_input(inp, size_t(N) * IC, p, si), dy, N, IC, OC,
                               int8_stochastic_rounding_ ? &dither_key_ : nullptr, int8_weight_gradient_scratch_);
   } else if (p == MatmulPrecision::fp8) {  // dW += inp^T @ dout: inp in e4m3 (as forward quantized it), dout as above
+    // inp is quantized again rather than kept from the forward pass: the same codes, and no fp8 copy of every dense
+    // layer's input held from forward to backward (N IC bytes per layer, beside the activations).
     cpu::quantize_fp8(gemm_input(inp, size_t(N) * IC, p, si), size_t(N) * IC, Fp8Format::e4m3, fp8_scaling_, fp8_inp_);
     cpu::fp8_product(dweight, fp8_inp_, true, 0, fp8_dout_, false, nullptr, true, IC, OC, N, fp8_scratch_);
   } else {

@@ -4,7 +4,7 @@
 // float64, and the epilogue's roundings in their stated order. The backend sums the exact products in fp32 in an
 // order of its own, so each output may differ from the reference by that sum's rounding, bounded here as K * 2^-24
 // times the sum of the products' magnitudes (the standard bound for a recursive sum), scaled. Then the error of the
-// whole product against float64, the unscaled test variant, and the lifetime of the weights' fp8 copies.
+// whole product against float64 and the unscaled test variant (the copies' lifetime: test_ops_weight_copies.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -175,46 +175,6 @@ TEST(OpsMatmulFp8, UnscaledGradientsVanish) {
   EXPECT_LT(scaled, 1.5 * 0.081) << "scaled";
   EXPECT_GT(unscaled, 0.3) << "unscaled gradients must lose much of their value";
   EXPECT_GT(unscaled, 4 * scaled) << "unscaled against scaled";
-}
-
-// The weights' fp8 copy: made by the first product that reads a weight, shared by the forward and input-gradient
-// products, and kept (a weight written in place without weights_changed() still gives the old product) until
-// weights_changed().
-TEST(OpsMatmulFp8, WeightCopyLastsUntilWeightsChange) {
-  const int N = 9, IC = 24, OC = 40;
-  Rng rng(7);
-  const auto x = rng.normal(size_t(N) * IC), w1 = rng.normal(size_t(IC) * OC, 0.02f),
-             w2 = rng.normal(size_t(IC) * OC, 0.05f), dy = rng.normal(size_t(N) * OC, 1e-3f);
-  auto fresh = [&](const std::vector<float>& w, bool forward) {
-    auto be = make_cpu_backend();
-    be->set_matmul_precision(MatmulPrecision::fp8);
-    Floats d_x(*be, x), d_w(*be, w), d_dy(*be, dy), out(*be, size_t(N) * (forward ? OC : IC)), dw(*be, w.size());
-    if (forward)
-      be->matmul_forward(out.get(), d_x.get(), d_w.get(), nullptr, N, IC, OC);
-    else
-      be->matmul_backward(out.get(), dw.get(), nullptr, d_dy.get(), d_x.get(), d_w.get(), N, IC, OC);
-    return out.host();
-  };
-  auto be = make_cpu_backend();
-  be->set_matmul_precision(MatmulPrecision::fp8);
-  Floats d_x(*be, x), d_w(*be, w1), d_dy(*be, dy), y(*be, size_t(N) * OC), dx(*be, x.size()), dw(*be, w1.size());
-  auto both = [&] {
-    be->matmul_forward(y.get(), d_x.get(), d_w.get(), nullptr, N, IC, OC);
-    be->matmul_backward(dx.get(), dw.get(), nullptr, d_dy.get(), d_x.get(), d_w.get(), N, IC, OC);
-  };
-  both();
-  ASSERT_EQ(y.host(), fresh(w1, true));
-  ASSERT_EQ(dx.host(), fresh(w1, false));
-  ASSERT_NE(fresh(w1, true), fresh(w2, true));
-  EXPECT_EQ(be->quantized_weight_copy_bytes(), w1.size() + sizeof(float)) << "one copy of one byte per weight";
-  be->copy_to_device(d_w.get(), w2.data(), w2.size() * sizeof(float));
-  both();
-  EXPECT_EQ(y.host(), fresh(w1, true)) << "the copy was remade without weights_changed()";
-  EXPECT_EQ(dx.host(), fresh(w1, false)) << "the copy was remade without weights_changed()";
-  be->weights_changed();
-  both();
-  EXPECT_EQ(y.host(), fresh(w2, true)) << "a stale copy after weights_changed()";
-  EXPECT_EQ(dx.host(), fresh(w2, false)) << "a stale copy after weights_changed()";
 }
 
 }  // namespace

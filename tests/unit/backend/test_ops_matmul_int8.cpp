@@ -2,7 +2,8 @@
 // built here from the scheme's definition (backend.h): the quantized operands (core/int8_quant.h, tested on its own),
 // their products summed in int64, and the epilogue's roundings in their stated order; the weight gradient and bias
 // gradient bitwise those of bf16 (or, with the int8 weight-gradient option, the tiled int8 scheme, bitwise); the
-// dither key's effect; the error of the whole product against float64; and the lifetime of the weights' int8 copies.
+// dither key's effect; the error of the whole product against float64 (their copies' lifetime:
+// test_ops_weight_copies.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -172,46 +173,6 @@ TEST(OpsMatmulInt8, ForwardErrorIsThatOfInt8Operands) {
   EXPECT_LT(rms_err, 2 * 2 * 0.010 * rms_ref) << "rms error " << rms_err << " of rms " << rms_ref;
   EXPECT_GT(rms_err, 0.1 * 0.010 * rms_ref) << "no quantization error at all: int8 did not run";
   EXPECT_LT(worst, 8 * 2 * 2 * 0.010 * rms_ref);
-}
-
-// The weights' int8 copies: made by the first product that reads a weight and kept (a weight written in place without
-// weights_changed() still gives the old product: the copy is not remade per call) until weights_changed(), after
-// which both products read the new values; the forward and backward copies are separate (their scales differ).
-TEST(OpsMatmulInt8, WeightCopiesLastUntilWeightsChange) {
-  const int N = 9, IC = 24, OC = 40;
-  Rng rng(7);
-  const auto x = rng.normal(size_t(N) * IC), w1 = rng.normal(size_t(IC) * OC, 0.02f),
-             w2 = rng.normal(size_t(IC) * OC, 0.05f), dy = rng.normal(size_t(N) * OC, 1e-3f);
-  // Each product on a fresh backend: the reference for a weight's values.
-  auto fresh = [&](const std::vector<float>& w, bool forward) {
-    auto be = make_cpu_backend();
-    be->set_matmul_precision(MatmulPrecision::int8);
-    Floats d_x(*be, x), d_w(*be, w), d_dy(*be, dy), out(*be, size_t(N) * (forward ? OC : IC)), dw(*be, w.size());
-    if (forward)
-      be->matmul_forward(out.get(), d_x.get(), d_w.get(), nullptr, N, IC, OC);
-    else
-      be->matmul_backward(out.get(), dw.get(), nullptr, d_dy.get(), d_x.get(), d_w.get(), N, IC, OC);
-    return out.host();
-  };
-  auto be = make_cpu_backend();
-  be->set_matmul_precision(MatmulPrecision::int8);
-  Floats d_x(*be, x), d_w(*be, w1), d_dy(*be, dy), y(*be, size_t(N) * OC), dx(*be, x.size()), dw(*be, w1.size());
-  auto both = [&] {
-    be->matmul_forward(y.get(), d_x.get(), d_w.get(), nullptr, N, IC, OC);
-    be->matmul_backward(dx.get(), dw.get(), nullptr, d_dy.get(), d_x.get(), d_w.get(), N, IC, OC);
-  };
-  both();
-  ASSERT_EQ(y.host(), fresh(w1, true));
-  ASSERT_EQ(dx.host(), fresh(w1, false));
-  ASSERT_NE(fresh(w1, true), fresh(w2, true));
-  be->copy_to_device(d_w.get(), w2.data(), w2.size() * sizeof(float));
-  both();
-  EXPECT_EQ(y.host(), fresh(w1, true)) << "the forward copy was remade without weights_changed()";
-  EXPECT_EQ(dx.host(), fresh(w1, false)) << "the backward copy was remade without weights_changed()";
-  be->weights_changed();
-  both();
-  EXPECT_EQ(y.host(), fresh(w2, true)) << "a stale forward copy after weights_changed()";
-  EXPECT_EQ(dx.host(), fresh(w2, false)) << "a stale backward copy after weights_changed()";
 }
 
 // training.int8_weight_gradient: dW += the tiled int8 scheme (cpu_matmul_int8.h), bitwise: per tile of 256 tokens, x's

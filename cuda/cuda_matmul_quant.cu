@@ -1,13 +1,16 @@
-// CUDA backend: the dense layers' int8 products under matmul precision int8 (backend.h), bit for bit the CPU
-// backend's (backend/cpu/cpu_matmul_int8.h). Each product is three launches: the operands quantized (cuda_quant.cuh;
-// the weight's copies once per step, by the caller), cuBLAS's int8 GEMM (int8 inputs, exact int32 sums on the int8
-// tensor cores), and an epilogue that scales each int32 sum by its row's and its column's scale, adds the bias (or the
-// earlier value) and stores the result, each operation rounded on its own in the CPU's order.
+// CUDA backend: the dense layers' quantized products under matmul precisions int8 and fp8 (backend.h): int8 bit for bit
+// the CPU backend's (backend/cpu/cpu_matmul_int8.h), fp8 the same codes and scales as its (cpu_matmul_fp8.h) with the
+// tensor cores' sums. Each product is three launches: the operands quantized (cuda_quant.cuh; the weight's copies once
+// per step, by the caller), the GEMM (cuBLAS's int8 one, exact int32 sums on the int8 tensor cores; cuBLASLt's fp8
+// one, fp32 sums, cuda_gemm_fp8.cu), and an epilogue that scales each sum by its row's and its column's scale (or the
+// tensors' one scale each), adds the bias (or the earlier value) and stores the result, each operation rounded on its
+// own in the CPU's order.
 //
-// cuBLAS takes int8 on the tensor cores only in its "TN" form (A transposed, B not: both operands with the summed
-// dimension contiguous), with m, k and the leading dimensions multiples of 4: so every quantized operand here is laid
-// out with the summed dimension contiguous and padded with zeros to a multiple of kQuantPad, and A's rows (the GEMM's
-// m) are padded too; zeros add nothing to the sums, and the epilogue reads only the real rows and columns.
+// cuBLAS and cuBLASLt take int8 and fp8 on the tensor cores only in the "TN" form (A transposed, B not: both operands
+// with the summed dimension contiguous), with sizes and leading dimensions multiples of 4 (int8) or 16 (fp8): so every
+// quantized operand here is laid out with the summed dimension contiguous and padded with zeros to a multiple of
+// kQuantPad, and the GEMM's other dimensions are padded too; zeros add nothing to the sums, and the epilogue reads only
+// the real rows and columns.
 #include <cublas_v2.h>
 
 #include <algorithm>

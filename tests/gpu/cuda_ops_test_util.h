@@ -75,6 +75,37 @@ inline void expect_close_bf16(const std::string& what, const Halves& got, const 
   EXPECT_LE(differ, got.size() / 100) << what << ": " << differ << " of " << got.size() << " stored values differ";
 }
 
+// A dense weight's quantized copies (int8 or fp8) on one backend: the forward output with weight w; after w is
+// overwritten in place by w2 without Backend::weights_changed (the stale copy's output); after it; and, with
+// `unscaled`, after fp8's scaling is turned off (and on again). The copy bytes are read while the copies exist.
+struct WeightCopyRuns {
+  Floats before, stale, after, unscaled;
+  size_t copy_bytes = 0;
+};
+inline WeightCopyRuns weight_copy_runs(Backend& be, const Floats& x, const Floats& w, const Floats& w2, int N, int IC,
+                                       int OC, bool unscaled) {
+  WeightCopyRuns r;
+  FBuf xi(be, x), wi(be, w), o(be, Floats(size_t(N) * OC));
+  auto forward = [&] {
+    be.matmul_forward(o.get(), xi.get(), wi.get(), nullptr, N, IC, OC);
+    return o.host();
+  };
+  r.before = forward();
+  be.copy_to_device(wi.get(), w2.data(), w2.size() * sizeof(float));
+  r.stale = forward();
+  r.copy_bytes = be.quantized_weight_copy_bytes();
+  be.weights_changed();
+  r.after = forward();
+  if (unscaled) {
+    be.set_fp8_scaling(false);
+    be.weights_changed();
+    r.unscaled = forward();
+    be.set_fp8_scaling(true);
+  }
+  be.weights_changed();
+  return r;
+}
+
 // Attention shapes (B, T, C, NH), named B<B>_T<T>_C<C>_NH<NH>.
 struct AttnShape {
   int B, T, C, NH;

@@ -76,31 +76,17 @@ TEST_F(CudaOpsMatmulFp8, WeightCopiesAndUnscaledCasts) {
   const int N = 20, IC = 32, OC = 48;
   Rng rng(52);
   const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), w2 = rng.normal(w.size());
-  Floats before[2], stale[2], after[2], unscaled[2];
+  WeightCopyRuns r[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
-    FBuf xi(*be[k], x), wi(*be[k], w), o(*be[k], Floats(size_t(N) * OC));
-    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), nullptr, N, IC, OC);
-    before[k] = o.host();
-    be[k]->copy_to_device(wi.get(), w2.data(), w2.size() * sizeof(float));
-    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), nullptr, N, IC, OC);
-    stale[k] = o.host();
-    EXPECT_GE(be[k]->quantized_weight_copy_bytes(), size_t(IC) * OC) << be[k]->name();
-    be[k]->weights_changed();
-    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), nullptr, N, IC, OC);
-    after[k] = o.host();
-    be[k]->set_fp8_scaling(false);
-    be[k]->weights_changed();
-    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), nullptr, N, IC, OC);
-    unscaled[k] = o.host();
-    be[k]->set_fp8_scaling(true);
-    be[k]->weights_changed();
+    r[k] = weight_copy_runs(*be[k], x, w, w2, N, IC, OC, true);
+    EXPECT_GE(r[k].copy_bytes, size_t(IC) * OC) << be[k]->name();
   }
-  expect_close("before", before[1], before[0], fp8_tol(IC, before[0]));
-  expect_bitwise("stale copy", stale[1], before[1]);
-  expect_close("after weights_changed", after[1], after[0], fp8_tol(IC, after[0]));
-  EXPECT_GT(std::fabs(after[1][0] - before[1][0]), 1e-3);
-  expect_close("unscaled", unscaled[1], unscaled[0], fp8_tol(IC, unscaled[0]));
+  expect_close("before", r[1].before, r[0].before, fp8_tol(IC, r[0].before));
+  expect_bitwise("stale copy", r[1].stale, r[1].before);
+  expect_close("after weights_changed", r[1].after, r[0].after, fp8_tol(IC, r[0].after));
+  EXPECT_GT(std::fabs(r[1].after[0] - r[1].before[0]), 1e-3);
+  expect_close("unscaled", r[1].unscaled, r[0].unscaled, fp8_tol(IC, r[0].unscaled));
 }
 
 }  // namespace

@@ -74,25 +74,16 @@ TEST_P(CudaOpsMatmulInt8, WeightCopiesLastUntilTheWeightsChange) {
   const int N = 20, IC = 32, OC = 48;
   Rng rng(42);
   const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), w2 = rng.normal(w.size());
-  Floats before[2], stale[2], after[2];
+  WeightCopyRuns r[2];
   Backend* be[2] = {cpu.get(), gpu.get()};
   for (int k = 0; k < 2; ++k) {
-    FBuf xi(*be[k], x), wi(*be[k], w), o(*be[k], Floats(size_t(N) * OC));
-    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), nullptr, N, IC, OC);
-    before[k] = o.host();
-    be[k]->copy_to_device(wi.get(), w2.data(), w2.size() * sizeof(float));
-    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), nullptr, N, IC, OC);
-    stale[k] = o.host();
-    EXPECT_GT(be[k]->quantized_weight_copy_bytes(), size_t(IC) * OC) << be[k]->name();
-    be[k]->weights_changed();
-    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), nullptr, N, IC, OC);
-    after[k] = o.host();
-    be[k]->weights_changed();
+    r[k] = weight_copy_runs(*be[k], x, w, w2, N, IC, OC, false);
+    EXPECT_GT(r[k].copy_bytes, size_t(IC) * OC) << be[k]->name();
   }
-  expect_bitwise("before", before[1], before[0]);
-  expect_bitwise("stale copy", stale[1], before[1]);
-  expect_bitwise("after weights_changed", after[1], after[0]);
-  EXPECT_NE(after[1], before[1]);
+  expect_bitwise("before", r[1].before, r[0].before);
+  expect_bitwise("stale copy", r[1].stale, r[1].before);
+  expect_bitwise("after weights_changed", r[1].after, r[0].after);
+  EXPECT_NE(r[1].after, r[1].before);
 }
 
 // The MLP's second layer: the gradient at the GELU's input formed in fp32 (a bf16-stored dout widened first), then the

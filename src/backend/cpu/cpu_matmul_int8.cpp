@@ -5,26 +5,47 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_gemm_int8.h"
 
 namespace ember::cpu {
 
+namespace {
+
+// row[n] = (row[n] * sa) * sb[n] (+ bias[n] where bias is set), over n in [0, N).
+EMBER_CPU_CLONES void scale_row(float* row, int N, float sa, const float* sb, const float* bias) {
+  if (bias) {
+#pragma omp simd
+    for (int n = 0; n < N; ++n) row[n] = row[n] * sa * sb[n] + bias[n];
+  } else {
+#pragma omp simd
+    for (int n = 0; n < N; ++n) row[n] = row[n] * sa * sb[n];
+  }
+}
+
+// dw[o] += (a[o] * sx) * sd[o], over o in [0, OC).
+EMBER_CPU_CLONES void accumulate_scaled(float* dw, const float* a, int OC, float sx, const float* sd) {
+#pragma omp simd
+  for (int o = 0; o < OC; ++o) dw[o] += a[o] * sx * sd[o];
+}
+
+}  // namespace
+
 void int8_product_rows(float* out, const int8_t* qa, const float* a_scales, const int8_t* qb, bool b_transposed,
                        const float* b_scales, TensorIn bias, int R, int K, int N) {
   gemm_s8(false, b_transposed, R, N, K, qa, K, qb, b_transposed ? K : N, out, N);
+  // A bf16 bias widened once (its values are exact in fp32).
+  thread_local std::vector<float> widened;
   const float* bias32 = bias.f32();
-  const BFloat16* bias16 = bias.b16();
-#pragma omp parallel for schedule(static) if (size_t(R) * N >= kMinParallelWork)
-  for (int r = 0; r < R; ++r) {
-    float* row = out + size_t(r) * N;
-    const float sa = a_scales[r];
-    for (int n = 0; n < N; ++n) {
-      const float scaled = row[n] * sa * b_scales[n];
-      row[n] = bias32 ? scaled + bias32[n] : bias16 ? scaled + from_bf16(bias16[n]) : scaled;
-    }
+  if (bias.bf16) {
+    widened.resize(size_t(N));
+    for (int n = 0; n < N; ++n) widened[size_t(n)] = from_bf16(bias.b16()[n]);
+    bias32 = widened.data();
   }
+#pragma omp parallel for schedule(static) if (size_t(R) * N >= kMinParallelWork)
+  for (int r = 0; r < R; ++r) scale_row(out + size_t(r) * N, N, a_scales[r], b_scales, bias32);
 }
 
 void int8_weight_gradient(float* dweight, const float* x, const float* dout, int N, int IC, int OC,
@@ -48,8 +69,7 @@ void int8_weight_gradient(float* dweight, const float* x, const float* dout, int
     const float* sd = qd.scales.data();
     const float* a = acc.data();
 #pragma omp parallel for schedule(static) if (size_t(IC) * OC >= kMinParallelWork)
-    for (int i = 0; i < IC; ++i)
-      for (int o = 0; o < OC; ++o) dweight[size_t(i) * OC + o] += a[size_t(i) * OC + o] * sx[i] * sd[o];
+    for (int i = 0; i < IC; ++i) accumulate_scaled(dweight + size_t(i) * OC, a + size_t(i) * OC, OC, sx[i], sd);
   }
 }
 

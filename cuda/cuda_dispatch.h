@@ -250,8 +250,9 @@ inline void matmul_forward(const OpContext& ctx, TensorOut out,  // (N, OC)
                            int N, int IC, int OC) {
   if (ctx.int8_products()) {
     const Int8WeightCopy w = ctx.quant.copies->int8(ctx.resources, weight, IC, OC, true, ctx.stream);
-    const size_t bytes = matmul_int8_forward_scratch_bytes(N, IC, OC);
-    launch_matmul_forward_int8(out, inp, w, bias, N, IC, OC, ctx.cublas, ctx.scratch(bytes), bytes, ctx.stream);
+    const bool fused = int8_products_fused(ctx.compute_major);
+    const size_t bytes = matmul_int8_forward_scratch_bytes(N, IC, OC, fused);
+    launch_matmul_forward_int8(out, inp, w, bias, N, IC, OC, fused, ctx.cublas, ctx.scratch(bytes), bytes, ctx.stream);
     return;
   }
   if (ctx.fp8_products()) {
@@ -275,10 +276,11 @@ inline void matmul_backward(const OpContext& ctx, TensorOut dinp,  // (N, IC) =
                             int N, int IC, int OC) {
   if (ctx.int8_products()) {
     const Int8WeightCopy w = ctx.quant.copies->int8(ctx.resources, weight, IC, OC, false, ctx.stream);
+    const bool fused = int8_products_fused(ctx.compute_major);
     const size_t bytes = matmul_int8_backward_scratch_bytes(dout, inp, dbias != nullptr, ctx.quant.int8_weight_gradient,
-                                                            N, IC, OC, ctx.dout_block_bytes);
+                                                            N, IC, OC, fused, ctx.dout_block_bytes);
     launch_matmul_backward_int8(dinp, dweight, dbias, dout, inp, w, N, IC, OC, ctx.quant.dither,
-                                ctx.quant.int8_weight_gradient, ctx.cublas, ctx.lt, ctx.bias_grad,
+                                ctx.quant.int8_weight_gradient, fused, ctx.cublas, ctx.lt, ctx.bias_grad,
                                 ctx.bias_grad_capacity, ctx.scratch(bytes), bytes, ctx.stream);
     return;
   }
@@ -310,9 +312,10 @@ inline void matmul_gelu_backward(const OpContext& ctx, TensorOut dinp,  // (N, I
     // The gradient in fp32: over dout itself, or over dout widened into the front of the scratch (the backward pass's
     // own scratch then follows it, taken with an offset by the same scratch call).
     const size_t n = size_t(N) * OC, widened = dout.bf16 ? piece_bytes(n * sizeof(float)) : 0;
+    const bool fused = int8_products_fused(ctx.compute_major);
     const size_t rest = ctx.int8_products() ? matmul_int8_backward_scratch_bytes(dout.f32(), inp, dbias != nullptr,
                                                                                  ctx.quant.int8_weight_gradient, N, IC,
-                                                                                 OC, ctx.dout_block_bytes)
+                                                                                 OC, fused, ctx.dout_block_bytes)
                                             : matmul_fp8_backward_scratch_bytes(dbias != nullptr, N, IC, OC);
     char* scratch = static_cast<char*>(ctx.scratch(widened + rest));
     float* g = dout.bf16 ? reinterpret_cast<float*>(scratch) : dout.f32();
@@ -321,8 +324,8 @@ inline void matmul_gelu_backward(const OpContext& ctx, TensorOut dinp,  // (N, I
     if (ctx.int8_products())
       launch_matmul_backward_int8(dinp, dweight, dbias, g, inp,
                                   ctx.quant.copies->int8(ctx.resources, weight, IC, OC, false, ctx.stream), N, IC, OC,
-                                  ctx.quant.dither, ctx.quant.int8_weight_gradient, ctx.cublas, ctx.lt, ctx.bias_grad,
-                                  ctx.bias_grad_capacity, scratch + widened, rest, ctx.stream);
+                                  ctx.quant.dither, ctx.quant.int8_weight_gradient, fused, ctx.cublas, ctx.lt,
+                                  ctx.bias_grad, ctx.bias_grad_capacity, scratch + widened, rest, ctx.stream);
     else
       launch_matmul_backward_fp8(
           dinp, dweight, dbias, g, inp,
@@ -347,8 +350,9 @@ inline void matmul_forward_transposed(const OpContext& ctx, TensorOut out,  // (
                                       int N, int C, int V) {
   if (ctx.int8_products() && ctx.quant.int8_lm_head) {  // wte (V, C) per row is the forward product's copy layout
     const Int8WeightCopy w = ctx.quant.copies->int8(ctx.resources, wte, V, C, false, ctx.stream);
-    const size_t bytes = matmul_int8_forward_scratch_bytes(N, C, V);
-    launch_matmul_forward_int8(out, inp, w, nullptr, N, C, V, ctx.cublas, ctx.scratch(bytes), bytes, ctx.stream);
+    const bool fused = int8_products_fused(ctx.compute_major);
+    const size_t bytes = matmul_int8_forward_scratch_bytes(N, C, V, fused);
+    launch_matmul_forward_int8(out, inp, w, nullptr, N, C, V, fused, ctx.cublas, ctx.scratch(bytes), bytes, ctx.stream);
     return;
   }
   const size_t bytes = matmul_forward_transposed_scratch_bytes(ctx, inp, N, C, V);

@@ -4,7 +4,8 @@
 // per step, by the caller), the GEMM (cuBLAS's int8 one, exact int32 sums on the int8 tensor cores; cuBLASLt's fp8
 // one, fp32 sums, cuda_gemm_fp8.cu), and an epilogue that scales each sum by its row's and its column's scale (or the
 // tensors' one scale each), adds the bias (or the earlier value) and stores the result, each operation rounded on its
-// own in the CPU's order.
+// own in the CPU's order. From sm_80 the int8 products are two launches: the GEMM and its epilogue are one kernel
+// (cuda_gemm_s8.cuh: mma.sync with the scales applied in registers), so no int32 product passes through memory.
 //
 // cuBLAS and cuBLASLt take int8 and fp8 on the tensor cores only in the "TN" form (A transposed, B not: both operands
 // with the summed dimension contiguous), with sizes and leading dimensions multiples of 4 (int8) or 16 (fp8): so every
@@ -19,6 +20,7 @@
 #include "core/error.h"
 #include "cuda_check.h"
 #include "cuda_common.cuh"
+#include "cuda_gemm_s8.cuh"
 #include "cuda_ops.h"
 
 namespace ember {
@@ -36,6 +38,34 @@ void gemm_s8(cublasHandle_t handle, int m, int n, int k, const int8_t* a, int ld
   const int32_t alpha = 1, beta = 0;
   EMBER_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_8I, lda, b, CUDA_R_8I,
                                   ldb, &beta, c, CUDA_R_32I, ldc, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+}
+
+// out (M, Nc) with leading dimension ldo = the int8 product of A (M, K) and B (Nc, K) with its scales, bias or
+// accumulation applied in one kernel (cuda_gemm_s8.cuh); K and the leading dimensions are multiples of kQuantPad.
+void gemm_s8_scaled(TensorOut out, int ldo, const int8_t* a, int lda, const int8_t* b, int ldb, const float* row_scales,
+                    const float* col_scales, TensorIn bias, int M, int Nc, int K, bool accumulate,
+                    cudaStream_t stream) {
+  EMBER_ASSERT(K % kQuantPad == 0 && lda % kQuantPad == 0 && ldb % kQuantPad == 0,
+               "int8 GEMM: k and the leading dimensions must be multiples of 16");
+  EMBER_ASSERT(!accumulate || (!out.bf16 && !bias.ptr), "int8 GEMM: it accumulates into fp32, no bias");
+  const double out_bytes = out.bf16 ? 2.0 : 4.0, mn = double(M) * Nc;
+  report_launch(accumulate ? "gemm_s8_scaled+accumulate" : "gemm_s8_scaled",
+                double(M) * K + double(Nc) * K + 4.0 * (M + Nc) + (bias.ptr ? out_bytes * Nc : 0.0) +
+                    (accumulate ? 4.0 * mn : 0.0),
+                out_bytes * mn, 2.0 * mn * K, /*gemm=*/true, /*tensor_cores=*/true, /*int8=*/true);
+  const dim3 grid(unsigned((Nc + kS8Tile - 1) / kS8Tile), unsigned((M + kS8Tile - 1) / kS8Tile));
+  const float* b32 = bias.ptr && !bias.bf16 ? bias.f32() : nullptr;
+  const __nv_bfloat16* b16 = bias.ptr && bias.bf16 ? device_bf16(bias) : nullptr;
+  if (accumulate)
+    EMBER_KERNEL_LAUNCH((gemm_s8_scaled_kernel<float, true>), grid, kS8Threads, stream, out.f32(), ldo, a, lda, b, ldb,
+                        row_scales, col_scales, b32, b16, M, Nc, K);
+  else if (out.bf16)
+    EMBER_KERNEL_LAUNCH((gemm_s8_scaled_kernel<__nv_bfloat16, false>), grid, kS8Threads, stream, device_bf16(out), ldo,
+                        a, lda, b, ldb, row_scales, col_scales, b32, b16, M, Nc, K);
+  else
+    EMBER_KERNEL_LAUNCH((gemm_s8_scaled_kernel<float, false>), grid, kS8Threads, stream, out.f32(), ldo, a, lda, b, ldb,
+                        row_scales, col_scales, b32, b16, M, Nc, K);
+  EMBER_CUDA_LAUNCH_CHECK();
 }
 
 // out (rows, cols) = (float(acc[r, c]) * row_scales[r]) * col_scales[c], plus the bias (fp32 or bf16, or neither) or,
@@ -107,11 +137,11 @@ struct Carve {
 size_t operand_bytes(size_t rows, int k) { return piece_bytes(rows * size_t(quant_padded(k))) + piece_bytes(4 * rows); }
 
 // The weight gradient's tiles: a tile's x and dout quantized per channel (transposed: IC and OCp rows of the tile's
-// padded token count) and its int32 product (IC x OCp).
-size_t weight_gradient_int8_bytes(int IC, int OC) {
+// padded token count) and, unless fused, its int32 product (IC x OCp).
+size_t weight_gradient_int8_bytes(int IC, int OC, bool fused) {
   const int k = quant_padded(kInt8WeightGradientTile);
   return piece_bytes(size_t(IC) * k) + piece_bytes(4 * size_t(IC)) + piece_bytes(size_t(quant_padded(OC)) * k) +
-         piece_bytes(4 * size_t(OC)) + piece_bytes(4 * size_t(IC) * quant_padded(OC));
+         piece_bytes(4 * size_t(OC)) + (fused ? 0 : piece_bytes(4 * size_t(IC) * quant_padded(OC)));
 }
 
 }  // namespace
@@ -136,12 +166,12 @@ void launch_int8_weight_copy(Int8WeightCopy copy, TensorIn weight, int IC, int O
                               stream);
 }
 
-size_t matmul_int8_forward_scratch_bytes(int N, int IC, int OC) {
-  return operand_bytes(size_t(N), IC) + piece_bytes(4 * size_t(N) * quant_padded(OC));
+size_t matmul_int8_forward_scratch_bytes(int N, int IC, int OC, bool fused) {
+  return operand_bytes(size_t(N), IC) + (fused ? 0 : piece_bytes(4 * size_t(N) * quant_padded(OC)));
 }
 
 void launch_matmul_forward_int8(TensorOut out, TensorIn inp, Int8WeightCopy weight, TensorIn bias, int N, int IC,
-                                int OC, cublasHandle_t handle, void* scratch, size_t scratch_bytes,
+                                int OC, bool fused, cublasHandle_t handle, void* scratch, size_t scratch_bytes,
                                 cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_forward: N, IC and OC must be positive");
   EMBER_ASSERT(!bias.ptr || bias.bf16 == out.bf16, "matmul_forward: the bias must be stored as out is");
@@ -149,36 +179,46 @@ void launch_matmul_forward_int8(TensorOut out, TensorIn inp, Int8WeightCopy weig
   Carve s{static_cast<char*>(scratch), scratch_bytes};
   auto* qx = s.take<int8_t>(size_t(N) * ICp);
   auto* sx = s.take<float>(size_t(N));
-  auto* acc = s.take<int32_t>(size_t(N) * OCp);
-  // inp's bf16 values per token row, to nearest; out^T (OCp, N) = Wq^T (OCp, ICp) @ qx^T (ICp, N).
+  // inp's bf16 values per token row, to nearest; out (N, OC) = qx (N, ICp) @ Wq^T, Wq^T stored (OCp, ICp).
   launch_quantize_int8_rows(qx, ICp, N, sx, inp, N, IC, true, nullptr, stream);
+  if (fused) {
+    gemm_s8_scaled(out, OC, qx, ICp, weight.q, ICp, sx, weight.scales, bias, N, OC, ICp, false, stream);
+    return;
+  }
+  auto* acc = s.take<int32_t>(size_t(N) * OCp);  // out^T (OCp, N) = Wq^T (OCp, ICp) @ qx^T (ICp, N) in cuBLAS's terms
   gemm_s8(handle, OCp, N, ICp, weight.q, ICp, qx, ICp, acc, OCp);
   quantized_epilogue(out, acc, OCp, {sx, false}, {weight.scales, false}, bias, N, OC, false, stream);
 }
 
 size_t matmul_int8_backward_scratch_bytes(TensorIn dout, TensorIn inp, bool dbias, bool int8_weight_gradient, int N,
-                                          int IC, int OC, size_t dout_block_bytes) {
-  size_t bytes = operand_bytes(size_t(N), OC) + piece_bytes(4 * size_t(N) * quant_padded(IC));
+                                          int IC, int OC, bool fused, size_t dout_block_bytes) {
+  size_t bytes = operand_bytes(size_t(N), OC) + (fused ? 0 : piece_bytes(4 * size_t(N) * quant_padded(IC)));
   if (int8_weight_gradient)
-    return bytes + weight_gradient_int8_bytes(IC, OC) + (dbias ? column_sum_scratch_bytes(N, OC) : 0);
+    return bytes + weight_gradient_int8_bytes(IC, OC, fused) + (dbias ? column_sum_scratch_bytes(N, OC) : 0);
   // The weight gradient in bf16: launch_matmul_backward's scratch without the weight's copy.
   return bytes + matmul_scratch_bytes(true, inp, size_t(N) * IC, 0, N, OC, dout.bf16, dbias, dout_block_bytes);
 }
 
 void launch_matmul_backward_int8(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp,
                                  Int8WeightCopy weight, int N, int IC, int OC, const DitherKey* dither,
-                                 bool int8_weight_gradient, cublasHandle_t handle, LtGemm* lt, float* bias_grad,
-                                 size_t bias_grad_capacity, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+                                 bool int8_weight_gradient, bool fused, cublasHandle_t handle, LtGemm* lt,
+                                 float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
+                                 cudaStream_t stream) {
   EMBER_ASSERT(N > 0 && IC > 0 && OC > 0, "matmul_backward: N, IC and OC must be positive");
   const int ICp = quant_padded(IC), OCp = quant_padded(OC);
   Carve s{static_cast<char*>(scratch), scratch_bytes};
   auto* qd = s.take<int8_t>(size_t(N) * OCp);
   auto* sd = s.take<float>(size_t(N));
-  auto* acc = s.take<int32_t>(size_t(N) * ICp);
-  // dout's bf16 values per token row, dithered (or to nearest); dinp^T (ICp, N) = Wq (ICp, OCp) @ qd^T (OCp, N).
+  // dout's bf16 values per token row, dithered (or to nearest); dinp (N, IC) = qd (N, OCp) @ Wq^T, Wq stored (ICp,
+  // OCp).
   launch_quantize_int8_rows(qd, OCp, N, sd, dout, N, OC, true, dither, stream);
-  gemm_s8(handle, ICp, N, OCp, weight.q, OCp, qd, OCp, acc, ICp);
-  quantized_epilogue(dinp, acc, ICp, {sd, false}, {weight.scales, false}, nullptr, N, IC, false, stream);
+  if (fused) {
+    gemm_s8_scaled(dinp, IC, qd, OCp, weight.q, OCp, sd, weight.scales, nullptr, N, IC, OCp, false, stream);
+  } else {
+    auto* acc = s.take<int32_t>(size_t(N) * ICp);  // dinp^T (ICp, N) = Wq (ICp, OCp) @ qd^T (OCp, N)
+    gemm_s8(handle, ICp, N, OCp, weight.q, OCp, qd, OCp, acc, ICp);
+    quantized_epilogue(dinp, acc, ICp, {sd, false}, {weight.scales, false}, nullptr, N, IC, false, stream);
+  }
   if (!int8_weight_gradient) {  // dweight and dbias as under bf16, from the rest of the scratch
     launch_matmul_backward(TensorOut(), dweight, dbias, dout, nullptr, inp, nullptr, N, IC, OC, true, handle, lt,
                            bias_grad, bias_grad_capacity, s.at, s.left, stream);
@@ -192,12 +232,16 @@ void launch_matmul_backward_int8(TensorOut dinp, float* dweight, float* dbias, T
   auto* sxt = s.take<float>(size_t(IC));
   auto* qdt = s.take<int8_t>(size_t(OCp) * k);
   auto* sdt = s.take<float>(size_t(OC));
-  auto* wacc = s.take<int32_t>(size_t(IC) * OCp);
+  auto* wacc = fused ? nullptr : s.take<int32_t>(size_t(IC) * OCp);
   for (int t0 = 0; t0 < N; t0 += kInt8WeightGradientTile) {
     const int R = std::min(kInt8WeightGradientTile, N - t0), kt = quant_padded(R);
     launch_quantize_int8_columns_transposed(qxt, kt, IC, sxt, inp.at(size_t(t0) * IC), R, IC, true, nullptr, 0, stream);
     launch_quantize_int8_columns_transposed(qdt, kt, OCp, sdt, dout.at(size_t(t0) * OC), R, OC, true, dither,
                                             uint64_t(N) * OC + uint64_t(t0) * OC, stream);
+    if (fused) {  // dweight (IC, OC) += qx_tile^T (IC, kt) @ qd_tile (kt, OC), both stored transposed
+      gemm_s8_scaled(TensorOut(dweight), OC, qxt, kt, qdt, kt, sxt, sdt, nullptr, IC, OC, kt, true, stream);
+      continue;
+    }
     gemm_s8(handle, OCp, IC, kt, qdt, kt, qxt, kt, wacc, OCp);
     quantized_epilogue(TensorOut(dweight), wacc, OCp, {sxt, false}, {sdt, false}, nullptr, IC, OC, true, stream);
   }

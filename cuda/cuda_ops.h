@@ -196,21 +196,25 @@ size_t int8_weight_copy_bytes(int IC, int OC, bool forward);
 // The copy whose int8_weight_copy_bytes start at `at`.
 Int8WeightCopy int8_weight_copy_at(char* at, int IC, int OC, bool forward);
 void launch_int8_weight_copy(Int8WeightCopy copy, TensorIn weight, int IC, int OC, bool forward, cudaStream_t stream);
+// Each product either `fused` (sm_80 and newer: int8_products_fused) in one kernel that applies the scales in
+// registers (cuda_gemm_s8.cuh), or as cuBLAS's int8 GEMM into int32 scratch and an epilogue pass.
+inline bool int8_products_fused(int compute_major) { return compute_major >= 8; }
 // The forward product: inp's bf16 values quantized per token row (to nearest), out = (float(sum) * s_inp) * s_w + bias.
-size_t matmul_int8_forward_scratch_bytes(int N, int IC, int OC);
+size_t matmul_int8_forward_scratch_bytes(int N, int IC, int OC, bool fused);
 void launch_matmul_forward_int8(TensorOut out, TensorIn inp, Int8WeightCopy weight, TensorIn bias, int N, int IC,
-                                int OC, cublasHandle_t handle, void* scratch, size_t scratch_bytes,
+                                int OC, bool fused, cublasHandle_t handle, void* scratch, size_t scratch_bytes,
                                 cudaStream_t stream);
 // The backward pass: dinp from dout's bf16 values quantized per row (dithered under *dither, else to nearest) and the
 // weight's input-gradient copy; dweight and dbias as launch_matmul_backward's under bf16 or, with
 // `int8_weight_gradient`, dweight in int8 over tiles of kInt8WeightGradientTile tokens (core/int8_quant.h) and dbias
 // the column sum of dout's values.
 size_t matmul_int8_backward_scratch_bytes(TensorIn dout, TensorIn inp, bool dbias, bool int8_weight_gradient, int N,
-                                          int IC, int OC, size_t dout_block_bytes);
+                                          int IC, int OC, bool fused, size_t dout_block_bytes);
 void launch_matmul_backward_int8(TensorOut dinp, float* dweight, float* dbias, TensorIn dout, TensorIn inp,
                                  Int8WeightCopy weight, int N, int IC, int OC, const DitherKey* dither,
-                                 bool int8_weight_gradient, cublasHandle_t handle, LtGemm* lt, float* bias_grad,
-                                 size_t bias_grad_capacity, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+                                 bool int8_weight_gradient, bool fused, cublasHandle_t handle, LtGemm* lt,
+                                 float* bias_grad, size_t bias_grad_capacity, void* scratch, size_t scratch_bytes,
+                                 cudaStream_t stream);
 
 // The dense layers' fp8 products (cuda_matmul_quant.cu), as the CPU backend's (backend.h) save for the GEMMs' sums
 // (the tensor cores' own order and accumulation). All three GEMM dimensions are padded to kQuantPad. A weight's fp8

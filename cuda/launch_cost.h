@@ -13,7 +13,7 @@ struct LaunchCost {
   double read_bytes = 0.0;
   double write_bytes = 0.0;
   double flops = 0.0;
-  bool gemm = false;          // cuBLAS or cuBLASLt
+  bool gemm = false;          // a matrix product: cuBLAS or cuBLASLt, or the scaled int8 GEMM kernel
   bool tensor_cores = false;  // the FLOPs run on the tensor cores (bf16 GEMMs, the tensor-core attention)
   bool int8 = false;          // ... and in int8 (the int8 GEMMs: integer operations, at the int8 peak)
   bool fp8 = false;           // ... or in fp8 (the fp8 GEMMs, at the fp8 peak with fp32 accumulation)

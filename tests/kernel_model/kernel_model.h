@@ -4,7 +4,8 @@
 // Include this header first in its translation unit, then the kernels (cuda/*.cu or cuda/*.cuh). It defines
 // EMBER_KERNEL_MODEL, under which EMBER_KERNEL_LAUNCH (cuda_common.cuh) calls launch() below and
 // EMBER_CUDA_LAUNCH_CHECK does nothing, and EMBER_TC_EMULATION, under which mma.sync, ldmatrix and cp.async are
-// emulated_mma_bf16(), emulated_ldmatrix_x4() and emulated_cp_async_16() with its commit and wait.
+// emulated_mma_bf16() and emulated_mma_s8(), emulated_ldmatrix_x4() and emulated_cp_async_16() with its commit and
+// wait.
 //
 // The model: blocks run one after another; the threads of a block are fibers on the calling thread,
 // switched only at __syncthreads and at warp-wide operations, so shared memory (`__shared__` becomes `static`) and
@@ -14,8 +15,9 @@
 // memory among the live lanes of the warp, all of which must take part (as the full mask the kernels pass requires). A
 // barrier that can never complete (some threads wait where the others never arrive) aborts with a message. mma.sync
 // m16n8k16 (bf16 inputs, fp32 accumulation) places its fragments as the PTX ISA lays them out
-// (cuda/cuda_attention_tc_tiles.cuh) and sums the exact bf16 products in k order in fp32; ldmatrix gathers the rows the
-// lanes point at into the same fragments. cp.async is modelled at its two extremes at once: the destination turns to
+// (cuda/cuda_attention_tc_tiles.cuh) and sums the exact bf16 products in k order in fp32, and m16n8k32 (int8,
+// cuda/cuda_gemm_s8.cuh) sums exactly in int32; ldmatrix gathers the rows the lanes point at into the same fragments.
+// cp.async is modelled at its two extremes at once: the destination turns to
 // NaN when the copy is issued (as if the hardware wrote it at once, with garbage to catch a reader that still wanted
 // the old contents) and receives the data only at the cp.async.wait_group that covers it (as if the hardware were as
 // late as it may be), so a read between the two, by this thread or by one a missing barrier lets through, is wrong.
@@ -359,6 +361,35 @@ inline void emulated_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
     float acc = d[e];
     for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
     d[e] = acc;
+  }
+}
+
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 for the calling lane, as emulated_mma_bf16 does it: A (16 x 32) and B
+// (32 x 8) rebuilt from every lane's four-int8 registers (lowest index in the lowest byte), the sums exact (int64
+// here, wrapped to int32 as the hardware's accumulators wrap).
+inline void emulated_mma_s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  using namespace ember::kernel_model;
+  const int base = current_warp_base(), lane = current_lane();
+  sched.mma[size_t(base + lane)] = {a[0], a[1], a[2], a[3], b0, b1};
+  warp_sync();
+  int8_t A[16][32], B[32][8];
+  const auto byte = [](uint32_t u, int j) { return int8_t(uint8_t(u >> (8 * j))); };
+  for (int l = 0; l < kWarp; ++l) {
+    const int g = l / 4, t = l % 4;
+    const auto& r = sched.mma[size_t(base + l)];
+    for (int j = 0; j < 4; ++j) {
+      A[g][4 * t + j] = byte(r[0], j), A[g + 8][4 * t + j] = byte(r[1], j);
+      A[g][16 + 4 * t + j] = byte(r[2], j), A[g + 8][16 + 4 * t + j] = byte(r[3], j);
+      B[4 * t + j][g] = byte(r[4], j), B[16 + 4 * t + j][g] = byte(r[5], j);
+    }
+  }
+  warp_sync();
+  const int g = lane / 4, t = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + (e / 2) * 8, col = 2 * t + (e & 1);
+    int64_t acc = d[e];
+    for (int k = 0; k < 32; ++k) acc += int64_t(A[row][k]) * B[k][col];
+    d[e] = int32_t(uint32_t(uint64_t(acc)));
   }
 }
 

@@ -1,7 +1,7 @@
 // The CUDA backend's adapter decisions (cuda/cuda_dispatch.h) at emulated compute capabilities before and after
 // sm_80, run by the kernel-model backend: which attention kernels bf16 attention takes, that bf16-stored qkv and out
 // before sm_80 go through the fp32 kernels on widened copies and give bit for bit what those kernels give on the
-// widened values, and the checks on AdamW segments.
+// widened values, that the int8 products' two paths are both the CPU's, and the checks on AdamW segments.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -125,6 +125,38 @@ TEST(CudaDispatchModel, Bf16AttentionBeforeSm80RunsTheFp32KernelsOnWidenedCopies
   test::expect_bitwise("sm_90 dqkv stored in bf16", tc.dqkv16, test::rounded_to_bf16(tc.dqkv));
   const Attention tc_rounded_dout = run_attention(*sm90, true, qkv, dout_r, B, T, C, NH);
   test::expect_bitwise("sm_90 dqkv from dout stored in bf16", tc.dqkv_from_dout16, tc_rounded_dout.dqkv);
+}
+
+// The int8 products take one kernel with the scales in registers from sm_80 and cuBLAS's int8 GEMM with an epilogue
+// pass before: both are the CPU's bit for bit, forward, input gradient and int8 weight gradient (dithered), with
+// sizes off every tile and padding boundary (K % 32 == 16, two weight-gradient tiles, the second partial).
+TEST(CudaDispatchModel, Int8ProductsAreTheCpusBeforeAndFromSm80) {
+  EXPECT_FALSE(cuda::int8_products_fused(7));
+  EXPECT_TRUE(cuda::int8_products_fused(8));
+  const int N = 300, IC = 45, OC = 67;
+  test::Rng rng(kSeed, 2);
+  const Floats x = rng.normal(size_t(N) * IC), w = rng.normal(size_t(IC) * OC), bias = rng.normal(OC),
+               dout = rng.normal(size_t(N) * OC), dw0 = rng.normal(w.size());
+  std::unique_ptr<Backend> cpu = make_cpu_backend(), sm75 = make_kernel_model_backend(75),
+                           sm90 = make_kernel_model_backend(90);
+  Floats out[3], dx[3], dw[3];
+  Backend* be[3] = {cpu.get(), sm75.get(), sm90.get()};
+  for (int k = 0; k < 3; ++k) {
+    be[k]->set_matmul_precision(MatmulPrecision::int8);
+    be[k]->set_int8_weight_gradient(true);
+    be[k]->set_gradient_dither(DitherKey{99, 1, 2, 3});
+    FBuf xi(*be[k], x), wi(*be[k], w), bi(*be[k], bias), o(*be[k], Floats(size_t(N) * OC)), g(*be[k], dout),
+        gx(*be[k], Floats(x.size())), gw(*be[k], dw0);
+    be[k]->matmul_forward(o.get(), xi.get(), wi.get(), bi.get(), N, IC, OC);
+    be[k]->matmul_backward(gx.get(), gw.get(), nullptr, g.get(), xi.get(), wi.get(), N, IC, OC);
+    out[k] = o.host(), dx[k] = gx.host(), dw[k] = gw.host();
+  }
+  for (int k = 1; k < 3; ++k) {
+    const std::string sm = k == 1 ? "sm_75 " : "sm_90 ";
+    test::expect_bitwise(sm + "int8 out", out[k], out[0]);
+    test::expect_bitwise(sm + "int8 dinp", dx[k], dx[0]);
+    test::expect_bitwise(sm + "int8 dweight", dw[k], dw[0]);
+  }
 }
 
 // AdamW over segments refuses segments out of order or overlapping, before any kernel runs, at every capability.

@@ -40,31 +40,33 @@ void gemm_s8(cublasHandle_t handle, int m, int n, int k, const int8_t* a, int ld
                                   ldb, &beta, c, CUDA_R_32I, ldc, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
 }
 
-// out (M, Nc) with leading dimension ldo = the int8 product of A (M, K) and B (Nc, K) with its scales, bias or
-// accumulation applied in one kernel (cuda_gemm_s8.cuh); K and the leading dimensions are multiples of kQuantPad.
-void gemm_s8_scaled(TensorOut out, int ldo, const int8_t* a, int lda, const int8_t* b, int ldb, const float* row_scales,
-                    const float* col_scales, TensorIn bias, int M, int Nc, int K, bool accumulate,
-                    cudaStream_t stream) {
-  EMBER_ASSERT(K % kQuantPad == 0 && lda % kQuantPad == 0 && ldb % kQuantPad == 0,
-               "int8 GEMM: k and the leading dimensions must be multiples of 16");
-  EMBER_ASSERT(!accumulate || (!out.bf16 && !bias.ptr), "int8 GEMM: it accumulates into fp32, no bias");
-  const double out_bytes = out.bf16 ? 2.0 : 4.0, mn = double(M) * Nc;
+// out (M, Nc) with leading dimension ldo = the int8 product of A (M, K) and B (Nc, K) with its scales and bias
+// applied in one kernel (cuda_gemm_s8.cuh); or, `accumulate`, out plus the products of `parts` such pairs one after
+// another (the int8 weight gradient's tiles, the last one last_k long), summed in registers. K, last_k and the
+// leading dimensions are multiples of kQuantPad.
+void gemm_s8_scaled(TensorOut out, int ldo, S8Operand a, S8Operand b, TensorIn bias, int M, int Nc, int K, int parts,
+                    int last_k, bool accumulate, cudaStream_t stream) {
+  EMBER_ASSERT(
+      K % kQuantPad == 0 && last_k % kQuantPad == 0 && last_k <= K && a.ld % kQuantPad == 0 && b.ld % kQuantPad == 0,
+      "int8 GEMM: k and the leading dimensions must be multiples of 16");
+  EMBER_ASSERT(accumulate ? !out.bf16 && !bias.ptr : parts == 1, "int8 GEMM: parts accumulate into fp32, with no bias");
+  const double out_bytes = out.bf16 ? 2.0 : 4.0, mn = double(M) * Nc, summed = double(K) * (parts - 1) + last_k;
   report_launch(accumulate ? "gemm_s8_scaled+accumulate" : "gemm_s8_scaled",
-                double(M) * K + double(Nc) * K + 4.0 * (M + Nc) + (bias.ptr ? out_bytes * Nc : 0.0) +
+                (double(M) + Nc) * summed + 4.0 * parts * (M + Nc) + (bias.ptr ? out_bytes * Nc : 0.0) +
                     (accumulate ? 4.0 * mn : 0.0),
-                out_bytes * mn, 2.0 * mn * K, /*gemm=*/true, /*tensor_cores=*/true, /*int8=*/true);
+                out_bytes * mn, 2.0 * mn * summed, /*gemm=*/true, /*tensor_cores=*/true, /*int8=*/true);
   const dim3 grid(unsigned((Nc + kS8Tile - 1) / kS8Tile), unsigned((M + kS8Tile - 1) / kS8Tile));
   const float* b32 = bias.ptr && !bias.bf16 ? bias.f32() : nullptr;
   const __nv_bfloat16* b16 = bias.ptr && bias.bf16 ? device_bf16(bias) : nullptr;
   if (accumulate)
-    EMBER_KERNEL_LAUNCH((gemm_s8_scaled_kernel<float, true>), grid, kS8Threads, stream, out.f32(), ldo, a, lda, b, ldb,
-                        row_scales, col_scales, b32, b16, M, Nc, K);
+    EMBER_KERNEL_LAUNCH((gemm_s8_scaled_kernel<float, true>), grid, kS8Threads, stream, out.f32(), ldo, a, b, b32, b16,
+                        M, Nc, K, parts, last_k);
   else if (out.bf16)
     EMBER_KERNEL_LAUNCH((gemm_s8_scaled_kernel<__nv_bfloat16, false>), grid, kS8Threads, stream, device_bf16(out), ldo,
-                        a, lda, b, ldb, row_scales, col_scales, b32, b16, M, Nc, K);
+                        a, b, b32, b16, M, Nc, K, parts, last_k);
   else
-    EMBER_KERNEL_LAUNCH((gemm_s8_scaled_kernel<float, false>), grid, kS8Threads, stream, out.f32(), ldo, a, lda, b, ldb,
-                        row_scales, col_scales, b32, b16, M, Nc, K);
+    EMBER_KERNEL_LAUNCH((gemm_s8_scaled_kernel<float, false>), grid, kS8Threads, stream, out.f32(), ldo, a, b, b32, b16,
+                        M, Nc, K, parts, last_k);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
@@ -136,12 +138,15 @@ struct Carve {
 // A quantized operand of n rows of k values (k padded), its scales and the int32 product of m rows.
 size_t operand_bytes(size_t rows, int k) { return piece_bytes(rows * size_t(quant_padded(k))) + piece_bytes(4 * rows); }
 
-// The weight gradient's tiles: a tile's x and dout quantized per channel (transposed: IC and OCp rows of the tile's
-// padded token count) and, unless fused, its int32 product (IC x OCp).
-size_t weight_gradient_int8_bytes(int IC, int OC, bool fused) {
-  const int k = quant_padded(kInt8WeightGradientTile);
-  return piece_bytes(size_t(IC) * k) + piece_bytes(4 * size_t(IC)) + piece_bytes(size_t(quant_padded(OC)) * k) +
-         piece_bytes(4 * size_t(OC)) + (fused ? 0 : piece_bytes(4 * size_t(IC) * quant_padded(OC)));
+// The int8 weight gradient's tiles of tokens for N tokens.
+int weight_gradient_tiles(int N) { return (N + kInt8WeightGradientTile - 1) / kInt8WeightGradientTile; }
+
+// The weight gradient's tiles: x and dout quantized per channel (transposed: IC and OCp rows of a tile's padded token
+// count), every tile's at once where fused, else one tile's and its int32 product (IC x OCp).
+size_t weight_gradient_int8_bytes(int N, int IC, int OC, bool fused) {
+  const size_t k = size_t(quant_padded(kInt8WeightGradientTile)), tiles = fused ? size_t(weight_gradient_tiles(N)) : 1;
+  return piece_bytes(tiles * IC * k) + piece_bytes(4 * tiles * IC) + piece_bytes(tiles * quant_padded(OC) * k) +
+         piece_bytes(4 * tiles * OC) + (fused ? 0 : piece_bytes(4 * size_t(IC) * quant_padded(OC)));
 }
 
 }  // namespace
@@ -182,7 +187,8 @@ void launch_matmul_forward_int8(TensorOut out, TensorIn inp, Int8WeightCopy weig
   // inp's bf16 values per token row, to nearest; out (N, OC) = qx (N, ICp) @ Wq^T, Wq^T stored (OCp, ICp).
   launch_quantize_int8_rows(qx, ICp, N, sx, inp, N, IC, true, nullptr, stream);
   if (fused) {
-    gemm_s8_scaled(out, OC, qx, ICp, weight.q, ICp, sx, weight.scales, bias, N, OC, ICp, false, stream);
+    gemm_s8_scaled(out, OC, {qx, ICp, 0, sx, 0}, {weight.q, ICp, 0, weight.scales, 0}, bias, N, OC, ICp, 1, ICp, false,
+                   stream);
     return;
   }
   auto* acc = s.take<int32_t>(size_t(N) * OCp);  // out^T (OCp, N) = Wq^T (OCp, ICp) @ qx^T (ICp, N) in cuBLAS's terms
@@ -194,7 +200,7 @@ size_t matmul_int8_backward_scratch_bytes(TensorIn dout, TensorIn inp, bool dbia
                                           int IC, int OC, bool fused, size_t dout_block_bytes) {
   size_t bytes = operand_bytes(size_t(N), OC) + (fused ? 0 : piece_bytes(4 * size_t(N) * quant_padded(IC)));
   if (int8_weight_gradient)
-    return bytes + weight_gradient_int8_bytes(IC, OC, fused) + (dbias ? column_sum_scratch_bytes(N, OC) : 0);
+    return bytes + weight_gradient_int8_bytes(N, IC, OC, fused) + (dbias ? column_sum_scratch_bytes(N, OC) : 0);
   // The weight gradient in bf16: launch_matmul_backward's scratch without the weight's copy.
   return bytes + matmul_scratch_bytes(true, inp, size_t(N) * IC, 0, N, OC, dout.bf16, dbias, dout_block_bytes);
 }
@@ -213,7 +219,8 @@ void launch_matmul_backward_int8(TensorOut dinp, float* dweight, float* dbias, T
   // OCp).
   launch_quantize_int8_rows(qd, OCp, N, sd, dout, N, OC, true, dither, stream);
   if (fused) {
-    gemm_s8_scaled(dinp, IC, qd, OCp, weight.q, OCp, sd, weight.scales, nullptr, N, IC, OCp, false, stream);
+    gemm_s8_scaled(dinp, IC, {qd, OCp, 0, sd, 0}, {weight.q, OCp, 0, weight.scales, 0}, nullptr, N, IC, OCp, 1, OCp,
+                   false, stream);
   } else {
     auto* acc = s.take<int32_t>(size_t(N) * ICp);  // dinp^T (ICp, N) = Wq (ICp, OCp) @ qd^T (OCp, N)
     gemm_s8(handle, ICp, N, OCp, weight.q, OCp, qd, OCp, acc, ICp);
@@ -226,25 +233,31 @@ void launch_matmul_backward_int8(TensorOut dinp, float* dweight, float* dbias, T
   }
   // dweight^T (OCp, IC) += qd_tile^T (OCp, k) @ qx_tile (k, IC) over tiles of tokens, each operand quantized per
   // channel over the tile's tokens (dout dithered by its element's place in the whole tensor, after the stream's N OC
-  // values the input-gradient product drew), scaled and added tile after tile.
-  const int k = quant_padded(kInt8WeightGradientTile);
-  auto* qxt = s.take<int8_t>(size_t(IC) * k);
-  auto* sxt = s.take<float>(size_t(IC));
-  auto* qdt = s.take<int8_t>(size_t(OCp) * k);
-  auto* sdt = s.take<float>(size_t(OC));
+  // values the input-gradient product drew), scaled and added tile after tile. Fused: every tile quantized first
+  // (each padded to k tokens), then one kernel sums the tiles' scaled products in registers and adds them to dweight
+  // once; otherwise each tile's int32 product and an epilogue pass in turn.
+  const int k = quant_padded(kInt8WeightGradientTile), tiles = fused ? weight_gradient_tiles(N) : 1;
+  auto* qxt = s.take<int8_t>(size_t(tiles) * IC * k);
+  auto* sxt = s.take<float>(size_t(tiles) * IC);
+  auto* qdt = s.take<int8_t>(size_t(tiles) * OCp * k);
+  auto* sdt = s.take<float>(size_t(tiles) * OC);
   auto* wacc = fused ? nullptr : s.take<int32_t>(size_t(IC) * OCp);
-  for (int t0 = 0; t0 < N; t0 += kInt8WeightGradientTile) {
-    const int R = std::min(kInt8WeightGradientTile, N - t0), kt = quant_padded(R);
-    launch_quantize_int8_columns_transposed(qxt, kt, IC, sxt, inp.at(size_t(t0) * IC), R, IC, true, nullptr, 0, stream);
-    launch_quantize_int8_columns_transposed(qdt, kt, OCp, sdt, dout.at(size_t(t0) * OC), R, OC, true, dither,
+  for (int t0 = 0, t = 0; t0 < N; t0 += kInt8WeightGradientTile, ++t) {
+    const int R = std::min(kInt8WeightGradientTile, N - t0), kt = fused ? k : quant_padded(R), part = fused ? t : 0;
+    int8_t* qx = qxt + size_t(part) * IC * k;
+    int8_t* qdo = qdt + size_t(part) * OCp * k;
+    float* sx = sxt + size_t(part) * IC;
+    float* sdo = sdt + size_t(part) * OC;
+    launch_quantize_int8_columns_transposed(qx, kt, IC, sx, inp.at(size_t(t0) * IC), R, IC, true, nullptr, 0, stream);
+    launch_quantize_int8_columns_transposed(qdo, kt, OCp, sdo, dout.at(size_t(t0) * OC), R, OC, true, dither,
                                             uint64_t(N) * OC + uint64_t(t0) * OC, stream);
-    if (fused) {  // dweight (IC, OC) += qx_tile^T (IC, kt) @ qd_tile (kt, OC), both stored transposed
-      gemm_s8_scaled(TensorOut(dweight), OC, qxt, kt, qdt, kt, sxt, sdt, nullptr, IC, OC, kt, true, stream);
-      continue;
-    }
-    gemm_s8(handle, OCp, IC, kt, qdt, kt, qxt, kt, wacc, OCp);
-    quantized_epilogue(TensorOut(dweight), wacc, OCp, {sxt, false}, {sdt, false}, nullptr, IC, OC, true, stream);
+    if (fused) continue;
+    gemm_s8(handle, OCp, IC, kt, qdo, kt, qx, kt, wacc, OCp);
+    quantized_epilogue(TensorOut(dweight), wacc, OCp, {sx, false}, {sdo, false}, nullptr, IC, OC, true, stream);
   }
+  if (fused)  // dweight (IC, OC) += sum over tiles of qx_tile^T (IC, k) @ qd_tile (k, OC), both stored transposed
+    gemm_s8_scaled(TensorOut(dweight), OC, {qxt, k, size_t(IC) * k, sxt, IC}, {qdt, k, size_t(OCp) * k, sdt, OC},
+                   nullptr, IC, OC, k, tiles, quant_padded(N - (tiles - 1) * kInt8WeightGradientTile), true, stream);
   if (dbias) launch_column_sum(dbias, dout, N, OC, s.take<float>(column_sum_scratch_bytes(N, OC) / 4), stream);
 }
 

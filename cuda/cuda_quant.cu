@@ -16,9 +16,10 @@ void launch_quantize_int8_rows(int8_t* q, int ldq, int qrows, float* scales, Ten
   if (qrows == 0 || cols == 0) return;
   EMBER_ASSERT(ldq >= cols && qrows >= rows, "quantize_int8_rows: q must hold x's rows of cols values");
   const size_t n = size_t(rows) * size_t(cols), in_bytes = x.bf16 ? 2 : 4;
-  // Two passes over x (its row's largest magnitude, then the values), q and the scales written; a Philox block (about
-  // 100 integer operations) per dithered value.
-  report_launch("quantize_int8_rows", 2.0 * double(in_bytes) * double(n), double(qrows) * ldq + 4.0 * rows,
+  // One pass over x where a row fits the threads' registers, else two (its row's largest magnitude, then the
+  // values); q and the scales written; a Philox block (about 100 integer operations) per dithered value.
+  const double passes = cols <= kQuantRowValues * kQuantThreads ? 1.0 : 2.0;
+  report_launch("quantize_int8_rows", passes * double(in_bytes) * double(n), double(qrows) * ldq + 4.0 * rows,
                 (dither ? 110.0 : 4.0) * double(n));
   const DitherKey key = dither ? *dither : DitherKey{};
   if (x.bf16 && dither)

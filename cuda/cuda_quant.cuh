@@ -64,27 +64,46 @@ __device__ inline int8_t int8_value(float y, const DitherKey& key, uint64_t i) {
 // One block per row of q: for a row of x (rows, cols), its scale into scales[row] and its values into row `row` of q,
 // `ldq` bytes apart (ldq >= cols; the columns from cols to ldq are written 0, the zero padding of an int8 GEMM
 // operand); the rows of q from `rows` on are written 0. Element i = row * cols + c draws index i of the key's stream.
+// A row of up to kQuantRowValues values per thread is read once, into registers; a longer one twice.
+constexpr int kQuantRowValues = 32;
 template <typename InT, bool kDither>
 __global__ void quantize_int8_rows_kernel(int8_t* q, int ldq, float* scales, const InT* x, int rows, int cols,
                                           bool round, DitherKey key) {
   __shared__ float scratch[32];
   const size_t row = blockIdx.x;
+  const int tid = int(threadIdx.x), threads = int(blockDim.x);
   if (row >= size_t(rows)) {
-    for (int c = threadIdx.x; c < ldq; c += blockDim.x) q[row * size_t(ldq) + c] = 0;
+    for (int c = tid; c < ldq; c += threads) q[row * size_t(ldq) + c] = 0;
     return;
   }
   const InT* xr = x + row * size_t(cols);
-  float m = 0.0f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, magnitude(quant_input(xr, c, round)));
-  m = block_reduce<float, true>(m, scratch);
-  float inverse = 0.0f, scale = 0.0f;
-  int8_row_scale(m, &inverse, &scale);
-  if (threadIdx.x == 0) scales[row] = scale;
   int8_t* qr = q + row * size_t(ldq);
-  for (int c = threadIdx.x; c < ldq; c += blockDim.x)
-    qr[c] = c < cols ? int8_value<kDither>(__fmul_rn(quant_input(xr, c, round), inverse), key,
-                                           row * uint64_t(cols) + uint64_t(c))
-                     : int8_t(0);
+  const auto value = [&](float v, int c) { return int8_value<kDither>(v, key, row * uint64_t(cols) + uint64_t(c)); };
+  float m = 0.0f, inverse = 0.0f, scale = 0.0f;
+  if (cols <= kQuantRowValues * threads) {
+    float held[kQuantRowValues];
+#pragma unroll
+    for (int j = 0; j < kQuantRowValues; ++j) {
+      const int c = tid + j * threads;
+      held[j] = c < cols ? quant_input(xr, c, round) : 0.0f;
+      m = fmaxf(m, magnitude(held[j]));
+    }
+    m = block_reduce<float, true>(m, scratch);
+    int8_row_scale(m, &inverse, &scale);
+#pragma unroll
+    for (int j = 0; j < kQuantRowValues; ++j) {
+      const int c = tid + j * threads;
+      if (c < ldq) qr[c] = c < cols ? value(__fmul_rn(held[j], inverse), c) : int8_t(0);
+    }
+    for (int c = tid + kQuantRowValues * threads; c < ldq; c += threads) qr[c] = 0;  // padding past the held span
+  } else {
+    for (int c = tid; c < cols; c += threads) m = fmaxf(m, magnitude(quant_input(xr, c, round)));
+    m = block_reduce<float, true>(m, scratch);
+    int8_row_scale(m, &inverse, &scale);
+    for (int c = tid; c < ldq; c += threads)
+      qr[c] = c < cols ? value(__fmul_rn(quant_input(xr, c, round), inverse), c) : int8_t(0);
+  }
+  if (tid == 0) scales[row] = scale;
 }
 
 // Per column, transposed: column c of x (rows, cols) gets scale scales[c] and lands in row c of q, `ldq` bytes apart

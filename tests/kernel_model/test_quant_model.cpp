@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/fp8.h"
@@ -155,13 +156,18 @@ Floats bf16_rounded(const Floats& x) {
   return r;
 }
 
+// Rows of 301 values (odd: rows start at every offset of a Philox block), read once into registers; rows that fill
+// the registers of every thread but for their padding (8190: the padding lies past them), and longer rows (8229),
+// read twice.
 TEST(QuantModel, Int8RowsAreTheCpusBitwise) {
-  const int rows = 29, cols = 301;  // odd: rows start at every offset of a Philox block
-  const Floats x = int8_rows(rows, cols);
-  expect_int8_rows_like_the_cpu(x, x, rows, cols, false, "fp32");
-  expect_int8_rows_like_the_cpu(x, bf16_rounded(x), rows, cols, true, "fp32 read as bf16");
-  const Bf16s x16 = to_bf16(x);
-  expect_int8_rows_like_the_cpu(x16, widened(x16), rows, cols, false, "bf16");
+  for (const auto& [rows, cols] : {std::pair{29, 301}, std::pair{6, 8190}, std::pair{6, 8229}}) {
+    SCOPED_TRACE("rows of " + std::to_string(cols));
+    const Floats x = int8_rows(rows, cols);
+    expect_int8_rows_like_the_cpu(x, x, rows, cols, false, "fp32");
+    expect_int8_rows_like_the_cpu(x, bf16_rounded(x), rows, cols, true, "fp32 read as bf16");
+    const Bf16s x16 = to_bf16(x);
+    expect_int8_rows_like_the_cpu(x16, widened(x16), rows, cols, false, "bf16");
+  }
 }
 
 // Columns: the same edge rows, as columns (x transposed), across more than one block of columns and more than one

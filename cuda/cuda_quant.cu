@@ -44,7 +44,8 @@ void launch_quantize_int8_columns_transposed(int8_t* q, int ldq, int qrows, floa
   EMBER_ASSERT(ldq >= rows && qrows >= cols,
                "quantize_int8_columns_transposed: q must hold x's columns of rows values");
   const size_t n = size_t(rows) * size_t(cols), in_bytes = x.bf16 ? 2 : 4;
-  report_launch("quantize_int8_columns_transposed", 2.0 * double(in_bytes) * double(n),
+  const double passes = ldq <= kQuantLanes * kQuantHeld ? 1.0 : 2.0;  // x held in registers, or read twice
+  report_launch("quantize_int8_columns_transposed", passes * double(in_bytes) * double(n),
                 double(qrows) * ldq + 4.0 * cols, (dither ? 110.0 : 4.0) * double(n));
   const DitherKey key = dither ? *dither : DitherKey{};
   const unsigned grid = unsigned(ceil_div(size_t(qrows), kQuantColumns));

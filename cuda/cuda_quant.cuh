@@ -111,7 +111,9 @@ __global__ void quantize_int8_rows_kernel(int8_t* q, int ldq, float* scales, con
 // c) draws index first + r * cols + c of the key's stream. A block takes kQuantColumns columns: their maxima over all
 // rows (kQuantColumns x kQuantLanes threads, each warp reading a row's columns together), then tiles of kQuantColumns
 // rows quantized and written transposed through shared memory, so both the reads and the writes go a row at a time.
-constexpr int kQuantColumns = 32, kQuantLanes = 8;
+// Where ldq is at most kQuantLanes * kQuantHeld (the int8 weight gradient's tiles of 256 tokens), each thread holds
+// its values in registers between the two, so x is read once; otherwise twice.
+constexpr int kQuantColumns = 32, kQuantLanes = 8, kQuantHeld = 32;
 template <typename InT, bool kDither>
 __global__ void quantize_int8_columns_transposed_kernel(int8_t* q, int ldq, int qrows, float* scales, const InT* x,
                                                         int rows, int cols, bool round, DitherKey key, uint64_t first) {
@@ -119,10 +121,20 @@ __global__ void quantize_int8_columns_transposed_kernel(int8_t* q, int ldq, int 
   __shared__ float inverse[kQuantColumns];
   __shared__ int8_t tile[kQuantColumns][kQuantColumns + 4];
   const int c = blockIdx.x * kQuantColumns + threadIdx.x;
+  const bool held_path = ldq <= kQuantLanes * kQuantHeld;  // the same in every thread of the launch
+  float held[kQuantHeld];                                  // row threadIdx.y + j * kQuantLanes in held[j]
   float m = 0.0f;
-  if (c < cols)
+  if (held_path) {
+#pragma unroll
+    for (int j = 0; j < kQuantHeld; ++j) {
+      const int r = threadIdx.y + j * kQuantLanes;
+      held[j] = c < cols && r < rows ? quant_input(x, size_t(r) * cols + c, round) : 0.0f;
+      m = fmaxf(m, magnitude(held[j]));
+    }
+  } else if (c < cols) {
     for (int r = threadIdx.y; r < rows; r += kQuantLanes)
       m = fmaxf(m, magnitude(quant_input(x, size_t(r) * cols + c, round)));
+  }
   part[threadIdx.y][threadIdx.x] = m;
   __syncthreads();
   if (threadIdx.y == 0) {
@@ -133,21 +145,41 @@ __global__ void quantize_int8_columns_transposed_kernel(int8_t* q, int ldq, int 
     if (c < cols) scales[c] = scale;
   }
   __syncthreads();
-  for (int r0 = 0; r0 < ldq; r0 += kQuantColumns) {
-    for (int y = threadIdx.y; y < kQuantColumns; y += kQuantLanes) {
-      const int r = r0 + y;
-      const size_t i = size_t(r) * cols + c;
-      tile[y][threadIdx.x] =
-          c < cols && r < rows
-              ? int8_value<kDither>(__fmul_rn(quant_input(x, i, round), inverse[threadIdx.x]), key, first + uint64_t(i))
-              : int8_t(0);
-    }
+  // Row r's value v of this thread's column into the tile (0 past the real rows and columns).
+  const auto quantized = [&](int r, float v) {
+    return c < cols && r < rows
+               ? int8_value<kDither>(__fmul_rn(v, inverse[threadIdx.x]), key, first + uint64_t(r) * cols + uint64_t(c))
+               : int8_t(0);
+  };
+  // The tile of rows r0 .. r0 + kQuantColumns - 1, filled, written transposed into q.
+  const auto write_tile = [&](int r0) {
     __syncthreads();
     for (int y = threadIdx.y; y < kQuantColumns; y += kQuantLanes) {
       const int qc = blockIdx.x * kQuantColumns + y, r = r0 + threadIdx.x;  // row qc of q, its element r
       if (qc < qrows && r < ldq) q[size_t(qc) * ldq + r] = tile[threadIdx.x][y];
     }
     __syncthreads();
+  };
+  if (held_path) {
+#pragma unroll
+    for (int t0 = 0; t0 < kQuantLanes * kQuantHeld / kQuantColumns; ++t0) {
+      const int r0 = t0 * kQuantColumns;
+      if (r0 >= ldq) break;
+#pragma unroll
+      for (int i = 0; i < kQuantColumns / kQuantLanes; ++i) {
+        const int y = threadIdx.y + i * kQuantLanes;  // row r0 + y: held[4 t0 + i]
+        tile[y][threadIdx.x] = quantized(r0 + y, held[t0 * (kQuantColumns / kQuantLanes) + i]);
+      }
+      write_tile(r0);
+    }
+  } else {
+    for (int r0 = 0; r0 < ldq; r0 += kQuantColumns) {
+      for (int y = threadIdx.y; y < kQuantColumns; y += kQuantLanes) {
+        const int r = r0 + y;
+        tile[y][threadIdx.x] = quantized(r, c < cols && r < rows ? quant_input(x, size_t(r) * cols + c, round) : 0.0f);
+      }
+      write_tile(r0);
+    }
   }
 }
 

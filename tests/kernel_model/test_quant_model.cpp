@@ -172,16 +172,19 @@ TEST(QuantModel, Int8RowsAreTheCpusBitwise) {
 
 // Columns: the same edge rows, as columns (x transposed), across more than one block of columns and more than one
 // tile of rows.
+// Columns of 71 and 251 rows (q's rows of 76 and 256 with their padding) are held in registers; of 300, read twice.
 TEST(QuantModel, Int8ColumnsTransposedAreTheCpusBitwise) {
-  const int rows = 71, cols = 45;
-  const Floats t = int8_rows(cols, rows);  // row c of t is column c of x
-  Floats x(t.size());
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) x[size_t(r) * cols + c] = t[size_t(c) * rows + r];
-  expect_int8_columns_like_the_cpu(x, x, rows, cols, false, "fp32");
-  expect_int8_columns_like_the_cpu(x, bf16_rounded(x), rows, cols, true, "fp32 read as bf16");
-  const Bf16s x16 = to_bf16(x);
-  expect_int8_columns_like_the_cpu(x16, widened(x16), rows, cols, false, "bf16");
+  for (const auto& [rows, cols] : {std::pair{71, 45}, std::pair{251, 40}, std::pair{300, 37}}) {
+    SCOPED_TRACE("columns of " + std::to_string(rows));
+    const Floats t = int8_rows(cols, rows);  // row c of t is column c of x
+    Floats x(t.size());
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) x[size_t(r) * cols + c] = t[size_t(c) * rows + r];
+    expect_int8_columns_like_the_cpu(x, x, rows, cols, false, "fp32");
+    expect_int8_columns_like_the_cpu(x, bf16_rounded(x), rows, cols, true, "fp32 read as bf16");
+    const Bf16s x16 = to_bf16(x);
+    expect_int8_columns_like_the_cpu(x16, widened(x16), rows, cols, false, "bf16");
+  }
 }
 
 template <typename Storage>

@@ -191,6 +191,12 @@ std::string CudaBackend::precision_unsupported(MatmulPrecision p) const {
   return "";
 }
 
+std::string CudaBackend::int8_engine() const {
+  if (cuda::int8_products_fused(compute_major_))
+    return "Ember's mma.sync int8 kernels (exact int32 sums, the scales applied in registers)";
+  return "cuBLAS int8 GEMMs (exact int32 sums on the tensor cores) and an epilogue pass";
+}
+
 cuda::OpContext CudaBackend::op_context() {
   return {*this,           stream_,        cublas_,          lt_.get(), bias_grad_, kBiasGradCapacity,
           kDoutBlockBytes, compute_major_, matmul_precision_};

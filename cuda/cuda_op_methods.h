@@ -147,10 +147,6 @@ class OpMethods : public Backend, protected OpResources {
   // --- int8 and fp8: the dense weights' copies (cuda_dispatch.h), and the GEMMs that read them ---
   void weights_changed() override { weight_copies_.changed(); }
   size_t quantized_weight_copy_bytes() const override { return weight_copies_.bytes(); }
-  std::string int8_engine() const override {
-    return "int8 tensor-core GEMMs with exact int32 sums (from sm_80 mma.sync with the scales applied in registers; "
-           "on sm_75 cuBLAS's int8 GEMM and an epilogue pass)";
-  }
 
  protected:
   // The stream, handles, scratch and device the ops run with.

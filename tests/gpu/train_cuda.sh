@@ -176,7 +176,7 @@ follows cpu_bf16 gpu_bf16 1e-2 "bf16 GPU training does not follow the CPU's bf16
 # steps (a wrong scale or layout gives 1e-1 or more).
 train cpu_int8 1 --training.device=cpu --training.precision=int8
 train gpu_int8 1 --training.device=cuda --training.precision=int8
-grep -q "matmul precision int8: .* on cuBLAS int8 GEMMs" gpu_int8.log ||
-  { cat gpu_int8.log >&2; fail "gpu_int8 did not log its int8 products on cuBLAS"; }
+grep -q "matmul precision int8: .* on Ember's mma.sync int8 kernels" gpu_int8.log ||
+  { cat gpu_int8.log >&2; fail "gpu_int8 did not log its int8 products on the mma.sync kernels (sm_80 or newer)"; }
 follows cpu_int8 gpu_int8 2e-2 "int8 GPU training does not follow the CPU's int8 products"
 echo PASS

@@ -59,7 +59,7 @@ void forward_tc(StoreT* out, float* lse, const StoreT* qkv, int B, int T, int C,
   const CausalWork work = query_block_work(T, kForwardWarps);
   const double heads = double(B) * NH, s = sizeof(StoreT), tile = double(tc::kTile) * HS;
   report_launch("attention_forward_tc", heads * (s * T * HS + 2.0 * s * tile * work.pairs),
-                heads * (s * T * HS + 4.0 * T), heads * work.blocks * 4.0 * 16 * 16 * HS, false, true);
+                heads * (s * T * HS + 4.0 * T), heads * work.blocks * 4.0 * 16 * 16 * HS, false, FlopUnit::bf16);
   EMBER_KERNEL_LAUNCH(kernel, grid, kForwardWarps * kWarpSize, stream, out, lse, qkv, T, C, NH,
                       1.0f / sqrtf(float(HS)));
   EMBER_CUDA_LAUNCH_CHECK();
@@ -80,10 +80,10 @@ void backward_tc(GradT* dqkv, float* delta, const DoutT* dout, const StoreT* qkv
                tile = double(tc::kTile) * HS;
   const double rows = double(T) * HS, product = 2.0 * 16 * 16 * HS * heads;  // FLOPs of a block's product, all heads
   report_launch("attention_backward_dq_tc", heads * (2.0 * s * rows + d * rows + 4.0 * T + 2.0 * s * tile * qw.pairs),
-                heads * (4.0 * T + g * rows), 3.0 * product * qw.blocks, false, true);
+                heads * (4.0 * T + g * rows), 3.0 * product * qw.blocks, false, FlopUnit::bf16);
   report_launch("attention_backward_dkv_tc",
                 heads * (2.0 * s * rows + (s + d) * tile * kw.pairs + 8.0 * tc::kTile * kw.pairs),
-                heads * 2.0 * g * rows, 4.0 * product * kw.blocks, false, true);
+                heads * 2.0 * g * rows, 4.0 * product * kw.blocks, false, FlopUnit::bf16);
   EMBER_KERNEL_LAUNCH(dq_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, out, lse, T, C, NH, scale);
   EMBER_CUDA_LAUNCH_CHECK();
   EMBER_KERNEL_LAUNCH(dkv_kernel, grid, kWarps * kWarpSize, stream, dqkv, delta, dout, qkv, lse, T, C, NH, scale);

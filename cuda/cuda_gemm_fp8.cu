@@ -12,7 +12,7 @@ void launch_gemm_fp8(LtGemm* lt, int m, int n, int k, const uint8_t* a, Fp8Forma
                      Fp8Format fb, int ldb, float* d, int ldd, cudaStream_t) {
   EMBER_ASSERT(lt, "fp8 GEMM: it runs on cuBLASLt");
   report_launch("gemm_fp8", double(m) * k + double(k) * n, 4.0 * double(m) * n, 2.0 * double(m) * n * k,
-                /*gemm=*/true, /*tensor_cores=*/true, /*int8=*/false, /*fp8=*/true);
+                /*gemm=*/true, FlopUnit::fp8);
   lt->run_fp8(m, n, k, a, fa, lda, b, fb, ldb, d, ldd);
 }
 

@@ -34,7 +34,7 @@ void gemm_s8(cublasHandle_t handle, int m, int n, int k, const int8_t* a, int ld
   EMBER_ASSERT(m % 4 == 0 && k % 4 == 0 && lda % 4 == 0 && ldb % 4 == 0 && ldc % 4 == 0,
                "int8 GEMM: m, k and the leading dimensions must be multiples of 4");
   report_launch("gemm_s8", double(m) * k + double(k) * n, 4.0 * double(m) * n, 2.0 * double(m) * n * k,
-                /*gemm=*/true, /*tensor_cores=*/true, /*int8=*/true);
+                /*gemm=*/true, FlopUnit::int8);
   const int32_t alpha = 1, beta = 0;
   EMBER_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_8I, lda, b, CUDA_R_8I,
                                   ldb, &beta, c, CUDA_R_32I, ldc, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
@@ -54,7 +54,7 @@ void gemm_s8_scaled(TensorOut out, int ldo, S8Operand a, S8Operand b, TensorIn b
   report_launch(accumulate ? "gemm_s8_scaled+accumulate" : "gemm_s8_scaled",
                 (double(M) + Nc) * summed + 4.0 * parts * (M + Nc) + (bias.ptr ? out_bytes * Nc : 0.0) +
                     (accumulate ? 4.0 * mn : 0.0),
-                out_bytes * mn, 2.0 * mn * summed, /*gemm=*/true, /*tensor_cores=*/true, /*int8=*/true);
+                out_bytes * mn, 2.0 * mn * summed, /*gemm=*/true, FlopUnit::int8);
   const dim3 grid(unsigned((Nc + kS8Tile - 1) / kS8Tile), unsigned((M + kS8Tile - 1) / kS8Tile));
   const float* b32 = bias.ptr && !bias.bf16 ? bias.f32() : nullptr;
   const __nv_bfloat16* b16 = bias.ptr && bias.bf16 ? device_bf16(bias) : nullptr;

@@ -8,15 +8,21 @@
 
 namespace ember {
 
+// Where a launch's operations run, which sets the peak they are timed against.
+enum class FlopUnit {
+  cuda_cores,  // fp32 on the CUDA cores
+  bf16,        // the tensor cores in bf16 (bf16 GEMMs, the tensor-core attention)
+  int8,        // the tensor cores in int8 (integer operations, int32 sums)
+  fp8,         // the tensor cores in fp8, fp32 accumulation
+};
+
 struct LaunchCost {
   const char* name;  // the kernel, or "gemm" / "gemm+bias" for cuBLAS and cuBLASLt
   double read_bytes = 0.0;
   double write_bytes = 0.0;
   double flops = 0.0;
-  bool gemm = false;          // a matrix product: cuBLAS or cuBLASLt, or the scaled int8 GEMM kernel
-  bool tensor_cores = false;  // the FLOPs run on the tensor cores (bf16 GEMMs, the tensor-core attention)
-  bool int8 = false;          // ... and in int8 (the int8 GEMMs: integer operations, at the int8 peak)
-  bool fp8 = false;           // ... or in fp8 (the fp8 GEMMs, at the fp8 peak with fp32 accumulation)
+  bool gemm = false;  // a matrix product: cuBLAS or cuBLASLt, or the scaled int8 GEMM kernel
+  FlopUnit unit = FlopUnit::cuda_cores;
 };
 
 class LaunchCostSink {
@@ -34,9 +40,8 @@ inline LaunchCostSink*& launch_cost_sink() {
 }
 
 inline void report_launch(const char* name, double read_bytes, double write_bytes, double flops, bool gemm = false,
-                          bool tensor_cores = false, bool int8 = false, bool fp8 = false) {
-  if (LaunchCostSink* sink = launch_cost_sink())
-    sink->record({name, read_bytes, write_bytes, flops, gemm, tensor_cores, int8, fp8});
+                          FlopUnit unit = FlopUnit::cuda_cores) {
+  if (LaunchCostSink* sink = launch_cost_sink()) sink->record({name, read_bytes, write_bytes, flops, gemm, unit});
 }
 
 // A cuBLAS or cuBLASLt GEMM's record: A and B (both fp32 or, with `ab_bf16`, both bf16) read once, C (fp32 or, with
@@ -45,7 +50,7 @@ inline void report_gemm(const char* name, bool ab_bf16, int m, int n, int k, flo
                         double extra_read = 0.0, double extra_write = 0.0) {
   const double in = ab_bf16 ? 2.0 : 4.0, out = c_bf16 ? 2.0 : 4.0, mn = double(m) * n;
   report_launch(name, in * (double(m) * k + double(k) * n) + (beta != 0.0f ? out * mn : 0.0) + extra_read,
-                out * mn + extra_write, 2.0 * mn * k, /*gemm=*/true, /*tensor_cores=*/ab_bf16);
+                out * mn + extra_write, 2.0 * mn * k, /*gemm=*/true, ab_bf16 ? FlopUnit::bf16 : FlopUnit::cuda_cores);
 }
 
 }  // namespace ember

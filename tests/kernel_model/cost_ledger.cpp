@@ -61,7 +61,10 @@ class Ledger final : public LaunchCostSink {
 // the launch runs on the tensor cores otherwise (bf16 GEMMs, the tensor-core attention), else at the CUDA cores' fp32
 // peak.
 double seconds(const Device& d, const LaunchCost& c) {
-  const double peak = c.int8 ? d.int8_peak : c.fp8 ? d.fp8_peak : c.tensor_cores ? d.bf16_peak : d.fp32_peak;
+  const double peak = c.unit == FlopUnit::int8   ? d.int8_peak
+                      : c.unit == FlopUnit::fp8  ? d.fp8_peak
+                      : c.unit == FlopUnit::bf16 ? d.bf16_peak
+                                                 : d.fp32_peak;
   return std::max((c.read_bytes + c.write_bytes) / d.bandwidth, c.flops / peak);
 }
 

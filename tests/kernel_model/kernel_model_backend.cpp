@@ -149,8 +149,8 @@ void launch_gemm_fp8(LtGemm*, int m, int n, int k, const uint8_t* a, Fp8Format f
   EMBER_ASSERT(m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0 && ldd % 16 == 0,
                "fp8 GEMM: m, n, k and the leading dimensions must be multiples of 16");
   EMBER_ASSERT(fa == Fp8Format::e4m3 || fb == Fp8Format::e4m3, "fp8 GEMM: E5M2 times E5M2 has no kernel");
-  report_launch("gemm_fp8", double(m) * k + double(k) * n, 4.0 * double(m) * n, 2.0 * double(m) * n * k, true, true,
-                false, true);
+  report_launch("gemm_fp8", double(m) * k + double(k) * n, 4.0 * double(m) * n, 2.0 * double(m) * n * k, true,
+                FlopUnit::fp8);
   if (kernel_model::count_only) {
     ++kernel_model::gemms_counted;
     return;

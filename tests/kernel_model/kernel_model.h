@@ -336,17 +336,28 @@ T __shfl_xor_sync(unsigned, T v, int lane_mask) {
   return ember::kernel_model::exchange(v, ember::kernel_model::current_lane() ^ lane_mask);
 }
 
+// mma.sync's exchange among the calling warp: each lane posts its operands (a[4], b0, b1) and receives all 32 lanes'.
+inline std::array<std::array<uint32_t, 6>, ember::kernel_model::kWarp> exchange_mma_operands(const uint32_t (&a)[4],
+                                                                                             uint32_t b0, uint32_t b1) {
+  using namespace ember::kernel_model;
+  const int base = current_warp_base();
+  sched.mma[size_t(base + current_lane())] = {a[0], a[1], a[2], a[3], b0, b1};
+  warp_sync();
+  std::array<std::array<uint32_t, 6>, kWarp> all;
+  for (int l = 0; l < kWarp; ++l) all[size_t(l)] = sched.mma[size_t(base + l)];
+  warp_sync();
+  return all;
+}
+
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling lane: every lane posts its fragments, then
 // each rebuilds A (16 x 16) and B (16 x 8) from all 32 and computes its four elements of D = A B + C.
 inline void emulated_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   using namespace ember::kernel_model;
-  const int base = current_warp_base(), lane = current_lane();
-  sched.mma[size_t(base + lane)] = {a[0], a[1], a[2], a[3], b0, b1};
-  warp_sync();
+  const auto operands = exchange_mma_operands(a, b0, b1);
   float A[16][16], B[16][8];
   for (int l = 0; l < kWarp; ++l) {
     const int g = l / 4, t = l % 4;
-    const auto& r = sched.mma[size_t(base + l)];
+    const auto& r = operands[size_t(l)];
     A[g][2 * t] = bf16_lo(r[0]), A[g][2 * t + 1] = bf16_hi(r[0]);
     A[g + 8][2 * t] = bf16_lo(r[1]), A[g + 8][2 * t + 1] = bf16_hi(r[1]);
     A[g][2 * t + 8] = bf16_lo(r[2]), A[g][2 * t + 9] = bf16_hi(r[2]);
@@ -354,8 +365,7 @@ inline void emulated_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
     B[2 * t][g] = bf16_lo(r[4]), B[2 * t + 1][g] = bf16_hi(r[4]);
     B[2 * t + 8][g] = bf16_lo(r[5]), B[2 * t + 9][g] = bf16_hi(r[5]);
   }
-  warp_sync();
-  const int g = lane / 4, t = lane % 4;
+  const int g = current_lane() / 4, t = current_lane() % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + (e / 2) * 8, col = 2 * t + (e & 1);
     float acc = d[e];
@@ -369,22 +379,19 @@ inline void emulated_mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
 // here, wrapped to int32 as the hardware's accumulators wrap).
 inline void emulated_mma_s8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   using namespace ember::kernel_model;
-  const int base = current_warp_base(), lane = current_lane();
-  sched.mma[size_t(base + lane)] = {a[0], a[1], a[2], a[3], b0, b1};
-  warp_sync();
+  const auto operands = exchange_mma_operands(a, b0, b1);
   int8_t A[16][32], B[32][8];
   const auto byte = [](uint32_t u, int j) { return int8_t(uint8_t(u >> (8 * j))); };
   for (int l = 0; l < kWarp; ++l) {
     const int g = l / 4, t = l % 4;
-    const auto& r = sched.mma[size_t(base + l)];
+    const auto& r = operands[size_t(l)];
     for (int j = 0; j < 4; ++j) {
       A[g][4 * t + j] = byte(r[0], j), A[g + 8][4 * t + j] = byte(r[1], j);
       A[g][16 + 4 * t + j] = byte(r[2], j), A[g + 8][16 + 4 * t + j] = byte(r[3], j);
       B[4 * t + j][g] = byte(r[4], j), B[16 + 4 * t + j][g] = byte(r[5], j);
     }
   }
-  warp_sync();
-  const int g = lane / 4, t = lane % 4;
+  const int g = current_lane() / 4, t = current_lane() % 4;
   for (int e = 0; e < 4; ++e) {
     const int row = g + (e / 2) * 8, col = 2 * t + (e & 1);
     int64_t acc = d[e];

@@ -191,6 +191,11 @@ std::string CudaBackend::precision_unsupported(MatmulPrecision p) const {
   return "";
 }
 
+std::string CudaBackend::attention_unsupported(const AttentionLayer& layer) const {
+  if (layer.is_full()) return "";
+  return "attention windows, ALiBi and rope run on the CPU backend only in this version";
+}
+
 std::string CudaBackend::int8_engine() const {
   if (cuda::int8_products_fused(compute_major_))
     return "Ember's mma.sync int8 kernels (exact int32 sums, the scales applied in registers)";

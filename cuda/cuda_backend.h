@@ -44,6 +44,7 @@ class CudaBackend final : public cuda::OpMethods {
   bool device_memory(size_t* used, size_t* total) const override;
   void set_deterministic(bool on) override;
   std::string precision_unsupported(MatmulPrecision p) const override;
+  std::string attention_unsupported(const AttentionLayer& layer) const override;
   std::string int8_engine() const override;
 
   // The op methods are cuda::OpMethods' (cuda_op_methods.h); sum_squares reads its total back from the device.

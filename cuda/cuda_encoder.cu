@@ -17,7 +17,7 @@ __global__ void encoder_forward_kernel(float* out,          // (B, T, C)
                                        int T, int C, size_t total) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     const size_t bt = i / C, c = i % C;
-    out[i] = wte[size_t(inp[bt]) * C + c] + wpe[(bt % T) * C + c];
+    out[i] = wpe ? wte[size_t(inp[bt]) * C + c] + wpe[(bt % T) * C + c] : wte[size_t(inp[bt]) * C + c];
   }
 }
 
@@ -76,7 +76,8 @@ void launch_encoder_forward(float* out, const int32_t* inp, const float* wte, co
   EMBER_ASSERT(B > 0 && T > 0 && C > 0, "encoder_forward: B, T and C must be positive");
   const size_t total = size_t(B) * T * C;
   // Per element: a token id (one per row), a wte and a wpe value read, the sum written.
-  report_launch("encoder_forward", 4.0 * (double(B) * T + 2.0 * double(total)), 4.0 * double(total), double(total));
+  report_launch("encoder_forward", 4.0 * (double(B) * T + (wpe ? 2.0 : 1.0) * double(total)), 4.0 * double(total),
+                wpe ? double(total) : 0.0);
   EMBER_KERNEL_LAUNCH(encoder_forward_kernel, elementwise_blocks(total), kElementwiseThreads, stream, out, inp, wte,
                       wpe, T, C, total);
   EMBER_CUDA_LAUNCH_CHECK();
@@ -93,10 +94,12 @@ void launch_encoder_backward(float* dwte, float* dwpe, const float* dout, const 
   const int BT = B * T;
   EMBER_ASSERT(scratch_bytes >= encoder_backward_scratch_bytes(BT), "encoder_backward: scratch too small");
   const double btc = double(BT) * C, tc = double(T) * C;
-  report_launch("encoder_backward_wpe", 4.0 * (btc + tc), 4.0 * tc, btc);
-  EMBER_KERNEL_LAUNCH(encoder_backward_wpe_kernel, ceil_div(size_t(T) * C, kEncoderThreads), kEncoderThreads, stream,
-                      dwpe, dout, B, T, C);
-  EMBER_CUDA_LAUNCH_CHECK();
+  if (dwpe) {  // null for a model without learned positions
+    report_launch("encoder_backward_wpe", 4.0 * (btc + tc), 4.0 * tc, btc);
+    EMBER_KERNEL_LAUNCH(encoder_backward_wpe_kernel, ceil_div(size_t(T) * C, kEncoderThreads), kEncoderThreads, stream,
+                        dwpe, dout, B, T, C);
+    EMBER_CUDA_LAUNCH_CHECK();
+  }
   // The positions sorted stably by token id: ids, positions before and after, then the sort's working space.
   char* at = static_cast<char*>(scratch);
   const size_t piece = piece_bytes(sizeof(int32_t) * size_t(BT));

@@ -20,7 +20,7 @@ __global__ void encoder_forward_positions_kernel(float* out,          // (N, C)
                                                  int C, size_t total) {
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t i = idx / C, c = idx % C;
-    out[idx] = wte[size_t(inp[i]) * C + c] + wpe[size_t(pos[i]) * C + c];
+    out[idx] = wpe ? wte[size_t(inp[i]) * C + c] + wpe[size_t(pos[i]) * C + c] : wte[size_t(inp[i]) * C + c];
   }
 }
 

@@ -74,13 +74,18 @@ class OpMethods : public Backend, protected OpResources {
     check_gemm_dout(dout, "matmul_backward_transposed");
     cuda::matmul_backward_transposed(op_context(), dinp, dwte, dout, inp, wte, N, C, V);
   }
-  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override {
+  using Backend::attention_backward;
+  using Backend::attention_forward;
+  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
+                         const AttentionLayer& layer) override {
     check_attention_storage(qkv, out, C, NH, "attention_forward");
+    EMBER_ASSERT(attention_unsupported(layer).empty(), "attention_forward: " + attention_unsupported(layer));
     cuda::attention_forward(op_context(), out, lse, qkv, B, T, C, NH);
   }
   void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
-                          int C, int NH) override {
+                          int C, int NH, const AttentionLayer& layer) override {
     check_attention_storage(qkv, out, C, NH, "attention_backward");
+    EMBER_ASSERT(attention_unsupported(layer).empty(), "attention_backward: " + attention_unsupported(layer));
     check_attention_grad_storage(dqkv, dout, qkv, "attention_backward");
     cuda::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
   }

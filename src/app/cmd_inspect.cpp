@@ -9,6 +9,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
+#include "model/attention_schedule.h"
 #include "model/param_table.h"
 
 namespace po = boost::program_options;
@@ -57,6 +58,7 @@ int cmd_inspect(int argc, char** argv) {
       training_mode_name(meta.mode), meta.created.c_str(), meta.version.c_str(), m.n_layer, m.n_head, m.n_embd,
       m.block_size, m.vocab_size, (long long)meta.optimizer_step, double(meta.beta1), double(meta.beta2),
       double(meta.eps), double(meta.weight_decay), double(meta.lr));
+  printf("attention   %s\n", describe_attention(m).c_str());
   printf("precision   %s\n", meta.precision.empty() ? "not recorded (written before checkpoints recorded it)"
                                                     : (meta.precision + " (matmul precision, as resolved)").c_str());
   if (meta.tokenizer) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "model/attention_schedule.h"
 #include "train/run_config.h"
 
 namespace ember {
@@ -34,6 +35,12 @@ struct EnumOption<Recompute> {
   static constexpr const auto& values = kRecomputes;
   static std::string name(Recompute v) { return recompute_name(v); }
   static std::optional<Recompute> parse(const std::string& s) { return parse_recompute(s); }
+};
+template <>
+struct EnumOption<PositionEncoding> {
+  static constexpr const auto& values = kPositionEncodings;
+  static std::string name(PositionEncoding v) { return position_encoding_name(v); }
+  static std::optional<PositionEncoding> parse(const std::string& s) { return parse_position_encoding(s); }
 };
 template <>
 struct EnumOption<DeltaCompression> {

@@ -150,6 +150,26 @@ Binding bind_number(const char* key, T* field, const char* help, Domain<T> domai
   return b;
 }
 
+// A key whose text another key's value shapes (a per-layer list): kept as given, read by `read` once every key is
+// parsed (it returns "" or what the text must be), rendered from what it resolved to.
+Binding bind_text(const char* key, std::string initial, const char* help, const char* values,
+                  std::function<std::string(const std::string&)> read, std::function<std::string()> render) {
+  Binding b;
+  b.key = key;
+  b.help = help;
+  b.shortest = render;
+  b.values = values;
+  auto text = std::make_shared<std::string>(std::move(initial));
+  b.declare = [=](po::options_description& d) {
+    d.add_options()(key, po::value<std::string>(text.get())->default_value(*text), help);
+  };
+  b.render = render;
+  b.parse = [] { return std::string(); };
+  b.check = [=] { return read(*text); };
+  b.text = [=] { return *text; };
+  return b;
+}
+
 // A path: not empty (where `required`) and at most PATH_MAX long.
 std::function<std::string(std::string)> path_value(bool required) {
   return [=](const std::string& v) -> std::string {
@@ -180,6 +200,37 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_number("model.block_size", &c.model.block_size, "maximum sequence length", ints(1, 1 << 20)));
   b.push_back(bind_number("model.vocab_size", &c.model.vocab_size, "vocabulary size (256 for the byte tokenizer)",
                           ints(2, 65536)));
+  b.push_back(bind_key<PositionEncoding>(
+      "model.position", &c.model.position,
+      "positions: learned (GPT-2's wpe table) or rope (rotary embeddings of q and k in every layer, no wpe)",
+      [&c](PositionEncoding p) {
+        const ModelConfig& m = c.model;
+        if (p != PositionEncoding::rope || m.n_head < 1 || m.head_dim() % 2 == 0) return std::string();
+        return "needs an even head size (it rotates pairs of a head's values); n_embd / n_head = " +
+               std::to_string(m.n_embd) + " / " + std::to_string(m.n_head) + " = " + std::to_string(m.head_dim());
+      }));
+  b.push_back(bind_number("model.rope_theta", &c.model.rope_theta, "rotary base (position = rope)", floats(1, 1e9f)));
+  // The windows' check runs before the slopes': a preset's slopes apply unless model.alibi_slopes is given.
+  b.push_back(bind_text(
+      "model.attention_windows", "full",
+      "attention window per layer (comma-separated, one value for all): full, or N (each query sees itself and the N "
+      "tokens before it); or a preset: tscale (window 1 first, then 64 with ALiBi 0.5 alternating with full), sssl "
+      "(3 windows of block_size/2, then full; the last layer full)",
+      "full, tscale, sssl, or n_layer entries each full or an integer >= 1",
+      [&c](const std::string& text) {
+        return parse_attention_windows(text, c.model.n_layer, c.model.block_size, &c.model.attention_windows,
+                                       &c.model.alibi_slopes);
+      },
+      [&c] { return format_attention_windows(c.model.attention_windows); }));
+  b.push_back(bind_text(
+      "model.alibi_slopes", "",
+      "ALiBi slope per layer (comma-separated, one value for all; 0: no bias): key j's score for query i gets "
+      "-slope * (i - j). Empty: none, or the attention_windows preset's",
+      "empty, or n_layer numbers >= 0",
+      [&c](const std::string& text) {
+        return text.empty() ? std::string() : parse_alibi_slopes(text, c.model.n_layer, &c.model.alibi_slopes);
+      },
+      [&c] { return format_alibi_slopes(c.model.alibi_slopes); }));
   b.push_back(bind_number("training.batch_size", &c.training.batch_size, "micro-batch size B", ints(1, 65536)));
   b.push_back(bind_number<int>("training.seq_len", &c.training.seq_len, "sequence length T (<= model.block_size)",
                                ints(1, 1 << 20), [&c](int v) {

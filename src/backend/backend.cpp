@@ -41,6 +41,12 @@ void Backend::check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH,
                std::string(op) + ": bf16-stored qkv and out need bf16 attention (attention_in_bf16)");
 }
 
+void Backend::check_attention_layer(const AttentionLayer& layer, int C, int NH, const char* op) const {
+  EMBER_ASSERT(layer.window >= 0, std::string(op) + ": the window must be 0 (full) or positive");
+  EMBER_ASSERT(layer.alibi_slope >= 0.0f, std::string(op) + ": the ALiBi slope must not be negative");
+  EMBER_ASSERT(layer.rope_theta == 0.0f || (C / NH) % 2 == 0, std::string(op) + ": rope needs an even head size");
+}
+
 void Backend::track_alloc(const void* ptr, size_t bytes) {
   if (!ptr) return;
   EMBER_ASSERT(live_.emplace(ptr, bytes).second, "backend memory accounting: a pointer was allocated twice");

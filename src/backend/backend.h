@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "backend/attention_layer.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/int8_quant.h"
@@ -53,7 +54,8 @@ class Backend {
   // the one that made the backend calls it before its first op.
   virtual void bind_thread() {}
 
-  // --- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ---
+  // --- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; a null wpe (a model without learned positions) adds
+  // nothing, and a null dwpe takes no gradient (here and in encoder_forward_positions) ---
   virtual void encoder_forward(float* out,          // (B, T, C)
                                const int32_t* inp,  // (B, T)
                                const float* wte,    // (V, C)
@@ -172,16 +174,26 @@ class Backend {
   // to bf16 for its GEMMs in any case, so only its bias gradient sees the difference). So may dout, where out is (the
   // gradient c_proj's backward pass wrote, rounded once): the products read it as they would have rounded it, and
   // D = dO . O reads its stored values.
+  // `layer` is the layer's window, ALiBi slope and rotary base (backend/attention_layer.h): keys outside the window
+  // take no work, and q and k are rotated as they are read (qkv itself holds them unrotated). The overloads without
+  // it are GPT-2's full attention.
   virtual void attention_forward(TensorOut out,  // (B, T, C)
                                  float* lse,     // (B, NH, T)
                                  TensorIn qkv,   // (B, T, 3C)
-                                 int B, int T, int C, int NH) = 0;
+                                 int B, int T, int C, int NH, const AttentionLayer& layer) = 0;
   virtual void attention_backward(TensorOut dqkv,    // (B, T, 3C) =
                                   TensorIn dout,     // (B, T, C)
                                   TensorIn qkv,      // (B, T, 3C)
                                   TensorIn out,      // (B, T, C)
                                   const float* lse,  // (B, NH, T)
-                                  int B, int T, int C, int NH) = 0;
+                                  int B, int T, int C, int NH, const AttentionLayer& layer) = 0;
+  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) {
+    attention_forward(out, lse, qkv, B, T, C, NH, AttentionLayer{});
+  }
+  void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
+                          int C, int NH) {
+    attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, AttentionLayer{});
+  }
 
   // --- KV-cache inference (src/infer), in fp32. The N rows of a step are tokens of several sequences side by side:
   // row i is the token at position pos[i] of the sequence held in cache slot slot[i] (pos and slot are backend
@@ -278,6 +290,11 @@ class Backend {
     (void)p;
     return "";
   }
+  // Why this backend cannot run a layer's attention schedule (one line), or empty where it can.
+  virtual std::string attention_unsupported(const AttentionLayer& layer) const {
+    (void)layer;
+    return "";
+  }
   // What runs the int8 products here, for the start-up log (empty where the backend has none).
   virtual std::string int8_engine() const { return ""; }
   // The key of the next matmul_backward's dithered rounding under int8 (the model sets one per layer and product).
@@ -325,6 +342,7 @@ class Backend {
   void check_attention_storage(TensorIn qkv, TensorIn out, int C, int NH, const char* op) const;
   // attention_backward's dqkv and dout
   void check_attention_grad_storage(TensorOut dqkv, TensorIn dout, TensorIn qkv, const char* op) const;
+  void check_attention_layer(const AttentionLayer& layer, int C, int NH, const char* op) const;
   // Implementations call these for every allocation they make and free (null pointers are ignored).
   void track_alloc(const void* ptr, size_t bytes);
   void track_free(const void* ptr);

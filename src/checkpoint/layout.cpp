@@ -7,6 +7,7 @@
 
 #include "checkpoint/folder.h"
 #include "core/error.h"
+#include "model/attention_schedule.h"
 
 namespace ember::checkpoint_detail {
 namespace {
@@ -165,6 +166,15 @@ std::vector<std::function<void()>> content_steps(hid_t file_id, const Checkpoint
     write_attr_i64(r, "n_embd", meta.model.n_embd, ctx);
     write_attr_i64(r, "block_size", meta.model.block_size, ctx);
     write_attr_i64(r, "vocab_size", meta.model.vocab_size, ctx);
+    // The attention schedule, only where it is not GPT-2's (so that a GPT-2 model's file is as it always was).
+    if (meta.model.position == PositionEncoding::rope) {
+      write_attr_str(r, "position", position_encoding_name(meta.model.position), ctx);
+      write_attr_f32(r, "rope_theta", meta.model.rope_theta, ctx);
+    }
+    if (!meta.model.attention_windows.empty())
+      write_attr_str(r, "attention_windows", format_attention_windows(meta.model.attention_windows), ctx);
+    if (!meta.model.alibi_slopes.empty())
+      write_attr_str(r, "alibi_slopes", format_alibi_slopes(meta.model.alibi_slopes), ctx);
     if (meta.mode == TrainingMode::async) write_attr_u64(r, "async_version", meta.async_version, ctx);
     if (!meta.precision.empty()) write_attr_str(r, "precision", meta.precision, ctx);
     if (!parallel) {

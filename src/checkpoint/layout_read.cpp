@@ -12,6 +12,7 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/meta_check.h"
 #include "core/error.h"
+#include "model/attention_schedule.h"
 
 namespace ember::checkpoint_detail {
 namespace {
@@ -20,6 +21,34 @@ std::string shape_str(const std::vector<hsize_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// The attention schedule's attributes (written only where it is not GPT-2's), into `model`.
+void read_attention_schedule(hid_t r, const std::string& file, const H5Context& ctx, ModelConfig* model) {
+  const auto bad = [&](const char* name, const std::string& value, const std::string& problem) {
+    throw Error("checkpoint " + file + ": attribute /" + name + " = \"" + value + "\" " + problem, HINT_DAMAGED);
+  };
+  if (attr_exists(r, "position", "/", ctx)) {
+    const std::string text = read_attr_str(r, "position", "/", ctx);
+    const std::optional<PositionEncoding> p = parse_position_encoding(text);
+    if (!p) bad("position", text, "must be learned or rope");
+    model->position = *p;
+  }
+  if (attr_exists(r, "rope_theta", "/", ctx)) model->rope_theta = read_attr_f32(r, "rope_theta", "/", ctx);
+  if (attr_exists(r, "attention_windows", "/", ctx)) {
+    const std::string text = read_attr_str(r, "attention_windows", "/", ctx);
+    std::vector<float> unused;
+    const std::string problem =
+        parse_attention_windows(text, model->n_layer, model->block_size, &model->attention_windows, &unused);
+    if (!problem.empty() || !unused.empty()) bad("attention_windows", text, problem.empty() ? "is a preset" : problem);
+  }
+  if (attr_exists(r, "alibi_slopes", "/", ctx)) {
+    const std::string text = read_attr_str(r, "alibi_slopes", "/", ctx);
+    if (const std::string problem = parse_alibi_slopes(text, model->n_layer, &model->alibi_slopes); !problem.empty())
+      bad("alibi_slopes", text, problem);
+  }
+  if (const std::string problem = attention_schedule_problem(*model); !problem.empty())
+    throw Error("checkpoint " + file + ": " + problem, HINT_DAMAGED);
 }
 
 // Hint for checkpoints whose tensors do not fit the model being built: the config they were written for.
@@ -152,6 +181,7 @@ CheckpointMeta read_meta(hid_t file_id, const std::string& file) {
   m.model.n_embd = read_attr_int(r, "n_embd", "/", ctx);
   m.model.block_size = read_attr_int(r, "block_size", "/", ctx);
   m.model.vocab_size = read_attr_int(r, "vocab_size", "/", ctx);
+  read_attention_schedule(r, file, ctx, &m.model);
   if (attr_exists(r, "async_version", "/", ctx)) m.async_version = read_attr_u64(r, "async_version", "/", ctx);
   if (attr_exists(r, "precision", "/", ctx)) m.precision = read_attr_str(r, "precision", "/", ctx);
 

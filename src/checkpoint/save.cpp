@@ -75,6 +75,10 @@ uint64_t save_digest(const std::string& folder, const CheckpointMeta& m, const C
   d.add(m.model.n_layer).add(m.model.n_head).add(m.model.n_embd).add(m.model.block_size).add(m.model.vocab_size);
   d.add(m.optimizer_step).add(m.beta1).add(m.beta2).add(m.eps).add(m.weight_decay).add(m.lr).add(m.async_version);
   d.add(m.precision);
+  d.add(int(m.model.position)).add(m.model.rope_theta).add(m.model.attention_windows.size());
+  for (int w : m.model.attention_windows) d.add(w);
+  d.add(m.model.alibi_slopes.size());
+  for (float s : m.model.alibi_slopes) d.add(s);
   for (const CheckpointMeta::RankState& r : m.ranks) {
     d.add(r.data_cursor).add(r.rng_offset).add(r.role).add(r.optimizer_step).add(r.seq).add(r.arrays.size());
     for (const std::string& name : r.arrays) d.add(name);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/output.h"
 #include "hf/format.h"
+#include "model/attention_schedule.h"
 #include "tokenizer/bpe_files.h"
 #include "tokenizer/bpe_tokenizer.h"
 
@@ -44,10 +45,19 @@ const char* torch_dtype(HfDtype d) {
 }
 
 // GPT2LMHeadModel computes exactly ember's model: learned absolute positions, pre-LayerNorm blocks with eps 1e-5,
-// tanh GELU (gelu_new), a 4C MLP, attention scaled by 1/sqrt(head size), the lm_head tied to wte. Every ModelConfig
-// ember accepts today is such a model; a size transformers itself would refuse is refused here, and a later
-// architecture option belongs in this check.
+// tanh GELU (gelu_new), a 4C MLP, full causal attention scaled by 1/sqrt(head size), the lm_head tied to wte. A model
+// with rotary positions, attention windows or ALiBi is not one (the class has no option for them), nor is a size
+// transformers itself would refuse.
 void check_expressible(const ModelConfig& m, const Tokenizer& t) {
+  const char* option = m.position != PositionEncoding::learned ? "model.position = rope"
+                       : !m.attention_windows.empty()          ? "model.attention_windows"
+                       : !m.alibi_slopes.empty()               ? "model.alibi_slopes"
+                                                               : nullptr;
+  if (option)
+    throw_error("export: this model uses " + std::string(option) + " (" + describe_attention(m) +
+                    "), which GPT2LMHeadModel cannot express",
+                "score the checkpoint with ember eval; only models with GPT-2's learned positions "
+                "and full attention export to Hugging Face");
   if (m.n_layer < 1 || m.n_head < 1 || m.n_embd < 1 || m.n_embd % m.n_head != 0 || m.block_size < 1)
     throw_error("export: a model of n_layer " + std::to_string(m.n_layer) + ", n_head " + std::to_string(m.n_head) +
                     ", n_embd " + std::to_string(m.n_embd) + " cannot be written as GPT2LMHeadModel",

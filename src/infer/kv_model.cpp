@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/attention_schedule.h"
 #include "model/memory_estimate.h"
 
 namespace ember {
@@ -85,6 +86,11 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
       bf16_(gemm_inputs_in_bf16(backend.matmul_precision())),
       int8_(backend.matmul_precision() == MatmulPrecision::int8) {
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
+  if (!config.is_gpt2())
+    throw_error(
+        "this model's attention (" + describe_attention(config) + ") is not in the KV-cache decoder of this version",
+        "score it with `ember eval`, which runs the training forward pass; generate and serve take models "
+        "with GPT-2's learned positions and full attention");
   EMBER_ASSERT(backend.matmul_precision() != MatmulPrecision::fp8, "a KvModel decodes in fp32, bf16 or int8");
   backend.set_int8_lm_head(int8_);
   const KvSizes z = kv_sizes(config_, shape_);
@@ -144,7 +150,7 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
   auto W = [&](int l, BlockParam bp) { return dense_w(table_.block(l, bp)); };
 
   // The same ops as GPT::forward, row by row: each layer's closing residual add is fused with the layernorm after it.
-  be.encoder_forward_positions(x_, tokens_, pos_, P(table_.wte()), P(table_.wpe()), n, C);
+  be.encoder_forward_positions(x_, tokens_, pos_, P(table_.wte()), table_.wpe() ? P(*table_.wpe()) : nullptr, n, C);
   if (L == 0)
     be.layernorm_forward(ln_, mean_, rstd_, x_, P(table_.ln_f_weight()), P(table_.ln_f_bias()), n, C);
   else

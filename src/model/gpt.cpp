@@ -8,6 +8,7 @@
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "model/attention_schedule.h"
 
 namespace ember {
 
@@ -110,6 +111,12 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   EMBER_ASSERT(max_T >= 1 && max_T <= config.block_size, "max_T must be in [1, block_size]");
   EMBER_ASSERT(max_B >= 1, "max_B must be positive");
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
+  EMBER_ASSERT(attention_schedule_problem(config).empty(), attention_schedule_problem(config));
+  for (int l = 0; l < config.n_layer; ++l)
+    if (const std::string why = backend.attention_unsupported(config.attention(l)); !why.empty())
+      throw_error("model attention (" + describe_attention(config) + ") on " + backend.name() + ": " + why,
+                  "train this model with training.device = cpu, or use GPT-2's attention (model.position = learned, "
+                  "model.attention_windows = full, no model.alibi_slopes) on the GPU");
   const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.padded_vocab_size(), NH = config.n_head;
   arena_numel_ = (table_.total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
   bf16_attention_out_ = bf16_storage_ && attention_in_bf16(MatmulPrecision::bf16, int(C / NH));
@@ -280,7 +287,7 @@ void GPT::attention_core(int l) {
   LayerActs& a = layers_[l];
   const ParamInfo &qkv_w = table_.block(l, BLOCK_PARAM_QKV_W), &qkv_b = table_.block(l, BLOCK_PARAM_QKV_B);
   backend_.matmul_forward(a.qkv, a.ln1, dense_w(qkv_w), bias(qkv_b, a.qkv), N, C, 3 * C);
-  backend_.attention_forward(a.atty, a.lse, a.qkv, B_, T_, C, NH);
+  backend_.attention_forward(a.atty, a.lse, a.qkv, B_, T_, C, NH, config_.attention(l));
 }
 
 void GPT::attention_out(int l, const float* residual) {
@@ -378,7 +385,7 @@ void GPT::backward_from_dlogits() {
     if (recompute_ == Recompute::attention) attention_in(l, residual);
     set_dither(l, 1);
     be.matmul_backward(dC_, G(BLOCK_PARAM_PROJ_W), G(BLOCK_PARAM_PROJ_B), dresidual_, a.atty, proj_weight(l), N, C, C);
-    be.attention_backward(d3C_, dC_, a.qkv, a.atty, a.lse, B, T, C, NH);
+    be.attention_backward(d3C_, dC_, a.qkv, a.atty, a.lse, B, T, C, NH, config_.attention(l));
     set_dither(l, 0);
     be.matmul_backward(dC_, G(BLOCK_PARAM_QKV_W), G(BLOCK_PARAM_QKV_B), d3C_, a.ln1, W(BLOCK_PARAM_QKV_W), N, C, 3 * C);
     be.layernorm_backward(dresidual_, G(BLOCK_PARAM_LN1_W), G(BLOCK_PARAM_LN1_B), dC_, residual, P(BLOCK_PARAM_LN1_W),

@@ -128,6 +128,9 @@ class GPT {
   };
   float* p(const ParamInfo& info) { return params_ + info.offset; }
   float* g(const ParamInfo& info) { return grads_ + info.offset; }
+  // A tensor the model may lack (wpe): null where it does.
+  float* p(const ParamInfo* info) { return info ? p(*info) : nullptr; }
+  float* g(const ParamInfo* info) { return info ? g(*info) : nullptr; }
   // A weight as the GEMMs read it: the bf16 working copy, or the master weight.
   TensorIn w(const ParamInfo& info) const {
     return bf16_storage_ ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);

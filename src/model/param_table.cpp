@@ -22,7 +22,10 @@ ParamTable::ParamTable(const ModelConfig& cfg) {
   };
   add("transformer.wte.weight", {V, C}, true, -1, size_t(cfg.padded_vocab_size()) * size_t(C));
   vocab_padding_ = total_ - (params_[0].numel + 15) / 16 * 16;
-  add("transformer.wpe.weight", {T, C}, true, -1);
+  if (cfg.has_wpe())
+    add("transformer.wpe.weight", {T, C}, true, -1);
+  else
+    first_block_ = 1;
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C}, false, l);

@@ -46,8 +46,11 @@ class ParamTable {
   const std::vector<ParamInfo>& params() const { return params_; }
   size_t total_numel() const { return total_; }
   const ParamInfo& wte() const { return params_[0]; }
-  const ParamInfo& wpe() const { return params_[1]; }
-  const ParamInfo& block(int layer, BlockParam p) const { return params_[2 + size_t(layer) * BLOCK_PARAM_COUNT + p]; }
+  // The learned positions, or null where the model has none (ModelConfig::has_wpe).
+  const ParamInfo* wpe() const { return first_block_ == 2 ? &params_[1] : nullptr; }
+  const ParamInfo& block(int layer, BlockParam p) const {
+    return params_[first_block_ + size_t(layer) * BLOCK_PARAM_COUNT + p];
+  }
   const ParamInfo& ln_f_weight() const { return params_[params_.size() - 2]; }
   const ParamInfo& ln_f_bias() const { return params_[params_.size() - 1]; }
   // The row named `name`, or null.
@@ -65,6 +68,7 @@ class ParamTable {
   std::vector<ParamInfo> params_;
   size_t total_ = 0;
   size_t vocab_padding_ = 0;  // arena floats wte's padding rows add to its aligned size
+  size_t first_block_ = 2;    // the row of block 0's first tensor: after wte and wpe, or after wte alone
 };
 
 }  // namespace ember

@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/attention_schedule.h"
 #include "model/gpt.h"
 #include "train/adamw.h"
 
@@ -57,6 +58,7 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
 
 size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend, size_t extra_bytes) {
   const double mib = 1.0 / 1048576.0;
+  log_info("model attention: %s", describe_attention(model.config()).c_str());
   const size_t moments = 2 * (optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
   const MatmulPrecision precision = backend.matmul_precision();
   const size_t copies = GPT::quantized_weight_copy_bytes(model.config(), precision);

@@ -73,24 +73,56 @@ Vec ref_matmul(const Vec& inp, const Vec& w, const Vec* bias, int N, int IC, int
 }
 
 // Causal attention on (B, T, 3C) qkv; optionally returns lse (B, NH, T).
-Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH, Vec* lse) {
+namespace {
+
+// The rotation of one head's pairs (d, d + HS/2) at position t by t * theta^(-2d/HS), in double; `back` applies the
+// transpose (a gradient's way back). Nothing when theta is 0.
+void rotate(double* x, int t, int HS, double theta, bool back) {
+  if (theta == 0.0) return;
+  const int half = HS / 2;
+  for (int d = 0; d < half; ++d) {
+    const double angle = t * std::pow(theta, -2.0 * d / HS), c = std::cos(angle), s = (back ? -1 : 1) * std::sin(angle);
+    const double a = x[d], b = x[d + half];
+    x[d] = a * c - b * s, x[d + half] = b * c + a * s;
+  }
+}
+
+// qkv with every head's q and k rotated by their positions (a copy; the same values without rotation).
+Vec rotated_qkv(const Vec& qkv, int B, int T, int C, int NH, double theta) {
+  Vec r = qkv;
+  const int HS = C / NH;
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int part = 0; part < 2; ++part)
+      for (int h = 0; h < NH; ++h) rotate(&r[size_t(bt) * 3 * C + part * C + h * HS], bt % T, HS, theta, false);
+  return r;
+}
+
+// The keys query i sees and the bias of key j's score.
+int first_key(const AttentionLayer& layer, int i) { return layer.window > 0 ? std::max(0, i - layer.window) : 0; }
+double alibi(const AttentionLayer& layer, int i, int j) { return -double(layer.alibi_slope) * (i - j); }
+
+}  // namespace
+
+Vec ref_attention(const Vec& qkv_in, int B, int T, int C, int NH, Vec* lse, const AttentionLayer& layer) {
   const int HS = C / NH;
   const double scale = 1.0 / std::sqrt(double(HS));
+  const Vec qkv = rotated_qkv(qkv_in, B, T, C, NH, layer.rope_theta);
   Vec out(size_t(B) * T * C, 0.0), p(T);
   if (lse) lse->assign(size_t(B) * NH * T, 0.0);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int i = 0; i < T; ++i) {
         const double* q = &qkv[(size_t(b) * T + i) * 3 * C + h * HS];
+        const int j0 = first_key(layer, i);
         double m = -INFINITY, sum = 0.0;
-        for (int j = 0; j <= i; ++j) {
+        for (int j = j0; j <= i; ++j) {
           const double* k = &qkv[(size_t(b) * T + j) * 3 * C + C + h * HS];
           double s = 0.0;
           for (int d = 0; d < HS; ++d) s += q[d] * k[d];
-          p[j] = s * scale, m = std::max(m, p[j]);
+          p[j] = s * scale + alibi(layer, i, j), m = std::max(m, p[j]);
         }
-        for (int j = 0; j <= i; ++j) p[j] = std::exp(p[j] - m), sum += p[j];
-        for (int j = 0; j <= i; ++j) {
+        for (int j = j0; j <= i; ++j) p[j] = std::exp(p[j] - m), sum += p[j];
+        for (int j = j0; j <= i; ++j) {
           const double* v = &qkv[(size_t(b) * T + j) * 3 * C + 2 * C + h * HS];
           for (int d = 0; d < HS; ++d) out[(size_t(b) * T + i) * C + h * HS + d] += p[j] / sum * v[d];
         }
@@ -99,9 +131,11 @@ Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH, Vec* lse) {
   return out;
 }
 
-Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+Vec ref_attention_backward(const Vec& dout, const Vec& qkv_in, int B, int T, int C, int NH,
+                           const AttentionLayer& layer) {
   const int HS = C / NH;
   const double scale = 1.0 / std::sqrt(double(HS));
+  const Vec qkv = rotated_qkv(qkv_in, B, T, C, NH, layer.rope_theta);
   Vec dqkv(qkv.size(), 0.0), P(size_t(T) * T), dS(size_t(T) * T);
   auto at = [&](const Vec& a, int b, int t, int part, int h) {
     return &a[(size_t(b) * T + t) * 3 * C + part * C + h * HS];
@@ -111,31 +145,35 @@ Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C,
     for (int h = 0; h < NH; ++h) {
       for (int i = 0; i < T; ++i) {  // probabilities
         double m = -INFINITY, sum = 0.0;
-        for (int j = 0; j <= i; ++j) {
+        for (int j = first_key(layer, i); j <= i; ++j) {
           double s = 0.0;
           for (int d = 0; d < HS; ++d) s += at(qkv, b, i, 0, h)[d] * at(qkv, b, j, 1, h)[d];
-          P[size_t(i) * T + j] = s * scale, m = std::max(m, s * scale);
+          P[size_t(i) * T + j] = s * scale + alibi(layer, i, j), m = std::max(m, P[size_t(i) * T + j]);
         }
-        for (int j = 0; j <= i; ++j) sum += (P[size_t(i) * T + j] = std::exp(P[size_t(i) * T + j] - m));
-        for (int j = 0; j <= i; ++j) P[size_t(i) * T + j] /= sum;
+        for (int j = first_key(layer, i); j <= i; ++j)
+          sum += (P[size_t(i) * T + j] = std::exp(P[size_t(i) * T + j] - m));
+        for (int j = first_key(layer, i); j <= i; ++j) P[size_t(i) * T + j] /= sum;
       }
       for (int i = 0; i < T; ++i) {  // dP, softmax backward, then dV
         const double* dO = &dout[(size_t(b) * T + i) * C + h * HS];
         double D = 0.0;
-        for (int j = 0; j <= i; ++j) {
+        for (int j = first_key(layer, i); j <= i; ++j) {
           double dp = 0.0;
           for (int d = 0; d < HS; ++d) dp += dO[d] * at(qkv, b, j, 2, h)[d];
           dS[size_t(i) * T + j] = dp, D += P[size_t(i) * T + j] * dp;
           for (int d = 0; d < HS; ++d) atm(dqkv, b, j, 2, h)[d] += P[size_t(i) * T + j] * dO[d];
         }
-        for (int j = 0; j <= i; ++j) dS[size_t(i) * T + j] = P[size_t(i) * T + j] * (dS[size_t(i) * T + j] - D);
+        for (int j = first_key(layer, i); j <= i; ++j)
+          dS[size_t(i) * T + j] = P[size_t(i) * T + j] * (dS[size_t(i) * T + j] - D);
       }
       for (int i = 0; i < T; ++i)
-        for (int j = 0; j <= i; ++j)
+        for (int j = first_key(layer, i); j <= i; ++j)
           for (int d = 0; d < HS; ++d) {
             atm(dqkv, b, i, 0, h)[d] += scale * dS[size_t(i) * T + j] * at(qkv, b, j, 1, h)[d];
             atm(dqkv, b, j, 1, h)[d] += scale * dS[size_t(i) * T + j] * at(qkv, b, i, 0, h)[d];
           }
+      for (int t = 0; t < T; ++t)  // through the rotation: the gradients of the unrotated q and k
+        for (int part = 0; part < 2; ++part) rotate(atm(dqkv, b, t, part, h), t, HS, layer.rope_theta, true);
     }
   return dqkv;
 }

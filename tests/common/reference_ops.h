@@ -5,7 +5,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/attention_layer.h"
+
 namespace ember::test {
+
+using ember::AttentionLayer;
 
 using Vec = std::vector<double>;
 
@@ -20,10 +24,12 @@ void ref_layernorm_backward(const Vec& dout, const Vec& x, const Vec& w, int N, 
 // out (N, OC) = inp (N, IC) @ w (+ bias); w is (IC, OC), or (OC, IC) when w_transposed (the tied lm_head).
 Vec ref_matmul(const Vec& inp, const Vec& w, const Vec* bias, int N, int IC, int OC, bool w_transposed = false);
 
-// Causal attention on (B, T, 3C) qkv into (B, T, C); optionally returns lse (B, NH, T).
-Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH, Vec* lse = nullptr);
+// Causal attention on (B, T, 3C) qkv into (B, T, C); optionally returns lse (B, NH, T). `layer` adds a window, an
+// ALiBi bias and rotary positions (backend/attention_layer.h), here from their definitions in double.
+Vec ref_attention(const Vec& qkv, int B, int T, int C, int NH, Vec* lse = nullptr, const AttentionLayer& layer = {});
 // dqkv (B, T, 3C) for dout (B, T, C).
-Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH);
+Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH,
+                           const AttentionLayer& layer = {});
 
 // KV-cache inference (backend.h): row i is the token at position pos[i] of the sequence in cache slot slot[i]; the
 // caches are (S, max_T, C). out (N, C) = wte[inp[i]] + wpe[pos[i]].

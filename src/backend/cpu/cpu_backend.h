@@ -46,9 +46,12 @@ class CpuBackend final : public Backend {
   void matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dout, TensorIn inp, TensorIn wte, int N, int C,
                                   int V) override;
 
-  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH) override;
+  using Backend::attention_backward;
+  using Backend::attention_forward;
+  void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
+                         const AttentionLayer& layer) override;
   void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
-                          int C, int NH) override;
+                          int C, int NH, const AttentionLayer& layer) override;
 
   void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,
                                  int N, int C) override;
@@ -82,6 +85,13 @@ class CpuBackend final : public Backend {
   // The matmul ops' widened or rounded copies of their inputs under bf16 (inp, weight, dout), then a bf16-stored
   // output's fp32 result, kept between calls so that a step does not allocate and fault in fresh pages for each GEMM.
   std::vector<float> gemm_scratch_[4];
+  // The rotary table (core/rope.h) of the last rotated attention: its base, half the head size, and its positions.
+  struct RopeCache {
+    float theta = 0.0f;
+    int half = 0, positions = 0;
+    std::vector<float> cos, sin;
+  } rope_cache_;
+  const RopeCache* rope_for(const AttentionLayer& layer, int HS, int T);  // null for a layer without rotation
   std::vector<float> gelu_scratch_;    // matmul_gelu_backward's gradient, formed from a bf16-stored dout
   cpu::Int8Matrix int8_rows_;          // under int8, the last product's activations or gradients quantized per row
   cpu::Fp8Matrix fp8_inp_, fp8_dout_;  // under fp8, the last product's activations and output gradients

@@ -2,6 +2,8 @@
 // Backward splits the C columns over threads, so rows of dwte hit by many tokens need neither atomics nor locks.
 #include <omp.h>
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
 
@@ -18,8 +20,12 @@ void CpuBackend::encoder_forward(float* out,          // (B, T, C)
 #pragma omp parallel for schedule(static) if (size_t(BT) * C >= kMinParallelWork)
   for (int bt = 0; bt < BT; ++bt) {
     const float* te = wte + size_t(inp[bt]) * C;
-    const float* pe = wpe + size_t(bt % T) * C;
     float* o = out + size_t(bt) * C;
+    if (!wpe) {
+      std::copy(te, te + C, o);
+      continue;
+    }
+    const float* pe = wpe + size_t(bt % T) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
   }
@@ -40,12 +46,12 @@ void CpuBackend::encoder_backward(float* dwte,         // (V, C) +=
     for (int bt = 0; bt < BT && c0 < c1; ++bt) {
       const float* g = dout + size_t(bt) * C;
       float* te = dwte + size_t(inp[bt]) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) te[c] += g[c];
+      if (!dwpe) continue;
       float* pe = dwpe + size_t(bt % T) * C;
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) {
-        te[c] += g[c];
-        pe[c] += g[c];
-      }
+      for (int c = c0; c < c1; ++c) pe[c] += g[c];
     }
   }
 }

@@ -22,8 +22,12 @@ void CpuBackend::encoder_forward_positions(float* out,          // (N, C)
 #pragma omp parallel for schedule(static) if (size_t(N) * C >= kMinParallelWork)
   for (int i = 0; i < N; ++i) {
     const float* te = wte + size_t(inp[i]) * C;
-    const float* pe = wpe + size_t(pos[i]) * C;
     float* o = out + size_t(i) * C;
+    if (!wpe) {
+      std::copy(te, te + C, o);
+      continue;
+    }
+    const float* pe = wpe + size_t(pos[i]) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
   }

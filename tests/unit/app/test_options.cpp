@@ -162,6 +162,57 @@ TEST(Options, EmbeddingMustDivideIntoHeads) {
   EXPECT_NE(msg.find("model.n_embd"), std::string::npos) << msg;
 }
 
+// The attention schedule: presets resolved for the model's depth, lists one per layer or one for all, and each bad
+// value refused naming its key (model/attention_schedule.h).
+TEST(Options, AttentionPresetsResolvePerLayer) {
+  const ModelConfig t = parse({"--model.n_layer=12", "--model.attention_windows=tscale"}).config.model;
+  EXPECT_EQ(t.attention_windows, (std::vector<int>{1, 1, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0}));
+  EXPECT_EQ(t.alibi_slopes, (std::vector<float>{0, 0, 0.5f, 0, 0.5f, 0, 0.5f, 0, 0.5f, 0, 0.5f, 0}));
+  const ModelConfig s =
+      parse({"--model.n_layer=6", "--model.block_size=256", "--model.attention_windows=sssl"}).config.model;
+  EXPECT_EQ(s.attention_windows, (std::vector<int>{128, 128, 128, 0, 128, 0}));
+  EXPECT_TRUE(s.alibi_slopes.empty());
+  // A preset's slopes give way to explicit ones; one value stands for every layer; all-full is GPT-2's.
+  const ModelConfig o =
+      parse({"--model.n_layer=4", "--model.attention_windows=tscale", "--model.alibi_slopes=0.25"}).config.model;
+  EXPECT_EQ(o.alibi_slopes, (std::vector<float>{0.25f, 0.25f, 0.25f, 0.25f}));
+  EXPECT_TRUE(parse({"--model.n_layer=3", "--model.attention_windows=full,full,full"}).config.model.is_gpt2());
+  const ModelConfig r = parse({"--model.position=rope", "--model.rope_theta=500000"}).config.model;
+  EXPECT_EQ(r.attention(1).rope_theta, 500000.0f);
+  EXPECT_FALSE(r.has_wpe());
+}
+
+TEST(Options, AttentionScheduleRoundTripsThroughTheRenderedIni) {
+  const ParsedRun a = parse({"--model.n_layer=5", "--model.attention_windows=tscale", "--model.position=rope"});
+  const ParsedRun b = parse({"--config", write_ini("schedule", a.config_ini)});
+  EXPECT_EQ(a.config.model, b.config.model);
+  EXPECT_EQ(a.config_ini, b.config_ini);
+}
+
+TEST(Options, BadAttentionSchedulesNameTheKey) {
+  const struct {
+    std::vector<std::string> args;
+    const char* key;
+    const char* says;
+  } cases[] = {
+      {{"--model.n_layer=3", "--model.attention_windows=1,full"}, "model.attention_windows", "one window per layer"},
+      {{"--model.attention_windows=0"}, "model.attention_windows", "positive integer"},
+      {{"--model.attention_windows=-4"}, "model.attention_windows", "positive integer"},
+      {{"--model.attention_windows=ssl"}, "model.attention_windows", "'ssl'"},
+      {{"--model.alibi_slopes=-0.5"}, "model.alibi_slopes", ">= 0"},
+      {{"--model.n_layer=2", "--model.alibi_slopes=0,0.5,1"}, "model.alibi_slopes", "one slope per layer"},
+      {{"--model.alibi_slopes=nan"}, "model.alibi_slopes", "finite"},
+      {{"--model.n_head=2", "--model.n_embd=30", "--model.position=rope"}, "model.position", "even head size"},
+      {{"--model.rope_theta=0.5"}, "model.rope_theta", ""},
+      {{"--model.position=alibi"}, "model.position", "learned, rope"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = error_of(c.args);
+    EXPECT_NE(msg.find(c.key), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+  }
+}
+
 TEST(Options, MissingConfigFileIsAnError) {
   const std::string msg = error_of({"--config", "/nonexistent/ember.ini"});
   EXPECT_NE(msg.find("/nonexistent/ember.ini"), std::string::npos) << msg;

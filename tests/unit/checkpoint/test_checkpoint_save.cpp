@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "checkpoint/h5.h"
+#include "checkpoint/layout.h"
 #include "parallel/host_collectives.h"
 
 #include "checkpoint_test_util.h"
@@ -132,6 +133,40 @@ TEST_F(CheckpointSave, LayoutFollowsHuggingFaceNames) {
   }
   EXPECT_GT(H5Lexists(f, "/config", H5P_DEFAULT), 0);
   H5Fclose(f);
+}
+
+// The attention schedule is stored only where it is not GPT-2's (a GPT-2 file keeps its attributes as before) and
+// reads back equal; a rope model has no wpe tensor. A damaged schedule attribute is refused naming it.
+TEST_F(CheckpointSave, AttentionScheduleRoundTrips) {
+  ModelConfig c = small_config();
+  {
+    const ParamTable t(c);
+    Arenas src = random_arenas(t, 1);
+    const std::string path =
+        save_checkpoint((dir_ / "gpt2").string(), make_meta(c, 1), t, src.contents(), 0, self_world());
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    for (const char* attr : {"position", "rope_theta", "attention_windows", "alibi_slopes"})
+      EXPECT_EQ(H5Aexists(f, attr), 0) << attr;
+    H5Fclose(f);
+  }
+  c.position = PositionEncoding::rope, c.rope_theta = 500000.0f;
+  c.attention_windows = {1, 0}, c.alibi_slopes = {0.0f, 0.375f};
+  const ParamTable t(c);
+  EXPECT_EQ(t.wpe(), nullptr);
+  Arenas src = random_arenas(t, 2);
+  const std::string path = save_checkpoint(dir_.string(), make_meta(c, 4), t, src.contents(), 0, self_world());
+  Arenas dst(t);
+  CheckpointMeta got;
+  load_checkpoint(path, t, dst.sets(), got);
+  EXPECT_EQ(got.model, c);
+  EXPECT_EQ(std::memcmp(src.params.data(), dst.params.data(), t.total_numel() * sizeof(float)), 0);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_EQ(H5Lexists(f, "/model/transformer/wpe", H5P_DEFAULT), 0);
+  ASSERT_GE(H5Adelete(f, "attention_windows"), 0);
+  write_attr_str(f, "attention_windows", "1,zero", checkpoint_detail::h5_context(path));
+  H5Fclose(f);
+  expect_error([&] { read_checkpoint_meta(path); }, {path, "/attention_windows", "1,zero"});
 }
 
 TEST_F(CheckpointSave, UnwritableFolderFailsAndKeepsEarlierCheckpoint) {

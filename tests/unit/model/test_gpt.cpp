@@ -77,8 +77,8 @@ TEST(GPT, InitialLossIsNearLogVocab) {
   EXPECT_NEAR(loss, std::log(double(c.vocab_size)), 0.05);
 }
 
-TEST(GPT, GradientsMatchFiniteDifferences) {
-  ModelConfig c = tiny_config();
+// Every parameter's gradient against central differences of the loss, at four coordinates per tensor.
+void expect_gradients_match_finite_differences(const ModelConfig& c) {
   auto backend = make_cpu_backend();
   const int B = 2, T = 7;  // T deliberately not a multiple of anything
   GPT model(c, *backend, B, T);
@@ -121,6 +121,17 @@ TEST(GPT, GradientsMatchFiniteDifferences) {
     }
   }
   EXPECT_EQ(checked, int(model.table().params().size()) * 4);
+}
+
+TEST(GPT, GradientsMatchFiniteDifferences) { expect_gradients_match_finite_differences(tiny_config()); }
+
+// With rotary positions (no wpe), a window of one token in the first layer and ALiBi in the second.
+TEST(GPT, GradientsMatchFiniteDifferencesWithAnAttentionSchedule) {
+  ModelConfig c = tiny_config();
+  c.position = PositionEncoding::rope;
+  c.attention_windows = {1, 0};
+  c.alibi_slopes = {0.0f, 0.5f};
+  expect_gradients_match_finite_differences(c);
 }
 
 TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {

@@ -16,7 +16,7 @@ TEST(ParamTable, HuggingFaceNamesAndShapes) {
   ASSERT_EQ(table.params().size(), 2u + 12u * c.n_layer + 2u);
   EXPECT_EQ(table.wte().name, "transformer.wte.weight");
   EXPECT_EQ(table.wte().shape, (std::vector<int64_t>{c.vocab_size, c.n_embd}));
-  EXPECT_EQ(table.wpe().shape, (std::vector<int64_t>{c.block_size, c.n_embd}));
+  EXPECT_EQ(table.wpe()->shape, (std::vector<int64_t>{c.block_size, c.n_embd}));
   const ParamInfo& qkv = table.block(1, BLOCK_PARAM_QKV_W);
   EXPECT_EQ(qkv.name, "transformer.h.1.attn.c_attn.weight");
   EXPECT_EQ(qkv.shape, (std::vector<int64_t>{c.n_embd, 3 * c.n_embd}));
@@ -34,10 +34,25 @@ TEST(ParamTable, HuggingFaceNamesAndShapes) {
   EXPECT_EQ(total, 12 * L * C * C + 13 * L * C + (V + T) * C + 2 * C);
   // wte's padding rows (48 ids padded to 128) follow its V rows in the arena, inside no tensor.
   ASSERT_EQ(c.padded_vocab_size(), 128);
-  EXPECT_GE(table.wpe().offset, table.wte().offset + size_t(c.padded_vocab_size()) * C);
+  EXPECT_GE(table.wpe()->offset, table.wte().offset + size_t(c.padded_vocab_size()) * C);
   ModelConfig gpt2 = c;
   gpt2.vocab_size = 50257;
   EXPECT_EQ(gpt2.padded_vocab_size(), 50304);
+}
+
+// Rotary positions replace the learned ones: no wpe row, every block's tensors one row earlier, T C fewer floats.
+TEST(ParamTable, RopeModelsHaveNoPositionTable) {
+  ModelConfig c = tiny_config();
+  const ParamTable learned(c);
+  c.position = PositionEncoding::rope;
+  const ParamTable rope(c);
+  EXPECT_EQ(rope.wpe(), nullptr);
+  EXPECT_EQ(rope.find("transformer.wpe.weight"), nullptr);
+  ASSERT_EQ(rope.params().size(), learned.params().size() - 1);
+  EXPECT_EQ(rope.block(1, BLOCK_PARAM_QKV_W).name, "transformer.h.1.attn.c_attn.weight");
+  EXPECT_EQ(rope.block(0, BLOCK_PARAM_LN1_W).offset, learned.wpe()->offset);
+  EXPECT_EQ(rope.ln_f_bias().name, "transformer.ln_f.bias");
+  EXPECT_EQ(learned.total_numel() - rope.total_numel(), size_t(c.block_size) * c.n_embd);
 }
 
 // The unpadded layout (an async worker's checkpointed flat arrays): every tensor at its offset without wte's padding
@@ -62,7 +77,7 @@ TEST(ParamTable, UnpaddedLayoutLeavesTheVocabularyPaddingOut) {
   table.from_unpadded(flat.data(), back.data());
   const ParamInfo& w = table.wte();
   for (size_t i = 0; i < arena.size(); ++i) {
-    const bool padding = i >= w.offset + w.numel && i < table.wpe().offset;
+    const bool padding = i >= w.offset + w.numel && i < table.wpe()->offset;
     ASSERT_EQ(back[i], padding ? 0.0f : arena[i]) << "arena element " << i;
   }
 }

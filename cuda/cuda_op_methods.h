@@ -95,13 +95,16 @@ class OpMethods : public Backend, protected OpResources {
                                  int N, int C) override {
     launch_encoder_forward_positions(out, inp, pos, wte, wpe, N, C, op_context().stream);
   }
+  using Backend::attention_kv_forward;
+  using Backend::kv_cache_write;
   void kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos, int N,
-                      int C, int max_T) override {
-    launch_kv_cache_write(k_cache, v_cache, qkv, slot, pos, N, C, max_T, op_context().stream);
+                      int C, int NH, const KvAttention& a) override {
+    launch_kv_cache_write(k_cache, v_cache, qkv, slot, pos, N, C, NH, a, op_context().stream);
   }
   void attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
-                            const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T) override {
-    launch_attention_kv_forward(out, qkv, k_cache, v_cache, slot, pos, N, C, NH, max_T, op_context().stream);
+                            const int32_t* slot, const int32_t* pos, int N, int C, int NH,
+                            const KvAttention& a) override {
+    launch_attention_kv_forward(out, qkv, k_cache, v_cache, slot, pos, N, C, NH, a, op_context().stream);
   }
 
   // --- gelu ---

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/backend.h"
 #include "core/dither.h"
 #include "core/dtype.h"
 #include "core/fp8.h"
@@ -139,16 +140,16 @@ void launch_attention_backward_tc(TensorOut dqkv, float* delta, TensorIn dout, T
                                   const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
 
 // KV-cache inference (cuda_kv_cache.cu), fp32: rows are tokens of several sequences, row i at position pos[i] of the
-// sequence in cache slot slot[i]; pos and slot are device memory, each pos in [0, max_T) and each slot below the
-// caches' S. The attention takes any head size and any max_T: one block per (row, head) walks the slot's keys
-// 0..pos[i] in tiles with an online softmax.
+// sequence in cache slot slot[i]; pos and slot are device memory, each slot below the caches' S, and the caches rings
+// of a.ring rows per slot (Backend::KvAttention). The attention takes any head size and any ring: one block per
+// (row, head) walks the slot's keys in position order in tiles with an online softmax.
 void launch_encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte,
                                       const float* wpe, int N, int C, cudaStream_t stream);
 void launch_kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos,
-                           int N, int C, int max_T, cudaStream_t stream);
+                           int N, int C, int NH, const Backend::KvAttention& a, cudaStream_t stream);
 void launch_attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
-                                 const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T,
-                                 cudaStream_t stream);
+                                 const int32_t* slot, const int32_t* pos, int N, int C, int NH,
+                                 const Backend::KvAttention& a, cudaStream_t stream);
 
 // int8 and fp8 quantization (cuda_quant.cuh), bit for bit the CPU's (core/int8_quant.h, core/fp8_quant.h); x may be
 // stored in fp32 or bf16, and with `round_bf16` an fp32 x is read rounded to bf16 (a GEMM input's value, as the CPU's

@@ -44,12 +44,15 @@ int cmd_generate(int argc, char** argv) {
       "fp32; bf16: weights and GEMM inputs in bf16 (half the bytes per token; logits within bf16 rounding); or "
       "int8: as bf16, with the dense layers' weights in int8 per output channel and their products in int8");
   po::variables_map vm;
-  if (!parse_command(argc, argv, desc,
-                     "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]\n"
-                     "Encodes the prompt and decodes the output with the tokenizer recorded in the checkpoint; stops "
-                     "early when it samples that tokenizer's end-of-text token (<|endoftext|>). When prompt and output "
-                     "outgrow the model's block_size, the last block_size/2 tokens are kept and generation goes on.",
-                     vm, &numbers))
+  if (!parse_command(
+          argc, argv, desc,
+          "usage: ember generate --checkpoint F --prompt TEXT [--max-new-tokens N]\n"
+          "Encodes the prompt and decodes the output with the tokenizer recorded in the checkpoint; stops "
+          "early when it samples that tokenizer's end-of-text token (<|endoftext|>). When prompt and output "
+          "outgrow the model's block_size, the last block_size/2 tokens are kept and generation goes on (a model "
+          "with rotary positions goes on without recomputing: each token attends to the block_size - 1 "
+          "before it).",
+          vm, &numbers))
     return EXIT_CODE_OK;
   require_option(vm, "checkpoint", "give a checkpoint, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
   if (prompt.size() > kMaxPromptBytes)

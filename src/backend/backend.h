@@ -197,33 +197,53 @@ class Backend {
 
   // --- KV-cache inference (src/infer), in fp32. The N rows of a step are tokens of several sequences side by side:
   // row i is the token at position pos[i] of the sequence held in cache slot slot[i] (pos and slot are backend
-  // memory). A layer's key and value caches are (S, max_T, C) each: row (s, t) holds the keys (values) of slot s's
-  // token t, heads side by side as in qkv. ---
+  // memory). A layer's key and value caches are (S, ring, C) each, ring = KvAttention::ring: the keys (values) of slot
+  // s's token at position p are row (s, p % ring), heads side by side as in qkv. ---
   // out[i,:] = wte[inp[i],:] + wpe[pos[i],:]
   virtual void encoder_forward_positions(float* out,          // (N, C)
                                          const int32_t* inp,  // (N)
-                                         const int32_t* pos,  // (N), each in [0, maxT)
+                                         const int32_t* pos,  // (N), each in [0, maxT) where wpe is given
                                          const float* wte,    // (V, C)
                                          const float* wpe,    // (maxT, C)
                                          int N, int C) = 0;
+  // One layer's attention over the caches. Query p sees the keys max(0, p - window) .. p (window 0: 0 .. p), which
+  // the ring must still hold: p - first key < ring for every row, this step's own rows written before it reads
+  // (KvModel sizes the rings so). ALiBi as in attention_forward; with rope_cos/rope_sin (backend memory, (N, HS/2)
+  // each: row i's position's row of core/rope.h's table) keys are stored rotated and queries rotated as read.
+  struct KvAttention {
+    int ring = 0;  // cache rows per slot
+    int window = 0;
+    float alibi_slope = 0.0f;
+    const float* rope_cos = nullptr;
+    const float* rope_sin = nullptr;
+  };
   // Copies each row's keys and values (the second and third C columns of its qkv row) to the caches at
-  // (slot[i], pos[i]). The rows of one call name distinct (slot, pos) pairs.
-  virtual void kv_cache_write(float* k_cache,       // (S, max_T, C)
-                              float* v_cache,       // (S, max_T, C)
+  // (slot[i], pos[i] % ring), the keys rotated under rope. The rows of one call name distinct cache rows.
+  virtual void kv_cache_write(float* k_cache,       // (S, ring, C)
+                              float* v_cache,       // (S, ring, C)
                               const float* qkv,     // (N, 3C)
                               const int32_t* slot,  // (N)
-                              const int32_t* pos,   // (N), each in [0, max_T)
-                              int N, int C, int max_T) = 0;
+                              const int32_t* pos,   // (N), each >= 0
+                              int N, int C, int NH, const KvAttention& a) = 0;
   // Causal attention of each row's query (the first C columns of its qkv row) over its slot's cached keys and
-  // values at positions 0..pos[i], which kv_cache_write has filled (for this step's rows too, before this call).
-  // Scores are scaled by 1/sqrt(HS) as attention_forward's; the softmax and both products are fp32.
+  // values, which kv_cache_write has filled (for this step's rows too, before this call). Scores are scaled by
+  // 1/sqrt(HS) as attention_forward's; the softmax and both products are fp32, the keys summed in position order.
   virtual void attention_kv_forward(float* out,            // (N, C)
                                     const float* qkv,      // (N, 3C)
-                                    const float* k_cache,  // (S, max_T, C)
-                                    const float* v_cache,  // (S, max_T, C)
+                                    const float* k_cache,  // (S, ring, C)
+                                    const float* v_cache,  // (S, ring, C)
                                     const int32_t* slot,   // (N)
                                     const int32_t* pos,    // (N)
-                                    int N, int C, int NH, int max_T) = 0;
+                                    int N, int C, int NH, const KvAttention& a) = 0;
+  // GPT-2's: caches of max_T rows, every earlier key, no bias, no rotation.
+  void kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos, int N,
+                      int C, int max_T) {
+    kv_cache_write(k_cache, v_cache, qkv, slot, pos, N, C, 1, KvAttention{max_T});
+  }
+  void attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
+                            const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T) {
+    attention_kv_forward(out, qkv, k_cache, v_cache, slot, pos, N, C, NH, KvAttention{max_T});
+  }
 
   // --- tanh-approximate GELU ---
   virtual void gelu_forward(TensorOut out, TensorIn inp, size_t n) = 0;  // (n)

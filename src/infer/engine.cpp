@@ -36,7 +36,8 @@ struct Engine::Sequence {
   TextStream text;
   int slot;
   uint64_t id;                  // arrival order
-  std::vector<int32_t> window;  // the tokens the model sees, at positions 0..size()-1
+  std::vector<int32_t> window;  // the tokens the model sees, at positions base..base+size()-1
+  int base = 0;                 // under a rolling context (KvModel::rolling_context) the position of window[0]
   int cached = 0;               // window[0..cached) are in the slot's cache
   int prompt_tokens = 0, generated = 0;
   int ran = 0;  // rows run for it in the current step
@@ -138,16 +139,21 @@ void Engine::finish(Sequence& seq, FinishReason reason) {
   stats_.requests_finished++;
 }
 
-namespace {
-
-// Where a window has outgrown the context: keep its last half and run it again from position 0.
-void shift_window(std::vector<int32_t>& window, int& cached, int max_T) {
-  const size_t keep = size_t(std::max(1, max_T / 2));
-  window.erase(window.begin(), window.end() - ptrdiff_t(keep));
-  cached = 0;
+// Where a window has outgrown the context (more than max_T tokens): with learned positions, keep its last half and
+// run it again from position 0; under a rolling context only its cached tokens beyond the last max_T are let go, and
+// its positions go on (the caches hold what attention still reads).
+void Engine::shift_window(Sequence& s) const {
+  const int T = max_T();
+  if (model_.rolling_context()) {
+    const int drop = std::min(int(s.window.size()) - T, s.cached);
+    s.window.erase(s.window.begin(), s.window.begin() + drop);
+    s.base += drop, s.cached -= drop;
+    return;
+  }
+  const size_t keep = size_t(std::max(1, T / 2));
+  s.window.erase(s.window.begin(), s.window.end() - ptrdiff_t(keep));
+  s.cached = 0;
 }
-
-}  // namespace
 
 void Engine::admit() {
   const auto now = std::chrono::steady_clock::now();
@@ -183,7 +189,7 @@ void Engine::admit() {
     else if (s.request.max_tokens == 0 || (!s.request.context_shift && int(s.window.size()) >= T))
       finish(s, FinishReason::length);
     else if (int(s.window.size()) > T)
-      shift_window(s.window, s.cached, T);
+      shift_window(s);
   }
   std::deque<GenerationRequest> dropped;
   {
@@ -231,7 +237,7 @@ bool Engine::step() {
     for (int k = 0; k < s->ran; ++k) {
       row_tokens_.push_back(s->window[size_t(s->cached + k)]);
       row_slots_.push_back(s->slot);
-      row_pos_.push_back(s->cached + k);
+      row_pos_.push_back(s->base + s->cached + k);
     }
     budget -= s->ran;
     if (s->ran == pending) {  // the window is all cached after this step: its next token is sampled
@@ -277,7 +283,7 @@ bool Engine::step() {
     else if (!s.request.context_shift && int(s.window.size()) >= T)
       finish(s, FinishReason::length);
     else if (int(s.window.size()) > T)
-      shift_window(s.window, s.cached, T);
+      shift_window(s);
   }
   return true;
 }

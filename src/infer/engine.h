@@ -101,6 +101,7 @@ class Engine {
   void finish(Sequence& seq, FinishReason reason);        // the final event; frees the slot
   void check(const GenerationRequest& request) const;     // GenerationRequest's rules, as an ember::Error
   bool deliver(Sequence& seq, const GenerationEvent& e);  // on_event, cancelling on false
+  void shift_window(Sequence& seq) const;                 // a window past max_T tokens, under context_shift
 
   KvModel& model_;
   const Tokenizer& tokenizer_;

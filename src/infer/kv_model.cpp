@@ -2,9 +2,11 @@
 // reading each row's earlier keys and values from its slot's cache instead of recomputing them.
 #include "infer/kv_model.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
+#include "core/rope.h"
 #include "model/attention_schedule.h"
 #include "model/memory_estimate.h"
 
@@ -12,22 +14,40 @@ namespace ember {
 
 namespace {
 
+// Whether positions run past max_T (KvModel::rolling_context).
+bool rolling(const ModelConfig& config, const KvModelShape& s) {
+  return config.position == PositionEncoding::rope && s.max_T >= 2;
+}
+
+// Layer l's cache ring and window. A window of w keeps its w earlier keys and a step's own rows (up to max_rows), so
+// that no row of a step overwrites a key an earlier row of the same step still reads; a full layer keeps max_T rows,
+// or under a rolling context the last max_T - 1 keys and a step's rows.
+Backend::KvAttention kv_attention(const ModelConfig& config, const KvModelShape& s, int l) {
+  const AttentionLayer layer = config.attention(l);
+  Backend::KvAttention a;
+  a.alibi_slope = layer.alibi_slope;
+  const int before = layer.window > 0 ? std::min(layer.window, s.max_T - 1) : s.max_T - 1;  // earlier keys seen
+  if (rolling(config, s)) {
+    a.window = before, a.ring = before + s.max_rows;
+  } else {
+    a.window = layer.window, a.ring = layer.window > 0 ? std::min(s.max_T, layer.window + s.max_rows) : s.max_T;
+  }
+  return a;
+}
+
 // Every buffer the constructor allocates, in floats (int32 ids count as one each), from the shape alone.
 struct KvSizes {
-  size_t params, cache_per_layer, ids, rows_c, rows_1, rows_3c, rows_4c, picked, logits;
+  size_t params, caches, ids, rows_c, rows_1, rows_3c, rows_4c, picked, logits, rope;
 };
 
 KvSizes kv_sizes(const ModelConfig& config, const KvModelShape& s) {
   const size_t R = size_t(s.max_rows), M = size_t(s.max_logit_rows), C = size_t(config.n_embd);
-  return KvSizes{ParamTable(config).total_numel(),
-                 size_t(s.max_slots) * size_t(s.max_T) * C,
-                 R,
-                 R * C,
-                 R,
-                 R * 3 * C,
-                 R * 4 * C,
-                 M * C,
-                 M * size_t(config.vocab_size)};
+  size_t caches = 0;  // both caches of every layer
+  for (int l = 0; l < config.n_layer; ++l)
+    caches += 2 * size_t(s.max_slots) * size_t(kv_attention(config, s, l).ring) * C;
+  const size_t rope = config.position == PositionEncoding::rope ? R * size_t(config.head_dim() / 2) : 0;
+  return KvSizes{ParamTable(config).total_numel(), caches, R, R * C, R, R * 3 * C, R * 4 * C, M * C,
+                 M * size_t(config.vocab_size),    rope};
 }
 
 KvModelShape resolved(const ModelConfig& config, KvModelShape shape) {
@@ -56,9 +76,8 @@ size_t KvModel::footprint_bytes(const ModelConfig& config, KvModelShape shape, M
   const size_t f = sizeof(float), g = bf16_storage ? sizeof(BFloat16) : sizeof(float);
   // ids: tokens, slots, positions; fp32 rows: x, att, proj (C), mean, rstd (1), qkv (3C), fc (4C); GEMM inputs: ln,
   // att_in (C), fc_gelu (4C), picked.
-  size_t bytes = z.params * (f + (bf16_storage ? sizeof(BFloat16) : 0)) +
-                 2 * size_t(config.n_layer) * z.cache_per_layer * f + 3 * z.ids * sizeof(int32_t) +
-                 (3 * z.rows_c + 2 * z.rows_1 + z.rows_3c + z.rows_4c + z.logits) * f;
+  size_t bytes = z.params * (f + (bf16_storage ? sizeof(BFloat16) : 0)) + z.caches * f + 2 * z.rope * f +
+                 3 * z.ids * sizeof(int32_t) + (3 * z.rows_c + 2 * z.rows_1 + z.rows_3c + z.rows_4c + z.logits) * f;
   bytes += (z.rows_c + z.rows_4c + z.picked) * g + (bf16_storage ? z.rows_c * g : 0);
   return bytes;
 }
@@ -86,11 +105,8 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
       bf16_(gemm_inputs_in_bf16(backend.matmul_precision())),
       int8_(backend.matmul_precision() == MatmulPrecision::int8) {
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
-  if (!config.is_gpt2())
-    throw_error(
-        "this model's attention (" + describe_attention(config) + ") is not in the KV-cache decoder of this version",
-        "score it with `ember eval`, which runs the training forward pass; generate and serve take models "
-        "with GPT-2's learned positions and full attention");
+  EMBER_ASSERT(attention_schedule_problem(config).empty(), attention_schedule_problem(config));
+  rolling_ = rolling(config_, shape_);
   EMBER_ASSERT(backend.matmul_precision() != MatmulPrecision::fp8, "a KvModel decodes in fp32, bf16 or int8");
   backend.set_int8_lm_head(int8_);
   const KvSizes z = kv_sizes(config_, shape_);
@@ -99,8 +115,13 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
     params_bf16_ = alloc_gemm_input(z.params).b16();
   }
   for (int l = 0; l < config_.n_layer; ++l) {
-    k_cache_.push_back(alloc_floats(z.cache_per_layer));
-    v_cache_.push_back(alloc_floats(z.cache_per_layer));
+    const size_t floats = size_t(shape_.max_slots) * size_t(layer_attention(l).ring) * size_t(config_.n_embd);
+    k_cache_.push_back(alloc_floats(floats));
+    v_cache_.push_back(alloc_floats(floats));
+  }
+  if (z.rope) {
+    rope_cos_ = alloc_floats(z.rope), rope_sin_ = alloc_floats(z.rope);
+    rope_host_.resize(2 * z.rope);
   }
   static_assert(sizeof(int32_t) == sizeof(float));
   tokens_ = reinterpret_cast<int32_t*>(alloc_floats(z.ids));
@@ -122,6 +143,12 @@ KvModel::KvModel(const ModelConfig& config, Backend& backend, KvModelShape shape
                "KvModel::footprint_bytes() disagrees with what the constructor allocated");
 }
 
+Backend::KvAttention KvModel::layer_attention(int l) const {
+  Backend::KvAttention a = kv_attention(config_, shape_, l);
+  a.rope_cos = rope_cos_, a.rope_sin = rope_sin_;
+  return a;
+}
+
 KvModel::~KvModel() {
   if (int8_) backend_.set_int8_lm_head(false);
   for (void* ptr : allocations_) backend_.free(ptr);
@@ -132,14 +159,22 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
   EMBER_ASSERT(n >= 1 && n <= shape_.max_rows, "a step's rows must be in [1, max_rows]");
   EMBER_ASSERT(m >= 0 && m <= shape_.max_logit_rows, "a step's logit rows must be in [0, max_logit_rows]");
   for (int i = 0; i < n; ++i)
-    EMBER_ASSERT(slots[i] >= 0 && slots[i] < shape_.max_slots && pos[i] >= 0 && pos[i] < shape_.max_T &&
+    EMBER_ASSERT(slots[i] >= 0 && slots[i] < shape_.max_slots && pos[i] >= 0 && (rolling_ || pos[i] < shape_.max_T) &&
                      tokens[i] >= 0 && tokens[i] < config_.vocab_size,
                  "a row's slot, position or token is out of range");
-  const int C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, L = config_.n_layer, T = shape_.max_T;
+  const int C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size, L = config_.n_layer;
   Backend& be = backend_;
   be.copy_to_device(tokens_, tokens, size_t(n) * sizeof(int32_t));
   be.copy_to_device(slots_, slots, size_t(n) * sizeof(int32_t));
   be.copy_to_device(pos_, pos, size_t(n) * sizeof(int32_t));
+  if (rope_cos_) {  // the rows' rotations, one table row per row's position, shared by every layer
+    const int half = config_.head_dim() / 2;
+    float *cos = rope_host_.data(), *sin = cos + rope_host_.size() / 2;
+    for (int i = 0; i < n; ++i)
+      rope_table(config_.rope_theta, half, pos[i], 1, cos + size_t(i) * half, sin + size_t(i) * half);
+    be.copy_to_device(rope_cos_, cos, size_t(n) * half * sizeof(float));
+    be.copy_to_device(rope_sin_, sin, size_t(n) * half * sizeof(float));
+  }
   if (weights_changed_) {
     if (bf16_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
     be.weights_changed();
@@ -157,8 +192,9 @@ void KvModel::forward(const int32_t* tokens, const int32_t* slots, const int32_t
     be.layernorm_forward(ln_, mean_, rstd_, x_, B(0, BLOCK_PARAM_LN1_W), B(0, BLOCK_PARAM_LN1_B), n, C);
   for (int l = 0; l < L; ++l) {
     be.matmul_forward(qkv_, ln_, W(l, BLOCK_PARAM_QKV_W), B(l, BLOCK_PARAM_QKV_B), n, C, 3 * C);
-    be.kv_cache_write(k_cache_[l], v_cache_[l], qkv_, slots_, pos_, n, C, T);
-    be.attention_kv_forward(att_, qkv_, k_cache_[l], v_cache_[l], slots_, pos_, n, C, NH, T);
+    const Backend::KvAttention a = layer_attention(l);
+    be.kv_cache_write(k_cache_[l], v_cache_[l], qkv_, slots_, pos_, n, C, NH, a);
+    be.attention_kv_forward(att_, qkv_, k_cache_[l], v_cache_[l], slots_, pos_, n, C, NH, a);
     if (bf16_) be.cast_to_bf16(att_in_.b16(), att_, size_t(n) * C);
     be.matmul_forward(proj_, att_in_, W(l, BLOCK_PARAM_PROJ_W), B(l, BLOCK_PARAM_PROJ_B), n, C, C);
     be.residual_layernorm_forward(x_, ln_, mean_, rstd_, x_, proj_, B(l, BLOCK_PARAM_LN2_W), B(l, BLOCK_PARAM_LN2_B), n,

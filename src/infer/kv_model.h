@@ -55,11 +55,18 @@ class KvModel {
     return params_;
   }
   bool bf16_storage() const { return bf16_; }
+  // Under rotary positions (no wpe) a sequence runs past max_T without recomputing anything: positions go on growing,
+  // each full-attention layer's cache is a ring of the last max_T - 1 tokens (and this step's), so a query attends to
+  // at most max_T - 1 earlier tokens, as in training. Otherwise positions stay below max_T.
+  bool rolling_context() const { return rolling_; }
+  // Layer l's attention over its cache: its ring of rows per slot, its window, bias and (rope) rotation.
+  Backend::KvAttention layer_attention(int l) const;
 
   // One step over n rows (host arrays): row i is token tokens[i] at position pos[i] of the sequence in slot slots[i].
   // A slot's rows in one step have consecutive positions, and every earlier position of the slot was cached by an
-  // earlier step (positions restart at 0 for a slot that begins a new sequence). The logits of the m rows
-  // logit_rows[0..m) (indexes into the n rows) are written to logits (host, m x vocab_size, fp32).
+  // earlier step (positions restart at 0 for a slot that begins a new sequence); below max_T unless rolling_context().
+  // The logits of the m rows logit_rows[0..m) (indexes into the n rows) are written to logits (host, m x vocab_size,
+  // fp32).
   void forward(const int32_t* tokens, const int32_t* slots, const int32_t* pos, int n, const int* logit_rows, int m,
                float* logits);
 
@@ -82,9 +89,12 @@ class KvModel {
   bool bf16_ = false;           // the weights' working copy and the GEMMs' inputs in bf16 (bf16 and int8)
   bool int8_ = false;           // the dense layers' products in int8
   float* params_ = nullptr;
-  BFloat16* params_bf16_ = nullptr;                                // (total_numel) the working copy under bf16 storage
-  bool weights_changed_ = true;                                    // since the working copy was cast
-  std::vector<float*> k_cache_, v_cache_;                          // per layer, (max_slots, max_T, C)
+  BFloat16* params_bf16_ = nullptr;  // (total_numel) the working copy under bf16 storage
+  bool weights_changed_ = true;      // since the working copy was cast
+  bool rolling_ = false;
+  std::vector<float*> k_cache_, v_cache_;                          // per layer, (max_slots, ring, C)
+  float *rope_cos_ = nullptr, *rope_sin_ = nullptr;                // under rope, (max_rows, HS/2): the step's rows
+  std::vector<float> rope_host_;                                   // under rope, their cos then sin, built on the host
   int32_t *tokens_ = nullptr, *slots_ = nullptr, *pos_ = nullptr;  // (max_rows)
   float *x_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr;         // (rows, C), (rows), (rows)
   float *qkv_ = nullptr, *att_ = nullptr, *proj_ = nullptr;        // (rows, 3C), (rows, C), (rows, C)

@@ -38,6 +38,18 @@ for variant in "${variants[@]}"; do
     [[ ! -e "$run.hf" ]] || { echo "FAIL: export left $run.hf"; exit 1; }
   fi
   "$EMBER" eval --checkpoint "$ckpt" --data data --batch-size 16 --seq-len 32 --json | tee "$run.eval.json"
+  # Greedy decoding through the KV cache, four times the block size (32): every step must follow the chain's rule, in
+  # the rolling context of a rope model too. One step off in the caches' positions, windows or rotation breaks it.
+  "$EMBER" generate --checkpoint "$ckpt" --prompt "a" --max-new-tokens 128 --temperature 0 >"$run.generated"
+  "$PYTHON" - "$run.generated" "$variant" <<'PY'
+import sys
+text = open(sys.argv[1]).read().strip()
+letters = [ord(ch) - ord("a") for ch in text]
+assert len(letters) == 129 and all(0 <= x < 16 for x in letters), f"{sys.argv[2]}: unexpected output {text!r}"
+bad = [t for t in range(128) if letters[t + 1] not in ((5 * letters[t] + 3) % 16, (5 * letters[t] + 4) % 16)]
+print(f"{sys.argv[2]}: generated 128 letters, {len(bad)} off the chain")
+assert not bad, f"{sys.argv[2]}: steps {bad[:10]} do not follow the chain: {text!r}"
+PY
   # Margin: 0.03 nats above the optimum after 400 steps (the runs reach ~0.71; an untrained model is at ln 256 =
   # 5.5, a unigram model at ln 16 = 2.77); below the optimum by more than 0.02 would mean a bug in the loss (the val
   # sample is ~6000 tokens, so its empirical coin-flip entropy is within ~0.01 of ln 2).

@@ -326,6 +326,10 @@ inline float __fadd_rn(float a, float b) {
   volatile float r = a + b;
   return r;
 }
+inline float __fsub_rn(float a, float b) {
+  volatile float r = a - b;
+  return r;
+}
 
 template <typename T>
 T __shfl_sync(unsigned, T v, int src_lane) {

@@ -55,10 +55,13 @@ class CpuBackend final : public Backend {
 
   void encoder_forward_positions(float* out, const int32_t* inp, const int32_t* pos, const float* wte, const float* wpe,
                                  int N, int C) override;
+  using Backend::attention_kv_forward;
+  using Backend::kv_cache_write;
   void kv_cache_write(float* k_cache, float* v_cache, const float* qkv, const int32_t* slot, const int32_t* pos, int N,
-                      int C, int max_T) override;
+                      int C, int NH, const KvAttention& a) override;
   void attention_kv_forward(float* out, const float* qkv, const float* k_cache, const float* v_cache,
-                            const int32_t* slot, const int32_t* pos, int N, int C, int NH, int max_T) override;
+                            const int32_t* slot, const int32_t* pos, int N, int C, int NH,
+                            const KvAttention& a) override;
 
   void gelu_forward(TensorOut out, TensorIn inp, size_t n) override;
   void gelu_backward(float* dinp, TensorIn inp, const float* dout, size_t n) override;

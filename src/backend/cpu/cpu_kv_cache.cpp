@@ -8,6 +8,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "core/error.h"
+#include "core/rope.h"
 
 namespace ember {
 
@@ -33,47 +35,53 @@ void CpuBackend::encoder_forward_positions(float* out,          // (N, C)
   }
 }
 
-void CpuBackend::kv_cache_write(float* k_cache,       // (S, max_T, C)
-                                float* v_cache,       // (S, max_T, C)
+void CpuBackend::kv_cache_write(float* k_cache,       // (S, ring, C)
+                                float* v_cache,       // (S, ring, C)
                                 const float* qkv,     // (N, 3C)
                                 const int32_t* slot,  // (N)
                                 const int32_t* pos,   // (N)
-                                int N, int C, int max_T) {
+                                int N, int C, int NH, const KvAttention& a) {
+  const int HS = C / NH, half = HS / 2;
   for (int i = 0; i < N; ++i) {
-    const size_t row = (size_t(slot[i]) * max_T + pos[i]) * C;
+    const size_t row = (size_t(slot[i]) * a.ring + size_t(pos[i] % a.ring)) * C;
     const float* src = qkv + size_t(i) * 3 * C;
     std::copy(src + C, src + 2 * C, k_cache + row);
     std::copy(src + 2 * C, src + 3 * C, v_cache + row);
+    if (a.rope_cos)
+      for (int h = 0; h < NH; ++h)
+        rope_rotate(k_cache + row + size_t(h) * HS, a.rope_cos + size_t(i) * half, a.rope_sin + size_t(i) * half, half);
   }
 }
 
 namespace {
 
-// One (row, head): scores of q against keys 0..n-1 into s, softmax, then o = sum_j p_j v_j. k and v point at the
-// head's columns of the slot's first cache row; rows are C apart.
-EMBER_CPU_CLONES void attend_row(float* o, const float* q, const float* k, const float* v, int n, int C, int HS,
-                                 float scale, float* s) {
+// One (row, head): scores of q against the keys first..p (cache rows j % ring, C apart from the head's columns of the
+// slot's first row) into s, the ALiBi bias, softmax, then o = sum_j p_j v_j in position order.
+EMBER_CPU_CLONES void attend_row(float* o, const float* q, const float* k, const float* v, int first, int p, int ring,
+                                 int C, int HS, float scale, float slope, float* s) {
+  const int n = p - first + 1;
   float m = -INFINITY;
-  for (int j = 0; j < n; ++j) {
-    const float* kj = k + size_t(j) * C;
+  for (int t = 0; t < n; ++t) {
+    const float* kj = k + size_t((first + t) % ring) * C;
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int d = 0; d < HS; ++d) dot += q[d] * kj[d];
-    s[j] = dot * scale;
-    m = cpu::max_value(m, s[j]);
+    s[t] = dot * scale;
+    if (slope != 0.0f) s[t] = s[t] - slope * float(p - (first + t));
+    m = cpu::max_value(m, s[t]);
   }
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < n; ++j) {
-    s[j] = cpu::exp_approx(s[j] - m);
-    sum += s[j];
+  for (int t = 0; t < n; ++t) {
+    s[t] = cpu::exp_approx(s[t] - m);
+    sum += s[t];
   }
   for (int d = 0; d < HS; ++d) o[d] = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    const float* vj = v + size_t(j) * C;
-    const float p = s[j];
+  for (int t = 0; t < n; ++t) {
+    const float* vj = v + size_t((first + t) % ring) * C;
+    const float w = s[t];
 #pragma omp simd
-    for (int d = 0; d < HS; ++d) o[d] += p * vj[d];
+    for (int d = 0; d < HS; ++d) o[d] += w * vj[d];
   }
   const float inv = 1.0f / sum;
 #pragma omp simd
@@ -84,24 +92,37 @@ EMBER_CPU_CLONES void attend_row(float* o, const float* q, const float* k, const
 
 void CpuBackend::attention_kv_forward(float* out,            // (N, C)
                                       const float* qkv,      // (N, 3C)
-                                      const float* k_cache,  // (S, max_T, C)
-                                      const float* v_cache,  // (S, max_T, C)
+                                      const float* k_cache,  // (S, ring, C)
+                                      const float* v_cache,  // (S, ring, C)
                                       const int32_t* slot,   // (N)
                                       const int32_t* pos,    // (N)
-                                      int N, int C, int NH, int max_T) {
-  const int HS = C / NH;
+                                      int N, int C, int NH, const KvAttention& a) {
+  const int HS = C / NH, half = HS / 2;
   const float scale = 1.0f / std::sqrt(float(HS));
+  auto first_key = [&](int i) { return a.window > 0 ? std::max(0, pos[i] - a.window) : 0; };
   size_t work = 0;
-  for (int i = 0; i < N; ++i) work += size_t(pos[i] + 1) * C;
+  int most = 1;
+  for (int i = 0; i < N; ++i) {
+    const int n = pos[i] - first_key(i) + 1;
+    EMBER_ASSERT(n <= a.ring, "attention_kv_forward: a row's keys do not fit the cache's ring");
+    work += size_t(n) * C, most = std::max(most, n);
+  }
 #pragma omp parallel if (2 * work >= kMinParallelWork)
   {
-    float* scores = cpu::thread_scratch(size_t(max_T));
+    float* scores = cpu::thread_scratch(size_t(most) + size_t(HS));
+    float* qr = scores + most;  // the rotated query under rope
 #pragma omp for schedule(static)
     for (int item = 0; item < N * NH; ++item) {
       const int i = item / NH, h = item % NH;
-      const size_t base = size_t(slot[i]) * max_T * C + size_t(h) * HS;
-      attend_row(out + size_t(i) * C + size_t(h) * HS, qkv + size_t(i) * 3 * C + size_t(h) * HS, k_cache + base,
-                 v_cache + base, pos[i] + 1, C, HS, scale, scores);
+      const size_t base = size_t(slot[i]) * a.ring * C + size_t(h) * HS;
+      const float* q = qkv + size_t(i) * 3 * C + size_t(h) * HS;
+      if (a.rope_cos) {
+        std::copy(q, q + HS, qr);
+        rope_rotate(qr, a.rope_cos + size_t(i) * half, a.rope_sin + size_t(i) * half, half);
+        q = qr;
+      }
+      attend_row(out + size_t(i) * C + size_t(h) * HS, q, k_cache + base, v_cache + base, first_key(i), pos[i], a.ring,
+                 C, HS, scale, a.alibi_slope, scores);
     }
   }
 }

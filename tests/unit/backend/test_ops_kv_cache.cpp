@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_layer.h"
+#include "core/rope.h"
 #include "ops_test_util.h"
 
 namespace ember {
@@ -131,6 +133,63 @@ TEST_P(OpsKvCache, WholeSequenceMatchesAttentionForward) {
     run(0, prefill);
     for (int t = prefill; t < T; ++t) run(t, 1);
     expect_close(tag + "attention_kv_forward vs attention_forward", d_out.host(), full, fp32_tol(T + HS, full));
+  }
+}
+
+// The same property with a layer's schedule and caches that are rings (Backend::KvAttention): a sequence of T tokens,
+// longer than the ring, prefilled in chunks of `rows` past the window and its last five rows decoded a row per call,
+// attends through the ring as attention_forward does over (1, T) with the window the ring keeps, the ALiBi bias and the
+// rotation. The ring holds the window and one chunk (ring = window + rows), the smallest that keeps every key a chunk's
+// rows read; a ring one row shorter lets a chunk overwrite keys its earlier rows still read, and the outputs then
+// differ (where the lost key's weight is not negligible).
+TEST_P(OpsKvCache, RingsWithAScheduleMatchAttentionForward) {
+  const auto [C, NH, max_T] = GetParam();
+  const int HS = C / NH, T = 2 * max_T + 3, rows = 4;
+  const AttentionLayer layers[] = {{5, 0.5f, 0.0f}, {1, 0.0f, 0.0f}, {max_T - 1, 0.25f, 0.0f}, {9, 0.0f, 10000.0f}};
+  for (const AttentionLayer& layer : layers) {
+    if (layer.rope_theta != 0.0f && HS % 2 != 0) continue;  // rope rotates pairs: even head sizes only
+    const std::string tag = "window " + std::to_string(layer.window) + " slope " + std::to_string(layer.alibi_slope) +
+                            " theta " + std::to_string(layer.rope_theta) + " ";
+    Rng rng(stream(3) + uint32_t(layer.window));
+    const auto qkv = rng.normal(size_t(T) * 3 * C, 1.5f);
+    Floats d_qkv(*be, qkv), d_full(*be, size_t(T) * C), d_lse(*be, size_t(NH) * T), d_out(*be, size_t(T) * C);
+    be->attention_forward(d_full.get(), d_lse.get(), d_qkv.get(), 1, T, C, NH, layer);
+    const auto full = d_full.host();
+    for (const int shorter : {0, 1}) {
+      Backend::KvAttention a;
+      a.ring = layer.window + rows - shorter, a.window = layer.window, a.alibi_slope = layer.alibi_slope;
+      const int half = HS / 2;
+      std::vector<float> cos(size_t(T) * half), sin(size_t(T) * half);
+      if (layer.rope_theta != 0.0f) rope_table(layer.rope_theta, half, 0, T, cos.data(), sin.data());
+      Floats d_cos(*be, cos), d_sin(*be, sin);
+      const std::vector<float> nan_cache(size_t(2) * a.ring * C, kNaN);
+      Floats d_k(*be, nan_cache), d_v(*be, nan_cache);
+      std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(T), 1);
+      for (int t = 0; t < T; ++t) pos[size_t(t)] = t;
+      Ints d_pos(*be, pos), d_slot(*be, slots);
+      auto run = [&](int first, int n) {
+        const size_t row = size_t(first);
+        if (layer.rope_theta != 0.0f) a.rope_cos = d_cos.get() + row * half, a.rope_sin = d_sin.get() + row * half;
+        be->kv_cache_write(d_k.get(), d_v.get(), d_qkv.get() + row * 3 * C, d_slot.get() + row, d_pos.get() + row, n, C,
+                           NH, a);
+        be->attention_kv_forward(d_out.get() + row * C, d_qkv.get() + row * 3 * C, d_k.get(), d_v.get(),
+                                 d_slot.get() + row, d_pos.get() + row, n, C, NH, a);
+      };
+      int t = 0;
+      for (; t + rows <= T - 5; t += rows) run(t, rows);
+      for (; t < T; ++t) run(t, 1);
+      if (shorter == 0) {
+        expect_close(tag + "through the ring vs attention_forward", d_out.host(), full, fp32_tol(T + HS, full));
+        continue;
+      }
+      // The key a short ring loses is the window's farthest: under a bias of slope * window >= 10 its weight is below
+      // e^-10 of the nearest key's, too little to show.
+      if (layer.alibi_slope * float(layer.window) >= 10.0f) continue;
+      const auto got = d_out.host();
+      double worst = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - full[i])));
+      EXPECT_GT(worst, 1e-3) << tag << "a ring one row short gave attention_forward's output";
+    }
   }
 }
 

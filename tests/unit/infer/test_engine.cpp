@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "infer/engine.h"
 #include "infer_test_util.h"
+#include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ember {
@@ -129,6 +130,44 @@ TEST(Engine, ContextLengthEndsOrShifts) {
   EXPECT_THROW(f.engine->submit(request_for(refused, {}, 1)), Error);
   EXPECT_THROW(f.engine->submit(request_for(refused, {256}, 1)), Error);
   EXPECT_THROW(f.engine->submit(request_for(refused, {1}, -1)), Error);
+}
+
+// Under rotary positions the context rolls (KvModel::rolling_context): a prompt longer than the context and three
+// contexts of greedy tokens run on without recomputing, each token the argmax of a recomputation with every layer's
+// window at max_T - 1 keys (the same weights at a longer block size).
+TEST(Engine, RopeContextRollsOnWithoutRecomputing) {
+  auto be = make_cpu_backend();
+  ModelConfig c = infer_config();
+  c.block_size = 16, c.position = PositionEncoding::rope;
+  ModelConfig longer = c;
+  longer.block_size = 128, longer.attention_windows = {c.block_size - 1, c.block_size - 1};
+  GPT gpt(longer, *be, 1, longer.block_size, /*with_grads=*/false);
+  gpt.init_weights(5);
+  std::vector<float> params(gpt.table().total_numel());
+  be->copy_to_host(params.data(), gpt.params(), params.size() * sizeof(float));
+  for (float& x : params) x *= 8.0f;  // logits over several nats, as the Fixture's
+  be->copy_to_device(gpt.params(), params.data(), params.size() * sizeof(float));
+  KvModel kv(c, *be, KvModelShape{1, 8, 1, 0});
+  be->copy_to_device(kv.params(), params.data(), params.size() * sizeof(float));
+  ByteTokenizer tokenizer;
+  Engine engine(kv, tokenizer, EngineOptions{4, 8});
+  const std::vector<int32_t> prompt = random_tokens(size_t(c.block_size + 7), 256, 60);
+  Outcome out;
+  GenerationRequest r = request_for(out, prompt, 3 * c.block_size, SamplingParams{0.0f, 0, 1.0f, 0});
+  r.context_shift = true;
+  engine.submit(std::move(r));
+  run_until_idle(engine);
+  ASSERT_EQ(out.tokens.size(), size_t(3 * c.block_size));
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), out.tokens.begin(), out.tokens.end() - 1);
+  gpt.forward(seq.data(), nullptr, 1, int(seq.size()));
+  const int Vp = longer.padded_vocab_size();
+  std::vector<float> logits(seq.size() * size_t(Vp));
+  be->copy_to_host(logits.data(), gpt.logits().f32(), logits.size() * sizeof(float));
+  for (size_t k = 0; k < out.tokens.size(); ++k) {
+    const float* row = logits.data() + (prompt.size() - 1 + k) * size_t(Vp);
+    EXPECT_EQ(out.tokens[k], int32_t(std::max_element(row, row + 256) - row)) << "generated token " << k;
+  }
 }
 
 TEST(Engine, StopSequenceEndsTheText) {

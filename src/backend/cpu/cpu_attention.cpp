@@ -158,10 +158,19 @@ void rotate_rows_back(float* g, int rows, int ld, int HS, int pos0, const RopeRo
     rope_rotate_back(g + size_t(r) * ld, rope.cos + size_t(pos0 + r) * half, rope.sin + size_t(pos0 + r) * half, half);
 }
 
-// The first key a block of queries from i0 reads: the window's first for i0, aligned down to a tensor-core key tile
-// (the bf16 rows' tiles start there, as the CUDA kernel's do).
-int block_first_key(const AttentionLayer& layer, int i0) {
-  return layer.first_key(i0) / kTensorCoreKeyTile * kTensorCoreKeyTile;
+// The first key a block of queries from i0 reads: the window's first for i0; in bf16 aligned down to a tensor-core
+// key tile (the bf16 rows' tiles start there, as the CUDA kernel's do).
+int block_first_key(const AttentionLayer& layer, int i0, bool bf16) {
+  const int first = layer.first_key(i0);
+  return bf16 ? first / kTensorCoreKeyTile * kTensorCoreKeyTile : first;
+}
+
+// Queries per block for a layer: a block reads the keys of its first query's window to its last query, so a narrow
+// window takes narrow blocks (16 queries for windows up to 64 keys: at most 80 keys a block where each row sees 65;
+// 64 queries would read 128). Full attention, and windows of T or more, keep kQueryBlock.
+int query_block(const AttentionLayer& layer, int T) {
+  if (layer.window == 0 || layer.window >= T) return std::min(T, kQueryBlock);
+  return std::min(T, layer.window <= 64 ? 16 : layer.window <= 256 ? 32 : kQueryBlock);
 }
 
 }  // namespace
@@ -183,7 +192,7 @@ void CpuBackend::attention_forward(TensorOut out,  // (B, T, C)
                                    int B, int T, int C, int NH, const AttentionLayer& layer) {
   check_attention_storage(qkv, out, C, NH, "attention_forward");
   check_attention_layer(layer, C, NH, "attention_forward");
-  const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
+  const int HS = C / NH, C3 = 3 * C, BQ = query_block(layer, T);
   const float scale = 1.0f / std::sqrt(float(HS));
   const bool bf16 = attention_in_bf16(matmul_precision_, HS);
   const RopeCache* rc = rope_for(layer, HS, T);
@@ -213,7 +222,7 @@ void CpuBackend::attention_forward(TensorOut out,  // (B, T, C)
       float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
         // queries i0.. see keys klo..keys-1 at most; S is (rows, keys - klo) with row stride ld
-        const int rows = std::min(BQ, T - i0), keys = i0 + rows, klo = block_first_key(layer, i0);
+        const int rows = std::min(BQ, T - i0), keys = i0 + rows, klo = block_first_key(layer, i0, bf16);
         const int n = keys - klo, ld = pad_lanes(n);
         const TensorIn q = qkv.at(q_off + size_t(i0) * C3);
         if (copy_q) gather_head(qr, q, rows, HS, C3), prepare_rows(qr, rows, HS, i0, rope, bf16);
@@ -256,7 +265,7 @@ void CpuBackend::attention_backward(TensorOut dqkv,    // (B, T, 3C) =
   check_attention_storage(qkv, out, C, NH, "attention_backward");
   check_attention_grad_storage(dqkv, dout, qkv, "attention_backward");
   check_attention_layer(layer, C, NH, "attention_backward");
-  const int HS = C / NH, C3 = 3 * C, BQ = std::min(T, kQueryBlock);
+  const int HS = C / NH, C3 = 3 * C, BQ = query_block(layer, T);
   const float scale = 1.0f / std::sqrt(float(HS));
   const bool bf16 = attention_in_bf16(matmul_precision_, HS);
   const RopeCache* rc = rope_for(layer, HS, T);
@@ -294,7 +303,7 @@ void CpuBackend::attention_backward(TensorOut dqkv,    // (B, T, 3C) =
       float* dq = dqkv.bf16 ? nullptr : dqkv.f32() + qkv_off;
       const float* row_lse = lse + size_t(bh) * T;
       for (int i0 = 0; i0 < T; i0 += BQ) {
-        const int rows = std::min(BQ, T - i0), keys = i0 + rows, klo = block_first_key(layer, i0);
+        const int rows = std::min(BQ, T - i0), keys = i0 + rows, klo = block_first_key(layer, i0, bf16);
         const int n = keys - klo, ld = pad_lanes(n);
         const TensorIn dOs = dout.at(out_off + size_t(i0) * C);  // the block's dout rows, as stored
         const TensorIn q = qkv.at(qkv_off + size_t(i0) * C3);

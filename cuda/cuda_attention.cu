@@ -28,11 +28,35 @@ constexpr int kForwardRows = 16;
 // pass the 48 KB static limit).
 constexpr int kBackwardRows = 8;
 
+// The schedule's pieces (cuda_ops.h AttentionSchedule): the first key query i sees; element d of row t of q or k as
+// the products read it (rotated by t under rope); a scaled score with its ALiBi bias.
+__device__ __forceinline__ int first_key(const AttentionSchedule& sch, int i) {
+  return sch.window > 0 ? max(0, i - sch.window) : 0;
+}
+__device__ __forceinline__ float read_qk(const float* row, int d, int t, int HS, const AttentionSchedule& sch) {
+  if (!sch.rope_cos) return row[d];
+  const int half = HS / 2;
+  return rope_value(row, d, half, sch.rope_cos + size_t(t) * half, sch.rope_sin + size_t(t) * half);
+}
+__device__ __forceinline__ float biased(float dot, float scale, const AttentionSchedule& sch, int i, int j) {
+  const float s = dot * scale;
+  return sch.alibi_slope != 0.0f ? __fsub_rn(s, __fmul_rn(sch.alibi_slope, float(i - j))) : s;
+}
+// Stores a row of a q or k gradient held in `row` (shared, HS values, the rotated query's or key's gradient) carried
+// back through the rotation of position t; the lanes of one warp split the dims.
+template <typename GradT>
+__device__ void store_rotated_back(GradT* g, const float* row, int t, int HS, const AttentionSchedule& sch, int lane) {
+  const int half = HS / 2;
+  for (int d = lane; d < HS; d += kWarpSize)
+    store(&g[d], rope_back_value(row, d, half, sch.rope_cos + size_t(t) * half, sch.rope_sin + size_t(t) * half));
+}
+
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
-__global__ void __launch_bounds__(kForwardRows* kWarpSize) attention_forward_kernel(float* out,        // (B, T, C)
-                                                                                    float* lse,        // (B, NH, T)
-                                                                                    const float* qkv,  // (B, T, 3C)
-                                                                                    int T, int C, int NH, float scale) {
+__global__ void __launch_bounds__(kForwardRows* kWarpSize)
+    attention_forward_kernel(float* out,        // (B, T, C)
+                             float* lse,        // (B, NH, T)
+                             const float* qkv,  // (B, T, 3C)
+                             int T, int C, int NH, float scale, AttentionSchedule sch) {
   __shared__ float q_s[kForwardRows][kMaxHS];
   __shared__ float k_s[kTile][kPad];
   __shared__ float v_s[kTile][kMaxHS];
@@ -45,33 +69,36 @@ __global__ void __launch_bounds__(kForwardRows* kWarpSize) attention_forward_ker
 
   for (int idx = threadIdx.x; idx < kForwardRows * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS;
-    q_s[r][d] = i0 + r < T ? base[size_t(i0 + r) * C3 + d] : 0.0f;
+    q_s[r][d] = i0 + r < T ? read_qk(base + size_t(i0 + r) * C3, d, i0 + r, HS, sch) : 0.0f;
   }
   float m = -INFINITY, l = 0.0f, acc[kDimsPerLane];
 #pragma unroll
   for (int k = 0; k < kDimsPerLane; ++k) acc[k] = 0.0f;
 
-  const int last_row = min(i0 + kForwardRows, T) - 1;
-  for (int j0 = 0; j0 <= last_row; j0 += kTile) {
+  const int last_row = min(i0 + kForwardRows, T) - 1, fk = first_key(sch, i);
+  // Tiles wholly before the block's first row's window take no work.
+  for (int j0 = first_key(sch, i0) / kTile * kTile; j0 <= last_row; j0 += kTile) {
     __syncthreads();  // the previous tile is no longer read (first pass: nothing to wait for)
     for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
       const int r = idx / HS, d = idx % HS, j = j0 + r;
       // Rows past T are zero, never garbage: a masked p = 0 times a NaN would still be NaN.
-      k_s[r][d] = j < T ? base[size_t(j) * C3 + C + d] : 0.0f;
+      k_s[r][d] = j < T ? read_qk(base + size_t(j) * C3 + C, d, j, HS, sch) : 0.0f;
       v_s[r][d] = j < T ? base[size_t(j) * C3 + 2 * C + d] : 0.0f;
     }
     __syncthreads();
-    if (i < T && j0 <= i) {  // warp-uniform: the shuffles below see all 32 lanes
+    if (i < T && j0 <= i && j0 + kTile > fk) {  // warp-uniform: the shuffles below see all 32 lanes
       const int j = j0 + lane;
+      const bool visible = j <= i && j >= fk;
       float s = -INFINITY;
-      if (j <= i) {
+      if (visible) {
         float dot = 0.0f;
         for (int d = 0; d < HS; ++d) dot += q_s[warp][d] * k_s[lane][d];
-        s = dot * scale;
+        s = biased(dot, scale, sch, i, j);
       }
-      // Key j0 <= i is always visible, so m_new is finite; corr = e^(-inf) = 0 on the first tile.
+      // The tile holds a visible key (a row's first tile is the one holding its first key), so m_new is finite;
+      // corr = e^(-inf) = 0 on the first tile.
       const float m_new = fmaxf(m, warp_max(s));
-      const float p = j <= i ? expf(s - m_new) : 0.0f;
+      const float p = visible ? expf(s - m_new) : 0.0f;
       const float corr = expf(m - m_new);
       l = l * corr + warp_sum(p);
 #pragma unroll
@@ -110,7 +137,7 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
                                  const float* qkv,   // (B, T, 3C)
                                  const float* out,   // (B, T, C)
                                  const float* lse,   // (B, NH, T)
-                                 int T, int C, int NH, float scale) {
+                                 int T, int C, int NH, float scale, AttentionSchedule sch) {
   __shared__ float q_s[kBackwardRows][kMaxHS];
   __shared__ float do_s[kBackwardRows][kMaxHS];
   __shared__ float k_s[kTile][kPad];
@@ -126,7 +153,7 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
   for (int idx = threadIdx.x; idx < kBackwardRows * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS;
     const bool ok = i0 + r < T;
-    q_s[r][d] = ok ? base[size_t(i0 + r) * C3 + d] : 0.0f;
+    q_s[r][d] = ok ? read_qk(base + size_t(i0 + r) * C3, d, i0 + r, HS, sch) : 0.0f;
     do_s[r][d] = ok ? dout[o_base + size_t(i0 + r) * C + d] : 0.0f;
   }
   __syncthreads();
@@ -142,25 +169,25 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
 #pragma unroll
   for (int k = 0; k < kDimsPerLane; ++k) dq[k] = 0.0f;
 
-  const int last_row = min(i0 + kBackwardRows, T) - 1;
-  for (int j0 = 0; j0 <= last_row; j0 += kTile) {
+  const int last_row = min(i0 + kBackwardRows, T) - 1, fk = first_key(sch, i);
+  for (int j0 = first_key(sch, i0) / kTile * kTile; j0 <= last_row; j0 += kTile) {
     __syncthreads();
     for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
       const int r = idx / HS, d = idx % HS, j = j0 + r;
-      k_s[r][d] = j < T ? base[size_t(j) * C3 + C + d] : 0.0f;
+      k_s[r][d] = j < T ? read_qk(base + size_t(j) * C3 + C, d, j, HS, sch) : 0.0f;
       v_s[r][d] = j < T ? base[size_t(j) * C3 + 2 * C + d] : 0.0f;
     }
     __syncthreads();
-    if (i < T && j0 <= i) {
+    if (i < T && j0 <= i && j0 + kTile > fk) {
       const int j = j0 + lane;
       float ds = 0.0f;
-      if (j <= i) {
+      if (j <= i && j >= fk) {
         float s = 0.0f, dp = 0.0f;
         for (int d = 0; d < HS; ++d) {
           s += q_s[warp][d] * k_s[lane][d];
           dp += do_s[warp][d] * v_s[lane][d];
         }
-        ds = expf(s * scale - row_lse) * (dp - D);
+        ds = expf(biased(s, scale, sch, i, j) - row_lse) * (dp - D);
       }
       const int n = min(kTile, i - j0 + 1);
       for (int jj = 0; jj < n; ++jj) {
@@ -175,6 +202,17 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
   }
   if (i < T) {
     GradT* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
+    if (sch.rope_cos) {  // dQ of the rotated q, through this warp's own q_s row, carried back
+      __syncwarp();
+#pragma unroll
+      for (int k = 0; k < kDimsPerLane; ++k) {
+        const int d = lane + k * kWarpSize;
+        if (d < HS) q_s[warp][d] = scale * dq[k];
+      }
+      __syncwarp();
+      store_rotated_back(g, q_s[warp], i, HS, sch, lane);
+      return;
+    }
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + k * kWarpSize;
@@ -192,7 +230,7 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
                                   const float* dout,   // (B, T, C)
                                   const float* qkv,    // (B, T, 3C)
                                   const float* lse,    // (B, NH, T)
-                                  int T, int C, int NH, float scale) {
+                                  int T, int C, int NH, float scale, AttentionSchedule sch) {
   __shared__ float k_s[kBackwardRows][kMaxHS];
   __shared__ float v_s[kBackwardRows][kMaxHS];
   __shared__ float q_s[kTile][kPad];
@@ -209,18 +247,20 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
   for (int idx = threadIdx.x; idx < kBackwardRows * HS; idx += blockDim.x) {
     const int r = idx / HS, d = idx % HS;
     const bool ok = j_first + r < T;
-    k_s[r][d] = ok ? base[size_t(j_first + r) * C3 + C + d] : 0.0f;
+    k_s[r][d] = ok ? read_qk(base + size_t(j_first + r) * C3 + C, d, j_first + r, HS, sch) : 0.0f;
     v_s[r][d] = ok ? base[size_t(j_first + r) * C3 + 2 * C + d] : 0.0f;
   }
   float dk[kDimsPerLane], dv[kDimsPerLane];
 #pragma unroll
   for (int k = 0; k < kDimsPerLane; ++k) dk[k] = dv[k] = 0.0f;
 
-  for (int i0 = j_first; i0 < T; i0 += kTile) {
+  // Queries past the last key's window (i > j + window) see none of the block's keys.
+  const int i_end = sch.window > 0 ? min(T, j_first + kBackwardRows + sch.window) : T;
+  for (int i0 = j_first; i0 < i_end; i0 += kTile) {
     __syncthreads();
     for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
       const int r = idx / HS, d = idx % HS, i = i0 + r;
-      q_s[r][d] = i < T ? base[size_t(i) * C3 + d] : 0.0f;
+      q_s[r][d] = i < T ? read_qk(base + size_t(i) * C3, d, i, HS, sch) : 0.0f;
       do_s[r][d] = i < T ? dout[o_base + size_t(i) * C + d] : 0.0f;
     }
     if (threadIdx.x < kTile) {
@@ -232,13 +272,13 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
     if (j < T) {  // warp-uniform
       const int i = i0 + lane;
       float p = 0.0f, ds = 0.0f;
-      if (i < T && i >= j) {
+      if (i < T && i >= j && first_key(sch, i) <= j) {
         float s = 0.0f, dp = 0.0f;
         for (int d = 0; d < HS; ++d) {
           s += q_s[lane][d] * k_s[warp][d];
           dp += do_s[lane][d] * v_s[warp][d];
         }
-        p = expf(s * scale - lse_s[lane]);
+        p = expf(biased(s, scale, sch, i, j) - lse_s[lane]);
         ds = p * (dp - delta_s[lane]);
       }
       const int n = min(kTile, T - i0);
@@ -262,9 +302,19 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + k * kWarpSize;
       if (d < HS) {
-        store(&g[C + d], scale * dk[k]);
+        if (!sch.rope_cos) store(&g[C + d], scale * dk[k]);
         store(&g[2 * C + d], dv[k]);
       }
+    }
+    if (sch.rope_cos) {  // dK of the rotated k, through this warp's own k_s row, carried back
+      __syncwarp();
+#pragma unroll
+      for (int k = 0; k < kDimsPerLane; ++k) {
+        const int d = lane + k * kWarpSize;
+        if (d < HS) k_s[warp][d] = scale * dk[k];
+      }
+      __syncwarp();
+      store_rotated_back(g + C, k_s[warp], j, HS, sch, lane);
     }
   }
 }
@@ -279,34 +329,40 @@ void check_attention_shape(int B, int T, int C, int NH, size_t rows_per_block) {
 
 }  // namespace
 
-// The (block of `rows` rows, kTile tile) pairs one head's causal attention visits, for the cost ledger.
-double causal_block_tiles(int T, int rows) {
+// The (block of `rows` rows, kTile tile) pairs one head's causal attention visits, for the cost ledger: from the tile
+// holding the block's first row's first key (with a window) to its last row.
+double causal_block_tiles(int T, int rows, int window) {
   double pairs = 0.0;
-  for (int r0 = 0; r0 < T; r0 += rows) pairs += double(ceil_div(size_t(std::min(T, r0 + rows)), kTile));
+  for (int r0 = 0; r0 < T; r0 += rows) {
+    const int first = (window > 0 ? std::max(0, r0 - window) : 0) / kTile * kTile;
+    pairs += double(ceil_div(size_t(std::min(T, r0 + rows) - first), kTile));
+  }
   return pairs;
 }
 
 void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                              cudaStream_t stream) {
+                              const AttentionSchedule& sch, cudaStream_t stream) {
   check_attention_shape(B, T, C, NH, kForwardRows);
   const float scale = 1.0f / sqrtf(float(C / NH));
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kForwardRows));
   {  // per head: Q rows once, a K and a V tile per (row block, tile) pair; out and lse written
-    const double heads = double(B) * NH, hs = C / NH, pairs = causal_block_tiles(T, kForwardRows);
+    const double heads = double(B) * NH, hs = C / NH, pairs = causal_block_tiles(T, kForwardRows, sch.window);
     report_launch("attention_forward", heads * 4.0 * (T * hs + 2.0 * kTile * hs * pairs), heads * 4.0 * (T * hs + T),
                   heads * pairs * 4.0 * kForwardRows * kTile * hs);
   }
-  EMBER_KERNEL_LAUNCH(attention_forward_kernel, grid, kForwardRows * kWarpSize, stream, out, lse, qkv, T, C, NH, scale);
+  EMBER_KERNEL_LAUNCH(attention_forward_kernel, grid, kForwardRows * kWarpSize, stream, out, lse, qkv, T, C, NH, scale,
+                      sch);
   EMBER_CUDA_LAUNCH_CHECK();
 }
 
 void launch_attention_backward(TensorOut dqkv, float* delta, const float* dout, const float* qkv, const float* out,
-                               const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
+                               const float* lse, int B, int T, int C, int NH, const AttentionSchedule& sch,
+                               cudaStream_t stream) {
   check_attention_shape(B, T, C, NH, kBackwardRows);
   const float scale = 1.0f / sqrtf(float(C / NH));
   const dim3 grid(unsigned(B * NH), ceil_div(size_t(T), kBackwardRows));
   {  // as the tensor-core kernels' (cuda_attention_tc.cu), all in fp32, with kBackwardRows-row blocks
-    const double heads = double(B) * NH, hs = C / NH, pairs = causal_block_tiles(T, kBackwardRows);
+    const double heads = double(B) * NH, hs = C / NH, pairs = causal_block_tiles(T, kBackwardRows, sch.window);
     const double rows = T * hs, tile = kTile * hs, flops = heads * pairs * kBackwardRows * tile;
     const double g = dqkv.bf16 ? 2.0 : 4.0;
     report_launch("attention_backward_dq", heads * 4.0 * (3.0 * rows + T + 2.0 * tile * pairs),
@@ -316,16 +372,16 @@ void launch_attention_backward(TensorOut dqkv, float* delta, const float* dout, 
   }
   if (dqkv.bf16) {
     EMBER_KERNEL_LAUNCH(attention_backward_dq_kernel<__nv_bfloat16>, grid, kBackwardRows * kWarpSize, stream,
-                        device_bf16(dqkv), delta, dout, qkv, out, lse, T, C, NH, scale);
+                        device_bf16(dqkv), delta, dout, qkv, out, lse, T, C, NH, scale, sch);
     EMBER_CUDA_LAUNCH_CHECK();
     EMBER_KERNEL_LAUNCH(attention_backward_dkv_kernel<__nv_bfloat16>, grid, kBackwardRows * kWarpSize, stream,
-                        device_bf16(dqkv), delta, dout, qkv, lse, T, C, NH, scale);
+                        device_bf16(dqkv), delta, dout, qkv, lse, T, C, NH, scale, sch);
   } else {
     EMBER_KERNEL_LAUNCH(attention_backward_dq_kernel<float>, grid, kBackwardRows * kWarpSize, stream, dqkv.f32(), delta,
-                        dout, qkv, out, lse, T, C, NH, scale);
+                        dout, qkv, out, lse, T, C, NH, scale, sch);
     EMBER_CUDA_LAUNCH_CHECK();
     EMBER_KERNEL_LAUNCH(attention_backward_dkv_kernel<float>, grid, kBackwardRows * kWarpSize, stream, dqkv.f32(),
-                        delta, dout, qkv, lse, T, C, NH, scale);
+                        delta, dout, qkv, lse, T, C, NH, scale, sch);
   }
   EMBER_CUDA_LAUNCH_CHECK();
 }

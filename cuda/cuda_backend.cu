@@ -47,6 +47,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(lt_workspace_);
   cudaFree(scratch_);
   cudaFree(weight_copies_);
+  cudaFree(rope_table_);
   cudaFree(segments_);
   cudaFree(reduce_);
   cublasDestroy(cublas_);
@@ -191,9 +192,9 @@ std::string CudaBackend::precision_unsupported(MatmulPrecision p) const {
   return "";
 }
 
-std::string CudaBackend::attention_unsupported(const AttentionLayer& layer) const {
-  if (layer.is_full()) return "";
-  return "attention windows, ALiBi and rope run on the CPU backend only in this version";
+float* CudaBackend::rope_table_memory(size_t floats) {
+  grow(rope_table_, rope_table_bytes_, floats * sizeof(float));
+  return static_cast<float*>(rope_table_);
 }
 
 std::string CudaBackend::int8_engine() const {

@@ -44,7 +44,7 @@ class CudaBackend final : public cuda::OpMethods {
   bool device_memory(size_t* used, size_t* total) const override;
   void set_deterministic(bool on) override;
   std::string precision_unsupported(MatmulPrecision p) const override;
-  std::string attention_unsupported(const AttentionLayer& layer) const override;
+  float* rope_table_memory(size_t floats) override;
   std::string int8_engine() const override;
 
   // The op methods are cuda::OpMethods' (cuda_op_methods.h); sum_squares reads its total back from the device.
@@ -53,6 +53,7 @@ class CudaBackend final : public cuda::OpMethods {
  private:
   // What the op methods run with: the stream, handles, scratch and device.
   cuda::OpContext op_context() override;
+  int compute_major() const override { return compute_major_; }
   // Device scratch of at least `bytes`, reused across ops on stream_; growing it waits for the stream first.
   void* scratch(size_t bytes) override;
   // A device copy of the segments in segments_, grown as needed.
@@ -75,6 +76,8 @@ class CudaBackend final : public cuda::OpMethods {
   size_t segments_capacity_ = 0;
   void* weight_copies_ = nullptr;  // the int8 and fp8 weight copies (cuda_dispatch.h's WeightCopies)
   size_t weight_copies_bytes_ = 0;
+  void* rope_table_ = nullptr;  // the attention's rotary table (cuda_op_methods.h)
+  size_t rope_table_bytes_ = 0;
   // cuBLASLt for the dense layers' fused bias epilogues: its workspace, and the bias gradient its epilogue writes
   // before it is added to dbias (layers wider than the capacity take the plain path).
   static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;

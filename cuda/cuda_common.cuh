@@ -58,6 +58,20 @@ __device__ inline float bf16_value(T v) {
   return __bfloat162float(as_bf16(v));
 }
 // An element of fp32 or bf16 storage as a float, as stored.
+// Element d of a head's row x rotated by its position (core/rope.h's rope_rotate), and of a gradient row g carried
+// back through the rotation (rope_rotate_back); cos and sin are the position's table row of half = HS/2 values. The
+// products are kept out of FMAs, so that both are the CPU's bit for bit.
+__device__ inline float rope_value(const float* x, int d, int half, const float* cos, const float* sin) {
+  if (d < half) return __fsub_rn(__fmul_rn(x[d], cos[d]), __fmul_rn(x[d + half], sin[d]));
+  const int e = d - half;
+  return __fadd_rn(__fmul_rn(x[d], cos[e]), __fmul_rn(x[e], sin[e]));
+}
+__device__ inline float rope_back_value(const float* g, int d, int half, const float* cos, const float* sin) {
+  if (d < half) return __fadd_rn(__fmul_rn(g[d], cos[d]), __fmul_rn(g[d + half], sin[d]));
+  const int e = d - half;
+  return __fsub_rn(__fmul_rn(g[d], cos[e]), __fmul_rn(g[e], sin[e]));
+}
+
 __device__ inline float load(const float* p) { return *p; }
 __device__ inline float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 

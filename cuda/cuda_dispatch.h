@@ -37,6 +37,8 @@ class OpResources {
   // Memory of at least `bytes` (256-byte aligned) for the weights' quantized copies (Int8WeightCopies): it keeps its
   // contents while it does not grow; when it grows it is new memory (the old released after the ops queued on it).
   virtual char* weight_copy_memory(size_t bytes) = 0;
+  // Memory of at least `floats` floats for the attention's rotary table; new memory when it grows.
+  virtual float* rope_table_memory(size_t floats) = 0;
 
  protected:
   ~OpResources() = default;
@@ -184,18 +186,20 @@ inline size_t attention_backward_scratch_floats(AttentionPath path, int B, int T
 inline void attention_forward(const OpContext& ctx, TensorOut out,  // (B, T, C)
                               float* lse,                           // (B, NH, T)
                               TensorIn qkv,                         // (B, T, 3C)
-                              int B, int T, int C, int NH) {
+                              int B, int T, int C, int NH, const AttentionSchedule& sch) {
   const AttentionPath path = attention_path(ctx.compute_major, ctx.precision, C, NH, out.bf16);
   if (path == AttentionPath::tensor_core) {
+    EMBER_ASSERT(!sch.window && sch.alibi_slope == 0.0f && !sch.rope_cos,
+                 "attention_forward: the tensor-core kernels take GPT-2's full attention only");
     launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, ctx.stream);
   } else if (path == AttentionPath::fp32) {
-    launch_attention_forward(out.f32(), lse, qkv.f32(), B, T, C, NH, ctx.stream);
+    launch_attention_forward(out.f32(), lse, qkv.f32(), B, T, C, NH, sch, ctx.stream);
   } else {
     const size_t n = size_t(B) * T * C;
     float* out32 = static_cast<float*>(ctx.scratch(sizeof(float) * attention_forward_scratch_floats(path, B, T, C)));
     float* qkv32 = out32 + n;
     launch_widen_bf16(qkv32, qkv.b16(), 3 * n, ctx.stream);
-    launch_attention_forward(out32, lse, qkv32, B, T, C, NH, ctx.stream);
+    launch_attention_forward(out32, lse, qkv32, B, T, C, NH, sch, ctx.stream);
     launch_cast_to_bf16(out.b16(), out32, n, ctx.stream);
   }
 }
@@ -205,20 +209,23 @@ inline void attention_backward(const OpContext& ctx, TensorOut dqkv,  // (B, T, 
                                TensorIn qkv,                          // (B, T, 3C)
                                TensorIn out,                          // (B, T, C)
                                const float* lse,                      // (B, NH, T)
-                               int B, int T, int C, int NH) {
+                               int B, int T, int C, int NH, const AttentionSchedule& sch) {
   const AttentionPath path = attention_path(ctx.compute_major, ctx.precision, C, NH, out.bf16);
   const size_t nd = size_t(B) * NH * T, n = size_t(B) * T * C;
   float* delta = static_cast<float*>(ctx.scratch(sizeof(float) * attention_backward_scratch_floats(path, B, T, C, NH)));
   if (path == AttentionPath::tensor_core) {
+    EMBER_ASSERT(!sch.window && sch.alibi_slope == 0.0f && !sch.rope_cos,
+                 "attention_backward: the tensor-core kernels take GPT-2's full attention only");
     launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, ctx.stream);
   } else if (path == AttentionPath::fp32) {
-    launch_attention_backward(dqkv, delta, dout.f32(), qkv.f32(), out.f32(), lse, B, T, C, NH, ctx.stream);
+    launch_attention_backward(dqkv, delta, dout.f32(), qkv.f32(), out.f32(), lse, B, T, C, NH, sch, ctx.stream);
   } else {
     float *out32 = delta + nd, *qkv32 = out32 + n, *dout32 = qkv32 + 3 * n;
     launch_widen_bf16(out32, out.b16(), n, ctx.stream);
     launch_widen_bf16(qkv32, qkv.b16(), 3 * n, ctx.stream);
     if (dout.bf16) launch_widen_bf16(dout32, dout.b16(), n, ctx.stream);
-    launch_attention_backward(dqkv, delta, dout.bf16 ? dout32 : dout.f32(), qkv32, out32, lse, B, T, C, NH, ctx.stream);
+    launch_attention_backward(dqkv, delta, dout.bf16 ? dout32 : dout.f32(), qkv32, out32, lse, B, T, C, NH, sch,
+                              ctx.stream);
   }
 }
 

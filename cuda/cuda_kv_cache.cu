@@ -25,14 +25,6 @@ __global__ void encoder_forward_positions_kernel(float* out,          // (N, C)
   }
 }
 
-// Element d of a head's row x rotated by its position (core/rope.h's rope_rotate, the products kept out of FMAs so
-// that it is the CPU's bit for bit): cos and sin are the position's table row of half = HS/2 values.
-__device__ __forceinline__ float rope_value(const float* x, int d, int half, const float* cos, const float* sin) {
-  if (d < half) return __fsub_rn(__fmul_rn(x[d], cos[d]), __fmul_rn(x[d + half], sin[d]));
-  const int e = d - half;
-  return __fadd_rn(__fmul_rn(x[d], cos[e]), __fmul_rn(x[e], sin[e]));
-}
-
 // k_cache[slot[i], pos[i] % ring, c] = qkv[i, C + c] (rotated under rope) and v_cache[...] = qkv[i, 2C + c]:
 // consecutive threads take consecutive columns of one row, so both the reads and the writes are coalesced.
 __global__ void kv_cache_write_kernel(float* k_cache,       // (S, ring, C)

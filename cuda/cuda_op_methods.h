@@ -12,9 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "core/rope.h"
 #include "cuda_dispatch.h"
 #include "cuda_ops.h"
 
@@ -79,15 +81,18 @@ class OpMethods : public Backend, protected OpResources {
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
                          const AttentionLayer& layer) override {
     check_attention_storage(qkv, out, C, NH, "attention_forward");
-    EMBER_ASSERT(attention_unsupported(layer).empty(), "attention_forward: " + attention_unsupported(layer));
-    cuda::attention_forward(op_context(), out, lse, qkv, B, T, C, NH);
+    EMBER_ASSERT(attention_unsupported(layer, C / NH).empty(),
+                 "attention_forward: " + attention_unsupported(layer, C / NH));
+    cuda::attention_forward(op_context(), out, lse, qkv, B, T, C, NH, attention_schedule(layer, C / NH, T));
   }
   void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH, const AttentionLayer& layer) override {
     check_attention_storage(qkv, out, C, NH, "attention_backward");
-    EMBER_ASSERT(attention_unsupported(layer).empty(), "attention_backward: " + attention_unsupported(layer));
+    EMBER_ASSERT(attention_unsupported(layer, C / NH).empty(),
+                 "attention_backward: " + attention_unsupported(layer, C / NH));
     check_attention_grad_storage(dqkv, dout, qkv, "attention_backward");
-    cuda::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH);
+    cuda::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH,
+                             attention_schedule(layer, C / NH, T));
   }
 
   // --- KV-cache inference ---
@@ -152,6 +157,15 @@ class OpMethods : public Backend, protected OpResources {
     cuda::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t, grad_scale);
   }
 
+  // Windows, ALiBi and rope are in the fp32 kernels; not yet in the bf16 tensor-core ones.
+  std::string attention_unsupported(const AttentionLayer& layer, int head_size) const override {
+    if (layer.is_full() ||
+        attention_path(compute_major(), matmul_precision(), head_size, 1, false) != AttentionPath::tensor_core)
+      return "";
+    return "attention windows, ALiBi and rope are not in the bf16 tensor-core attention kernels of this version (the "
+           "fp32 kernels have them)";
+  }
+
   // --- int8 and fp8: the dense weights' copies (cuda_dispatch.h), and the GEMMs that read them ---
   void weights_changed() override { weight_copies_.changed(); }
   size_t quantized_weight_copy_bytes() const override { return weight_copies_.bytes(); }
@@ -159,6 +173,8 @@ class OpMethods : public Backend, protected OpResources {
  protected:
   // The stream, handles, scratch and device the ops run with.
   virtual OpContext op_context() = 0;
+  // The device's compute capability, major part.
+  virtual int compute_major() const = 0;
 
  private:
   // The dense layers' ops: op_context() with the quantized products' state.
@@ -169,6 +185,26 @@ class OpMethods : public Backend, protected OpResources {
     return ctx;
   }
   WeightCopies weight_copies_;
+
+  // A layer's schedule for the kernels, its rotary table (core/rope.h) uploaded once per base, head size and length.
+  AttentionSchedule attention_schedule(const AttentionLayer& layer, int HS, int T) {
+    AttentionSchedule s;
+    s.window = layer.window, s.alibi_slope = layer.alibi_slope;
+    if (layer.rope_theta == 0.0f) return s;
+    const int half = HS / 2;
+    if (rope_theta_ != layer.rope_theta || rope_half_ != half || rope_positions_ < T) {
+      std::vector<float> host(2 * size_t(T) * half);
+      rope_table(layer.rope_theta, half, 0, T, host.data(), host.data() + size_t(T) * half);
+      rope_ = rope_table_memory(host.size());
+      copy_to_device(rope_, host.data(), host.size() * sizeof(float));
+      rope_theta_ = layer.rope_theta, rope_half_ = half, rope_positions_ = T;
+    }
+    s.rope_cos = rope_, s.rope_sin = rope_ + size_t(rope_positions_) * half;
+    return s;
+  }
+  float* rope_ = nullptr;  // (rope_positions_, rope_half_) cos, then sin
+  float rope_theta_ = 0.0f;
+  int rope_half_ = 0, rope_positions_ = 0;
 };
 
 }  // namespace ember::cuda

@@ -127,10 +127,20 @@ void launch_matmul_backward_transposed(TensorOut dinp, float* dwte, TensorIn dou
 // attention; `delta` is (B, NH, T) scratch for the backward pass. The fp32 kernels (CUDA cores, head sizes up to
 // 128) and, for matmul precision bf16 on sm_80 and newer, the tensor-core kernels (bf16 products, fp32 softmax and
 // accumulation) for the head sizes of attention_in_bf16 (core/dtype.h).
+// A layer's schedule as the kernels take it (backend/attention_layer.h): the window (0: full), the ALiBi slope and, for
+// rope, the device table of core/rope.h ((T, HS/2) cos, then sin; null: no rotation).
+struct AttentionSchedule {
+  int window = 0;
+  float alibi_slope = 0.0f;
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
+};
+// The fp32 kernels take any schedule; the tensor-core kernels only GPT-2's (AttentionSchedule{}) in this version.
 void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                              cudaStream_t stream);
+                              const AttentionSchedule& sch, cudaStream_t stream);
 void launch_attention_backward(TensorOut dqkv, float* delta, const float* dout, const float* qkv, const float* out,
-                               const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
+                               const float* lse, int B, int T, int C, int NH, const AttentionSchedule& sch,
+                               cudaStream_t stream);
 // The tensor-core kernels' qkv and out may be stored in bf16 (both alike); their D = dO . O reads O rounded to bf16
 // either way. dqkv and dout may be stored in bf16 where qkv is (either kernel family: the fp32 one's widened path
 // writes such a dqkv and widens such a dout).

@@ -311,8 +311,8 @@ class Backend {
     return "";
   }
   // Why this backend cannot run a layer's attention schedule (one line), or empty where it can.
-  virtual std::string attention_unsupported(const AttentionLayer& layer) const {
-    (void)layer;
+  virtual std::string attention_unsupported(const AttentionLayer& layer, int head_size) const {
+    (void)layer, (void)head_size;
     return "";
   }
   // What runs the int8 products here, for the start-up log (empty where the backend has none).

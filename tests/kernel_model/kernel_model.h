@@ -315,6 +315,8 @@ inline float bf16_hi(uint32_t u) { return std::bit_cast<float>(u & 0xffff0000u);
 }  // namespace ember::kernel_model
 
 inline void __syncthreads() { ember::kernel_model::arrive_and_wait(ember::kernel_model::sched.block); }
+// A barrier of the calling thread's warp (the lanes that have not returned).
+inline void __syncwarp(unsigned = 0xffffffffu) { ember::kernel_model::warp_sync(); }
 
 // The IEEE-rounded fp32 intrinsics that a kernel uses to keep a product or sum out of an FMA: one rounding each, as
 // the host's fp32 arithmetic does (volatile: never contracted here either).

@@ -269,6 +269,7 @@ class KernelModelBackend final : public k::OpMethods {
     return {
         *this, kNoStream, nullptr, nullptr, nullptr, 0, kDoutBlockBytes, compute_capability_ / 10, matmul_precision()};
   }
+  int compute_major() const override { return compute_capability_ / 10; }
   // Host memory stands for device memory here: 256-byte aligned, as the device's, and grown only, as CudaBackend's.
   void* scratch(size_t bytes) override {
     if (count_only_) return fake(bytes);
@@ -287,6 +288,12 @@ class KernelModelBackend final : public k::OpMethods {
     return p + (256 - reinterpret_cast<uintptr_t>(p) % 256) % 256;
   }
 
+  float* rope_table_memory(size_t floats) override {
+    if (count_only_) return static_cast<float*>(fake(floats * sizeof(float)));
+    if (floats > rope_table_.size()) rope_table_.assign(floats, 0.0f);
+    return rope_table_.data();
+  }
+
   // A fresh address range for `bytes`, 256-byte aligned, that nothing ever reads or writes (count-only mode).
   void* fake(size_t bytes) {
     void* p = reinterpret_cast<void*>(next_fake_);
@@ -301,6 +308,7 @@ class KernelModelBackend final : public k::OpMethods {
   float* count_bias_grad_ = static_cast<float*>(fake(sizeof(float) * k::kBiasGradCapacity));  // count-only
   std::vector<char> scratch_;
   std::unique_ptr<char[]> weight_copies_;
+  std::vector<float> rope_table_;
   size_t weight_copies_bytes_ = 0;
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();  // memory
 };

@@ -42,10 +42,19 @@ __device__ __forceinline__ float biased(float dot, float scale, const AttentionS
   const float s = dot * scale;
   return sch.alibi_slope != 0.0f ? __fsub_rn(s, __fmul_rn(sch.alibi_slope, float(i - j))) : s;
 }
-// Stores a row of a q or k gradient held in `row` (shared, HS values, the rotated query's or key's gradient) carried
-// back through the rotation of position t; the lanes of one warp split the dims.
+// Stores the gradient of a rotated q or k row, scale * acc (a warp's accumulators: lane l holds dims l, l + 32, ...),
+// carried back through the rotation of position t: the warp writes it to `row` (its own shared row of HS values, no
+// longer read) and each lane then reads the pairs it needs.
 template <typename GradT>
-__device__ void store_rotated_back(GradT* g, const float* row, int t, int HS, const AttentionSchedule& sch, int lane) {
+__device__ void store_rotated_back(GradT* g, float* row, const float (&acc)[kDimsPerLane], float scale, int t, int HS,
+                                   const AttentionSchedule& sch, int lane) {
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < kDimsPerLane; ++k) {
+    const int d = lane + k * kWarpSize;
+    if (d < HS) row[d] = scale * acc[k];
+  }
+  __syncwarp();
   const int half = HS / 2;
   for (int d = lane; d < HS; d += kWarpSize)
     store(&g[d], rope_back_value(row, d, half, sch.rope_cos + size_t(t) * half, sch.rope_sin + size_t(t) * half));
@@ -202,15 +211,8 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
   }
   if (i < T) {
     GradT* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
-    if (sch.rope_cos) {  // dQ of the rotated q, through this warp's own q_s row, carried back
-      __syncwarp();
-#pragma unroll
-      for (int k = 0; k < kDimsPerLane; ++k) {
-        const int d = lane + k * kWarpSize;
-        if (d < HS) q_s[warp][d] = scale * dq[k];
-      }
-      __syncwarp();
-      store_rotated_back(g, q_s[warp], i, HS, sch, lane);
+    if (sch.rope_cos) {  // dQ of the rotated q, carried back through this warp's own q_s row
+      store_rotated_back(g, q_s[warp], dq, scale, i, HS, sch, lane);
       return;
     }
 #pragma unroll
@@ -306,16 +308,7 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
         store(&g[2 * C + d], dv[k]);
       }
     }
-    if (sch.rope_cos) {  // dK of the rotated k, through this warp's own k_s row, carried back
-      __syncwarp();
-#pragma unroll
-      for (int k = 0; k < kDimsPerLane; ++k) {
-        const int d = lane + k * kWarpSize;
-        if (d < HS) k_s[warp][d] = scale * dk[k];
-      }
-      __syncwarp();
-      store_rotated_back(g + C, k_s[warp], j, HS, sch, lane);
-    }
+    if (sch.rope_cos) store_rotated_back(g + C, k_s[warp], dk, scale, j, HS, sch, lane);  // through its own k_s row
   }
 }
 

@@ -98,6 +98,36 @@ inline void expect_fd(const std::string& what, const std::vector<float>& got, co
                       Tol tol) {
   expect_fd(what, got, std::vector<float>(got.size(), 0.0f), points, tol);
 }
+// The q (0), k (1) or v (2) third of every (B, T) row of a (B, T, 3C) tensor.
+template <class V>
+V qkv_part(const V& v, int C, int which) {
+  V r;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (int(i / C) % 3 == which) r.push_back(v[i]);
+  return r;
+}
+
+// The attention tests' check of a backward pass: dq, dk and dv of `got` against the reference `want`, each with its own
+// RMS scale (fp32_tol(K, part)), and against central differences of `loss` (a function of x) at `count` coordinates
+// drawn from rng, each part with its tolerance.
+inline void expect_dqkv(const std::string& prefix, const std::vector<float>& got, const Vec& want, Vec& x,
+                        const std::function<double()>& loss, Rng& rng, int C, double K, int count) {
+  const char* names[3] = {"dq", "dk", "dv"};
+  Tol tols[3];
+  for (int w = 0; w < 3; ++w) {
+    const Vec part = qkv_part(want, C, w);
+    tols[w] = fp32_tol(K, part);
+    expect_close(prefix + names[w], qkv_part(got, C, w), part, tols[w]);
+  }
+  const std::vector<FdPoint> points = finite_differences(x, loss, rng, count);
+  for (int w = 0; w < 3; ++w) {
+    std::vector<FdPoint> mine;
+    for (const FdPoint& p : points)
+      if (int(p.index / C) % 3 == w) mine.push_back(p);
+    expect_fd(prefix + names[w], got, mine, tols[w]);
+  }
+}
+
 // A prefill for an output the op must write whole: NaN, so that any element it reads or leaves shows in the result.
 inline std::vector<float> nans(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }
 

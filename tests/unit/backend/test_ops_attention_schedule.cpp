@@ -52,15 +52,6 @@ INSTANTIATE_TEST_SUITE_P(Schedules, OpsAttentionSchedule, testing::ValuesIn(case
 class OpsAttentionScheduleBf16 : public OpsAttentionSchedule {};
 INSTANTIATE_TEST_SUITE_P(Schedules, OpsAttentionScheduleBf16, testing::ValuesIn(cases(true)), case_name);
 
-// The q (0), k (1) or v (2) third of every (B, T) row of a (B, T, 3C) tensor.
-template <class V>
-V part(const V& v, int C, int which) {
-  V r;
-  for (size_t i = 0; i < v.size(); ++i)
-    if (int(i / C) % 3 == which) r.push_back(v[i]);
-  return r;
-}
-
 TEST_P(OpsAttentionSchedule, MatchesTheReferenceAndFiniteDifferences) {
   const auto [B, T, C, NH] = GetParam().shape;
   const AttentionLayer layer = GetParam().layer;
@@ -81,23 +72,10 @@ TEST_P(OpsAttentionSchedule, MatchesTheReferenceAndFiniteDifferences) {
   be->attention_backward(d_dqkv.get(), d_R.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, C, NH, layer);
   const Vec Rd = to_double(R);
   const Vec dqkv = ref_attention_backward(Rd, qd, B, T, C, NH, layer);
-  const auto got = d_dqkv.host();
-  const char* names[3] = {"dq", "dk", "dv"};
-  Tol tols[3];
-  for (int w = 0; w < 3; ++w) {
-    const Vec want = part(dqkv, C, w);
-    tols[w] = fp32_tol(T + HS + 4, want);
-    expect_close(names[w], part(got, C, w), want, tols[w]);
-  }
-  // The reference's own backward against its forward: the definitions of the window, bias and rotation agree.
+  // The reference's own backward is checked against its forward (finite differences): the definitions of the window,
+  // bias and rotation agree.
   auto loss = [&] { return dot(ref_attention(qd, B, T, C, NH, nullptr, layer), Rd); };
-  const auto points = finite_differences(qd, loss, rng, 3 * fd_points(double(B) * T * T * C));
-  for (int w = 0; w < 3; ++w) {
-    std::vector<FdPoint> mine;
-    for (const FdPoint& p : points)
-      if (int(p.index / C) % 3 == w) mine.push_back(p);
-    expect_fd(names[w], got, mine, tols[w]);
-  }
+  expect_dqkv("", d_dqkv.host(), dqkv, qd, loss, rng, C, T + HS + 4, 3 * fd_points(double(B) * T * T * C));
 }
 
 // Under matmul precision bf16 (the CUDA tensor-core kernels' roundings, for head sizes 16 to 128): within bf16's
@@ -126,8 +104,8 @@ TEST_P(OpsAttentionScheduleBf16, IsWithinItsRounding) {
   EXPECT_LT(rel_rms(d_out.host(), out), 0.02) << "out";
   const auto got = d_dqkv.host();
   for (int w = 0; w < 3; ++w)
-    EXPECT_LT(rel_rms(part(got, C, w), part(dqkv, C, w)), 0.02) << "d"
-                                                                << "qkv"[w];
+    EXPECT_LT(rel_rms(qkv_part(got, C, w), qkv_part(dqkv, C, w)), 0.02) << "d"
+                                                                        << "qkv"[w];
   if (layer.window >= T && layer.alibi_slope == 0.0f && layer.rope_theta == 0.0f) {
     Floats f_out(*be, dout.size()), f_lse(*be, size_t(B) * NH * T), f_dqkv(*be, qkv.size());
     be->attention_forward(f_out.get(), f_lse.get(), d_qkv.get(), B, T, C, NH);

@@ -203,12 +203,7 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_key<PositionEncoding>(
       "model.position", &c.model.position,
       "positions: learned (GPT-2's wpe table) or rope (rotary embeddings of q and k in every layer, no wpe)",
-      [&c](PositionEncoding p) {
-        const ModelConfig& m = c.model;
-        if (p != PositionEncoding::rope || m.n_head < 1 || m.head_dim() % 2 == 0) return std::string();
-        return "needs an even head size (it rotates pairs of a head's values); n_embd / n_head = " +
-               std::to_string(m.n_embd) + " / " + std::to_string(m.n_head) + " = " + std::to_string(m.head_dim());
-      }));
+      [&c](PositionEncoding) { return rope_problem(c.model); }));
   b.push_back(bind_number("model.rope_theta", &c.model.rope_theta, "rotary base (position = rope)", floats(1, 1e9f)));
   // The windows' check runs before the slopes': a preset's slopes apply unless model.alibi_slopes is given.
   b.push_back(bind_text(

@@ -142,10 +142,14 @@ std::string describe_attention(const ModelConfig& model) {
   return out;
 }
 
+std::string rope_problem(const ModelConfig& model) {
+  if (model.position != PositionEncoding::rope || model.n_head < 1 || model.head_dim() % 2 == 0) return "";
+  return "needs an even head size (it rotates pairs of a head's values); n_embd / n_head = " +
+         std::to_string(model.n_embd) + " / " + std::to_string(model.n_head) + " = " + std::to_string(model.head_dim());
+}
+
 std::string attention_schedule_problem(const ModelConfig& model) {
-  if (model.position == PositionEncoding::rope && model.n_head > 0 && model.head_dim() % 2 != 0)
-    return "rope needs an even head size; n_embd / n_head = " + std::to_string(model.n_embd) + " / " +
-           std::to_string(model.n_head) + " = " + std::to_string(model.head_dim());
+  if (const std::string rope = rope_problem(model); !rope.empty()) return "position = rope " + rope;
   if (!model.attention_windows.empty() && model.attention_windows.size() != size_t(model.n_layer))
     return "attention_windows has " + std::to_string(model.attention_windows.size()) + " entries for " +
            std::to_string(model.n_layer) + " layers";

@@ -35,7 +35,9 @@ std::string format_alibi_slopes(const std::vector<float>& slopes);
 // "rope (theta 500000), windows full,64,1, ALiBi slopes 0,0.5,0".
 std::string describe_attention(const ModelConfig& model);
 
-// Where a schedule cannot run: rope on an odd head size. "" when it can.
+// Where rotary positions cannot run (an odd head size): what position = rope needs, or "" where it can or is not set.
+std::string rope_problem(const ModelConfig& model);
+// Where a schedule cannot run: rope_problem, or lists of the wrong length. "" when it can.
 std::string attention_schedule_problem(const ModelConfig& model);
 
 }  // namespace ember

@@ -94,7 +94,7 @@ void check_meta(hid_t file_id, const CheckpointMeta& m, const std::string& file)
   check_model(file_id, m.model, file);
 
   check_count(file, "/optimizer:step", m.optimizer_step);
-  // The ranges the config accepts (app/options.cpp), so every file a run could write passes.
+  // The ranges the config accepts (app/option_table.cpp), so every file a run could write passes.
   const std::pair<const char*, float> betas[] = {{"/optimizer:beta1", m.beta1}, {"/optimizer:beta2", m.beta2}};
   for (const auto& [name, v] : betas)
     if (!(v > -1.0f && v < 1.0f)) fail_attr(file, name, num(v), "a value in (-1, 1) (AdamW decay rate)");

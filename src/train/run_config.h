@@ -1,4 +1,4 @@
-// The resolved run configuration: one struct per INI section. Defaults live here; src/app/options.cpp binds each
+// The resolved run configuration: one struct per INI section. Defaults live here; src/app/option_table.cpp binds each
 // field to its "section.key" option, checks ranges, and renders the whole thing back to INI text for checkpoints.
 #pragma once
 

@@ -28,19 +28,11 @@ constexpr int kForwardRows = 16;
 // pass the 48 KB static limit).
 constexpr int kBackwardRows = 8;
 
-// The schedule's pieces (cuda_ops.h AttentionSchedule): the first key query i sees; element d of row t of q or k as
-// the products read it (rotated by t under rope); a scaled score with its ALiBi bias.
-__device__ __forceinline__ int first_key(const AttentionSchedule& sch, int i) {
-  return sch.window > 0 ? max(0, i - sch.window) : 0;
-}
+// Element d of row t of q or k as the products read it (rotated by t under rope).
 __device__ __forceinline__ float read_qk(const float* row, int d, int t, int HS, const AttentionSchedule& sch) {
   if (!sch.rope_cos) return row[d];
   const int half = HS / 2;
   return rope_value(row, d, half, sch.rope_cos + size_t(t) * half, sch.rope_sin + size_t(t) * half);
-}
-__device__ __forceinline__ float biased(float dot, float scale, const AttentionSchedule& sch, int i, int j) {
-  const float s = dot * scale;
-  return sch.alibi_slope != 0.0f ? __fsub_rn(s, __fmul_rn(sch.alibi_slope, float(i - j))) : s;
 }
 // Stores the gradient of a rotated q or k row, scale * acc (a warp's accumulators: lane l holds dims l, l + 32, ...),
 // carried back through the rotation of position t: the warp writes it to `row` (its own shared row of HS values, no
@@ -84,9 +76,9 @@ __global__ void __launch_bounds__(kForwardRows* kWarpSize)
 #pragma unroll
   for (int k = 0; k < kDimsPerLane; ++k) acc[k] = 0.0f;
 
-  const int last_row = min(i0 + kForwardRows, T) - 1, fk = first_key(sch, i);
+  const int last_row = min(i0 + kForwardRows, T) - 1, fk = attention_first_key(sch, i);
   // Tiles wholly before the block's first row's window take no work.
-  for (int j0 = first_key(sch, i0) / kTile * kTile; j0 <= last_row; j0 += kTile) {
+  for (int j0 = attention_first_key(sch, i0) / kTile * kTile; j0 <= last_row; j0 += kTile) {
     __syncthreads();  // the previous tile is no longer read (first pass: nothing to wait for)
     for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
       const int r = idx / HS, d = idx % HS, j = j0 + r;
@@ -102,7 +94,7 @@ __global__ void __launch_bounds__(kForwardRows* kWarpSize)
       if (visible) {
         float dot = 0.0f;
         for (int d = 0; d < HS; ++d) dot += q_s[warp][d] * k_s[lane][d];
-        s = biased(dot, scale, sch, i, j);
+        s = biased_score(dot, scale, sch, i, j);
       }
       // The tile holds a visible key (a row's first tile is the one holding its first key), so m_new is finite;
       // corr = e^(-inf) = 0 on the first tile.
@@ -178,8 +170,8 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
 #pragma unroll
   for (int k = 0; k < kDimsPerLane; ++k) dq[k] = 0.0f;
 
-  const int last_row = min(i0 + kBackwardRows, T) - 1, fk = first_key(sch, i);
-  for (int j0 = first_key(sch, i0) / kTile * kTile; j0 <= last_row; j0 += kTile) {
+  const int last_row = min(i0 + kBackwardRows, T) - 1, fk = attention_first_key(sch, i);
+  for (int j0 = attention_first_key(sch, i0) / kTile * kTile; j0 <= last_row; j0 += kTile) {
     __syncthreads();
     for (int idx = threadIdx.x; idx < kTile * HS; idx += blockDim.x) {
       const int r = idx / HS, d = idx % HS, j = j0 + r;
@@ -196,7 +188,7 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
           s += q_s[warp][d] * k_s[lane][d];
           dp += do_s[warp][d] * v_s[lane][d];
         }
-        ds = expf(biased(s, scale, sch, i, j) - row_lse) * (dp - D);
+        ds = expf(biased_score(s, scale, sch, i, j) - row_lse) * (dp - D);
       }
       const int n = min(kTile, i - j0 + 1);
       for (int jj = 0; jj < n; ++jj) {
@@ -274,13 +266,13 @@ __global__ void __launch_bounds__(kBackwardRows* kWarpSize)
     if (j < T) {  // warp-uniform
       const int i = i0 + lane;
       float p = 0.0f, ds = 0.0f;
-      if (i < T && i >= j && first_key(sch, i) <= j) {
+      if (i < T && i >= j && attention_first_key(sch, i) <= j) {
         float s = 0.0f, dp = 0.0f;
         for (int d = 0; d < HS; ++d) {
           s += q_s[lane][d] * k_s[warp][d];
           dp += do_s[lane][d] * v_s[warp][d];
         }
-        p = expf(biased(s, scale, sch, i, j) - lse_s[lane]);
+        p = expf(biased_score(s, scale, sch, i, j) - lse_s[lane]);
         ds = p * (dp - delta_s[lane]);
       }
       const int n = min(kTile, T - i0);

@@ -1,7 +1,7 @@
 // The tensor-core attention kernels (device code only), included by cuda_attention_tc.cu, which launches them, and by
 // tests/kernel_model/test_attention_tc_model.cpp, which runs them on the CPU against a software model of the warp
 // (threads, barriers, shuffles, mma.sync, ldmatrix and cp.async) to check their indexing and synchronisation where no
-// GPU is present. The includer provides kWarpSize, kFullMask and warp_sum (cuda_common.cuh), and min for ints.
+// GPU is present. The includer provides what cuda_attention_tc_tiles.cuh names (cuda_common.cuh), and min for ints.
 // Everything here has internal linkage, so the two never meet at link time.
 //
 // Causal attention on the tensor cores, used with matmul precision bf16 (sm_80 and newer, head sizes 16, 32 and
@@ -14,12 +14,46 @@
 // fragment, .trans where a product needs the tile transposed; bf16 sources are staged by cp.async, a tile ahead of
 // the one being computed on. The block and tile sizes and the warp-level building blocks (fragments, ldmatrix,
 // cp.async, mma.sync, staging) are in cuda_attention_tc_tiles.cuh.
+//
+// A layer's schedule (AttentionSchedule): a window starts each block's walk at the tile holding its first row's first
+// key (dK/dV: ends it at the tile holding its last key's last query), a warp forms only the 16 x 16 blocks of scores
+// between its rows' first visible and last visible column, and the mask keeps the window's edge exact within them; the
+// ALiBi bias is added to the scaled scores before the softmax; rope rotates q and k as they are staged (stage_qk), and
+// dQ and dK are carried back through the rotation in the registers that hold them (a thread's accumulators hold both
+// columns d and d + HS/2 of its rows).
 #pragma once
 
 #include "cuda_attention_tc_tiles.cuh"
 
 namespace ember::cuda::tc {
 namespace {
+
+// Stores row r (0: the thread's row lane / 4 of the warp's 16, 1: that row + 8) of a warp's gradient accumulators
+// acc (16 x 8 DT, the C fragment layout) times `scale` into g (the row's HS = 8 DT columns). Where rope rotated that
+// row (q or k, position pos), the gradient is carried back through the rotation: the thread holds columns
+// d = 8 dt + 2 t + e of its rows and with each its partner d + HS/2 (n-tile dt + DT/2).
+template <int DT, typename GradT>
+__device__ inline void store_row_grad(GradT* g, const float (&acc)[DT][4], int r, float scale, int pos,
+                                      const AttentionSchedule& sch, int t) {
+  if (!sch.rope_cos) {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) store(&g[dt * 8 + 2 * t + e], scale * acc[dt][2 * r + e]);
+    return;
+  }
+  constexpr int kHalf = 4 * DT;
+  const float *cos = sch.rope_cos + size_t(pos) * kHalf, *sin = sch.rope_sin + size_t(pos) * kHalf;
+#pragma unroll
+  for (int dt = 0; dt < DT / 2; ++dt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int d = dt * 8 + 2 * t + e;
+      const float a = scale * acc[dt][2 * r + e], b = scale * acc[dt + DT / 2][2 * r + e];
+      store(&g[d], rope_back_first(a, b, cos[d], sin[d]));
+      store(&g[d + kHalf], rope_back_second(a, b, cos[d], sin[d]));
+    }
+}
 
 // Forward: out = softmax(q k^T * scale + causal mask) v per (b, h), and lse = max + log(sum) of each row.
 // A block of kForwardWarps warps takes kForwardRows query rows; warp w owns rows i0 + 16 w .. + 15 and keeps their
@@ -29,7 +63,7 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
     attention_forward_tc_kernel(StoreT* out,        // (B, T, C)
                                 float* lse,         // (B, NH, T)
                                 const StoreT* qkv,  // (B, T, 3C)
-                                int T, int C, int NH, float scale) {
+                                int T, int C, int NH, float scale, AttentionSchedule sch) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8, kTileElems = kTile * LD;
   // The block's Q rows go into registers before the loop, whose K and V tiles (two of each) then reuse their memory.
   constexpr int kBlockElems = kForwardRows * LD, kLoopElems = 4 * kTileElems;
@@ -43,7 +77,7 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
   const int rows[2] = {i0 + warp * 16 + lane / 4, i0 + warp * 16 + lane / 4 + 8};  // this thread's query rows
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // row t: q at +t*3C, k at +C, v at +2C
 
-  stage<HS, kForwardRows>(q_s, base, i0, T, C3);
+  stage_qk<HS, kForwardRows>(q_s, base, i0, T, C3, sch);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -52,56 +86,54 @@ __global__ void __launch_bounds__(kForwardWarps* kWarpSize)
   float o[DT][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   __syncthreads();  // the Q rows are no longer read
 
-  const int last_row = min(i0 + kForwardRows, T) - 1;
-  stage_kv<HS>(k_s(0), v_s(0), base, 0, T, C);
-  for (int j0 = 0, buf = 0; j0 <= last_row; j0 += kTile, buf ^= 1) {
-    next_tile_ready(j0 + kTile <= last_row, [&] { stage_kv<HS>(k_s(buf ^ 1), v_s(buf ^ 1), base, j0 + kTile, T, C); });
-    const int c1 = visible_blocks(i0, j0, warp);
-    if (c1 > 0) {  // warp-uniform: otherwise the tile starts past this warp's rows
-      float s[NT][4] = {};
-      mma_rows<LD, KC, NT>(s, qf, k_s(buf), lane, 0, c1);  // S = Q K^T
-      float mx[2] = {m[0], m[1]};
+  const int reach = window_reach(sch);
+  // One key tile: the warp's visible 16-column blocks [c0, c1) of tile j0, in buffer buf.
+  auto tile = [&](int j0, int buf, int c0, int c1) {
+    float s[NT][4] = {};
+    mma_rows<LD, KC, NT>(s, qf, k_s(buf), lane, c0, c1);  // S = Q K^T
+    float mx[2] = {m[0], m[1]};
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = j0 + nt * 8 + 2 * t + (e & 1), i = rows[e / 2];
-          s[nt][e] = j <= i && j < T ? s[nt][e] * scale : -INFINITY;
-          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-        }
-      float shift[2], corr[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // A row's four threads are lanes 4g..4g+3: two xor steps give each the row's maximum.
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
-        // A row with nothing visible yet (only rows past T) keeps m = -inf; shifting by 0 keeps its p at 0, not NaN.
-        shift[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
-        corr[r] = expf(m[r] - shift[r]);  // 0 on a row's first visible tile
-        m[r] = mx[r];
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + nt * 8 + 2 * t + (e & 1), i = rows[e / 2];
+        const bool visible = j <= i && j < T && i - j <= reach;
+        s[nt][e] = visible ? biased_score(s[nt][e], scale, sch, i, j) : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
       }
+    float shift[2], corr[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nt][e] = expf(s[nt][e] - shift[e / 2]);
-          sum[e / 2] += s[nt][e];
-        }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
-        sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
-        l[r] = l[r] * corr[r] + sum[r];
-      }
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        o[dt][0] *= corr[0], o[dt][1] *= corr[0];
-        o[dt][2] *= corr[1], o[dt][3] *= corr[1];
-      }
-      mma_scores<LD, NT, DT>(o, s, v_s(buf), lane, 0, c1);  // O += P V
+    for (int r = 0; r < 2; ++r) {
+      // A row's four threads are lanes 4g..4g+3: two xor steps give each the row's maximum.
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
+      // A row with nothing visible yet (past T, or its window starts later) keeps m = -inf; shifting
+      // by 0 keeps its p at 0, not NaN.
+      shift[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
+      corr[r] = expf(m[r] - shift[r]);  // 0 on a row's first visible tile
+      m[r] = mx[r];
     }
-    __syncthreads();  // buffer buf is no longer read
-  }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = expf(s[nt][e] - shift[e / 2]);
+        sum[e / 2] += s[nt][e];
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
+      sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
+      l[r] = l[r] * corr[r] + sum[r];
+    }
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      o[dt][0] *= corr[0], o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1], o[dt][3] *= corr[1];
+    }
+    mma_scores<LD, NT, DT>(o, s, v_s(buf), lane, c0, c1);  // O += P V
+  };
+  walk_key_tiles<HS>(k_s, v_s, base, i0, min(i0 + kForwardRows, T) - 1, T, C, warp, sch, tile);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = rows[r];
@@ -127,7 +159,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                                     const StoreT* qkv,  // (B, T, 3C)
                                     const StoreT* out,  // (B, T, C)
                                     const float* lse,   // (B, NH, T)
-                                    int T, int C, int NH, float scale) {
+                                    int T, int C, int NH, float scale, AttentionSchedule sch) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8, kTileElems = kTile * LD;
   // The block's Q and dO rows go into registers before the loop, whose K and V tiles (two of each) then reuse their
   // memory (both at once would pass the 48 KB of static shared memory at HS = 64).
@@ -144,7 +176,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
   const size_t o_base = size_t(b) * T * C + size_t(h) * HS;  // row t of this head in out/dout: + t*C
 
-  stage<HS, kRows>(q_s, base, i0, T, C3);
+  stage_qk<HS, kRows>(q_s, base, i0, T, C3, sch);
   stage<HS, kRows>(do_s, dout + o_base, i0, T, C);
   cp_async_commit();
   for (int r = warp * 16; r < warp * 16 + 16; ++r) {  // each warp its own 16 rows, in fp32 from global memory
@@ -170,38 +202,28 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   float dq[DT][4] = {};
   __syncthreads();  // the Q and dO rows are no longer read
 
-  const int last_row = min(i0 + kRows, T) - 1;
-  stage_kv<HS>(k_s(0), v_s(0), base, 0, T, C);
-  for (int j0 = 0, buf = 0; j0 <= last_row; j0 += kTile, buf ^= 1) {
-    next_tile_ready(j0 + kTile <= last_row, [&] { stage_kv<HS>(k_s(buf ^ 1), v_s(buf ^ 1), base, j0 + kTile, T, C); });
-    const int c1 = visible_blocks(i0, j0, warp);
-    if (c1 > 0) {  // warp-uniform: otherwise the tile starts past this warp's rows
-      float s[NT][4] = {}, dp[NT][4] = {};
-      mma_rows<LD, KC, NT>(s, qf, k_s(buf), lane, 0, c1);    // S = Q K^T
-      mma_rows<LD, KC, NT>(dp, dof, v_s(buf), lane, 0, c1);  // dP = dO V^T
+  const int reach = window_reach(sch);
+  // One key tile: the warp's visible 16-column blocks [c0, c1) of tile j0, in buffer buf.
+  auto tile = [&](int j0, int buf, int c0, int c1) {
+    float s[NT][4] = {}, dp[NT][4] = {};
+    mma_rows<LD, KC, NT>(s, qf, k_s(buf), lane, c0, c1);    // S = Q K^T
+    mma_rows<LD, KC, NT>(dp, dof, v_s(buf), lane, c0, c1);  // dP = dO V^T
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = j0 + nt * 8 + 2 * t + (e & 1), i = rows[e / 2];
-          const float p = j <= i && i < T ? expf(s[nt][e] * scale - row_lse[e / 2]) : 0.0f;
-          s[nt][e] = p * (dp[nt][e] - row_D[e / 2]);  // dS
-        }
-      mma_scores<LD, NT, DT>(dq, s, k_s(buf), lane, 0, c1);  // dQ += dS K
-    }
-    __syncthreads();  // buffer buf is no longer read
-  }
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + nt * 8 + 2 * t + (e & 1), i = rows[e / 2];
+        const bool visible = j <= i && i < T && i - j <= reach;
+        const float p = visible ? expf(biased_score(s[nt][e], scale, sch, i, j) - row_lse[e / 2]) : 0.0f;
+        s[nt][e] = p * (dp[nt][e] - row_D[e / 2]);  // dS
+      }
+    mma_scores<LD, NT, DT>(dq, s, k_s(buf), lane, c0, c1);  // dQ += dS K
+  };
+  walk_key_tiles<HS>(k_s, v_s, base, i0, min(i0 + kRows, T) - 1, T, C, warp, sch, tile);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = rows[r];
-    if (i >= T) continue;
-    GradT* g = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * HS;
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      store(&g[dt * 8 + 2 * t], scale * dq[dt][2 * r]);
-      store(&g[dt * 8 + 2 * t + 1], scale * dq[dt][2 * r + 1]);
-    }
-  }
+  for (int r = 0; r < 2; ++r)
+    if (rows[r] < T)
+      store_row_grad<DT>(dqkv + (size_t(b) * T + rows[r]) * C3 + size_t(h) * HS, dq, r, scale, rows[r], sch, t);
 }
 
 // Backward, pass 2 (per key row j): dV_j = sum_{i >= j} P_ij dO_i and dK_j = scale * sum_{i >= j} dS_ij Q_i.
@@ -214,7 +236,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                                      const DoutT* dout,   // (B, T, C), fp32 or bf16
                                      const StoreT* qkv,   // (B, T, 3C)
                                      const float* lse,    // (B, NH, T)
-                                     int T, int C, int NH, float scale) {
+                                     int T, int C, int NH, float scale, AttentionSchedule sch) {
   constexpr int LD = HS + kSkew, KC = HS / 16, DT = HS / 8, NT = kTile / 8, kTileElems = kTile * LD;
   // The block's K and V rows go into registers before the loop, whose Q and dO tiles (two of each) then reuse their
   // memory.
@@ -231,7 +253,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const StoreT* base = qkv + size_t(b) * T * C3 + size_t(h) * HS;
   const size_t o_base = size_t(b) * T * C + size_t(h) * HS;
 
-  stage<HS, kRows>(k_rows, base + C, j_first, T, C3);
+  stage_qk<HS, kRows>(k_rows, base + C, j_first, T, C3, sch);
   stage<HS, kRows>(v_rows, base + 2 * C, j_first, T, C3);
   cp_async_commit();
   cp_async_wait<0>();
@@ -243,7 +265,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   __syncthreads();  // the K and V rows are no longer read
 
   auto stage_tile = [&](int i0, int buf) {
-    stage<HS, kTile>(q_s(buf), base, i0, T, C3);
+    stage_qk<HS, kTile>(q_s(buf), base, i0, T, C3, sch);
     stage<HS, kTile>(do_s(buf), dout + o_base, i0, T, C);
     if (threadIdx.x < kTile) {
       const int i = i0 + threadIdx.x;
@@ -252,42 +274,40 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     }
     cp_async_commit();
   };
+  // Queries past the block's last key's window see none of its keys.
+  const int reach = window_reach(sch);
+  const int i_end = sch.window > 0 ? min(T, j_first + kRows + sch.window) : T;
   stage_tile(j_first, 0);
-  for (int i0 = j_first, buf = 0; i0 < T; i0 += kTile, buf ^= 1) {
-    next_tile_ready(i0 + kTile < T, [&] { stage_tile(i0 + kTile, buf ^ 1); });
-    // On the block's diagonal warp w's keys see only the queries from its own first key on.
-    const int c0 = first_seen_block(j_first, i0, warp);
-    if (c0 < kBlocksPerTile) {  // warp-uniform: otherwise the tile ends before this warp's keys
+  for (int i0 = j_first, buf = 0; i0 < i_end; i0 += kTile, buf ^= 1) {
+    next_tile_ready(i0 + kTile < i_end, [&] { stage_tile(i0 + kTile, buf ^ 1); });
+    // On the block's diagonal warp w's keys see only the queries from its own first key on; with a window, only those
+    // up to its last key's last query.
+    const int c0 = seen_blocks_first(j_first, i0, warp), c1 = seen_blocks_end(j_first, i0, warp, sch.window);
+    if (c0 < c1) {  // warp-uniform: otherwise no query of the tile sees this warp's keys
       float st[NT][4] = {}, dpt[NT][4] = {};
-      mma_rows<LD, KC, NT>(st, kf, q_s(buf), lane, c0, NT / 2);    // S^T = K Q^T
-      mma_rows<LD, KC, NT>(dpt, vf, do_s(buf), lane, c0, NT / 2);  // dP^T = V dO^T
+      mma_rows<LD, KC, NT>(st, kf, q_s(buf), lane, c0, c1);    // S^T = K Q^T
+      mma_rows<LD, KC, NT>(dpt, vf, do_s(buf), lane, c0, c1);  // dP^T = V dO^T
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = nt * 8 + 2 * t + (e & 1), i = i0 + c, j = keys[e / 2];
-          const float p = i >= j && i < T && j < T ? expf(st[nt][e] * scale - lse_s[buf][c]) : 0.0f;
+          const bool seen = i >= j && i < T && j < T && i - j <= reach;
+          const float p = seen ? expf(biased_score(st[nt][e], scale, sch, i, j) - lse_s[buf][c]) : 0.0f;
           st[nt][e] = p;
           dpt[nt][e] = p * (dpt[nt][e] - d_s[buf][c]);  // dS^T
         }
-      mma_scores<LD, NT, DT>(dv, st, do_s(buf), lane, c0, NT / 2);  // dV += P^T dO
-      mma_scores<LD, NT, DT>(dk, dpt, q_s(buf), lane, c0, NT / 2);  // dK += dS^T Q
+      mma_scores<LD, NT, DT>(dv, st, do_s(buf), lane, c0, c1);  // dV += P^T dO
+      mma_scores<LD, NT, DT>(dk, dpt, q_s(buf), lane, c0, c1);  // dK += dS^T Q
     }
     __syncthreads();  // buffer buf is no longer read
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int j = keys[r];
-    if (j >= T) continue;
-    GradT* g = dqkv + (size_t(b) * T + j) * C3 + size_t(h) * HS;
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int d = dt * 8 + 2 * t + e;
-        store(&g[C + d], scale * dk[dt][2 * r + e]);
-        store(&g[2 * C + d], dv[dt][2 * r + e]);
-      }
+    if (keys[r] >= T) continue;
+    GradT* g = dqkv + (size_t(b) * T + keys[r]) * C3 + size_t(h) * HS;
+    store_row_grad<DT>(g + C, dk, r, scale, keys[r], sch, t);
+    store_row_grad<DT>(g + 2 * C, dv, r, 1.0f, keys[r], AttentionSchedule{}, t);  // v is not rotated
   }
 }
 

@@ -1,7 +1,8 @@
 // The building blocks of the tensor-core attention kernels (cuda_attention_tc.cuh; device code only): the block and
 // tile sizes, bf16 packing, ldmatrix, cp.async and mma.sync m16n8k16 (each with the kernel model's emulation under
 // EMBER_TC_EMULATION), a warp's two kinds of product over a shared tile, and the staging of tiles into shared memory.
-// Included through cuda_attention_tc.cuh only, whose includer provides kWarpSize, kFullMask and warp_sum.
+// Included through cuda_attention_tc.cuh only, whose includer provides kWarpSize, kFullMask, warp_sum, load, the rope
+// helpers and AttentionSchedule (cuda_common.cuh).
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; g = lane / 4, t = lane % 4):
 //   A (16 x 16, row-major): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)
@@ -196,18 +197,48 @@ __device__ inline void stage(bf16* dst, const SrcT* src, int row0, int T, size_t
   }
 }
 
-// The 16-column blocks of key tile j0 that warp w's query rows (i0 + 16 w .. + 15, in block i0) can see: the first
-// ones, up to the warp's last row; all of them before the block's diagonal, none where the tile starts past the
-// warp's rows. i0 and j0 are multiples of 16.
-__host__ __device__ inline int visible_blocks(int i0, int j0, int warp) {
-  const int n = (i0 - j0) / 16 + warp + 1;
-  return n < 0 ? 0 : n > kBlocksPerTile ? kBlocksPerTile : n;
+// As stage, for rows of q or k, which rope rotates by their positions row0.. before the products read them: each pair
+// (d, d + HS/2) is read as stored, rotated in fp32 and then rounded to bf16 (as the CPU backend's bf16 attention
+// does), on its way through registers, so never by cp.async. Without rope, stage.
+template <int HS, int ROWS, typename SrcT>
+__device__ inline void stage_qk(bf16* dst, const SrcT* src, int row0, int T, size_t stride,
+                                const AttentionSchedule& sch) {
+  if (!sch.rope_cos) return stage<HS, ROWS>(dst, src, row0, T, stride);
+  constexpr int LD = HS + kSkew, kHalf = HS / 2;
+  for (int idx = threadIdx.x; idx < ROWS * kHalf; idx += blockDim.x) {
+    const int r = idx / kHalf, d = idx % kHalf, t = row0 + r;
+    float x1 = 0.0f, x2 = 0.0f;
+    if (t < T) {
+      const float a = load(&src[size_t(t) * stride + d]), b = load(&src[size_t(t) * stride + d + kHalf]);
+      const float c = sch.rope_cos[size_t(t) * kHalf + d], s = sch.rope_sin[size_t(t) * kHalf + d];
+      x1 = rope_first(a, b, c, s), x2 = rope_second(a, b, c, s);
+    }
+    dst[r * LD + d] = __float2bfloat16_rn(x1);
+    dst[r * LD + d + kHalf] = __float2bfloat16_rn(x2);
+  }
 }
-// The first 16-column block of query tile i0 that warp w's keys (j_first + 16 w .. + 15, in block j_first) are seen
-// from: the warp's keys see the queries from its first key on. kBlocksPerTile where the tile ends before them.
-__host__ __device__ inline int first_seen_block(int j_first, int i0, int warp) {
-  const int c = (j_first - i0) / 16 + warp;
-  return c < 0 ? 0 : c > kBlocksPerTile ? kBlocksPerTile : c;
+
+// Which 16-column blocks of a tile a warp's 16 rows (queries or keys, rows r0 .. r0 + 15 for warp w of a block from
+// row0, r0 = row0 + 16 w) form scores in, [first, end): before them, and from `end` on, every score of the warp's rows
+// is masked. row0 and the tile's first column are multiples of 16.
+//
+// Query rows against key tile j0: the keys from the first key of the warp's first row (first_key) to its last row.
+__host__ __device__ inline int clamp_blocks(int n) { return n < 0 ? 0 : n > kBlocksPerTile ? kBlocksPerTile : n; }
+__host__ __device__ inline int visible_blocks_first(int first_key, int j0) {
+  return first_key < j0 ? 0 : clamp_blocks((first_key - j0) / 16);
+}
+__host__ __device__ inline int visible_blocks_end(int i0, int j0, int warp) {
+  return clamp_blocks((i0 - j0) / 16 + warp + 1);
+}
+// Key rows (block from j_first) against query tile i0: the queries from the warp's first key to its last key's last
+// query, which the window bounds (window 0: to the end).
+__host__ __device__ inline int seen_blocks_first(int j_first, int i0, int warp) {
+  return clamp_blocks((j_first - i0) / 16 + warp);
+}
+__host__ __device__ inline int seen_blocks_end(int j_first, int i0, int warp, int window) {
+  if (window <= 0) return kBlocksPerTile;
+  const int last_query = j_first + 16 * warp + 15 + window;  // the warp's last key's last query
+  return last_query < i0 ? 0 : clamp_blocks((last_query - i0) / 16 + 1);
 }
 
 // The loops below run over tiles double-buffered: tile j + 1 is staged (with cp.async where it can be) while tile j is
@@ -227,12 +258,32 @@ __device__ inline void next_tile_ready(bool more, StageNext stage_next) {
   }
   __syncthreads();
 }
-// Stages key tile j0's K and V rows of one head (base: its q columns in qkv) as one commit group.
+// Stages key tile j0's K (rotated under rope) and V rows of one head (base: its q columns in qkv) as one commit group.
 template <int HS, typename StoreT>
-__device__ inline void stage_kv(bf16* k, bf16* v, const StoreT* base, int j0, int T, int C) {
-  stage<HS, kTile>(k, base + C, j0, T, size_t(3) * C);
+__device__ inline void stage_kv(bf16* k, bf16* v, const StoreT* base, int j0, int T, int C,
+                                const AttentionSchedule& sch) {
+  stage_qk<HS, kTile>(k, base + C, j0, T, size_t(3) * C, sch);
   stage<HS, kTile>(v, base + 2 * C, j0, T, size_t(3) * C);
   cp_async_commit();
+}
+
+// The key-tile loop of the forward and dQ passes, for the block of query rows i0 .. last_row: the key tiles from the
+// one holding the block's first row's first key (tiles wholly before its windows take no work) to its last row,
+// double-buffered, K and V of tile j0 staged into k_s(buf) and v_s(buf). body(j0, buf, c0, c1) runs where the tile
+// holds keys warp w's rows see, the 16-column blocks [c0, c1) (warp-uniform).
+template <int HS, typename StoreT, typename KTile, typename VTile, typename Body>
+__device__ inline void walk_key_tiles(KTile k_s, VTile v_s, const StoreT* base, int i0, int last_row, int T, int C,
+                                      int warp, const AttentionSchedule& sch, Body body) {
+  const int j_begin = attention_first_key(sch, i0) / kTile * kTile;
+  stage_kv<HS>(k_s(0), v_s(0), base, j_begin, T, C, sch);
+  for (int j0 = j_begin, buf = 0; j0 <= last_row; j0 += kTile, buf ^= 1) {
+    next_tile_ready(j0 + kTile <= last_row,
+                    [&] { stage_kv<HS>(k_s(buf ^ 1), v_s(buf ^ 1), base, j0 + kTile, T, C, sch); });
+    const int c0 = visible_blocks_first(attention_first_key(sch, i0 + warp * 16), j0);
+    const int c1 = visible_blocks_end(i0, j0, warp);
+    if (c0 < c1) body(j0, buf, c0, c1);
+    __syncthreads();  // buffer buf is no longer read
+  }
 }
 
 }  // namespace

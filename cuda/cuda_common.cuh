@@ -57,21 +57,49 @@ template <typename T>
 __device__ inline float bf16_value(T v) {
   return __bfloat162float(as_bf16(v));
 }
-// An element of fp32 or bf16 storage as a float, as stored.
-// Element d of a head's row x rotated by its position (core/rope.h's rope_rotate), and of a gradient row g carried
-// back through the rotation (rope_rotate_back); cos and sin are the position's table row of half = HS/2 values. The
+// Rotary position embeddings (core/rope.h): the pair (a, b) = (x_d, x_{d+half}) of a head's row rotated by the angle
+// with cosine c and sine s (rope_rotate), and a gradient's pair carried back through it (rope_rotate_back). The
 // products are kept out of FMAs, so that both are the CPU's bit for bit.
+__device__ inline float rope_first(float a, float b, float c, float s) {
+  return __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+}
+__device__ inline float rope_second(float a, float b, float c, float s) {
+  return __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+__device__ inline float rope_back_first(float a, float b, float c, float s) {
+  return __fadd_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+}
+__device__ inline float rope_back_second(float a, float b, float c, float s) {
+  return __fsub_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+// Element d of a head's row x rotated by its position, and of a gradient row g carried back; cos and sin are the
+// position's table row of half = HS/2 values.
 __device__ inline float rope_value(const float* x, int d, int half, const float* cos, const float* sin) {
-  if (d < half) return __fsub_rn(__fmul_rn(x[d], cos[d]), __fmul_rn(x[d + half], sin[d]));
+  if (d < half) return rope_first(x[d], x[d + half], cos[d], sin[d]);
   const int e = d - half;
-  return __fadd_rn(__fmul_rn(x[d], cos[e]), __fmul_rn(x[e], sin[e]));
+  return rope_second(x[e], x[d], cos[e], sin[e]);
 }
 __device__ inline float rope_back_value(const float* g, int d, int half, const float* cos, const float* sin) {
-  if (d < half) return __fadd_rn(__fmul_rn(g[d], cos[d]), __fmul_rn(g[d + half], sin[d]));
+  if (d < half) return rope_back_first(g[d], g[d + half], cos[d], sin[d]);
   const int e = d - half;
-  return __fsub_rn(__fmul_rn(g[d], cos[e]), __fmul_rn(g[e], sin[e]));
+  return rope_back_second(g[e], g[d], cos[e], sin[e]);
 }
 
+// A layer's attention schedule (cuda_ops.h AttentionSchedule) as every attention kernel applies it: the first key
+// query i sees, and the score of key j for query i from its product q . k, scaled and with its ALiBi bias.
+__host__ __device__ inline int attention_first_key(const AttentionSchedule& sch, int i) {
+  return sch.window > 0 && i > sch.window ? i - sch.window : 0;
+}
+// How far back query i sees: key j when i - j <= window_reach (every earlier key without a window).
+__host__ __device__ inline int window_reach(const AttentionSchedule& sch) {
+  return sch.window > 0 ? sch.window : 0x7fffffff;
+}
+__device__ inline float biased_score(float dot, float scale, const AttentionSchedule& sch, int i, int j) {
+  const float s = dot * scale;
+  return sch.alibi_slope != 0.0f ? __fsub_rn(s, __fmul_rn(sch.alibi_slope, float(i - j))) : s;
+}
+
+// An element of fp32 or bf16 storage as a float, as stored.
 __device__ inline float load(const float* p) { return *p; }
 __device__ inline float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 

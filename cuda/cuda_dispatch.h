@@ -189,9 +189,7 @@ inline void attention_forward(const OpContext& ctx, TensorOut out,  // (B, T, C)
                               int B, int T, int C, int NH, const AttentionSchedule& sch) {
   const AttentionPath path = attention_path(ctx.compute_major, ctx.precision, C, NH, out.bf16);
   if (path == AttentionPath::tensor_core) {
-    EMBER_ASSERT(!sch.window && sch.alibi_slope == 0.0f && !sch.rope_cos,
-                 "attention_forward: the tensor-core kernels take GPT-2's full attention only");
-    launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, ctx.stream);
+    launch_attention_forward_tc(out, lse, qkv, B, T, C, NH, sch, ctx.stream);
   } else if (path == AttentionPath::fp32) {
     launch_attention_forward(out.f32(), lse, qkv.f32(), B, T, C, NH, sch, ctx.stream);
   } else {
@@ -214,9 +212,7 @@ inline void attention_backward(const OpContext& ctx, TensorOut dqkv,  // (B, T, 
   const size_t nd = size_t(B) * NH * T, n = size_t(B) * T * C;
   float* delta = static_cast<float*>(ctx.scratch(sizeof(float) * attention_backward_scratch_floats(path, B, T, C, NH)));
   if (path == AttentionPath::tensor_core) {
-    EMBER_ASSERT(!sch.window && sch.alibi_slope == 0.0f && !sch.rope_cos,
-                 "attention_backward: the tensor-core kernels take GPT-2's full attention only");
-    launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, ctx.stream);
+    launch_attention_backward_tc(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, sch, ctx.stream);
   } else if (path == AttentionPath::fp32) {
     launch_attention_backward(dqkv, delta, dout.f32(), qkv.f32(), out.f32(), lse, B, T, C, NH, sch, ctx.stream);
   } else {

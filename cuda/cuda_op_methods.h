@@ -81,15 +81,13 @@ class OpMethods : public Backend, protected OpResources {
   void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
                          const AttentionLayer& layer) override {
     check_attention_storage(qkv, out, C, NH, "attention_forward");
-    EMBER_ASSERT(attention_unsupported(layer, C / NH).empty(),
-                 "attention_forward: " + attention_unsupported(layer, C / NH));
+    check_attention_layer(layer, C, NH, "attention_forward");
     cuda::attention_forward(op_context(), out, lse, qkv, B, T, C, NH, attention_schedule(layer, C / NH, T));
   }
   void attention_backward(TensorOut dqkv, TensorIn dout, TensorIn qkv, TensorIn out, const float* lse, int B, int T,
                           int C, int NH, const AttentionLayer& layer) override {
     check_attention_storage(qkv, out, C, NH, "attention_backward");
-    EMBER_ASSERT(attention_unsupported(layer, C / NH).empty(),
-                 "attention_backward: " + attention_unsupported(layer, C / NH));
+    check_attention_layer(layer, C, NH, "attention_backward");
     check_attention_grad_storage(dqkv, dout, qkv, "attention_backward");
     cuda::attention_backward(op_context(), dqkv, dout, qkv, out, lse, B, T, C, NH,
                              attention_schedule(layer, C / NH, T));
@@ -155,15 +153,6 @@ class OpMethods : public Backend, protected OpResources {
                              size_t nseg, float lr, float beta1, float beta2, float eps, int t,
                              float grad_scale) override {
     cuda::adamw_update_segments(op_context(), params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t, grad_scale);
-  }
-
-  // Windows, ALiBi and rope are in the fp32 kernels; not yet in the bf16 tensor-core ones.
-  std::string attention_unsupported(const AttentionLayer& layer, int head_size) const override {
-    if (layer.is_full() ||
-        attention_path(compute_major(), matmul_precision(), head_size, 1, false) != AttentionPath::tensor_core)
-      return "";
-    return "attention windows, ALiBi and rope are not in the bf16 tensor-core attention kernels of this version (the "
-           "fp32 kernels have them)";
   }
 
   // --- int8 and fp8: the dense weights' copies (cuda_dispatch.h), and the GEMMs that read them ---

@@ -135,7 +135,7 @@ struct AttentionSchedule {
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
 };
-// The fp32 kernels take any schedule; the tensor-core kernels only GPT-2's (AttentionSchedule{}) in this version.
+// Both kernel families take any schedule.
 void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                               const AttentionSchedule& sch, cudaStream_t stream);
 void launch_attention_backward(TensorOut dqkv, float* delta, const float* dout, const float* qkv, const float* out,
@@ -145,9 +145,10 @@ void launch_attention_backward(TensorOut dqkv, float* delta, const float* dout, 
 // either way. dqkv and dout may be stored in bf16 where qkv is (either kernel family: the fp32 one's widened path
 // writes such a dqkv and widens such a dout).
 void launch_attention_forward_tc(TensorOut out, float* lse, TensorIn qkv, int B, int T, int C, int NH,
-                                 cudaStream_t stream);
+                                 const AttentionSchedule& sch, cudaStream_t stream);
 void launch_attention_backward_tc(TensorOut dqkv, float* delta, TensorIn dout, TensorIn qkv, TensorIn out,
-                                  const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
+                                  const float* lse, int B, int T, int C, int NH, const AttentionSchedule& sch,
+                                  cudaStream_t stream);
 
 // KV-cache inference (cuda_kv_cache.cu), fp32: rows are tokens of several sequences, row i at position pos[i] of the
 // sequence in cache slot slot[i]; pos and slot are device memory, each slot below the caches' S, and the caches rings

@@ -310,11 +310,6 @@ class Backend {
     (void)p;
     return "";
   }
-  // Why this backend cannot run a layer's attention schedule (one line), or empty where it can.
-  virtual std::string attention_unsupported(const AttentionLayer& layer, int head_size) const {
-    (void)layer, (void)head_size;
-    return "";
-  }
   // What runs the int8 products here, for the start-up log (empty where the backend has none).
   virtual std::string int8_engine() const { return ""; }
   // The key of the next matmul_backward's dithered rounding under int8 (the model sets one per layer and product).

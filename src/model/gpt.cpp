@@ -112,11 +112,6 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   EMBER_ASSERT(max_B >= 1, "max_B must be positive");
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
   EMBER_ASSERT(attention_schedule_problem(config).empty(), attention_schedule_problem(config));
-  for (int l = 0; l < config.n_layer; ++l)
-    if (const std::string why = backend.attention_unsupported(config.attention(l), config.head_dim()); !why.empty())
-      throw_error("model attention (" + describe_attention(config) + ") on " + backend.name() + ": " + why,
-                  "train it with training.precision = fp32 on the GPU or training.device = cpu, or use GPT-2's "
-                  "attention (model.position = learned, model.attention_windows = full, no model.alibi_slopes)");
   const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.padded_vocab_size(), NH = config.n_head;
   arena_numel_ = (table_.total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
   bf16_attention_out_ = bf16_storage_ && attention_in_bf16(MatmulPrecision::bf16, int(C / NH));

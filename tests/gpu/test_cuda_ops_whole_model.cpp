@@ -33,10 +33,10 @@ ModelConfig whole_model_config() {
   return c;
 }
 
-// Runs forward and backward of the whole model on both backends at matmul precision `p` and checks the loss within
-// loss_rtol and every gradient within {r rms, r} of the CPU's.
-void expect_whole_model_close(Backend& cpu, Backend& gpu, MatmulPrecision p, double loss_rtol, double r) {
-  const ModelConfig c = whole_model_config();
+// Runs forward and backward of the whole model (config c) on both backends at matmul precision `p` and checks the
+// loss within loss_rtol and every gradient within {r rms, r} of the CPU's.
+void expect_whole_model_close(Backend& cpu, Backend& gpu, MatmulPrecision p, double loss_rtol, double r,
+                              const ModelConfig& c = whole_model_config()) {
   const int B = 2, T = 45;  // T past the 32-key attention tile
   cpu.set_matmul_precision(p);
   gpu.set_matmul_precision(p);
@@ -85,6 +85,17 @@ TEST_F(CudaOpsWholeModel, WholeModelLossAndGradients) {
 // O(1); the fp32 test above holds every kernel to fp32 accuracy.
 TEST_F(CudaOpsWholeModel, WholeModelLossAndGradientsBf16) {
   expect_whole_model_close(*cpu, *gpu, MatmulPrecision::bf16, 1e-4, std::ldexp(1.0, -4));
+}
+// The same with an attention schedule in the tensor-core kernels (TScale's shape: a window of 1, then a window with
+// an ALiBi slope, rope in both), on both backends and within the same bounds. Without the schedule in the kernels the
+// first layer alone (each token seeing itself and one before it, against all of them) is off by O(1).
+TEST_F(CudaOpsWholeModel, WholeModelLossAndGradientsBf16WithASchedule) {
+  ModelConfig c = whole_model_config();
+  c.position = PositionEncoding::rope;
+  c.rope_theta = 500000.0f;
+  c.attention_windows = {1, 20};
+  c.alibi_slopes = {0.0f, 0.5f};
+  expect_whole_model_close(*cpu, *gpu, MatmulPrecision::bf16, 1e-4, std::ldexp(1.0, -4), c);
 }
 
 // Matmul precision int8 on both backends, the weight gradients in int8 too: the dense layers' products are the CPU's

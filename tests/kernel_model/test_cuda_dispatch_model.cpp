@@ -15,7 +15,6 @@
 #include "core/error.h"
 #include "cuda_dispatch.h"
 #include "kernel_model_backend.h"
-#include "model/gpt.h"
 #include "test_rng.h"
 #include "test_support.h"
 #include "tolerance.h"
@@ -161,33 +160,6 @@ TEST(CudaDispatchModel, Int8ProductsAreTheCpusBeforeAndFromSm80) {
 }
 
 // AdamW over segments refuses segments out of order or overlapping, before any kernel runs, at every capability.
-// Attention windows, ALiBi and rope run in the fp32 kernels (precision fp32 anywhere; bf16 before sm_80, on widened
-// copies); the bf16 tensor-core kernels do not have them, and a model that would send a schedule there is refused
-// when it is built, with an error naming its attention, not by an assertion in an op.
-TEST(CudaDispatchModel, AttentionSchedulesTakeTheFp32Kernels) {
-  const AttentionLayer windowed{5, 0.5f, 10000.0f};
-  std::unique_ptr<Backend> sm75 = make_kernel_model_backend(75), sm90 = make_kernel_model_backend(90);
-  for (Backend* be : {sm75.get(), sm90.get()}) {
-    be->set_matmul_precision(MatmulPrecision::fp32);
-    EXPECT_EQ(be->attention_unsupported(windowed, 32), "") << be->name();
-  }
-  sm75->set_matmul_precision(MatmulPrecision::bf16);
-  EXPECT_EQ(sm75->attention_unsupported(windowed, 32), "");
-  sm90->set_matmul_precision(MatmulPrecision::bf16);
-  EXPECT_EQ(sm90->attention_unsupported(AttentionLayer{}, 32), "");
-  EXPECT_EQ(sm90->attention_unsupported(windowed, 128), "");  // no tensor-core kernel for this head size
-  EXPECT_NE(sm90->attention_unsupported(windowed, 32), "");
-  ModelConfig c;
-  c.n_head = 2, c.n_embd = 64, c.position = PositionEncoding::rope;
-  try {
-    GPT model(c, *sm90, 1, 8);
-    ADD_FAILURE() << "a rope model was built for the bf16 tensor-core kernels";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rope"), std::string::npos) << e.what();
-    EXPECT_FALSE(e.hint().empty());
-  }
-}
-
 TEST(CudaDispatchModel, AdamWSegmentsAreChecked) {
   std::unique_ptr<Backend> be = make_kernel_model_backend(75);
   FBuf p(*be, Floats(64, 1.0f)), g(*be, Floats(64, 1.0f)), m(*be, Floats(64)), v(*be, Floats(64));

@@ -8,37 +8,25 @@
 #     seconds each takes to first reach full attention's final mean loss (learned, then rope), and writes the curves
 #     as a PNG (scripts/bench/attention_summary.py).
 set -euo pipefail
-CALLER_DIR=$(pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
-from_caller() { [[ "$1" == /* ]] && echo "$1" || echo "$CALLER_DIR/$1"; }
-
-# Knobs (environment): build directory, loss runs' steps, seeds, sequence length, batch, evaluation interval, plot.
-BUILD_DIR=${EMBER_BUILD_DIR:-build}
+# Knobs (environment): loss runs' steps, seeds, sequence length, batch, evaluation interval, plot; EMBER_BUILD_DIR.
 STEPS=${BENCH_STEPS:-600}
 SEEDS=${BENCH_SEEDS:-3}
 SEQ_LEN=${BENCH_SEQ_LEN:-512}
-BATCH=${BENCH_BATCH_SIZE:-4}
+BATCH_SIZE=${BENCH_BATCH_SIZE:-4}
 EVAL_EVERY=${BENCH_EVAL_EVERY:-50}
 PLOT=$([[ -n "${BENCH_PLOT:-}" ]] && from_caller "$BENCH_PLOT" || echo "$ROOT/docs/attention_loss_vs_tokens.png")
 PYTHON=${PYTHON:-$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || echo python3)}
-for v in STEPS SEEDS SEQ_LEN BATCH EVAL_EVERY; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "BENCH_$v = '${!v}' is not a positive integer" "e.g. BENCH_STEPS=600"
-done
+require_positive STEPS SEEDS SEQ_LEN BATCH_SIZE EVAL_EVERY
 "$PYTHON" -c 'import matplotlib' 2>/dev/null ||
   die "$PYTHON cannot import matplotlib" "as root: apt-get install -y --no-install-recommends python3-matplotlib"
 
-bash scripts/setup.sh
-[[ -f "$BUILD_DIR/CMakeCache.txt" ]] ||
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember bench_attention >/dev/null
-EMBER="$ROOT/$BUILD_DIR/ember"
-[[ "$BUILD_DIR" == /* ]] && EMBER="$BUILD_DIR/ember"
+build_targets ember bench_attention
+EMBER=$(built ember)
 
 echo "== attention time per training step (tests/bench/bench_attention) =="
-OMP_NUM_THREADS=$(nproc) "$(dirname "$EMBER")/tests/bench/bench_attention"
+OMP_NUM_THREADS=$(nproc) "$(built tests/bench/bench_attention)"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-bench-attention.XXXXXX")
 echo "== loss against tokens: work in $WORK =="
@@ -50,7 +38,7 @@ run() {  # name seed extra-options...
   local name=$1 seed=$2
   shift 2
   OMP_NUM_THREADS=1 "$EMBER" train --config configs/demo.ini --data.dir="$WORK/data" --run.dir="$WORK/$name-s$seed" \
-    --model.block_size="$SEQ_LEN" --training.seq_len="$SEQ_LEN" --training.batch_size="$BATCH" \
+    --model.block_size="$SEQ_LEN" --training.seq_len="$SEQ_LEN" --training.batch_size="$BATCH_SIZE" \
     --training.steps="$STEPS" --optimizer.warmup_steps=30 --eval.every="$EVAL_EVERY" --eval.batches=8 \
     --checkpoint.interval=0 --training.threads=1 --training.seed="$seed" "$@" >"$WORK/$name-s$seed.log" 2>&1 ||
     die "training $name seed $seed failed (see $WORK/$name-s$seed.log)" "rerun that command by hand"

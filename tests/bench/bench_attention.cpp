@@ -7,23 +7,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "bench_options.h"
 #include "core/philox.h"
 #include "model/attention_schedule.h"
 
 namespace {
 
 using namespace ember;
-
-int arg_int(int argc, char** argv, const std::string& name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (argv[i] == name) return std::atoi(argv[i + 1]);
-  return fallback;
-}
 
 // Score entries (query, key) a layer computes out of the causal T (T + 1) / 2.
 double visible_keys(const AttentionLayer& layer, int T) {
@@ -35,9 +29,22 @@ double visible_keys(const AttentionLayer& layer, int T) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int L = arg_int(argc, argv, "--n-layer", 12), C = arg_int(argc, argv, "--n-embd", 128),
-            NH = arg_int(argc, argv, "--n-head", 4), T = arg_int(argc, argv, "--seq-len", 1024),
-            B = arg_int(argc, argv, "--batch-size", 4), rounds = arg_int(argc, argv, "--rounds", 3);
+  int L = 12, C = 128, NH = 4, T = 1024, B = 4, rounds = 3;
+  const int status = bench::parse_options(argc, argv, "bench_attention [options]",
+                                          {{"n-layer", &L, "layers"},
+                                           {"n-embd", &C, "model width"},
+                                           {"n-head", &NH, "heads (n-embd a multiple)"},
+                                           {"seq-len", &T, "T"},
+                                           {"batch-size", &B, "B"},
+                                           {"rounds", &rounds, "timed rounds, the best reported"}});
+  if (status != bench::kGoOn) return status;
+  if (C % NH != 0 || (C / NH) % 2 != 0) {
+    std::fprintf(stderr,
+                 "error: --n-embd %d is not a multiple of --n-head %d with an even quotient\n"
+                 "hint: rope needs an even head size, e.g. --n-embd 128 --n-head 4\n",
+                 C, NH);
+    return 2;
+  }
   std::unique_ptr<Backend> be = make_cpu_backend();
   const size_t n_qkv = size_t(B) * T * 3 * C, n_out = size_t(B) * T * C;
   std::vector<float> qkv(n_qkv), dout(n_out);

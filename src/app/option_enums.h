@@ -37,6 +37,12 @@ struct EnumOption<Recompute> {
   static std::optional<Recompute> parse(const std::string& s) { return parse_recompute(s); }
 };
 template <>
+struct EnumOption<Offload> {
+  static constexpr const auto& values = kOffloads;
+  static std::string name(Offload v) { return offload_name(v); }
+  static std::optional<Offload> parse(const std::string& s) { return parse_offload(s); }
+};
+template <>
 struct EnumOption<PositionEncoding> {
   static constexpr const auto& values = kPositionEncodings;
   static std::string name(PositionEncoding v) { return position_encoding_name(v); }

@@ -82,27 +82,45 @@ std::optional<size_t> host_available_bytes() {
 
 std::string memory_shortfall(const std::string& what, const MemoryEstimate& need, int ranks, size_t available,
                              const std::string& where) {
-  size_t all = need.total();
-  for (int r = 1; r < ranks; ++r) all = add_sat(all, need.total());
+  const size_t each = add_sat(need.total(), need.host);
+  size_t all = each;
+  for (int r = 1; r < ranks; ++r) all = add_sat(all, each);
   if (all <= available) return "";
-  std::string parts = "weights " + human_bytes(need.weights);
-  if (need.moments) parts += ", AdamW moments " + human_bytes(need.moments);
-  parts += ", activations " + human_bytes(need.activations);
-  if (need.extra) parts += ", buffers " + human_bytes(need.extra);
+  std::string parts;
+  auto part = [&](const char* name, size_t bytes, bool always) {
+    if (bytes || always) parts += (parts.empty() ? "" : ", ") + std::string(name) + " " + human_bytes(bytes);
+  };
+  const bool model = need.total() > 0;  // not just the host part of an offloaded optimizer
+  part("weights", need.weights, model);
+  part("AdamW moments", need.moments, false);
+  part("activations", need.activations, model);
+  part("buffers", need.extra, false);
+  part("offloaded optimizer", need.host, false);
   std::string per_rank = ranks > 1 ? " per rank, x " + std::to_string(ranks) + " ranks = " + human_bytes(all) : "";
-  return "memory: " + what + " needs about " + human_bytes(need.total()) + " (" + parts + ")" + per_rank + ", but " +
-         where + " has " + human_bytes(available) + " available";
+  return "memory: " + what + " needs about " + human_bytes(each) + " (" + parts + ")" + per_rank + ", but " + where +
+         " has " + human_bytes(available) + " available";
+}
+
+std::string memory_problem(const std::string& what, const MemoryEstimate& need, std::optional<size_t> device_free,
+                           const std::string& device, std::optional<size_t> host_available, int ranks_on_host) {
+  const std::string host = "this host (MemAvailable)";
+  if (!device_free) return host_available ? memory_shortfall(what, need, ranks_on_host, *host_available, host) : "";
+  MemoryEstimate on_device = need, on_host;
+  on_device.host = 0;
+  on_host.host = need.host;
+  std::string problem = memory_shortfall(what, on_device, 1, *device_free, device + " (free memory)");
+  if (problem.empty() && need.host && host_available)
+    problem = memory_shortfall(what + " on the host", on_host, ranks_on_host, *host_available, host);
+  return problem;
 }
 
 void require_memory(const std::string& what, const MemoryEstimate& need, const Backend& backend, int ranks_on_host,
                     const std::string& hint) {
   size_t used = 0, total = 0;
-  std::string problem;
-  if (backend.device_memory(&used, &total)) {
-    problem = memory_shortfall(what, need, 1, total > used ? total - used : 0, backend.name() + " (free memory)");
-  } else if (const std::optional<size_t> avail = host_available_bytes()) {
-    problem = memory_shortfall(what, need, ranks_on_host, *avail, "this host (MemAvailable)");
-  }
+  std::optional<size_t> device_free;
+  if (backend.device_memory(&used, &total)) device_free = total > used ? total - used : 0;
+  const std::string problem =
+      memory_problem(what, need, device_free, backend.name(), host_available_bytes(), ranks_on_host);
   if (!problem.empty()) throw_error(problem, hint);
 }
 

@@ -1,21 +1,38 @@
 // AdamW (implementation): one backend call per step over the shard's table rows, each row keeping its own weight
-// decay whichever ranks its elements land on; adjacent rows with the same decay form one segment.
+// decay whichever ranks its elements land on; adjacent rows with the same decay form one segment. Offloaded, one
+// call of the host's CPU backend per chunk of the shard.
 #include "train/adamw.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
 namespace ember {
 
+namespace {
+
+// Elements per chunk of an offloaded update: the host's gradient staging (16 MiB).
+constexpr size_t kOffloadChunk = size_t(1) << 22;
+
+}  // namespace
+
 AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin,
-             size_t shard_end)
-    : backend_(backend), table_(table), config_(config), begin_(shard_begin), end_(shard_end) {
+             size_t shard_end, Offload offload)
+    : backend_(backend), table_(table), config_(config), begin_(shard_begin), end_(shard_end), offload_(offload) {
   EMBER_ASSERT(shard_begin <= shard_end, "empty or inverted optimizer shard");
   const size_t n = std::max<size_t>(end_ - begin_, 1);
-  m_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
-  v_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
+  if (offloaded()) {  // zeroed host memory, as the backend's is
+    host_ = make_cpu_backend();
+    host_masters_ = static_cast<float*>(host_->alloc(n * sizeof(float)));
+    m_ = static_cast<float*>(host_->alloc(n * sizeof(float)));
+    v_ = static_cast<float*>(host_->alloc(n * sizeof(float)));
+    host_grads_ = static_cast<float*>(host_->alloc(std::min(n, kOffloadChunk) * sizeof(float)));
+  } else {
+    m_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
+    v_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
+  }
   std::vector<const ParamInfo*> rows;
   for (const ParamInfo& p : table_.params()) rows.push_back(&p);
   std::sort(rows.begin(), rows.end(), [](const ParamInfo* a, const ParamInfo* b) { return a->offset < b->offset; });
@@ -32,15 +49,57 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
 }
 
 AdamW::~AdamW() {
-  backend_.free(m_);
-  backend_.free(v_);
+  Backend& owner = offloaded() ? *host_ : backend_;
+  owner.free(m_);
+  owner.free(v_);
+  if (offloaded()) {
+    host_->free(host_masters_);
+    host_->free(host_grads_);
+  }
 }
 
 void AdamW::step(float* params, const float* shard_grads, float lr, float grad_scale) {
   ++t_;
+  if (offloaded()) return offloaded_step(params, shard_grads, lr, grad_scale);
   backend_.adamw_update_segments(params + begin_, shard_grads, m_, v_, segments_.data(), segments_.size(), lr,
                                  config_.beta1, config_.beta2, config_.eps, t_, grad_scale);
 }
+
+// Chunk by chunk: the gradients to the host, the update of the masters and moments there (the segments cut to the
+// chunk: the update is elementwise, so the cut changes no value), the new weights back into the arena.
+void AdamW::offloaded_step(float* params, const float* shard_grads, float lr, float grad_scale) {
+  const size_t n = end_ - begin_;
+  if (masters_stale_) {
+    backend_.copy_to_host(host_masters_, params + begin_, n * sizeof(float));
+    masters_stale_ = false;
+  }
+  std::vector<AdamWSegment> cut;
+  for (size_t c0 = 0; c0 < n; c0 += kOffloadChunk) {
+    const size_t c1 = std::min(n, c0 + kOffloadChunk);
+    cut.clear();
+    for (const AdamWSegment& s : segments_)
+      if (std::max(s.begin, c0) < std::min(s.end, c1))
+        cut.push_back({std::max(s.begin, c0) - c0, std::min(s.end, c1) - c0, s.weight_decay});
+    backend_.copy_to_host(host_grads_, shard_grads + c0, (c1 - c0) * sizeof(float));
+    if (!cut.empty())
+      host_->adamw_update_segments(host_masters_ + c0, host_grads_, m_ + c0, v_ + c0, cut.data(), cut.size(), lr,
+                                   config_.beta1, config_.beta2, config_.eps, t_, grad_scale);
+    backend_.copy_to_device(params + begin_ + c0, host_masters_ + c0, (c1 - c0) * sizeof(float));
+  }
+}
+
+void AdamW::load_moments(const float* m, const float* v) {
+  const size_t bytes = (end_ - begin_) * sizeof(float);
+  if (offloaded()) {
+    std::memcpy(m_, m, bytes);
+    std::memcpy(v_, v, bytes);
+  } else {
+    backend_.copy_to_device(m_, m, bytes);
+    backend_.copy_to_device(v_, v, bytes);
+  }
+}
+
+size_t AdamW::offload_host_bytes(size_t shard) { return (3 * shard + std::min(shard, kOffloadChunk)) * sizeof(float); }
 
 float clip_scale(float norm, float max_norm) {
   return max_norm > 0.0f && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;

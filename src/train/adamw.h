@@ -1,12 +1,18 @@
 // AdamW over the parameter arena, or over one ZeRO-1 shard of it: fp32 first and second moments for the arena range
 // [shard_begin, shard_end), weight decay on the table rows marked for it (matrices), clipping by global L2 norm.
+// With training.offload = optimizer (train/offload.h) the moments and an fp32 master copy of the shard's weights live
+// in host memory, and each update runs there, chunk by chunk: the gradients to the host, the CPU backend's AdamW on
+// the masters and moments, the new weights back into the backend's arena. The numbers are the CPU backend's either
+// way, so on the CPU backend a run with and without offload gives the same bits.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/param_table.h"
+#include "train/offload.h"
 #include "train/run_config.h"
 
 namespace ember {
@@ -14,32 +20,52 @@ namespace ember {
 class AdamW {
  public:
   // Owns moments for the arena elements [shard_begin, shard_end) (the whole arena without ZeRO-1).
-  AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin, size_t shard_end);
+  AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin, size_t shard_end,
+        Offload offload = Offload::none);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
   // One update with learning rate lr of params[shard_begin, shard_end) (params is the whole arena) from
   // shard_grads times grad_scale (clip_scale's factor), whose element 0 is arena element shard_begin. The gradients
-  // are read, not changed. Increments the step used for bias correction.
+  // are read, not changed. Increments the step used for bias correction. Offloaded, the masters are first read from
+  // params where they are stale (at the first step, and after params_changed).
   void step(float* params, const float* shard_grads, float lr, float grad_scale = 1.0f);
+  // The weights in the arena were set from outside the optimizer (a load): the offloaded masters follow at the next
+  // step. Nothing to do without offload.
+  void params_changed() { masters_stale_ = true; }
 
   size_t shard_begin() const { return begin_; }
   size_t shard_end() const { return end_; }
-  float* exp_avg() { return m_; }     // (shard_end - shard_begin) backend memory
-  float* exp_avg_sq() { return v_; }  // (shard_end - shard_begin) backend memory
+  bool offloaded() const { return offload_ == Offload::optimizer; }
+  // (shard_end - shard_begin) values each: backend memory, or host memory when offloaded (moments_on_host).
+  float* exp_avg() { return m_; }
+  float* exp_avg_sq() { return v_; }
+  bool moments_on_host() const { return offloaded() || backend_.host_addressable(); }
+  // Sets both moments from host arrays of (shard_end - shard_begin) values.
+  void load_moments(const float* m, const float* v);
   int step_count() const { return t_; }
   void set_step_count(int t) { t_ = t; }
+  // Host memory an offloaded optimizer of `shard` elements holds: masters, moments and the gradient staging.
+  static size_t offload_host_bytes(size_t shard);
 
  private:
+  void offloaded_step(float* params, const float* shard_grads, float lr, float grad_scale);
+
   Backend& backend_;
   const ParamTable& table_;
   OptimizerConfig config_;
   size_t begin_, end_;
+  Offload offload_;
   float* m_ = nullptr;
   float* v_ = nullptr;
   int t_ = 0;
   std::vector<AdamWSegment> segments_;  // the shard's table rows, relative to begin_, merged where decay agrees
+  // Offloaded: the CPU backend that holds (m_ and v_ too) and updates the host's masters and gradient staging.
+  std::unique_ptr<Backend> host_;
+  float* host_masters_ = nullptr;
+  float* host_grads_ = nullptr;
+  bool masters_stale_ = true;
 };
 
 // The factor that scales gradients of global norm `norm` to max_norm, when max_norm > 0 and norm exceeds it; else 1.

@@ -4,6 +4,7 @@
 
 #include "model/gpt.h"
 #include "model/param_table.h"
+#include "train/adamw.h"
 
 namespace ember {
 
@@ -17,15 +18,17 @@ MemoryEstimate estimate_training_memory(const RunConfig& c, int world_size, Matm
   MemoryEstimate m;
   m.weights = fp.weight_bytes + GPT::quantized_weight_copy_bytes(c.model, precision);
   m.activations = fp.activation_bytes;
-  m.moments = 2 * shard * sizeof(float);
+  const bool offload = c.training.offload == Offload::optimizer;
+  m.moments = offload ? 0 : 2 * shard * sizeof(float);
+  m.host = offload ? AdamW::offload_host_bytes(shard) : 0;
   m.extra = zero ? shard * sizeof(float) : 0;
   return m;
 }
 
 std::string training_memory_hint() {
   return "lower training.batch_size or training.seq_len (raise grad_accum_steps to keep the batch), set "
-         "training.recompute = full, training.precision = bf16 or training.zero = 1, or use fewer layers "
-         "(model.n_layer) or a narrower model (model.n_embd)";
+         "training.recompute = full, training.precision = bf16, training.zero = 1 or (on a GPU) training.offload = "
+         "optimizer, or use fewer layers (model.n_layer) or a narrower model (model.n_embd)";
 }
 
 }  // namespace ember

@@ -13,6 +13,7 @@
 #include "parallel/device_select.h"
 #include "tokenizer/tokenizer.h"
 #include "train/async/delta_codec.h"
+#include "train/offload.h"
 
 namespace ember {
 
@@ -32,6 +33,7 @@ struct TrainingConfig {
   DeviceRequest device = DeviceRequest::cpu;
   CommRequest comm = CommRequest::automatic;  // auto (nccl on cuda, mpi on cpu), nccl, or mpi (host-staged on cuda)
   Recompute recompute = Recompute::none;      // activation recomputation: none, attention or full (model/gpt.h)
+  Offload offload = Offload::none;            // optimizer: master weights and AdamW state in host memory (offload.h)
   // GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32, bf16, int8 or fp8 (fp32 masters either way; core/dtype.h)
   PrecisionRequest precision = PrecisionRequest::automatic;
   // Test-only switch: false rounds int8's output gradients to nearest instead of stochastically (docs/precision.md).

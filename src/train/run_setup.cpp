@@ -59,20 +59,28 @@ TrainingBackend make_training_backend(const World& world, const TrainingConfig& 
 size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend& backend, size_t extra_bytes) {
   const double mib = 1.0 / 1048576.0;
   log_info("model attention: %s", describe_attention(model.config()).c_str());
-  const size_t moments = 2 * (optimizer.shard_end() - optimizer.shard_begin()) * sizeof(float);
+  const size_t shard_n = optimizer.shard_end() - optimizer.shard_begin();
+  const size_t moments = optimizer.offloaded() ? 0 : 2 * shard_n * sizeof(float);
   const MatmulPrecision precision = backend.matmul_precision();
   const size_t copies = GPT::quantized_weight_copy_bytes(model.config(), precision);
   const size_t total = model.weight_bytes() + copies + moments + model.activation_bytes() + extra_bytes;
-  char shard[64] = "", quantized[64] = "";
+  char shard[64] = "", quantized[64] = "", adam[160] = "";
+  if (optimizer.offloaded())
+    snprintf(adam, sizeof(adam),
+             "AdamW on the host (training.offload = optimizer: master weights, moments and "
+             "gradient staging %.1f MiB there)",
+             double(AdamW::offload_host_bytes(shard_n)) * mib);
+  else
+    snprintf(adam, sizeof(adam), "AdamW moments %.1f MiB", double(moments) * mib);
   if (extra_bytes) snprintf(shard, sizeof(shard), ", ZeRO-1 gradient shard %.1f MiB", double(extra_bytes) * mib);
   if (copies)
     snprintf(quantized, sizeof(quantized), ", %s weight copies %.1f MiB", matmul_precision_name(precision).c_str(),
              double(copies) * mib);
   log_info(
-      "memory on %s: parameters + gradients%s %.1f MiB%s, AdamW moments %.1f MiB, activations %.1f MiB "
+      "memory on %s: parameters + gradients%s %.1f MiB%s, %s, activations %.1f MiB "
       "(recompute = %s, matmul precision %s)%s; %.1f MiB in all",
       backend.name().c_str(), model.bf16_storage() ? " + bf16 weight copy" : "", double(model.weight_bytes()) * mib,
-      quantized, double(moments) * mib, double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
+      quantized, adam, double(model.activation_bytes()) * mib, recompute_name(model.recompute()),
       matmul_precision_name(precision).c_str(), shard, double(total) * mib);
   return total;
 }

@@ -48,8 +48,8 @@ struct SyncTrainer::State {
   std::vector<GradientBucket> buckets;
   int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
-  // Host copies of the weights and moments a save writes, made at the first save and reused (not on a backend whose
-  // memory the host reads in place).
+  // Host copies of the weights and moments a save writes, made at the first save and reused (not where the host reads
+  // them in place: a host-addressable backend, or moments offloaded to the host).
   std::unique_ptr<float[]> saved_params, saved_m, saved_v;
 
   // The loop's state (run()): the metrics file (rank 0), the all-reduces launched while backward runs, when this
@@ -128,10 +128,10 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
   s.shard_begin = share * size_t(world.rank);
   s.shard_end = s.shard_begin + share;
   if (s.zero()) {
-    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, s.shard_begin, s.shard_end);
+    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, s.shard_begin, s.shard_end, c.training.offload);
     s.shard_grads = static_cast<float*>(be.alloc(share * sizeof(float)));
   } else {
-    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, 0, arena);
+    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, 0, arena, c.training.offload);
     if (world.size > 1) s.buckets = gradient_buckets(table, c.model.n_layer, arena, c.training.bucket_mb);
   }
   s.counted_bytes = log_model_memory(*s.model, *s.optimizer, be, s.zero() ? share * sizeof(float) : 0);
@@ -156,6 +156,7 @@ void SyncTrainer::State::init_from(const std::string& path) {
   std::vector<float> params(model->arena_numel(), 0.0f);
   load_init_weights(world, path, model->table(), params.data());
   backend().copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
+  optimizer->params_changed();
   log_info("starting from the weights of %s (checkpoint.init_from) at step 0, with a fresh optimizer and data order",
            path.c_str());
 }
@@ -171,8 +172,8 @@ void SyncTrainer::State::resume_from(const std::string& path) {
   check_resumable(path, meta, c);
   check_resume_tokenizer(path, meta, tokenizer);
   be.copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
-  be.copy_to_device(optimizer->exp_avg(), m.data(), m.size() * sizeof(float));
-  be.copy_to_device(optimizer->exp_avg_sq(), v.data(), v.size() * sizeof(float));
+  optimizer->params_changed();
+  optimizer->load_moments(m.data(), v.data());
   optimizer->set_step_count(int(meta.optimizer_step));
   step = meta.step;
   tokens_seen = meta.tokens_seen;
@@ -198,19 +199,19 @@ std::string SyncTrainer::State::save() {
   Backend& be = backend();
   const size_t arena = model->arena_numel(), moments = optimizer->shard_end() - optimizer->shard_begin();
   const float* device_params = std::as_const(*model).params();
-  float *params = nullptr, *m = nullptr, *v = nullptr;
-  if (be.host_addressable()) {  // a save only reads the sets: the arrays are written as they are
-    params = const_cast<float*>(device_params);
-    m = optimizer->exp_avg();
-    v = optimizer->exp_avg_sq();
-  } else {
-    if (!saved_params) {
-      saved_params = std::make_unique_for_overwrite<float[]>(arena);
+  // A save only reads the sets: arrays the host can read are written as they are.
+  float *params = const_cast<float*>(device_params), *m = optimizer->exp_avg(), *v = optimizer->exp_avg_sq();
+  if (!be.host_addressable()) {
+    if (!saved_params) saved_params = std::make_unique_for_overwrite<float[]>(arena);
+    params = saved_params.get();
+    be.copy_to_host(params, device_params, arena * sizeof(float));
+  }
+  if (!optimizer->moments_on_host()) {
+    if (!saved_m) {
       saved_m = std::make_unique_for_overwrite<float[]>(moments);
       saved_v = std::make_unique_for_overwrite<float[]>(moments);
     }
-    params = saved_params.get(), m = saved_m.get(), v = saved_v.get();
-    be.copy_to_host(params, device_params, arena * sizeof(float));
+    m = saved_m.get(), v = saved_v.get();
     be.copy_to_host(m, optimizer->exp_avg(), moments * sizeof(float));
     be.copy_to_host(v, optimizer->exp_avg_sq(), moments * sizeof(float));
   }

@@ -36,6 +36,10 @@ void check_async_job(const World& world, const RunConfig& c) {
   if (c.training.zero != 0)
     throw_error("config: training.zero = " + std::to_string(c.training.zero) + " applies to sync mode only",
                 "set training.zero = 0 with training.mode = async (each worker keeps its own AdamW state)");
+  if (c.training.offload != Offload::none)
+    throw_error("config: training.offload = " + std::string(offload_name(c.training.offload)) +
+                    " applies to sync mode only in this version",
+                "set training.offload = none with training.mode = async");
   const int K = c.async.ranks_per_worker;
   if ((world.size - 1) % K != 0)
     throw_error("config: async.ranks_per_worker = " + std::to_string(K) + " does not divide the " +

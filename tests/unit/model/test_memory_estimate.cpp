@@ -121,6 +121,54 @@ TEST(MemoryEstimate, ShortfallGivesTheEstimateAndWhatIsAvailable) {
   EXPECT_NE(memory_shortfall("training", need, 3, 20 << 20, "host").find("x 3 ranks = 30.0 MiB"), std::string::npos);
 }
 
+// training.offload = optimizer: the moments leave the backend's memory (GPT and AdamW allocate the estimate's
+// total there, no moments) and the host holds the masters, moments and staging the estimate's host part counts.
+TEST(MemoryEstimate, OffloadMovesTheMomentsToTheHost) {
+  for (int zero : {0, 1}) {
+    RunConfig c = odd_config();
+    c.training.zero = zero;
+    c.training.offload = Offload::optimizer;
+    std::unique_ptr<Backend> be = make_cpu_backend();
+    const MemoryEstimate est = estimate_training_memory(c, 2, MatmulPrecision::fp32);
+    GPT model(c.model, *be, c.training.batch_size, c.training.seq_len);
+    const size_t share = zero ? model.arena_numel() / 2 : model.arena_numel();
+    AdamW adam(*be, model.table(), c.optimizer, 0, share, Offload::optimizer);
+    void* grad_shard = zero ? be->alloc(share * sizeof(float)) : nullptr;
+    EXPECT_EQ(est.moments, 0u);
+    EXPECT_EQ(est.host, AdamW::offload_host_bytes(share));
+    EXPECT_EQ(est.host, 4 * share * sizeof(float));  // masters, two moments, and staging of a chunk or the shard
+    EXPECT_LE(est.total(), be->peak_allocated_bytes()) << zero;
+    EXPECT_LT(be->peak_allocated_bytes() - est.total(), kRoundingSlack) << zero;
+    if (grad_shard) be->free(grad_shard);
+  }
+}
+
+// GPT-2 1.5B (configs/gpt2-1.5b.ini: B 2, T 1024) in bf16 with full recompute on one 24 GB GPU: refused as it is
+// (the moments alone are 12.5 GB), accepted with the optimizer offloaded where the host has 64 GB, refused naming
+// the host where it has 16 GB (the masters and moments take 18.7 GB); one rank.
+TEST(MemoryEstimate, OffloadFitsGpt2XlOnA24GBDevice) {
+  RunConfig c;
+  c.model = {48, 25, 1600, 1024, 50257};
+  c.training.batch_size = 2;
+  c.training.seq_len = 1024;
+  c.training.recompute = Recompute::full;
+  const size_t gb = size_t(1) << 30, device = 24 * gb;
+  const MemoryEstimate plain = estimate_training_memory(c, 1, MatmulPrecision::bf16);
+  const std::string refused = memory_problem("training", plain, device, "RTX 4090", 64 * gb, 1);
+  EXPECT_NE(refused.find("RTX 4090 (free memory)"), std::string::npos) << refused;
+  c.training.offload = Offload::optimizer;
+  const MemoryEstimate offloaded = estimate_training_memory(c, 1, MatmulPrecision::bf16);
+  EXPECT_EQ(memory_problem("training", offloaded, device, "RTX 4090", 64 * gb, 1), "")
+      << "device " << offloaded.total() / double(gb) << " GiB";
+  const std::string host = memory_problem("training", offloaded, device, "RTX 4090", 16 * gb, 1);
+  EXPECT_NE(host.find("training on the host needs about"), std::string::npos) << host;
+  EXPECT_NE(host.find("offloaded optimizer"), std::string::npos) << host;
+  EXPECT_NE(host.find("this host (MemAvailable) has 16.0 GiB available"), std::string::npos) << host;
+  // Without a device (the CPU backend) the two share the host.
+  EXPECT_NE(memory_problem("training", offloaded, std::nullopt, "cpu", offloaded.total() + offloaded.host - 1, 1), "");
+  EXPECT_EQ(memory_problem("training", offloaded, std::nullopt, "cpu", offloaded.total() + offloaded.host, 1), "");
+}
+
 TEST(MemoryEstimate, HostAvailableIsReadable) {
   const std::optional<size_t> avail = host_available_bytes();
   ASSERT_TRUE(avail.has_value());  // Linux: /proc/meminfo

@@ -24,6 +24,7 @@
 #include "model/gpt.h"
 #include "train/adamw.h"
 #include "train/local_step.h"
+#include "train/memory_estimate.h"
 
 namespace ember {
 namespace {
@@ -40,6 +41,21 @@ struct Device {
 // the GeForce cards run at half their fp16-accumulation rate).
 const Device kDevices[] = {{"H100 SXM", 3.35e12, 989e12, 67e12, 1979e12, 1979e12},
                            {"RTX 4090", 1.008e12, 165.2e12, 82.6e12, 660.6e12, 330.3e12}};
+
+// What an offloaded optimizer step moves and runs off the device (training.offload = optimizer, train/adamw.h), per
+// device's usual host: the PCIe link each way (pinned copies at about 80% of the link's 32 GB/s (4.0 x16) or 64 GB/s
+// (5.0 x16)), and the host's AdamW at the rate scripts/bench/adamw.sh measured per core (335 M parameters/s), capped
+// by the host's memory bandwidth at the 28 bytes a parameter's update moves. The hosts are assumptions, stated: a
+// 16-core desktop with dual-channel DDR5 (about 64 GB/s) beside the 4090, a 32-core server (about 200 GB/s) beside
+// the H100.
+struct OffloadHost {
+  double pcie;            // bytes/s each way
+  int cores;              // host threads running the update
+  double host_bandwidth;  // bytes/s
+};
+const OffloadHost kOffloadHosts[] = {{50e9, 32, 200e9}, {25e9, 16, 64e9}};
+constexpr double kHostAdamWPerCore = 335e6;  // parameters/s, docs/BENCHMARKS.md "Host AdamW"
+constexpr double kHostAdamWBytes = 28.0;     // per parameter: reads p, g, m, v; writes p, m, v
 
 struct Entry {
   std::string phase;
@@ -86,6 +102,43 @@ void print_row(const std::string& name, const Sum& s) {
 
 void print_header(const char* what) {
   printf("  %-34s %6s %10s %10s %11s %10s %10s\n", what, "count", "read GB", "write GB", "GFLOP", "H100 ms", "4090 ms");
+}
+
+// A whole optimizer step from the micro-step played: zero_grad once, grad_accum_steps forward and backward passes,
+// then the optimizer phase, at one rank; and the same with training.offload = optimizer, whose device keeps the
+// gradient norm and gives AdamW's launches to the host as the code runs them today, one after another: the gradients
+// to the host (fp32), the update there, the new weights back (fp32).
+void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries, std::map<std::string, Sum>& by_phase,
+                          double params) {
+  const int A = c.training.grad_accum_steps;
+  const double tokens = double(A) * c.training.batch_size * c.training.seq_len;
+  Sum adamw;
+  for (const Entry& e : entries)
+    if (e.phase == "optimizer" && std::string(e.cost.name).rfind("adamw", 0) == 0) adamw.add(e.cost);
+  const MatmulPrecision precision = resolve_precision(c.training.precision, /*on_gpu=*/true);
+  RunConfig off = c;
+  off.training.offload = Offload::optimizer;
+  const MemoryEstimate plain = estimate_training_memory(c, 1, precision),
+                       offloaded = estimate_training_memory(off, 1, precision);
+  const double gib = 1.0 / 1073741824.0;
+  printf(
+      "\noptimizer step: %d micro-step(s) of %d x %d tokens, one rank; device memory (estimate) %.2f GiB, with "
+      "training.offload = optimizer %.2f GiB on the device and %.2f GiB on the host\n",
+      A, c.training.batch_size, c.training.seq_len, double(plain.total()) * gib, double(offloaded.total()) * gib,
+      double(offloaded.host) * gib);
+  for (int i = 0; i < 2; ++i) {
+    const OffloadHost& h = kOffloadHosts[i];
+    const double micro = by_phase["forward"].time[i] + by_phase["backward"].time[i];
+    const double device = by_phase["zero_grad"].time[i] + A * micro;
+    const double step = device + by_phase["optimizer"].time[i];
+    const double update = params / std::min(h.cores * kHostAdamWPerCore, h.host_bandwidth / kHostAdamWBytes);
+    const double copies = 2.0 * 4.0 * params / h.pcie;
+    const double step_off = device + by_phase["optimizer"].time[i] - adamw.time[i] + copies + update;
+    printf(
+        "%s: %.3f s per step, %.0f tokens/s; offloaded (PCIe %.0f GB/s each way, %d host cores): copies %.3f s "
+        "+ host update %.3f s, %.3f s per step, %.0f tokens/s\n",
+        kDevices[i].name, step, tokens / step, h.pcie / 1e9, h.cores, copies, update, step_off, tokens / step_off);
+  }
 }
 
 int run(int argc, char** argv) {
@@ -231,6 +284,7 @@ int run(int argc, char** argv) {
     printf("%s: modelled step %.2f ms (GEMMs %.2f, other %.2f); model FLOPs %.3g per step; MFU bound %.2f%%\n",
            kDevices[i].name, total.time[i] * 1e3, gemm.time[i] * 1e3, other.time[i] * 1e3, model_flops,
            100.0 * model_flops / (total.time[i] * kDevices[i].bf16_peak));
+  print_optimizer_step(c, ledger.entries, by_phase, params);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include "cuda_backend.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -101,6 +102,23 @@ bool CudaBackend::device_memory(size_t* used, size_t* total) const {
   *used = total_bytes - free_bytes;
   *total = total_bytes;
   return true;
+}
+
+void* CudaBackend::alloc_host(size_t bytes) {
+  void* ptr = nullptr;
+  if (cudaMallocHost(&ptr, bytes == 0 ? 64 : bytes) != cudaSuccess) {
+    cudaGetLastError();
+    throw_error("CUDA backend: cannot allocate " + std::to_string(bytes) + " bytes of page-locked host memory",
+                "free host memory (page-locked memory cannot be swapped), or leave training.offload at none");
+  }
+  std::memset(ptr, 0, bytes);
+  return ptr;
+}
+
+void CudaBackend::free_host(void* ptr) {
+  if (!ptr) return;
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // copies still queued may use the memory
+  EMBER_CUDA_CHECK(cudaFreeHost(ptr));
 }
 
 void CudaBackend::copy_to_device(void* dst, const void* src_host, size_t bytes) {

@@ -39,6 +39,8 @@ class CudaBackend final : public cuda::OpMethods {
   void copy_to_host(void* dst_host, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* ptr, size_t bytes) override;
+  void* alloc_host(size_t bytes) override;
+  void free_host(void* ptr) override;
   void synchronize() override;
   void bind_thread() override;
   bool device_memory(size_t* used, size_t* total) const override;

@@ -2,6 +2,8 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -46,6 +48,18 @@ void Backend::check_attention_layer(const AttentionLayer& layer, int C, int NH, 
   EMBER_ASSERT(layer.alibi_slope >= 0.0f, std::string(op) + ": the ALiBi slope must not be negative");
   EMBER_ASSERT(layer.rope_theta == 0.0f || (C / NH) % 2 == 0, std::string(op) + ": rope needs an even head size");
 }
+
+void* Backend::alloc_host(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64 + (bytes == 0 ? 64 : 0);  // aligned_alloc's size rule
+  void* ptr = std::aligned_alloc(64, rounded);
+  if (!ptr)
+    throw_error("out of host memory allocating " + std::to_string(bytes) + " bytes",
+                "free host memory, or leave training.offload at none");
+  std::memset(ptr, 0, rounded);
+  return ptr;
+}
+
+void Backend::free_host(void* ptr) { std::free(ptr); }
 
 void Backend::track_alloc(const void* ptr, size_t bytes) {
   if (!ptr) return;

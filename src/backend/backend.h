@@ -46,6 +46,11 @@ class Backend {
   virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* ptr, size_t bytes) = 0;
+  // Host memory that this backend's copies read and write often (an offloaded optimizer's arrays): page-locked where
+  // the device copies it faster so (CUDA: cudaMallocHost, which also lets a copy run beside the host's work), else
+  // ordinary. Zero-filled, 64-byte aligned; freed with free_host. Not counted as this backend's memory.
+  virtual void* alloc_host(size_t bytes);
+  virtual void free_host(void* ptr);
   virtual void synchronize() = 0;
   // True when the host may read this backend's allocations in place (the CPU backend): a checkpoint save then needs
   // no host copy of them.

@@ -23,12 +23,12 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
     : backend_(backend), table_(table), config_(config), begin_(shard_begin), end_(shard_end), offload_(offload) {
   EMBER_ASSERT(shard_begin <= shard_end, "empty or inverted optimizer shard");
   const size_t n = std::max<size_t>(end_ - begin_, 1);
-  if (offloaded()) {  // zeroed host memory, as the backend's is
+  if (offloaded()) {  // zeroed host memory (page-locked on a GPU), as the backend's is
     host_ = make_cpu_backend();
-    host_masters_ = static_cast<float*>(host_->alloc(n * sizeof(float)));
-    m_ = static_cast<float*>(host_->alloc(n * sizeof(float)));
-    v_ = static_cast<float*>(host_->alloc(n * sizeof(float)));
-    host_grads_ = static_cast<float*>(host_->alloc(std::min(n, kOffloadChunk) * sizeof(float)));
+    host_masters_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
+    m_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
+    v_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
+    host_grads_ = static_cast<float*>(backend_.alloc_host(std::min(n, kOffloadChunk) * sizeof(float)));
   } else {
     m_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
     v_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
@@ -49,13 +49,12 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
 }
 
 AdamW::~AdamW() {
-  Backend& owner = offloaded() ? *host_ : backend_;
-  owner.free(m_);
-  owner.free(v_);
   if (offloaded()) {
-    host_->free(host_masters_);
-    host_->free(host_grads_);
+    for (float* p : {m_, v_, host_masters_, host_grads_}) backend_.free_host(p);
+    return;
   }
+  backend_.free(m_);
+  backend_.free(v_);
 }
 
 void AdamW::step(float* params, const float* shard_grads, float lr, float grad_scale) {

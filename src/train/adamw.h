@@ -61,7 +61,8 @@ class AdamW {
   float* v_ = nullptr;
   int t_ = 0;
   std::vector<AdamWSegment> segments_;  // the shard's table rows, relative to begin_, merged where decay agrees
-  // Offloaded: the CPU backend that holds (m_ and v_ too) and updates the host's masters and gradient staging.
+  // Offloaded: the CPU backend that runs the update on the host, and the host's masters and gradient staging
+  // (m_ and v_ are host memory too), from backend_.alloc_host.
   std::unique_ptr<Backend> host_;
   float* host_masters_ = nullptr;
   float* host_grads_ = nullptr;

@@ -52,6 +52,12 @@ CudaBackend::~CudaBackend() {
   cudaFree(segments_);
   cudaFree(reduce_);
   cublasDestroy(cublas_);
+  if (copy_stream_) {
+    cudaStreamSynchronize(copy_stream_);
+    for (cudaEvent_t e : copy_events_) cudaEventDestroy(e);
+    cudaEventDestroy(order_);
+    cudaStreamDestroy(copy_stream_);
+  }
   cudaStreamDestroy(stream_);
 }
 
@@ -119,6 +125,38 @@ void CudaBackend::free_host(void* ptr) {
   if (!ptr) return;
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // copies still queued may use the memory
   EMBER_CUDA_CHECK(cudaFreeHost(ptr));
+}
+
+Backend::CopyTicket CudaBackend::enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (!copy_stream_) {
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : copy_events_) EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  const CopyTicket ticket = next_ticket_++;
+  const int slot = int(ticket % kCopyTickets);
+  EMBER_ASSERT(!copy_busy_[slot], "CUDA backend: more than kCopyTickets asynchronous copies outstanding");
+  EMBER_CUDA_CHECK(cudaEventRecord(order_, stream_));  // after the ops enqueued so far
+  EMBER_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, order_, 0));
+  if (bytes) EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_));
+  EMBER_CUDA_CHECK(cudaEventRecord(copy_events_[slot], copy_stream_));
+  copy_busy_[slot] = true;
+  return ticket;
+}
+
+Backend::CopyTicket CudaBackend::copy_to_host_async(void* dst_host, const void* src, size_t bytes) {
+  return enqueue_copy(dst_host, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+Backend::CopyTicket CudaBackend::copy_to_device_async(void* dst, const void* src_host, size_t bytes) {
+  return enqueue_copy(dst, src_host, bytes, cudaMemcpyHostToDevice);
+}
+
+void CudaBackend::wait_copy(CopyTicket ticket) {
+  const int slot = int(ticket % kCopyTickets);
+  EMBER_ASSERT(ticket > 0 && ticket < next_ticket_ && copy_busy_[slot], "CUDA backend: waiting for an unknown copy");
+  EMBER_CUDA_CHECK(cudaEventSynchronize(copy_events_[slot]));
+  copy_busy_[slot] = false;
 }
 
 void CudaBackend::copy_to_device(void* dst, const void* src_host, size_t bytes) {

@@ -41,6 +41,9 @@ class CudaBackend final : public cuda::OpMethods {
   void zero(void* ptr, size_t bytes) override;
   void* alloc_host(size_t bytes) override;
   void free_host(void* ptr) override;
+  CopyTicket copy_to_host_async(void* dst_host, const void* src, size_t bytes) override;
+  CopyTicket copy_to_device_async(void* dst, const void* src_host, size_t bytes) override;
+  void wait_copy(CopyTicket ticket) override;
   void synchronize() override;
   void bind_thread() override;
   bool device_memory(size_t* used, size_t* total) const override;
@@ -70,6 +73,14 @@ class CudaBackend final : public cuda::OpMethods {
   int compute_major_ = 0, compute_minor_ = 0;  // the device's compute capability
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
+  // The asynchronous copies' stream, which waits for stream_'s work before each copy (order_), and one event per
+  // outstanding copy, its ticket modulo kCopyTickets (created at the first copy).
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t order_ = nullptr;
+  cudaEvent_t copy_events_[kCopyTickets] = {};
+  bool copy_busy_[kCopyTickets] = {};
+  CopyTicket next_ticket_ = 1;
+  CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   cublasHandle_t cublas_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

@@ -51,6 +51,22 @@ class Backend {
   // ordinary. Zero-filled, 64-byte aligned; freed with free_host. Not counted as this backend's memory.
   virtual void* alloc_host(size_t bytes);
   virtual void free_host(void* ptr);
+  // Copies between this backend's memory and host memory from alloc_host that run beside the host and this backend's
+  // later ops: each starts after the ops enqueued before it and is complete, in the host's view, once
+  // wait_copy(ticket) returns. Wait for each ticket once, with at most kCopyTickets outstanding; until then neither
+  // buffer may be touched. The default copies at once; the kernel model's backend copies only at the wait and
+  // poisons the destination until then, so a missing wait shows as NaN.
+  using CopyTicket = uint64_t;
+  static constexpr int kCopyTickets = 8;
+  virtual CopyTicket copy_to_host_async(void* dst_host, const void* src, size_t bytes) {
+    copy_to_host(dst_host, src, bytes);
+    return 0;
+  }
+  virtual CopyTicket copy_to_device_async(void* dst, const void* src_host, size_t bytes) {
+    copy_to_device(dst, src_host, bytes);
+    return 0;
+  }
+  virtual void wait_copy(CopyTicket ticket) { (void)ticket; }
   virtual void synchronize() = 0;
   // True when the host may read this backend's allocations in place (the CPU backend): a checkpoint save then needs
   // no host copy of them.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 #include "core/error.h"
 
@@ -13,7 +14,7 @@ namespace ember {
 
 namespace {
 
-// Elements per chunk of an offloaded update: the host's gradient staging (16 MiB).
+// Elements per chunk of an offloaded update (16 MiB): each of the host's two gradient staging buffers holds one.
 constexpr size_t kOffloadChunk = size_t(1) << 22;
 
 }  // namespace
@@ -28,7 +29,7 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
     host_masters_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
     m_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
     v_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
-    host_grads_ = static_cast<float*>(backend_.alloc_host(std::min(n, kOffloadChunk) * sizeof(float)));
+    host_grads_ = static_cast<float*>(backend_.alloc_host(2 * std::min(n, kOffloadChunk) * sizeof(float)));
   } else {
     m_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
     v_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
@@ -64,27 +65,43 @@ void AdamW::step(float* params, const float* shard_grads, float lr, float grad_s
                                  config_.beta1, config_.beta2, config_.eps, t_, grad_scale);
 }
 
-// Chunk by chunk: the gradients to the host, the update of the masters and moments there (the segments cut to the
-// chunk: the update is elementwise, so the cut changes no value), the new weights back into the arena.
+// Chunk by chunk, pipelined on the backend's asynchronous copies: chunk k + 1's gradients come to the host (into the
+// other of two staging buffers) while the host updates chunk k, and chunk k's new weights go back while it updates
+// the next. The segments are cut to each chunk: the update is elementwise, so the cut changes no value.
 void AdamW::offloaded_step(float* params, const float* shard_grads, float lr, float grad_scale) {
-  const size_t n = end_ - begin_;
+  const size_t n = end_ - begin_, chunks = (n + kOffloadChunk - 1) / kOffloadChunk,
+               staging = std::min(n, kOffloadChunk);
   if (masters_stale_) {
     backend_.copy_to_host(host_masters_, params + begin_, n * sizeof(float));
     masters_stale_ = false;
   }
+  auto first = [&](size_t k) { return k * kOffloadChunk; };
+  auto last = [&](size_t k) { return std::min(n, (k + 1) * kOffloadChunk); };
+  auto fetch = [&](size_t k) {
+    return backend_.copy_to_host_async(host_grads_ + (k % 2) * staging, shard_grads + first(k),
+                                       (last(k) - first(k)) * sizeof(float));
+  };
+  std::deque<Backend::CopyTicket> back;  // the weights' copies still running
   std::vector<AdamWSegment> cut;
-  for (size_t c0 = 0; c0 < n; c0 += kOffloadChunk) {
-    const size_t c1 = std::min(n, c0 + kOffloadChunk);
+  Backend::CopyTicket next = chunks ? fetch(0) : 0;
+  for (size_t k = 0; k < chunks; ++k) {
+    const size_t c0 = first(k), c1 = last(k);
+    backend_.wait_copy(next);
+    if (k + 1 < chunks) next = fetch(k + 1);  // its buffer held chunk k - 1, whose update is done
     cut.clear();
     for (const AdamWSegment& s : segments_)
       if (std::max(s.begin, c0) < std::min(s.end, c1))
         cut.push_back({std::max(s.begin, c0) - c0, std::min(s.end, c1) - c0, s.weight_decay});
-    backend_.copy_to_host(host_grads_, shard_grads + c0, (c1 - c0) * sizeof(float));
     if (!cut.empty())
-      host_->adamw_update_segments(host_masters_ + c0, host_grads_, m_ + c0, v_ + c0, cut.data(), cut.size(), lr,
-                                   config_.beta1, config_.beta2, config_.eps, t_, grad_scale);
-    backend_.copy_to_device(params + begin_ + c0, host_masters_ + c0, (c1 - c0) * sizeof(float));
+      host_->adamw_update_segments(host_masters_ + c0, host_grads_ + (k % 2) * staging, m_ + c0, v_ + c0, cut.data(),
+                                   cut.size(), lr, config_.beta1, config_.beta2, config_.eps, t_, grad_scale);
+    back.push_back(backend_.copy_to_device_async(params + begin_ + c0, host_masters_ + c0, (c1 - c0) * sizeof(float)));
+    if (back.size() + 1 >= size_t(Backend::kCopyTickets)) {  // room for the next fetch
+      backend_.wait_copy(back.front());
+      back.pop_front();
+    }
   }
+  for (Backend::CopyTicket t : back) backend_.wait_copy(t);
 }
 
 void AdamW::load_moments(const float* m, const float* v) {
@@ -98,7 +115,9 @@ void AdamW::load_moments(const float* m, const float* v) {
   }
 }
 
-size_t AdamW::offload_host_bytes(size_t shard) { return (3 * shard + std::min(shard, kOffloadChunk)) * sizeof(float); }
+size_t AdamW::offload_host_bytes(size_t shard) {
+  return (3 * shard + 2 * std::min(shard, kOffloadChunk)) * sizeof(float);
+}
 
 float clip_scale(float norm, float max_norm) {
   return max_norm > 0.0f && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;

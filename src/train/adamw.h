@@ -2,7 +2,8 @@
 // [shard_begin, shard_end), weight decay on the table rows marked for it (matrices), clipping by global L2 norm.
 // With training.offload = optimizer (train/offload.h) the moments and an fp32 master copy of the shard's weights live
 // in host memory, and each update runs there, chunk by chunk: the gradients to the host, the CPU backend's AdamW on
-// the masters and moments, the new weights back into the backend's arena. The numbers are the CPU backend's either
+// the masters and moments, the new weights back into the backend's arena, the copies of one chunk running beside the
+// host's update of another (Backend::copy_to_host_async). The numbers are the CPU backend's either
 // way, so on the CPU backend a run with and without offload gives the same bits.
 #pragma once
 
@@ -46,7 +47,7 @@ class AdamW {
   void load_moments(const float* m, const float* v);
   int step_count() const { return t_; }
   void set_step_count(int t) { t_ = t; }
-  // Host memory an offloaded optimizer of `shard` elements holds: masters, moments and the gradient staging.
+  // Host memory an offloaded optimizer of `shard` elements holds: masters, moments and two staging buffers.
   static size_t offload_host_bytes(size_t shard);
 
  private:

@@ -245,9 +245,11 @@ TEST_F(CudaOpsLossOptim, AdamWSegmentsMatchTheCpu) {
 }
 
 // training.offload = optimizer on this backend (train/adamw.h): the gradients to the host, the CPU backend's AdamW on
-// the host's masters and moments, the new weights back into the arena, chunk by chunk. So three steps over a shard
-// (an inner range of the arena, longer than one chunk of 16 MiB) give the CPU backend's own AdamW bit for bit: the
-// weights, the elements outside the shard untouched, and the moments.
+// the host's masters and moments, the new weights back into the arena, chunk by chunk, on the backend's asynchronous
+// copies. So three steps over a shard (an inner range of the arena, three chunks of 16 MiB) give the CPU backend's own
+// AdamW bit for bit: the weights, the elements outside the shard untouched, and the moments. Under the kernel model a
+// copy lands only at its wait (NaN until then), so a wait left out fails here (checked: the gradients' wait, and the
+// weights' last waits).
 TEST_F(CudaOpsLossOptim, OffloadedAdamWIsTheCpusUpdate) {
   ModelConfig mc;
   mc.n_layer = 3, mc.n_head = 6, mc.n_embd = 384, mc.vocab_size = 257, mc.block_size = 64;

@@ -15,7 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -196,6 +199,25 @@ namespace k = cuda_model;
 cudaStream_t const kNoStream = nullptr;
 
 class KernelModelBackend final : public k::OpMethods {
+  struct PendingCopy {
+    void* dst;
+    const void* src;
+    std::vector<unsigned char> issued;  // the source as it was at the issue
+  };
+  std::map<CopyTicket, PendingCopy> pending_;
+  CopyTicket next_ticket_ = 1;
+  CopyTicket defer(void* dst, const void* src, size_t bytes) {
+    EMBER_ASSERT(pending_.size() < size_t(kCopyTickets), "kernel model: more than kCopyTickets copies outstanding");
+    PendingCopy c{dst, src, {}};
+    if (!count_only_) {
+      const auto* s = static_cast<const unsigned char*>(src);
+      c.issued.assign(s, s + bytes);
+      std::memset(dst, 0xff, bytes);
+    }
+    pending_.emplace(next_ticket_, std::move(c));
+    return next_ticket_++;
+  }
+
  public:
   KernelModelBackend(int compute_capability, bool count_only)
       : compute_capability_(compute_capability), count_only_(count_only) {
@@ -225,6 +247,23 @@ class KernelModelBackend final : public k::OpMethods {
       std::memset(dst, 0, bytes);
     else
       cpu_->copy_to_host(dst, src, bytes);
+  }
+  // Asynchronous copies as a GPU may run them at the latest: the destination holds NaN (all bits set) from the issue
+  // until the wait, which copies; the source is kept as issued, and a source changed before the wait aborts.
+  CopyTicket copy_to_host_async(void* dst, const void* src, size_t bytes) override { return defer(dst, src, bytes); }
+  CopyTicket copy_to_device_async(void* dst, const void* src, size_t bytes) override { return defer(dst, src, bytes); }
+  void wait_copy(CopyTicket ticket) override {
+    auto it = pending_.find(ticket);
+    EMBER_ASSERT(it != pending_.end(), "kernel model: waiting for an unknown copy");
+    const PendingCopy& c = it->second;
+    if (!count_only_) {
+      if (std::memcmp(c.src, c.issued.data(), c.issued.size()) != 0) {
+        std::fprintf(stderr, "kernel model: the source of an asynchronous copy changed before its wait\n");
+        std::abort();
+      }
+      std::memcpy(c.dst, c.issued.data(), c.issued.size());
+    }
+    pending_.erase(it);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (count_only_)

@@ -56,6 +56,7 @@ struct OffloadHost {
 const OffloadHost kOffloadHosts[] = {{50e9, 32, 200e9}, {25e9, 16, 64e9}};
 constexpr double kHostAdamWPerCore = 335e6;  // parameters/s, docs/BENCHMARKS.md "Host AdamW"
 constexpr double kHostAdamWBytes = 28.0;     // per parameter: reads p, g, m, v; writes p, m, v
+constexpr double kChunk = 4194304.0;         // parameters per chunk of the offloaded update (train/adamw.cpp)
 
 struct Entry {
   std::string phase;
@@ -106,8 +107,10 @@ void print_header(const char* what) {
 
 // A whole optimizer step from the micro-step played: zero_grad once, grad_accum_steps forward and backward passes,
 // then the optimizer phase, at one rank; and the same with training.offload = optimizer, whose device keeps the
-// gradient norm and gives AdamW's launches to the host as the code runs them today, one after another: the gradients
-// to the host (fp32), the update there, the new weights back (fp32).
+// gradient norm and gives AdamW's launches to the host as the code runs them (train/adamw.h): chunks of 4M parameters,
+// each one's gradients to the host (fp32), its update there and its new weights back (fp32), pipelined: while the host
+// updates chunk k the copy stream brings chunk k + 1 and returns chunk k - 1, one copy after the other on that stream.
+// So after the first fetch each chunk takes the longer of its update and two copies, and the last return follows.
 void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries, std::map<std::string, Sum>& by_phase,
                           double params) {
   const int A = c.training.grad_accum_steps;
@@ -131,13 +134,16 @@ void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries,
     const double micro = by_phase["forward"].time[i] + by_phase["backward"].time[i];
     const double device = by_phase["zero_grad"].time[i] + A * micro;
     const double step = device + by_phase["optimizer"].time[i];
-    const double update = params / std::min(h.cores * kHostAdamWPerCore, h.host_bandwidth / kHostAdamWBytes);
-    const double copies = 2.0 * 4.0 * params / h.pcie;
-    const double step_off = device + by_phase["optimizer"].time[i] - adamw.time[i] + copies + update;
+    const double rate = std::min(h.cores * kHostAdamWPerCore, h.host_bandwidth / kHostAdamWBytes);
+    const double chunk = std::min(params, kChunk), chunks = std::ceil(params / kChunk);
+    const double copy = 4.0 * chunk / h.pcie, update = chunk / rate;  // per chunk
+    const double offload = copy + chunks * std::max(update, 2.0 * copy) + copy;
+    const double step_off = device + by_phase["optimizer"].time[i] - adamw.time[i] + offload;
     printf(
-        "%s: %.3f s per step, %.0f tokens/s; offloaded (PCIe %.0f GB/s each way, %d host cores): copies %.3f s "
-        "+ host update %.3f s, %.3f s per step, %.0f tokens/s\n",
-        kDevices[i].name, step, tokens / step, h.pcie / 1e9, h.cores, copies, update, step_off, tokens / step_off);
+        "%s: %.3f s per step, %.0f tokens/s; offloaded (PCIe %.0f GB/s each way, %d host cores): copies %.3f s and "
+        "host update %.3f s, pipelined %.3f s; %.3f s per step, %.0f tokens/s\n",
+        kDevices[i].name, step, tokens / step, h.pcie / 1e9, h.cores, 2.0 * chunks * copy, chunks * update, offload,
+        step_off, tokens / step_off);
   }
 }
 

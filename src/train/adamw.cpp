@@ -26,10 +26,15 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
   const size_t n = std::max<size_t>(end_ - begin_, 1);
   if (offloaded()) {  // zeroed host memory (page-locked on a GPU), as the backend's is
     host_ = make_cpu_backend();
-    host_masters_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
-    m_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
-    v_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
-    host_grads_ = static_cast<float*>(backend_.alloc_host(2 * std::min(n, kOffloadChunk) * sizeof(float)));
+    try {
+      host_masters_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
+      m_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
+      v_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
+      host_grads_ = static_cast<float*>(backend_.alloc_host(2 * std::min(n, kOffloadChunk) * sizeof(float)));
+    } catch (...) {  // no destructor runs for a constructor that throws: free what was allocated
+      for (float* p : {m_, v_, host_masters_}) backend_.free_host(p);
+      throw;
+    }
   } else {
     m_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));
     v_ = static_cast<float*>(backend_.alloc(n * sizeof(float)));

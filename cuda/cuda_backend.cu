@@ -123,7 +123,9 @@ void* CudaBackend::alloc_host(size_t bytes) {
 
 void CudaBackend::free_host(void* ptr) {
   if (!ptr) return;
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));  // copies still queued may use the memory
+  // Copies still queued, on either stream, may use the memory.
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (copy_stream_) EMBER_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
   EMBER_CUDA_CHECK(cudaFreeHost(ptr));
 }
 

@@ -13,8 +13,9 @@ PACKAGES=(
   libpcre2-dev zlib1g-dev libzstd-dev libzip-dev
   # JSONL documents (simdjson On-Demand)
   libsimdjson-dev
-  # int8 products on the CPU (oneDNN; its CMake package asks for the OpenCL loader, which it depends on)
-  libdnnl-dev
+  # int8 products on the CPU (oneDNN). Its CMake package looks for the OpenCL loader and headers, which Debian lists
+  # only as recommended (not installed with --no-install-recommends): named here so a bare machine configures.
+  libdnnl-dev ocl-icd-opencl-dev
   # ember serve: the HTTP server (Boost.Beast and Boost.Asio, header-only)
   libboost-dev
   libgtest-dev googletest

@@ -3,9 +3,12 @@
 // cuda_op_methods.h.
 #include "cuda_backend.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "backend/device.h"
@@ -125,24 +128,28 @@ void CudaBackend::free_host(void* ptr) {
   if (!ptr) return;
   // Copies still queued, on either stream, may use the memory.
   EMBER_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (copy_stream_) EMBER_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  {
+    std::lock_guard<std::mutex> lock(copy_mutex_);
+    if (copy_stream_) EMBER_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  }
   EMBER_CUDA_CHECK(cudaFreeHost(ptr));
 }
 
 Backend::CopyTicket CudaBackend::enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  std::lock_guard<std::mutex> lock(copy_mutex_);
   if (!copy_stream_) {
     EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&order_, cudaEventDisableTiming));
     for (cudaEvent_t& e : copy_events_) EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
+  const auto slot = std::find(std::begin(copy_ticket_), std::end(copy_ticket_), CopyTicket(0));
+  EMBER_ASSERT(slot != std::end(copy_ticket_), "CUDA backend: more than kCopyTickets asynchronous copies outstanding");
   const CopyTicket ticket = next_ticket_++;
-  const int slot = int(ticket % kCopyTickets);
-  EMBER_ASSERT(!copy_busy_[slot], "CUDA backend: more than kCopyTickets asynchronous copies outstanding");
   EMBER_CUDA_CHECK(cudaEventRecord(order_, stream_));  // after the ops enqueued so far
   EMBER_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, order_, 0));
   if (bytes) EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_));
-  EMBER_CUDA_CHECK(cudaEventRecord(copy_events_[slot], copy_stream_));
-  copy_busy_[slot] = true;
+  EMBER_CUDA_CHECK(cudaEventRecord(copy_events_[slot - std::begin(copy_ticket_)], copy_stream_));
+  *slot = ticket;
   return ticket;
 }
 
@@ -154,11 +161,19 @@ Backend::CopyTicket CudaBackend::copy_to_device_async(void* dst, const void* src
   return enqueue_copy(dst, src_host, bytes, cudaMemcpyHostToDevice);
 }
 
+// The slot stays taken while the host waits (outside the lock, so the other thread's copies go on).
 void CudaBackend::wait_copy(CopyTicket ticket) {
-  const int slot = int(ticket % kCopyTickets);
-  EMBER_ASSERT(ticket > 0 && ticket < next_ticket_ && copy_busy_[slot], "CUDA backend: waiting for an unknown copy");
-  EMBER_CUDA_CHECK(cudaEventSynchronize(copy_events_[slot]));
-  copy_busy_[slot] = false;
+  cudaEvent_t event = nullptr;
+  CopyTicket* slot = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(copy_mutex_);
+    slot = std::find(std::begin(copy_ticket_), std::end(copy_ticket_), ticket);
+    EMBER_ASSERT(ticket > 0 && slot != std::end(copy_ticket_), "CUDA backend: waiting for an unknown copy");
+    event = copy_events_[slot - std::begin(copy_ticket_)];
+  }
+  EMBER_CUDA_CHECK(cudaEventSynchronize(event));
+  std::lock_guard<std::mutex> lock(copy_mutex_);
+  *slot = 0;
 }
 
 void CudaBackend::copy_to_device(void* dst, const void* src_host, size_t bytes) {

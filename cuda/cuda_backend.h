@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "backend/backend.h"
@@ -74,11 +75,13 @@ class CudaBackend final : public cuda::OpMethods {
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   // The asynchronous copies' stream, which waits for stream_'s work before each copy (order_), and one event per
-  // outstanding copy, its ticket modulo kCopyTickets (created at the first copy).
+  // outstanding copy, in the slot whose copy_ticket_ is its ticket (0: free); created at the first copy. copy_mutex_
+  // guards them: the copies may come from two host threads.
+  std::mutex copy_mutex_;
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t order_ = nullptr;
   cudaEvent_t copy_events_[kCopyTickets] = {};
-  bool copy_busy_[kCopyTickets] = {};
+  CopyTicket copy_ticket_[kCopyTickets] = {};
   CopyTicket next_ticket_ = 1;
   CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   cublasHandle_t cublas_ = nullptr;

@@ -54,8 +54,9 @@ class Backend {
   // Copies between this backend's memory and host memory from alloc_host that run beside the host and this backend's
   // later ops: each starts after the ops enqueued before it and is complete, in the host's view, once
   // wait_copy(ticket) returns. Wait for each ticket once, with at most kCopyTickets outstanding; until then neither
-  // buffer may be touched. The default copies at once; the kernel model's backend copies only at the wait and
-  // poisons the destination until then, so a missing wait shows as NaN.
+  // buffer may be touched. These three may be called from another host thread than the one issuing ops (an offloaded
+  // optimizer's, once bind_thread ran there), and from two threads at once. The default copies at once; the kernel
+  // model's backend copies only at the wait and poisons the destination until then, so a missing wait shows as NaN.
   using CopyTicket = uint64_t;
   static constexpr int kCopyTickets = 8;
   virtual CopyTicket copy_to_host_async(void* dst_host, const void* src, size_t bytes) {

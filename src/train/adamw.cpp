@@ -9,6 +9,7 @@
 #include <deque>
 
 #include "core/error.h"
+#include "train/adamw_handoff.h"
 
 namespace ember {
 
@@ -20,7 +21,7 @@ constexpr size_t kOffloadChunk = size_t(1) << 22;
 }  // namespace
 
 AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin,
-             size_t shard_end, Offload offload)
+             size_t shard_end, Offload offload, bool handoff)
     : backend_(backend), table_(table), config_(config), begin_(shard_begin), end_(shard_end), offload_(offload) {
   EMBER_ASSERT(shard_begin <= shard_end, "empty or inverted optimizer shard");
   const size_t n = std::max<size_t>(end_ - begin_, 1);
@@ -30,9 +31,10 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
       host_masters_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
       m_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
       v_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
-      host_grads_ = static_cast<float*>(backend_.alloc_host(2 * std::min(n, kOffloadChunk) * sizeof(float)));
+      host_grads_ = static_cast<float*>(backend_.alloc_host((offload_host_bytes(n, handoff) - 3 * n * sizeof(float))));
+      if (handoff) handoff_ = std::make_unique<Handoff>();
     } catch (...) {  // no destructor runs for a constructor that throws: free what was allocated
-      for (float* p : {m_, v_, host_masters_}) backend_.free_host(p);
+      for (float* p : {m_, v_, host_masters_, host_grads_}) backend_.free_host(p);
       throw;
     }
   } else {
@@ -55,6 +57,7 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
 }
 
 AdamW::~AdamW() {
+  stop_handoff();
   if (offloaded()) {
     for (float* p : {m_, v_, host_masters_, host_grads_}) backend_.free_host(p);
     return;
@@ -64,6 +67,7 @@ AdamW::~AdamW() {
 }
 
 void AdamW::step(float* params, const float* shard_grads, float lr, float grad_scale) {
+  if (handoff_ && handoff_->armed) return finish_handoff(params, shard_grads, lr, grad_scale);
   ++t_;
   if (offloaded()) return offloaded_step(params, shard_grads, lr, grad_scale);
   backend_.adamw_update_segments(params + begin_, shard_grads, m_, v_, segments_.data(), segments_.size(), lr,
@@ -76,10 +80,7 @@ void AdamW::step(float* params, const float* shard_grads, float lr, float grad_s
 void AdamW::offloaded_step(float* params, const float* shard_grads, float lr, float grad_scale) {
   const size_t n = end_ - begin_, chunks = (n + kOffloadChunk - 1) / kOffloadChunk,
                staging = std::min(n, kOffloadChunk);
-  if (masters_stale_) {
-    backend_.copy_to_host(host_masters_, params + begin_, n * sizeof(float));
-    masters_stale_ = false;
-  }
+  refresh_masters(params);
   auto first = [&](size_t k) { return k * kOffloadChunk; };
   auto last = [&](size_t k) { return std::min(n, (k + 1) * kOffloadChunk); };
   auto fetch = [&](size_t k) {
@@ -87,19 +88,12 @@ void AdamW::offloaded_step(float* params, const float* shard_grads, float lr, fl
                                        (last(k) - first(k)) * sizeof(float));
   };
   std::deque<Backend::CopyTicket> back;  // the weights' copies still running
-  std::vector<AdamWSegment> cut;
   Backend::CopyTicket next = chunks ? fetch(0) : 0;
   for (size_t k = 0; k < chunks; ++k) {
     const size_t c0 = first(k), c1 = last(k);
     backend_.wait_copy(next);
     if (k + 1 < chunks) next = fetch(k + 1);  // its buffer held chunk k - 1, whose update is done
-    cut.clear();
-    for (const AdamWSegment& s : segments_)
-      if (std::max(s.begin, c0) < std::min(s.end, c1))
-        cut.push_back({std::max(s.begin, c0) - c0, std::min(s.end, c1) - c0, s.weight_decay});
-    if (!cut.empty())
-      host_->adamw_update_segments(host_masters_ + c0, host_grads_ + (k % 2) * staging, m_ + c0, v_ + c0, cut.data(),
-                                   cut.size(), lr, config_.beta1, config_.beta2, config_.eps, t_, grad_scale);
+    update_on_host(c0, c1, host_grads_ + (k % 2) * staging, lr, grad_scale);
     back.push_back(backend_.copy_to_device_async(params + begin_ + c0, host_masters_ + c0, (c1 - c0) * sizeof(float)));
     if (back.size() + 1 >= size_t(Backend::kCopyTickets)) {  // room for the next fetch
       backend_.wait_copy(back.front());
@@ -107,6 +101,22 @@ void AdamW::offloaded_step(float* params, const float* shard_grads, float lr, fl
     }
   }
   for (Backend::CopyTicket t : back) backend_.wait_copy(t);
+}
+
+void AdamW::update_on_host(size_t c0, size_t c1, const float* g, float lr, float grad_scale) {
+  std::vector<AdamWSegment> cut;
+  for (const AdamWSegment& s : segments_)
+    if (std::max(s.begin, c0) < std::min(s.end, c1))
+      cut.push_back({std::max(s.begin, c0) - c0, std::min(s.end, c1) - c0, s.weight_decay});
+  if (!cut.empty())
+    host_->adamw_update_segments(host_masters_ + c0, g, m_ + c0, v_ + c0, cut.data(), cut.size(), lr, config_.beta1,
+                                 config_.beta2, config_.eps, t_, grad_scale);
+}
+
+void AdamW::refresh_masters(const float* params) {
+  if (!masters_stale_) return;
+  backend_.copy_to_host(host_masters_, params + begin_, (end_ - begin_) * sizeof(float));
+  masters_stale_ = false;
 }
 
 void AdamW::load_moments(const float* m, const float* v) {
@@ -120,8 +130,19 @@ void AdamW::load_moments(const float* m, const float* v) {
   }
 }
 
-size_t AdamW::offload_host_bytes(size_t shard) {
-  return (3 * shard + 2 * std::min(shard, kOffloadChunk)) * sizeof(float);
+void AdamW::read_moments(float* m, float* v) const {
+  const size_t bytes = (end_ - begin_) * sizeof(float);
+  if (offloaded()) {
+    std::memcpy(m, m_, bytes);
+    std::memcpy(v, v_, bytes);
+  } else {
+    backend_.copy_to_host(m, m_, bytes);
+    backend_.copy_to_host(v, v_, bytes);
+  }
+}
+
+size_t AdamW::offload_host_bytes(size_t shard, bool handoff) {
+  return (3 * shard + (handoff ? shard : 2 * std::min(shard, kOffloadChunk))) * sizeof(float);
 }
 
 float clip_scale(float norm, float max_norm) {

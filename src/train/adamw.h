@@ -3,12 +3,14 @@
 // With training.offload = optimizer (train/offload.h) the moments and an fp32 master copy of the shard's weights live
 // in host memory, and each update runs there, chunk by chunk: the gradients to the host, the CPU backend's AdamW on
 // the masters and moments, the new weights back into the backend's arena, the copies of one chunk running beside the
-// host's update of another (Backend::copy_to_host_async). The numbers are the CPU backend's either
-// way, so on the CPU backend a run with and without offload gives the same bits.
+// host's update of another (Backend::copy_to_host_async); or, handed off stage by stage (begin_handoff), each stage's
+// gradients to the host as backward finishes them. The numbers are the CPU backend's either way, so on the CPU
+// backend a run with and without offload gives the same bits.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -21,8 +23,10 @@ namespace ember {
 class AdamW {
  public:
   // Owns moments for the arena elements [shard_begin, shard_end) (the whole arena without ZeRO-1).
+  // handoff: offloaded, the step may be handed off stage by stage (begin_handoff), which takes host memory for the
+  // whole shard's gradients instead of two chunks' (offload_host_bytes).
   AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin, size_t shard_end,
-        Offload offload = Offload::none);
+        Offload offload = Offload::none, bool handoff = false);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -36,6 +40,17 @@ class AdamW {
   // step. Nothing to do without offload.
   void params_changed() { masters_stale_ = true; }
 
+  // The step handed off stage by stage during backward (constructed with handoff; for gradients that nothing reduces
+  // between backward and the update: one rank, or an async worker). begin_handoff, before the last micro-batch's
+  // backward, arms the step of params from grads (both the whole arena) at lr; hand_off(begin, end), from the backward
+  // hook, sends arena range [begin, end), final now, to the host behind the backend's ops enqueued so far; step()
+  // with the same arrays, once every element was handed off, finishes the update. A host thread receives the ranges
+  // and updates each as it arrives where grad_scale is given (no clipping: the update runs beside backward), else once
+  // step() brings the scale; each range's new weights go back as soon as it is updated.
+  void begin_handoff(float* params, const float* grads, float lr, std::optional<float> grad_scale);
+  void hand_off(size_t begin, size_t end);
+  bool handoff_enabled() const { return handoff_ != nullptr; }
+
   size_t shard_begin() const { return begin_; }
   size_t shard_end() const { return end_; }
   bool offloaded() const { return offload_ == Offload::optimizer; }
@@ -43,15 +58,25 @@ class AdamW {
   float* exp_avg() { return m_; }
   float* exp_avg_sq() { return v_; }
   bool moments_on_host() const { return offloaded() || backend_.host_addressable(); }
-  // Sets both moments from host arrays of (shard_end - shard_begin) values.
+  // Sets both moments from host arrays of (shard_end - shard_begin) values; read_moments copies them into such arrays.
   void load_moments(const float* m, const float* v);
+  void read_moments(float* m, float* v) const;
   int step_count() const { return t_; }
   void set_step_count(int t) { t_ = t; }
-  // Host memory an offloaded optimizer of `shard` elements holds: masters, moments and two staging buffers.
-  static size_t offload_host_bytes(size_t shard);
+  // Host memory an offloaded optimizer of `shard` elements holds: masters, moments and the gradients' staging (two
+  // chunks, or with handoff the whole shard).
+  static size_t offload_host_bytes(size_t shard, bool handoff = false);
 
  private:
+  struct Handoff;  // train/adamw_handoff.cpp
   void offloaded_step(float* params, const float* shard_grads, float lr, float grad_scale);
+  void finish_handoff(const float* params, const float* grads, float lr, float grad_scale);
+  void stop_handoff() noexcept;  // ends the host thread of a step that did not finish (an error)
+  void run_handoff();            // the host thread
+  // The host's update of shard elements [c0, c1) from host gradients g (element c0's first), the segments cut to it.
+  void update_on_host(size_t c0, size_t c1, const float* g, float lr, float grad_scale);
+  // Reads the masters from the backend's weights where they are stale.
+  void refresh_masters(const float* params);
 
   Backend& backend_;
   const ParamTable& table_;
@@ -68,7 +93,12 @@ class AdamW {
   float* host_masters_ = nullptr;
   float* host_grads_ = nullptr;
   bool masters_stale_ = true;
+  std::unique_ptr<Handoff> handoff_;  // constructed with handoff (and offloaded)
 };
+
+// Whether training with `config` on `world_size` ranks (an async run: each worker) hands the offloaded optimizer's
+// step off stage by stage: an offloaded run whose gradients nothing reduces between backward and the update.
+bool offload_hands_off(const RunConfig& config, int world_size);
 
 // The factor that scales gradients of global norm `norm` to max_norm, when max_norm > 0 and norm exceeds it; else 1.
 float clip_scale(float norm, float max_norm);

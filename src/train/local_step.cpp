@@ -2,6 +2,7 @@
 #include "train/local_step.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "train/lr_schedule.h"
@@ -28,6 +29,18 @@ float apply_update(AdamW& optimizer, float* params, const float* grads, float no
   const float lr = lr_at_step(config, step);
   optimizer.step(params, grads, lr, clip_scale(norm, config.training.max_norm));
   return lr;
+}
+
+std::function<void(int)> begin_handoff_step(AdamW& optimizer, GPT& model, const RunConfig& config, int64_t step) {
+  const std::optional<float> scale =
+      config.training.max_norm > 0.0f ? std::nullopt : std::optional<float>(clip_scale(0.0f, 0.0f));
+  optimizer.begin_handoff(model.params(), model.grads(), lr_at_step(config, step), scale);
+  // One stage per layer, as GPT's backward hook counts them (bucket size 0: every layer its own bucket).
+  return [&optimizer,
+          stages = gradient_buckets(model.table(), config.model.n_layer, model.arena_numel(), 0.0f)](int stage) {
+    for (const GradientBucket& b : stages)
+      if (b.stage == stage) optimizer.hand_off(b.begin, b.end);
+  };
 }
 
 void require_finite_loss(double loss, int64_t step, int worker_rank, const char* hint) {

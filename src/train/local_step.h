@@ -37,6 +37,11 @@ double accumulate_gradients(GPT& model, DataLoader& data, TokenBatch& batch, int
 float apply_update(AdamW& optimizer, float* params, const float* grads, float norm, const RunConfig& config,
                    int64_t step);
 
+// Arms the per-stage hand-off of an offloaded optimizer (AdamW::begin_handoff) for optimizer step `step` (0-based) of
+// `model`, and returns the backward hook that hands each stage over as backward finishes it; apply_update then
+// finishes the step. The scale is given in advance where training.max_norm does not clip.
+std::function<void(int)> begin_handoff_step(AdamW& optimizer, GPT& model, const RunConfig& config, int64_t step);
+
 // A contiguous range of the gradient arena averaged over ranks as one message, launched once backward has finished
 // the lowest layer it covers (stage as in GPT::set_backward_hook).
 struct GradientBucket {

@@ -20,7 +20,7 @@ MemoryEstimate estimate_training_memory(const RunConfig& c, int world_size, Matm
   m.activations = fp.activation_bytes;
   const bool offload = c.training.offload == Offload::optimizer;
   m.moments = offload ? 0 : 2 * shard * sizeof(float);
-  m.host = offload ? AdamW::offload_host_bytes(shard) : 0;
+  m.host = offload ? AdamW::offload_host_bytes(shard, offload_hands_off(c, world_size)) : 0;
   m.extra = zero ? shard * sizeof(float) : 0;
   return m;
 }

@@ -64,12 +64,13 @@ size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend&
   const MatmulPrecision precision = backend.matmul_precision();
   const size_t copies = GPT::quantized_weight_copy_bytes(model.config(), precision);
   const size_t total = model.weight_bytes() + copies + moments + model.activation_bytes() + extra_bytes;
-  char shard[64] = "", quantized[64] = "", adam[160] = "";
+  char shard[64] = "", quantized[64] = "", adam[192] = "";
   if (optimizer.offloaded())
     snprintf(adam, sizeof(adam),
              "AdamW on the host (training.offload = optimizer: master weights, moments and "
-             "gradient staging %.1f MiB there)",
-             double(AdamW::offload_host_bytes(shard_n)) * mib);
+             "gradient staging %.1f MiB there%s)",
+             double(AdamW::offload_host_bytes(shard_n, optimizer.handoff_enabled())) * mib,
+             optimizer.handoff_enabled() ? "; each layer's gradients go there as backward finishes it" : "");
   else
     snprintf(adam, sizeof(adam), "AdamW moments %.1f MiB", double(moments) * mib);
   if (extra_bytes) snprintf(shard, sizeof(shard), ", ZeRO-1 gradient shard %.1f MiB", double(extra_bytes) * mib);

@@ -131,7 +131,8 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
     s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, s.shard_begin, s.shard_end, c.training.offload);
     s.shard_grads = static_cast<float*>(be.alloc(share * sizeof(float)));
   } else {
-    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, 0, arena, c.training.offload);
+    s.optimizer =
+        std::make_unique<AdamW>(be, table, c.optimizer, 0, arena, c.training.offload, offload_hands_off(c, world.size));
     if (world.size > 1) s.buckets = gradient_buckets(table, c.model.n_layer, arena, c.training.bucket_mb);
   }
   s.counted_bytes = log_model_memory(*s.model, *s.optimizer, be, s.zero() ? share * sizeof(float) : 0);
@@ -279,8 +280,10 @@ SyncTrainer::State::StepStats SyncTrainer::State::train_step(TokenBatch& batch) 
   world.watch->context = "step " + std::to_string(step + 1);
   const double t0 = now_seconds();
   const uint64_t cursor = train_data->cursor();
-  double loss =
-      accumulate_gradients(m, *train_data, batch, A, cursor + uint64_t(r) * B, uint64_t(N) * B, on_layer_done);
+  // An offloaded optimizer takes each layer's gradients as the last micro-batch's backward finishes it.
+  const std::function<void(int)> last_hook =
+      optimizer->handoff_enabled() ? begin_handoff_step(*optimizer, m, c, step) : on_layer_done;
+  double loss = accumulate_gradients(m, *train_data, batch, A, cursor + uint64_t(r) * B, uint64_t(N) * B, last_hook);
   train_data->set_cursor(cursor + uint64_t(A) * N * B);
 
   // Gradients: average over ranks, then the global norm (scalars reduced together with the loss and stop flag).

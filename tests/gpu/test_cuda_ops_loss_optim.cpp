@@ -8,8 +8,6 @@
 #include <vector>
 
 #include "cuda_ops_test_util.h"
-#include "model/param_table.h"
-#include "train/adamw.h"
 
 namespace ember {
 namespace {
@@ -242,39 +240,6 @@ TEST_F(CudaOpsLossOptim, AdamWSegmentsMatchTheCpu) {
   for (const AdamWSegment& s : segs) covered += s.end - s.begin;
   for (size_t i = 0; i < n; ++i) unchanged += p[1][i] == p0[i] ? 1 : 0;
   EXPECT_EQ(unchanged, n - covered) << "the GPU updated a gap element or skipped a segment's";
-}
-
-// training.offload = optimizer on this backend (train/adamw.h): the gradients to the host, the CPU backend's AdamW on
-// the host's masters and moments, the new weights back into the arena, chunk by chunk, on the backend's asynchronous
-// copies. So three steps over a shard (an inner range of the arena, three chunks of 16 MiB) give the CPU backend's own
-// AdamW bit for bit: the weights, the elements outside the shard untouched, and the moments. Under the kernel model a
-// copy lands only at its wait (NaN until then), so a wait left out fails here (checked: the gradients' wait, and the
-// weights' last waits).
-TEST_F(CudaOpsLossOptim, OffloadedAdamWIsTheCpusUpdate) {
-  ModelConfig mc;
-  mc.n_layer = 3, mc.n_head = 6, mc.n_embd = 384, mc.vocab_size = 257, mc.block_size = 64;
-  const ParamTable table(mc);
-  const size_t n = table.total_numel(), begin = 1000, end = n - 500;
-  ASSERT_GT(end - begin, size_t(1) << 22) << "the shard must span more than one chunk";
-  Rng rng(31);
-  const Floats p0 = rng.normal(n), g = rng.normal(end - begin, 0.1f);
-  Floats p[2], m[2], v[2];
-  Backend* be[2] = {cpu.get(), gpu.get()};
-  for (int k = 0; k < 2; ++k) {
-    FBuf pi(*be[k], p0), gi(*be[k], g);
-    AdamW adam(*be[k], table, OptimizerConfig{}, begin, end, k ? Offload::optimizer : Offload::none);
-    ASSERT_TRUE(adam.moments_on_host());
-    for (int t = 1; t <= 3; ++t) adam.step(pi.get(), gi.get(), 1e-3f, t == 2 ? 0.5f : 1.0f);
-    p[k] = pi.host();
-    m[k].assign(adam.exp_avg(), adam.exp_avg() + (end - begin));
-    v[k].assign(adam.exp_avg_sq(), adam.exp_avg_sq() + (end - begin));
-  }
-  expect_bitwise("offloaded adamw params", p[1], p[0]);
-  expect_bitwise("offloaded adamw m", m[1], m[0]);
-  expect_bitwise("offloaded adamw v", v[1], v[0]);
-  EXPECT_NE(p[1][begin], p0[begin]);
-  EXPECT_EQ(p[1][begin - 1], p0[begin - 1]);
-  EXPECT_EQ(p[1][end], p0[end]);
 }
 
 }  // namespace

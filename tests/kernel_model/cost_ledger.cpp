@@ -56,7 +56,6 @@ struct OffloadHost {
 const OffloadHost kOffloadHosts[] = {{50e9, 32, 200e9}, {25e9, 16, 64e9}};
 constexpr double kHostAdamWPerCore = 335e6;  // parameters/s, docs/BENCHMARKS.md "Host AdamW"
 constexpr double kHostAdamWBytes = 28.0;     // per parameter: reads p, g, m, v; writes p, m, v
-constexpr double kChunk = 4194304.0;         // parameters per chunk of the offloaded update (train/adamw.cpp)
 
 struct Entry {
   std::string phase;
@@ -105,14 +104,36 @@ void print_header(const char* what) {
   printf("  %-34s %6s %10s %10s %11s %10s %10s\n", what, "count", "read GB", "write GB", "GFLOP", "H100 ms", "4090 ms");
 }
 
+// The step of an offloaded optimizer handed off layer by layer (train/adamw.h), as the code runs it at one rank: each
+// stage's gradients (fp32) go to the host on the copy stream as the last micro-step's backward finishes the stage; a
+// host thread updates each stage once its gradients are there (without clipping) or once backward and the norm are
+// done (with it: the update needs the scale), and sends the stage's weights (fp32) back on the same stream, whose
+// copies run one after the other. The stages' backward is taken as even: stage j of L + 1 (layers L-1..0, then the
+// embeddings, which finish with layer 0) is final after min(j + 1, L) / L of the last backward; the norm takes
+// `norm` after it. Returns the time from the end of backward to the last weight's return.
+double handed_off_exposed(const std::vector<double>& stage_params, int n_layer, double backward, double norm,
+                          double pcie, double rate, bool clip) {
+  double stream = 0.0, host = clip ? backward + norm : 0.0, end = backward;  // times from the last backward's start
+  std::vector<double> arrived;
+  for (size_t j = 0; j < stage_params.size(); ++j) {
+    const double ready = backward * std::min<double>(double(j + 1), n_layer) / std::max(n_layer, 1);
+    stream = std::max(stream, ready) + 4.0 * stage_params[j] / pcie;
+    arrived.push_back(stream);
+  }
+  for (size_t j = 0; j < stage_params.size(); ++j) {  // the returns queue behind every fetch (issued first)
+    host = std::max(host, arrived[j]) + stage_params[j] / rate;
+    stream = std::max(stream, host) + 4.0 * stage_params[j] / pcie;
+    end = stream;
+  }
+  return end - backward;
+}
+
 // A whole optimizer step from the micro-step played: zero_grad once, grad_accum_steps forward and backward passes,
 // then the optimizer phase, at one rank; and the same with training.offload = optimizer, whose device keeps the
-// gradient norm and gives AdamW's launches to the host as the code runs them (train/adamw.h): chunks of 4M parameters,
-// each one's gradients to the host (fp32), its update there and its new weights back (fp32), pipelined: while the host
-// updates chunk k the copy stream brings chunk k + 1 and returns chunk k - 1, one copy after the other on that stream.
-// So after the first fetch each chunk takes the longer of its update and two copies, and the last return follows.
+// gradient norm and gives AdamW's launches to the host, handed off layer by layer (handed_off_exposed), with the
+// configuration's clipping and without.
 void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries, std::map<std::string, Sum>& by_phase,
-                          double params) {
+                          const ParamTable& table, size_t arena) {
   const int A = c.training.grad_accum_steps;
   const double tokens = double(A) * c.training.batch_size * c.training.seq_len;
   Sum adamw;
@@ -123,6 +144,9 @@ void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries,
   off.training.offload = Offload::optimizer;
   const MemoryEstimate plain = estimate_training_memory(c, 1, precision),
                        offloaded = estimate_training_memory(off, 1, precision);
+  std::vector<double> stage_params;  // the arena's elements, padding included: the code copies and updates them
+  for (const GradientBucket& b : gradient_buckets(table, c.model.n_layer, arena, 0.0f))
+    stage_params.push_back(double(b.end - b.begin));
   const double gib = 1.0 / 1073741824.0;
   printf(
       "\noptimizer step: %d micro-step(s) of %d x %d tokens, one rank; device memory (estimate) %.2f GiB, with "
@@ -135,15 +159,21 @@ void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries,
     const double device = by_phase["zero_grad"].time[i] + A * micro;
     const double step = device + by_phase["optimizer"].time[i];
     const double rate = std::min(h.cores * kHostAdamWPerCore, h.host_bandwidth / kHostAdamWBytes);
-    const double chunk = std::min(params, kChunk), chunks = std::ceil(params / kChunk);
-    const double copy = 4.0 * chunk / h.pcie, update = chunk / rate;  // per chunk
-    const double offload = copy + chunks * std::max(update, 2.0 * copy) + copy;
-    const double step_off = device + by_phase["optimizer"].time[i] - adamw.time[i] + offload;
+    double total = 0.0;
+    for (double p : stage_params) total += p;
+    const double norm = by_phase["optimizer"].time[i] - adamw.time[i];  // on the device, after backward
+    double exposed[2], step_off[2];
+    for (int clip = 0; clip < 2; ++clip) {
+      exposed[clip] = handed_off_exposed(stage_params, c.model.n_layer, by_phase["backward"].time[i], norm, h.pcie,
+                                         rate, clip == 1);
+      step_off[clip] = device + std::max(norm, exposed[clip]);
+    }
     printf(
         "%s: %.3f s per step, %.0f tokens/s; offloaded (PCIe %.0f GB/s each way, %d host cores): copies %.3f s and "
-        "host update %.3f s, pipelined %.3f s; %.3f s per step, %.0f tokens/s\n",
-        kDevices[i].name, step, tokens / step, h.pcie / 1e9, h.cores, 2.0 * chunks * copy, chunks * update, offload,
-        step_off, tokens / step_off);
+        "host update %.3f s in all, handed off per layer %.3f s past backward with clipping (%.3f s per step, %.0f "
+        "tokens/s), %.3f s without (%.3f s, %.0f tokens/s)\n",
+        kDevices[i].name, step, tokens / step, h.pcie / 1e9, h.cores, 8.0 * total / h.pcie, total / rate, exposed[1],
+        step_off[1], tokens / step_off[1], exposed[0], step_off[0], tokens / step_off[0]);
   }
 }
 
@@ -290,7 +320,7 @@ int run(int argc, char** argv) {
     printf("%s: modelled step %.2f ms (GEMMs %.2f, other %.2f); model FLOPs %.3g per step; MFU bound %.2f%%\n",
            kDevices[i].name, total.time[i] * 1e3, gemm.time[i] * 1e3, other.time[i] * 1e3, model_flops,
            100.0 * model_flops / (total.time[i] * kDevices[i].bf16_peak));
-  print_optimizer_step(c, ledger.entries, by_phase, params);
+  print_optimizer_step(c, ledger.entries, by_phase, model.table(), arena);
   return 0;
 }
 

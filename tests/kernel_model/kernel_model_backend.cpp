@@ -20,6 +20,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -204,9 +205,11 @@ class KernelModelBackend final : public k::OpMethods {
     const void* src;
     std::vector<unsigned char> issued;  // the source as it was at the issue
   };
+  std::mutex copies_mutex_;  // the copies may come from two host threads (Backend::copy_to_host_async)
   std::map<CopyTicket, PendingCopy> pending_;
   CopyTicket next_ticket_ = 1;
   CopyTicket defer(void* dst, const void* src, size_t bytes) {
+    std::lock_guard<std::mutex> lock(copies_mutex_);
     EMBER_ASSERT(pending_.size() < size_t(kCopyTickets), "kernel model: more than kCopyTickets copies outstanding");
     PendingCopy c{dst, src, {}};
     if (!count_only_) {
@@ -253,6 +256,7 @@ class KernelModelBackend final : public k::OpMethods {
   CopyTicket copy_to_host_async(void* dst, const void* src, size_t bytes) override { return defer(dst, src, bytes); }
   CopyTicket copy_to_device_async(void* dst, const void* src, size_t bytes) override { return defer(dst, src, bytes); }
   void wait_copy(CopyTicket ticket) override {
+    std::lock_guard<std::mutex> lock(copies_mutex_);
     auto it = pending_.find(ticket);
     EMBER_ASSERT(it != pending_.end(), "kernel model: waiting for an unknown copy");
     const PendingCopy& c = it->second;

@@ -36,10 +36,6 @@ void check_async_job(const World& world, const RunConfig& c) {
   if (c.training.zero != 0)
     throw_error("config: training.zero = " + std::to_string(c.training.zero) + " applies to sync mode only",
                 "set training.zero = 0 with training.mode = async (each worker keeps its own AdamW state)");
-  if (c.training.offload != Offload::none)
-    throw_error("config: training.offload = " + std::string(offload_name(c.training.offload)) +
-                    " applies to sync mode only in this version",
-                "set training.offload = none with training.mode = async");
   const int K = c.async.ranks_per_worker;
   if ((world.size - 1) % K != 0)
     throw_error("config: async.ranks_per_worker = " + std::to_string(K) + " does not divide the " +
@@ -121,21 +117,18 @@ std::string save_async(AsyncJob& job, const World& w, const float* params, float
     contents.write_begin = contents.write_end = total;  // the center writes every tensor
     // The flat arrays leave the arena's vocabulary padding out (ParamTable::to_unpadded): the file's layout is the
     // same for any padding.
-    std::vector<float> arena(total);
     const size_t flat = table.unpadded_numel();
-    auto unpadded = [&](std::vector<float>& out) {
+    auto unpadded = [&](const float* arena, std::vector<float>& out) {
       out.resize(flat);
-      table.to_unpadded(arena.data(), out.data());
+      table.to_unpadded(arena, out.data());
     };
-    job.backend->copy_to_host(arena.data(), adam->exp_avg(), total * sizeof(float));
-    unpadded(m);
-    job.backend->copy_to_host(arena.data(), adam->exp_avg_sq(), total * sizeof(float));
-    unpadded(v);
-    if (worker)
-      arena = worker->feedback().residual();
-    else  // a group's other ranks: only the leader compresses
-      std::fill(arena.begin(), arena.end(), 0.0f);
-    unpadded(residual);
+    std::vector<float> arena_m(adam->shard_end()), arena_v(arena_m.size());  // the whole arena, from element 0
+    adam->read_moments(arena_m.data(), arena_v.data());
+    unpadded(arena_m.data(), m);
+    unpadded(arena_v.data(), v);
+    std::vector<float> r(total, 0.0f);  // a group's other ranks keep none: only the leader compresses
+    if (worker) r = worker->feedback().residual();
+    unpadded(r.data(), residual);
     const std::vector<std::string> names = async_worker_arrays();
     contents.rank_arrays = {{names[0], m.data(), flat}, {names[1], v.data(), flat}, {names[2], residual.data(), flat}};
   }

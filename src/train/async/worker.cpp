@@ -43,8 +43,7 @@ std::vector<float> resume_worker(AsyncJob& job, AdamW& adam) {
   table.from_unpadded(fm.data(), m.data());
   table.from_unpadded(fv.data(), v.data());
   table.from_unpadded(fr.data(), residual.data());
-  job.backend->copy_to_device(adam.exp_avg(), m.data(), n * sizeof(float));
-  job.backend->copy_to_device(adam.exp_avg_sq(), v.data(), n * sizeof(float));
+  adam.load_moments(m.data(), v.data());
   adam.set_step_count(int(job.meta.ranks.at(size_t(rank)).optimizer_step));
   return residual;
 }
@@ -105,6 +104,7 @@ class WorkerLoop {
   // Trains `count` samples from `first` as local steps; the leader then fetches, sends the delta and rebases.
   void train_round(uint64_t first, uint64_t count);
   void send_and_rebase(uint64_t first, int steps, double loss_sum, float lr);
+  void broadcast_moments();  // the leader's AdamW moments to its group
 
   AsyncJob& job_;
   const RunConfig& c_;
@@ -159,7 +159,8 @@ WorkerLoop::WorkerLoop(AsyncJob& job)
       be_(*job.backend),
       n_(model_.table().total_numel()),
       arena_(model_.arena_numel()),
-      adam_(be_, model_.table(), inner_optimizer(job.c), 0, arena_),
+      adam_(be_, model_.table(), inner_optimizer(job.c), 0, arena_, job.c.training.offload,
+            offload_hands_off(job.c, 1)),
       train_(c_.data.dir, "train", job.T, c_.model.vocab_size, c_.training.seed, /*shuffle=*/true),
       batch_(job.B, job.T),
       base_(n_),
@@ -172,8 +173,7 @@ WorkerLoop::WorkerLoop(AsyncJob& job)
   counted_bytes_ = log_model_memory(model_, adam_, be_);
   const std::vector<float> residual = resume_worker(job, adam_);
   if (K_ > 1) {  // a group's ranks start alike, whatever the file held for each of them: from the leader's state
-    job.group_comm->broadcast(adam_.exp_avg(), arena_ * sizeof(float), 0);
-    job.group_comm->broadcast(adam_.exp_avg_sq(), arena_ * sizeof(float), 0);
+    broadcast_moments();
     uint64_t steps = uint64_t(adam_.step_count());
     broadcast_values(group_, &steps, 1, 0);
     adam_.set_step_count(int(steps));
@@ -276,12 +276,16 @@ void WorkerLoop::train_round(uint64_t first, uint64_t count) {
   const int steps = int(count / step_samples_);
   double loss_sum = 0.0;
   float lr = 0.0f;
+  adam_.params_changed();  // every round starts from weights set from outside: the start, a rebase, the group's
   for (int i = 0; i < steps; ++i) {
     const double t_step = now_seconds();
     const uint64_t at = first + uint64_t(i) * step_samples_;
+    // An offloaded optimizer takes each layer's gradients as the last micro-batch's backward finishes it (K = 1).
+    const std::function<void(int)> last_hook =
+        adam_.handoff_enabled() ? begin_handoff_step(adam_, model_, c_, job_.step_of(at)) : on_layer_done_;
     // Rank m of the group takes micro-batch samples at + m B, then every K B further, as sync ranks do.
     double loss = accumulate_gradients(model_, train_, batch_, job_.A, at + uint64_t(group_.rank) * job_.B,
-                                       uint64_t(K_) * job_.B, on_layer_done_);
+                                       uint64_t(K_) * job_.B, last_hook);
     if (K_ > 1) {
       for (auto& q : pending_) q->wait();
       pending_.clear();
@@ -308,6 +312,25 @@ void WorkerLoop::train_round(uint64_t first, uint64_t count) {
     send_and_rebase(first, steps, loss_sum, lr);
   else  // the leader fetches, sends and rebases; the group starts the next round from its origin
     job_.group_comm->broadcast(model_.params(), n_ * sizeof(float), 0);
+}
+
+void WorkerLoop::broadcast_moments() {
+  const size_t bytes = arena_ * sizeof(float);
+  if (!adam_.offloaded()) {
+    job_.group_comm->broadcast(adam_.exp_avg(), bytes, 0);
+    job_.group_comm->broadcast(adam_.exp_avg_sq(), bytes, 0);
+    return;
+  }
+  // Host memory, which the group's communicator need not reach (NCCL): through the gradient arena, which no step
+  // holds yet.
+  std::vector<float> m(arena_), v(arena_);
+  adam_.read_moments(m.data(), v.data());
+  for (std::vector<float>* a : {&m, &v}) {
+    be_.copy_to_device(model_.grads(), a->data(), bytes);
+    job_.group_comm->broadcast(model_.grads(), bytes, 0);
+    be_.copy_to_host(a->data(), model_.grads(), bytes);
+  }
+  adam_.load_moments(m.data(), v.data());
 }
 
 void WorkerLoop::send_and_rebase(uint64_t first, int steps, double loss_sum, float lr) {

@@ -122,30 +122,39 @@ TEST(MemoryEstimate, ShortfallGivesTheEstimateAndWhatIsAvailable) {
 }
 
 // training.offload = optimizer: the moments leave the backend's memory (GPT and AdamW allocate the estimate's
-// total there, no moments) and the host holds the masters, moments and staging the estimate's host part counts.
+// total there, no moments) and the host holds the masters, moments and gradient staging the estimate's host part
+// counts: two chunks' where the gradients are averaged over 2 ranks first, the whole arena's where one rank hands
+// them off layer by layer (offload_hands_off).
 TEST(MemoryEstimate, OffloadMovesTheMomentsToTheHost) {
-  for (int zero : {0, 1}) {
+  struct Case {
+    int world, zero;
+  };
+  for (const Case k : {Case{2, 0}, Case{2, 1}, Case{1, 0}}) {
+    SCOPED_TRACE("world " + std::to_string(k.world) + ", zero " + std::to_string(k.zero));
     RunConfig c = odd_config();
-    c.training.zero = zero;
+    c.training.zero = k.zero;
     c.training.offload = Offload::optimizer;
     std::unique_ptr<Backend> be = make_cpu_backend();
-    const MemoryEstimate est = estimate_training_memory(c, 2, MatmulPrecision::fp32);
+    const MemoryEstimate est = estimate_training_memory(c, k.world, MatmulPrecision::fp32);
     GPT model(c.model, *be, c.training.batch_size, c.training.seq_len);
-    const size_t share = zero ? model.arena_numel() / 2 : model.arena_numel();
-    AdamW adam(*be, model.table(), c.optimizer, 0, share, Offload::optimizer);
-    void* grad_shard = zero ? be->alloc(share * sizeof(float)) : nullptr;
+    const size_t share = k.zero ? model.arena_numel() / size_t(k.world) : model.arena_numel();
+    const bool handoff = offload_hands_off(c, k.world);
+    EXPECT_EQ(handoff, k.world == 1);
+    AdamW adam(*be, model.table(), c.optimizer, 0, share, Offload::optimizer, handoff);
+    void* grad_shard = k.zero ? be->alloc(share * sizeof(float)) : nullptr;
     EXPECT_EQ(est.moments, 0u);
-    EXPECT_EQ(est.host, AdamW::offload_host_bytes(share));
-    EXPECT_EQ(est.host, 5 * share * sizeof(float));  // masters, two moments, two staging buffers (of the shard here)
-    EXPECT_LE(est.total(), be->peak_allocated_bytes()) << zero;
-    EXPECT_LT(be->peak_allocated_bytes() - est.total(), kRoundingSlack) << zero;
+    EXPECT_EQ(est.host, AdamW::offload_host_bytes(share, handoff));
+    // Masters, two moments, and the staging: two buffers of the shard here (smaller than a chunk), or the gradients.
+    EXPECT_EQ(est.host, (handoff ? 4 : 5) * share * sizeof(float));
+    EXPECT_LE(est.total(), be->peak_allocated_bytes());
+    EXPECT_LT(be->peak_allocated_bytes() - est.total(), kRoundingSlack);
     if (grad_shard) be->free(grad_shard);
   }
 }
 
 // GPT-2 1.5B (configs/gpt2-1.5b.ini: B 2, T 1024) in bf16 with full recompute on one 24 GB GPU: refused as it is
 // (the moments alone are 12.5 GB), accepted with the optimizer offloaded where the host has 64 GB, refused naming
-// the host where it has 16 GB (the masters and moments take 18.7 GB); one rank.
+// the host where it has 16 GB (the masters, moments and the gradients handed off take 23.2 GiB); one rank.
 TEST(MemoryEstimate, OffloadFitsGpt2XlOnA24GBDevice) {
   RunConfig c;
   c.model = {48, 25, 1600, 1024, 50257};
@@ -158,6 +167,7 @@ TEST(MemoryEstimate, OffloadFitsGpt2XlOnA24GBDevice) {
   EXPECT_NE(refused.find("RTX 4090 (free memory)"), std::string::npos) << refused;
   c.training.offload = Offload::optimizer;
   const MemoryEstimate offloaded = estimate_training_memory(c, 1, MatmulPrecision::bf16);
+  EXPECT_NEAR(double(offloaded.host) / double(gb), 23.2, 0.05);
   EXPECT_EQ(memory_problem("training", offloaded, device, "RTX 4090", 64 * gb, 1), "")
       << "device " << offloaded.total() / double(gb) << " GiB";
   const std::string host = memory_problem("training", offloaded, device, "RTX 4090", 16 * gb, 1);

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Plots the metrics.jsonl of one or more Ember runs against tokens seen, the runs overlaid.
 
-Panels: training loss (thin) and validation loss (markers); tokens/s; learning rate; gradient norm.
+Panels: training loss (thin) and validation loss (markers); tokens/s; learning rate; gradient norm. Where a run
+has them, also validation bits per byte and the acc_norm of a multiple-choice task evaluation (e.g. hellaswag), both
+against tokens seen, so that runs with different tokenizers share one axis.
 
   python3 scripts/plot_metrics.py runs/a runs/b -o loss.png
 
@@ -38,6 +40,27 @@ def train_loss(row):
     return sum(losses) / len(losses) if losses else None
 
 
+# Fields of evaluation records that, when present and not null, must be finite numbers in the given range.
+EVAL_RANGES = {"bits_per_byte": (0.0, math.inf), "task_acc": (0.0, 1.0), "task_acc_norm": (0.0, 1.0)}
+
+
+def check_eval_fields(path, line, row):
+    """Refuses an evaluation record whose bits per byte or task fields are not what `ember train` writes."""
+    hint = "the file is written by `ember train`; fix or remove that line"
+    for key, (lo, hi) in EVAL_RANGES.items():
+        v = row.get(key)
+        if v is not None and not (number(v) and lo <= v <= hi):
+            bounds = f">= {lo:g}" if hi == math.inf else f"in [{lo:g}, {hi:g}]"
+            fail(f"metrics file {path} line {line}: \"{key}\" is {json.dumps(v)[:40]}, not a number {bounds}", hint)
+    items = row.get("task_items")
+    if items is not None and (not isinstance(items, int) or isinstance(items, bool) or items < 0):
+        fail(f"metrics file {path} line {line}: \"task_items\" is {json.dumps(items)[:40]}, not a whole number", hint)
+    task = row.get("task")
+    has_task = any(row.get(k) is not None for k in ("task_acc", "task_acc_norm", "task_items"))
+    if (has_task or task is not None) and not (isinstance(task, str) and task):
+        fail(f"metrics file {path} line {line}: \"task\" is {json.dumps(task)[:40]}, not a task name", hint)
+
+
 def read_metrics(run):
     path = os.path.join(run, "metrics.jsonl") if os.path.isdir(run) else run
     if not os.path.isfile(path):
@@ -60,6 +83,7 @@ def read_metrics(run):
             if not isinstance(row["step"], int) or isinstance(row["step"], bool):
                 fail(f"metrics file {path} line {number_}: \"step\" is {json.dumps(row['step'])[:40]}, not a whole number",
                      "the file is written by `ember train`; fix or remove that line")
+            check_eval_fields(path, number_, row)
             rows.append(row)
     if damaged:
         shown = ", ".join(str(n) for n in damaged[:5]) + (", ..." if len(damaged) > 5 else "")
@@ -119,6 +143,22 @@ def x_of(rows):
     return [r["step"] for r in rows], "step"
 
 
+def bpb_points(rows):
+    """(tokens seen, bits per byte) of each evaluation that has both: bits per byte is compared across tokenizers,
+    whose steps hold different numbers of tokens, so it is drawn against tokens whatever the other panels use."""
+    return [(r["tokens_seen"], r["bits_per_byte"]) for r in rows
+            if number(r.get("bits_per_byte")) and number(r.get("tokens_seen"))]
+
+
+def task_points(rows):
+    """{task name: [(tokens seen, acc_norm)]} of a run's task evaluations."""
+    tasks = {}
+    for r in rows:
+        if number(r.get("task_acc_norm")) and number(r.get("tokens_seen")):
+            tasks.setdefault(r["task"], []).append((r["tokens_seen"], r["task_acc_norm"]))
+    return tasks
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders or metrics.jsonl files")
@@ -142,8 +182,18 @@ def main():
     except ImportError:
         fail("matplotlib is not installed", "apt-get install python3-matplotlib (scripts/setup.sh does), and use /usr/bin/python3")
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    (ax_loss, ax_speed), (ax_lr, ax_norm) = axes
+    bpbs = [bpb_points(rows) for _, _, rows in runs]
+    tasks = [task_points(rows) for _, _, rows in runs]
+    task_names = sorted({name for t in tasks for name in t})
+    n_rows = 3 if any(bpbs) or task_names else 2
+    # Two columns, 4 inches a row: the four panels every run has, then a row for bits per byte and task accuracy.
+    fig, axes = plt.subplots(n_rows, 2, figsize=(12, 4 * n_rows))
+    (ax_loss, ax_speed), (ax_lr, ax_norm) = axes[:2]
+    spare = list(axes[2]) if n_rows == 3 else []
+    ax_bpb = spare.pop(0) if any(bpbs) else None
+    ax_task = spare.pop(0) if task_names else None
+    for ax in spare:
+        ax.set_visible(False)
     xlabel = "tokens seen"
     for i, (run, path, rows) in enumerate(runs):
         color = f"C{i % 10}"
@@ -160,10 +210,28 @@ def main():
             pts = [(x, r[key]) for x, r in zip(xs, rows) if number(r.get(key))]
             if pts:
                 ax.plot(*zip(*pts), color=color, linewidth=0.8, label=label)
+        if bpbs[i]:
+            ax_bpb.plot(*zip(*bpbs[i]), color=color, marker="o", markersize=4, linewidth=1.5, label=label)
+        for k, (task, pts) in enumerate(sorted(tasks[i].items())):
+            ax_task.plot(*zip(*pts), color=color, marker="osv^D"[k % 5], markersize=4, linewidth=1.5,
+                         label=f"{label} {task}")
         last = f", last loss {train[-1][1]:.4f}" if train else ""
+        last += f", last bits per byte {bpbs[i][-1][1]:.4f}" if bpbs[i] else ""
+        last += "".join(f", last {task} acc_norm {pts[-1][1]:.4f}" for task, pts in sorted(tasks[i].items()))
         print(f"plot_metrics: {path}: {len(rows)} steps, {len(val)} evaluations{last}", file=sys.stderr)
-    for ax, name in ((ax_loss, "loss"), (ax_speed, "tokens/s"), (ax_lr, "learning rate"), (ax_norm, "gradient norm")):
-        ax.set_xlabel(xlabel)
+        unplaced = sum(1 for r in rows if not number(r.get("tokens_seen")) and
+                       (number(r.get("bits_per_byte")) or number(r.get("task_acc_norm"))))
+        if unplaced:
+            print(f"plot_metrics: {path}: {unplaced} evaluations without tokens_seen are left out of the bits per byte "
+                  "and task panels", file=sys.stderr)
+    panels = [(ax_loss, "loss", xlabel), (ax_speed, "tokens/s", xlabel), (ax_lr, "learning rate", xlabel),
+              (ax_norm, "gradient norm", xlabel)]
+    if ax_bpb is not None:
+        panels.append((ax_bpb, "validation bits per byte", "tokens seen"))
+    if ax_task is not None:
+        panels.append((ax_task, f"{' / '.join(task_names)} acc_norm", "tokens seen"))
+    for ax, name, x_name in panels:
+        ax.set_xlabel(x_name)
         ax.set_ylabel(name)
         ax.grid(True, alpha=0.3)
         if ax.has_data():

@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# Downloads the public inputs Ember's data tools take, on a machine with internet: enwik8 (and enwik9 on request)
-# and GPT-2's tokenizer files. Each file is fetched to a temporary name and renamed when complete.
+# Downloads the public inputs Ember's tools take, on a machine with internet: enwik8 (and enwik9 on request) and
+# GPT-2's tokenizer files, or with `hellaswag` the HellaSwag validation set alone. Each file is fetched to a
+# temporary name and renamed when complete.
 #
-#   scripts/data/download.sh [--enwik9] [DEST]      (DEST defaults to data/downloads)
+#   scripts/data/download.sh [--enwik9] [hellaswag] [DEST]      (DEST defaults to data/downloads)
 #
 # Then, for example:
 #   ember prep --input data/downloads/enwik8.zip --tokenizer data/downloads/gpt2 --output data/enwik8-gpt2
 #   ember prep --input data/downloads/enwik8.zip --output data/enwik8-bytes
+#   ember eval --checkpoint CKPT --task hellaswag --data data/downloads/hellaswag_val.jsonl
 set -euo pipefail
 
 want_enwik9=0
+want_hellaswag=0
 dest=data/downloads
+usage="scripts/data/download.sh [--enwik9] [hellaswag] [DEST]"
 for arg in "$@"; do
   case "$arg" in
     --enwik9) want_enwik9=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    -*) echo "error: unknown option $arg" >&2; echo "hint: scripts/data/download.sh [--enwik9] [DEST]" >&2; exit 2 ;;
+    hellaswag) want_hellaswag=1 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -*) echo "error: unknown option $arg" >&2; echo "hint: $usage" >&2; exit 2 ;;
     *) dest=$arg ;;
   esac
 done
+if [[ $want_enwik9 -eq 1 && $want_hellaswag -eq 1 ]]; then
+  echo "error: --enwik9 and hellaswag ask for different downloads (hellaswag fetches the HellaSwag file alone)" >&2
+  echo "hint: run the script once for each: $usage" >&2
+  exit 2
+fi
 
 if command -v curl >/dev/null 2>&1; then
   fetch() { curl -fL --retry 3 -o "$2" "$1"; }
@@ -45,6 +55,16 @@ get() {  # URL FILE: skip a file that is already complete
   fi
   mv "$file.part" "$file"
 }
+
+if [[ $want_hellaswag -eq 1 ]]; then
+  mkdir -p "$dest"
+  # HellaSwag (Zellers et al., 2019): 10042 validation items, each a context and four endings of which one is right,
+  # one JSON object a line; `ember eval --task hellaswag` scores a checkpoint on them.
+  get https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl "$dest/hellaswag_val.jsonl"
+  echo "download: done; score a checkpoint on it with"
+  echo "  ember eval --checkpoint CKPT --task hellaswag --data $dest/hellaswag_val.jsonl"
+  exit 0
+fi
 
 mkdir -p "$dest/gpt2"
 # Matt Mahoney's Large Text Compression Benchmark: the first 10^8 (enwik8) and 10^9 (enwik9) bytes of an English

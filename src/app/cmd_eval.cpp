@@ -1,5 +1,6 @@
 // `ember eval`: mean cross-entropy (nats/token) and bits per byte of a checkpoint on a data split, evaluated over
-// the split's samples in order, so any reader of the shards and the checkpoint can reproduce the number.
+// the split's samples in order, so any reader of the shards and the checkpoint can reproduce the number; with --task,
+// a multiple-choice task instead (app/cmd_eval_task.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/eval_task.h"
 #include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -98,26 +100,47 @@ void write_first_batch(LogitsFiles& files, GPT& model, const std::vector<int32_t
 
 int cmd_eval(int argc, char** argv) {
   std::string checkpoint, data, split, device, logits_out;
-  int batch_size = 8, seq_len = 0, max_batches = 0;
+  EvalTaskArgs task;
+  int batch_size = 8, seq_len = 0, max_batches = 0, limit = 0;
   po::options_description desc("ember eval options");
   NumericOptions numbers;
   desc.add_options()("help,h", "print this help")("checkpoint", po::value(&checkpoint), "checkpoint file (.h5)")(
-      "data", po::value(&data), "directory of shards (from `ember prep`)")(
-      "split", po::value(&split)->default_value("val"), "shard prefix: val or train");
-  numbers.add(desc, "batch-size", &batch_size, {1, 65536}, "sequences per batch");
+      "data", po::value(&data), "directory of shards (from `ember prep`), or with --task the task's JSONL file")(
+      "split", po::value(&split)->default_value("val"), "shard prefix: val or train")(
+      "task", po::value(&task.task),
+      "score a multiple-choice task instead: hellaswag (the dataset's JSONL: ctx, endings, label) or choice "
+      "(context, choices, answer); prints acc and acc_norm (docs/eval.md)")(
+      "items-out", po::value(&task.items_out), "with --task: write one JSON line per item (its scores) to this file");
+  numbers.add(desc, "batch-size", &batch_size, {1, 65536}, "sequences per batch (with --task: items scored at once)");
   numbers.add(desc, "seq-len", &seq_len, {0, 1 << 20}, "sequence length (0: the model's block_size)");
   numbers.add(desc, "max-batches", &max_batches, {0, 1000000000}, "evaluate at most N batches (0: all full batches)");
+  numbers.add(desc, "limit", &limit, {0, 1000000000}, "with --task: score the first N items only (0: all)");
   desc.add_options()("json", "print one JSON object instead of text")(
       "device", po::value(&device)->default_value("cpu"), "cpu, cuda or auto (cuda when a GPU is visible)")(
       "logits-out", po::value(&logits_out),
       "write the first batch's logits to this .npy file (B, T, V float32) and its inputs and targets beside "
       "it (<name>.inputs.npy, <name>.targets.npy: B x T int32), e.g. to compare with transformers")(
-      "overwrite", "replace earlier --logits-out files (moved aside, not deleted)");
+      "overwrite", "replace earlier --logits-out or --items-out files (moved aside, not deleted)");
   po::variables_map vm;
-  if (!parse_command(argc, argv, desc, "usage: ember eval --checkpoint F --data DIR [--json]", vm, &numbers))
+  if (!parse_command(argc, argv, desc,
+                     "usage: ember eval --checkpoint F --data DIR [--json]\n       ember eval --checkpoint F --task "
+                     "hellaswag --data FILE.jsonl [--limit N] [--json]",
+                     vm, &numbers))
     return EXIT_CODE_OK;
   require_option(vm, "checkpoint",
                  "give the checkpoint to evaluate, e.g. --checkpoint runs/demo/checkpoints/step_00000500.h5");
+  if (vm.count("task")) {
+    require_option(vm, "data", "give the task's JSONL file, e.g. --data data/downloads/hellaswag_val.jsonl");
+    if (!logits_out.empty() || max_batches > 0 || vm["split"].defaulted() == false)
+      throw_error("ember eval: --logits-out, --max-batches and --split score a data split, not a --task",
+                  "leave them out with --task (--limit N scores the first N items)");
+    task.checkpoint = checkpoint, task.data = data, task.device = device, task.batch_size = batch_size;
+    task.seq_len = seq_len, task.limit = limit, task.json = vm.count("json") > 0;
+    task.overwrite = vm.count("overwrite") > 0;
+    return eval_task(task);
+  }
+  if (!task.items_out.empty() || limit > 0)
+    throw_error("ember eval: --items-out and --limit go with --task", "add --task hellaswag or --task choice");
   require_option(vm, "data", "give a directory made by `ember prep`, e.g. --data data/demo");
   if (split != "val" && split != "train")
     throw_error("ember eval: --split " + split + " must be val or train", "give --split val or --split train");

@@ -163,6 +163,24 @@ std::vector<Binding> bindings(RunConfig& c) {
   b.push_back(bind_number("eval.every", &c.eval.every, "validation loss every N steps (0: at the end only)",
                           ints(0, kMaxCount)));
   b.push_back(bind_number("eval.batches", &c.eval.batches, "validation batches per evaluation", ints(1, 1000000)));
+  b.push_back(bind_text(
+      "eval.task", "none",
+      "multiple-choice task scored during training (acc, acc_norm in metrics.jsonl): none, hellaswag (the dataset's "
+      "JSONL: ctx, endings, label) or choice (context, choices, answer); docs/eval.md",
+      "none, hellaswag or choice",
+      [&c](const std::string& text) -> std::string {
+        c.eval.task = parse_task_format(text);
+        if (!c.eval.task && text != "none") return "must be none, hellaswag or choice";
+        if (c.eval.task && c.eval.task_data.empty()) return "needs eval.task_data, the task's JSONL file";
+        return "";
+      },
+      [&c] { return std::string(c.eval.task ? task_format_name(*c.eval.task) : "none"); }));
+  b.push_back(bind_key("eval.task_data", &c.eval.task_data, "eval.task's JSONL file (e.g. HellaSwag's val file)",
+                       path_value(false)));
+  b.push_back(bind_number("eval.task_every", &c.eval.task_every, "score eval.task every N steps (0: at the end only)",
+                          ints(0, kMaxCount)));
+  b.push_back(bind_number("eval.task_limit", &c.eval.task_limit, "items of eval.task scored each time (0: all)",
+                          ints(0, kMaxCount)));
   b.push_back(bind_key("checkpoint.folder", &c.checkpoint.folder,
                        "checkpoint directory (default <run.dir>/checkpoints)", path_value(false)));
   b.push_back(bind_number("checkpoint.interval", &c.checkpoint.interval, "save every N steps (0: at the end only)",

@@ -206,14 +206,50 @@ void GPT::init_weights(uint64_t seed) {
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  const int C = config_.n_embd, V = config_.vocab_size, Vp = config_.padded_vocab_size(), N = B * T;
+  forward_blocks(inputs, B, T);
+  have_targets_ = targets != nullptr;
+  Backend& be = backend_;
+  be.matmul_forward_transposed(logits_, lnf_, w(table_.wte()), N, C, Vp);  // the padding rows give zero logits
+  if (!targets) return 0.0;
+
+  be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
+  be.crossentropy_forward(losses_, logits_, targets_, N, V, Vp);
+  return mean_loss(N);
+}
+
+// The rows' scored positions gathered into the attention projection's scratch (B, scored, C), free after the blocks
+// and stored as lnf_ is; the lm_head and the loss over those B x scored positions only.
+void GPT::forward_tail(const int32_t* inputs, const int32_t* targets, int B, int T, const int* ends, int scored) {
+  EMBER_ASSERT(scored >= 1 && scored <= T, "forward_tail: scored positions outside the rows");
+  const int C = config_.n_embd, V = config_.vocab_size, Vp = config_.padded_vocab_size(), N = B * scored;
+  forward_blocks(inputs, B, T);
+  have_targets_ = false;  // backward reads the whole rows' logits, which were not formed
+  Backend& be = backend_;
+  const size_t elem = lnf_.bf16 ? sizeof(BFloat16) : sizeof(float), row = size_t(C) * elem;
+  auto* src = static_cast<char*>(lnf_.ptr);
+  auto* dst = static_cast<char*>(attproj_.ptr);
+  for (int r = 0; r < B; ++r) {
+    EMBER_ASSERT(ends[r] >= 1 && ends[r] <= T, "forward_tail: a row's end outside the row");
+    const int first = ends[r] - scored, skip = std::max(0, -first);
+    be.copy(dst + (size_t(r) * scored + skip) * row, src + (size_t(r) * T + first + skip) * row,
+            size_t(scored - skip) * row);
+  }
+  be.matmul_forward_transposed(logits_, attproj_, w(table_.wte()), N, C, Vp);
+  be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
+  be.crossentropy_forward(losses_, logits_, targets_, N, V, Vp);
+  mean_loss(N);
+  for (int r = 0; r < B; ++r)  // the positions left out: whatever the scratch held, no loss
+    for (int j = 0; j < scored - ends[r]; ++j) losses_host_[size_t(r) * scored + j] = 0.0f;
+}
+
+void GPT::forward_blocks(const int32_t* inputs, int B, int T) {
   EMBER_ASSERT(B >= 1 && B <= max_B_ && T >= 1 && T <= max_T_, "batch shape exceeds the allocated (max_B, max_T)");
   B_ = B;
   T_ = T;
-  have_targets_ = targets != nullptr;
-  const int C = config_.n_embd, V = config_.vocab_size, Vp = config_.padded_vocab_size(), N = B * T;
+  const int C = config_.n_embd, N = B * T;
   Backend& be = backend_;
   be.copy_to_device(inputs_, inputs, size_t(N) * sizeof(int32_t));
-  if (targets) be.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
   // Where the weights may have changed since the last cast (an optimizer step, a checkpoint loaded, an exchange: all
   // through params()): one cast over the arena, 6 bytes per parameter, once per step however many micro-batches;
   // under int8 the backend likewise quantizes each dense weight again, once, as the step's first product reads it.
@@ -237,11 +273,6 @@ double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T)
     mlp_out(l);
     residual = layers_[l].residual3;
   }
-  be.matmul_forward_transposed(logits_, lnf_, w(table_.wte()), N, C, Vp);  // the padding rows give zero logits
-  if (!targets) return 0.0;
-
-  be.crossentropy_forward(losses_, logits_, targets_, N, V, Vp);
-  return mean_loss();
 }
 
 double GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T, float loss_scale) {
@@ -253,13 +284,13 @@ double GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int 
   backend_.copy_to_device(targets_, targets, size_t(N) * sizeof(int32_t));
   backend_.crossentropy_forward_backward(losses_, logits_, targets_, loss_scale / float(N), N, config_.vocab_size,
                                          config_.padded_vocab_size());
-  const double loss = mean_loss();
+  const double loss = mean_loss(N);
   backward_from_dlogits();
   return loss;
 }
 
-double GPT::mean_loss() {
-  const int N = B_ * T_;
+double GPT::mean_loss(int N) {
+  losses_n_ = size_t(N);
   backend_.copy_to_host(losses_host_.data(), losses_, size_t(N) * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += losses_host_[i];

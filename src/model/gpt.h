@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,14 @@ class GPT {
   // Forward over host token ids inputs (B, T). With targets (B, T) it computes per-token losses and returns their
   // mean (nats/token); without, it returns 0 and only the logits are valid.
   double forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Forward over inputs (B, T) with the lm_head and the loss only at `scored` positions of each row: row r's positions
+  // [ends[r] - scored, ends[r]) (ends[r] <= T; positions before 0 are left out), whose targets are targets (B, scored).
+  // For scoring a few tokens at each row's end (multiple-choice tasks): the other positions' logits are never formed.
+  // token_losses() then holds (B, scored), 0 where a position was left out. No backward may follow.
+  void forward_tail(const int32_t* inputs, const int32_t* targets, int B, int T, const int* ends, int scored);
+  // The per-token losses (-log p[target], nats) of the last forward or forward_backward with targets, (B, T) row-major
+  // on the host, or of forward_tail (B, scored).
+  std::span<const float> token_losses() const { return {losses_host_.data(), losses_n_}; }
   // Backward of the last forward's mean loss multiplied by loss_scale (1/grad_accum_steps), accumulated (+=)
   // into grads(). The last forward must have had targets. Overwrites the logits with their gradient.
   void backward(float loss_scale);
@@ -157,8 +166,9 @@ class GPT {
   // with ln_2; c_fc and GELU; c_proj and the residual add (residual3) fused with the next layernorm (the next layer's
   // ln_1, or ln_f). Forward runs ln_1 only for layer 0; backward reruns the first four as recompute asks, ln_1 with
   // the unfused layernorm (attention_in = layernorm_1 + attention_core), which gives the bitwise-same result.
-  double mean_loss();            // the mean of the per-token losses the last forward left in losses_
-  void backward_from_dlogits();  // backward once logits_ holds dlogits
+  double mean_loss(int N);  // the mean of the N per-token losses the last forward left in losses_
+  void forward_blocks(const int32_t* inputs, int B, int T);  // forward up to lnf_ (the final layernorm's output)
+  void backward_from_dlogits();                              // backward once logits_ holds dlogits
   void layernorm_1(int l, const float* residual);
   void attention_core(int l);
   void attention_in(int l, const float* residual);
@@ -197,6 +207,7 @@ class GPT {
   TensorOut logits_;                                 // (B, T, V padded)
   float* losses_ = nullptr;                          // (B, T)
   std::vector<float> losses_host_;
+  size_t losses_n_ = 0;  // the losses the last forward with targets left in losses_host_
   // Backward scratch: each written whole by the op that produces it, except the residual's, zeroed once per pass.
   float* dresidual_ = nullptr;  // (B, T, C) gradient of the residual stream
   TensorOut dC_;                // (B, T, C) a dense layer's dinp, stored as qkv is: bf16 where attention is

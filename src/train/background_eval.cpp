@@ -8,23 +8,28 @@
 
 namespace ember {
 
-BackgroundEval::BackgroundEval(const RunConfig& config, GPT& model, Backend& backend)
-    : evaluator_(config), model_(model), backend_(backend) {}
+BackgroundEval::BackgroundEval(const RunConfig& config, const Tokenizer& tokenizer, const TaskEval* task, GPT& model,
+                               Backend& backend)
+    : evaluator_(config, tokenizer), task_(task), model_(model), backend_(backend) {}
 
 BackgroundEval::~BackgroundEval() {
   if (thread_.joinable()) thread_.join();  // bounded: an evaluation of eval.batches batches
 }
 
-void BackgroundEval::start(const float* params, size_t n, int64_t step, uint64_t tokens_seen, double elapsed_s) {
+void BackgroundEval::start(const float* params, size_t n, int64_t step, uint64_t tokens_seen, double elapsed_s,
+                           bool with_task) {
   EMBER_ASSERT(!running(), "BackgroundEval::start while an evaluation runs");
   backend_.copy_to_device(model_.params(), params, n * sizeof(float));
-  result_ = Result{step, tokens_seen, elapsed_s, 0.0, 0.0};
+  result_ = Result{step, tokens_seen, elapsed_s};
+  with_task_ = with_task && task_;
   done_.store(false, std::memory_order_relaxed);
   t0_ = now_seconds();
   thread_ = std::thread([this] {
     try {
       backend_.bind_thread();
       result_.loss = evaluator_.loss_sum(model_, 0, 1) / evaluator_.batches();
+      result_.bits_per_byte = evaluator_.bits_per_byte(result_.loss);
+      if (with_task_) result_.task = task_->score(model_, 0, 1);
       backend_.synchronize();
     } catch (...) {
       error_ = std::current_exception();

@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "train/evaluate.h"
 #include "train/run_config.h"
+#include "train/task_eval.h"
 
 namespace ember {
 
@@ -24,11 +25,14 @@ class BackgroundEval {
     uint64_t tokens_seen = 0;
     double elapsed_s = 0.0;  // when the snapshot was taken, from the caller's start
     double loss = 0.0;
-    double ms = 0.0;  // the evaluation's own time
+    double bits_per_byte = 0.0;
+    std::optional<ChoiceTally> task;  // eval.task, where start() asked for it
+    double ms = 0.0;                  // the evaluation's own time
   };
 
-  // The model is the evaluation's alone: its parameters hold the snapshot.
-  BackgroundEval(const RunConfig& config, GPT& model, Backend& backend);
+  // The model is the evaluation's alone: its parameters hold the snapshot. `task`: eval.task's items, or null.
+  BackgroundEval(const RunConfig& config, const Tokenizer& tokenizer, const TaskEval* task, GPT& model,
+                 Backend& backend);
   ~BackgroundEval();
   BackgroundEval(const BackgroundEval&) = delete;
   BackgroundEval& operator=(const BackgroundEval&) = delete;
@@ -36,7 +40,9 @@ class BackgroundEval {
   bool running() const { return thread_.joinable(); }
 
   // Copies the n parameters at `params` (host) into the model and evaluates them in the background; one at a time.
-  void start(const float* params, size_t n, int64_t step, uint64_t tokens_seen, double elapsed_s);
+  // With `with_task`, eval.task is scored too.
+  void start(const float* params, size_t n, int64_t step, uint64_t tokens_seen, double elapsed_s,
+             bool with_task = false);
 
   // The result once the evaluation has ended, else nothing; an error in the evaluation is thrown here.
   std::optional<Result> poll();
@@ -48,6 +54,8 @@ class BackgroundEval {
   Result finish();
 
   Evaluator evaluator_;
+  const TaskEval* task_;
+  bool with_task_ = false;
   GPT& model_;
   Backend& backend_;
   std::thread thread_;

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/dtype.h"
 #include "core/training_mode.h"
+#include "data/choice_task.h"
 #include "model/gpt.h"
 #include "model/model_config.h"
 #include "parallel/comm_select.h"
@@ -106,6 +108,11 @@ struct DataConfig {
 struct EvalConfig {
   int every = 50;   // validation loss every this many steps (0: only at the end)
   int batches = 8;  // validation batches of training.batch_size sequences
+  // A multiple-choice task scored every task_every steps and at the end (data/choice_task.h): none where unset.
+  std::optional<TaskFormat> task;
+  std::string task_data;  // its JSONL file
+  int task_every = 0;     // 0: only at the end
+  int task_limit = 0;     // items scored each time (0: all)
 };
 
 struct CheckpointConfig {

@@ -27,12 +27,14 @@
 #include "train/run_setup.h"
 #include "train/run_tokenizer.h"
 #include "train/signals.h"
+#include "train/task_eval.h"
 
 namespace ember {
 
 struct SyncTrainer::State {
   World world;
-  CheckpointTokenizer tokenizer;  // recorded in every checkpoint
+  CheckpointTokenizer tokenizer;   // recorded in every checkpoint
+  std::unique_ptr<TaskEval> task;  // eval.task's items, where it is set
   RunConfig cfg;
   std::string config_ini;
   TrainLimits limits;
@@ -103,7 +105,9 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
   s.limits = limits;
   const RunConfig& c = s.cfg;
   // The tokenizer first: a mismatch with the shards or the model is refused before any heavy work.
-  s.tokenizer = checkpoint_tokenizer(*agree_run_tokenizer(world, c));
+  const std::shared_ptr<const Tokenizer> text_tokenizer = agree_run_tokenizer(world, c);
+  s.tokenizer = checkpoint_tokenizer(*text_tokenizer);
+  if (c.eval.task) s.task = std::make_unique<TaskEval>(c, *text_tokenizer);
   s.tb = make_training_backend(world, c.training);
   if (!c.training.deterministic)
     log_info(
@@ -116,7 +120,7 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
 
   s.train_data = std::make_unique<DataLoader>(c.data.dir, "train", c.training.seq_len, c.model.vocab_size,
                                               c.training.seed, /*shuffle=*/true);
-  s.evaluator = std::make_unique<Evaluator>(c);
+  s.evaluator = std::make_unique<Evaluator>(c, *text_tokenizer);
   // The data is checked above; the model and optimizer, the large allocations, only once they are known to fit.
   require_memory("training", estimate_training_memory(c, world.size, be.matmul_precision()), be, world.local_size,
                  training_memory_hint());
@@ -349,8 +353,19 @@ bool SyncTrainer::State::finish_step(const StepStats& st, const StepClock& clock
   if ((c.eval.every > 0 && step % c.eval.every == 0) || last) {
     const double t1 = now_seconds();
     result.last_val_loss = evaluate();
+    const double bpb = evaluator->bits_per_byte(result.last_val_loss);
     rec["val_loss"] = result.last_val_loss;
-    log_info("step %lld | val loss %.4f | %.0f ms", (long long)step, result.last_val_loss, 1e3 * (now_seconds() - t1));
+    rec["bits_per_byte"] = bpb;
+    log_info("step %lld | val loss %.4f | %.4f bits/byte | %.0f ms", (long long)step, result.last_val_loss, bpb,
+             1e3 * (now_seconds() - t1));
+  }
+  if (task && task->due(step, last)) {  // rank r scores items r, r + N, ...; the tallies add up
+    const ChoiceTally mine = task->score(*model, world.rank, world.size);
+    double sums[3] = {mine.items, mine.correct, mine.correct_norm};
+    comm->all_reduce(sums, 3, REDUCE_OP_SUM);
+    const ChoiceTally all{sums[0], sums[1], sums[2]};
+    add_task_record(rec, task->name(), all);
+    log_task(step, task->name(), all);
   }
   if (metrics) metrics->write(rec);
   result.last_loss = st.loss;

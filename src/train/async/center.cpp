@@ -167,6 +167,7 @@ class CenterLoop {
   MetricsWriter& metrics_;
   TrainResult result_;
   int64_t first_step_ = 0, next_eval_ = 0, next_ckpt_ = 0, next_log_ = 0;
+  int64_t next_task_ = 0;  // eval.task goes with the first validation at or after it
   uint64_t first_version_ = 0;
   double start_ = 0.0;
   double loss_sum_ = 0.0;  // the workers' training losses since the last log line
@@ -201,7 +202,7 @@ CenterLoop::CenterLoop(AsyncJob& job)
       outer_(n_, job.c.async),
       center_(make_center(job, outer_, global_, version_, tokens_, samples_, center_ptr_)),
       watch_(job, center_),
-      eval_(job.c, *job.model, *job.backend),
+      eval_(job.c, *job.text_tokenizer, job.task.get(), *job.model, *job.backend),
       metrics_(*job.metrics),
       d_(n_),
       update_(n_) {
@@ -213,6 +214,7 @@ CenterLoop::CenterLoop(AsyncJob& job)
   desk_ = job.desk ? job.desk->get() : nullptr;
   first_step_ = job.step_of(samples_);
   next_eval_ = next_multiple(first_step_, c_.eval.every);
+  next_task_ = next_multiple(first_step_, c_.eval.task_every);
   next_ckpt_ = next_multiple(first_step_, c_.checkpoint.interval);
   next_log_ = next_multiple(first_step_, c_.run.log_every);
   first_version_ = version_;
@@ -221,8 +223,15 @@ CenterLoop::CenterLoop(AsyncJob& job)
 
 void CenterLoop::record_val(const BackgroundEval::Result& r) {
   result_.last_val_loss = r.loss;
-  metrics_.write({{"step", r.step}, {"elapsed_s", r.elapsed_s}, {"tokens_seen", r.tokens_seen}, {"val_loss", r.loss}});
-  log_info("step %lld | val loss %.4f | %.0f ms", (long long)r.step, r.loss, r.ms);
+  nlohmann::json rec = {{"step", r.step},
+                        {"elapsed_s", r.elapsed_s},
+                        {"tokens_seen", r.tokens_seen},
+                        {"val_loss", r.loss},
+                        {"bits_per_byte", r.bits_per_byte}};
+  if (r.task) add_task_record(rec, job_.task->name(), *r.task);
+  metrics_.write(rec);
+  log_info("step %lld | val loss %.4f | %.4f bits/byte | %.0f ms", (long long)r.step, r.loss, r.bits_per_byte, r.ms);
+  if (r.task) log_task(r.step, job_.task->name(), *r.task);
 }
 
 bool CenterLoop::boundary(uint64_t tokens_after) const {
@@ -297,8 +306,10 @@ void CenterLoop::evaluate_when_due() {
   if (std::optional<BackgroundEval::Result> r = eval_.poll()) record_val(*r);
   const int64_t s = step();
   if (s >= next_eval_ && applied() < job_.target_samples && !eval_.running()) {
-    eval_.start(global_.data(), n_, s, center_.tokens_applied(), now_seconds() - start_);
+    const bool task = c_.eval.task_every > 0 && s >= next_task_;
+    eval_.start(global_.data(), n_, s, center_.tokens_applied(), now_seconds() - start_, task);
     next_eval_ = next_multiple(s, c_.eval.every);
+    if (task) next_task_ = next_multiple(s, c_.eval.task_every);
   }
 }
 
@@ -347,7 +358,7 @@ TrainResult CenterLoop::finish() {
              result_.last_checkpoint.c_str());
     return result_;
   }
-  eval_.start(global_.data(), n_, result_.step, center_.tokens_applied(), now_seconds() - start_);
+  eval_.start(global_.data(), n_, result_.step, center_.tokens_applied(), now_seconds() - start_, /*with_task=*/true);
   record_val(*eval_.wait());
   const double minutes = (now_seconds() - start_) / 60.0;
   const uint64_t versions = center_.version() - first_version_;

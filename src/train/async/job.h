@@ -17,10 +17,12 @@
 #include "parallel/device_select.h"
 #include "parallel/host_collectives.h"
 #include "parallel/world.h"
+#include "tokenizer/tokenizer.h"
 #include "train/async/exchange.h"
 #include "train/metrics.h"
 #include "train/run.h"
 #include "train/run_config.h"
+#include "train/task_eval.h"
 
 namespace ember {
 
@@ -52,9 +54,11 @@ struct AsyncJob {
   std::unique_ptr<Communicator> group_comm{};  // a worker's, over its group: the gradients' all-reduce
   bool gpu_shared = false;                     // workers share this GPU (EMBER_SHARE_GPU=1)
   std::unique_ptr<GPT> model{};
-  std::string resume{};             // "" for a fresh start
-  CheckpointMeta meta{};            // of `resume`
-  CheckpointTokenizer tokenizer{};  // the run's, recorded in every checkpoint
+  std::string resume{};                               // "" for a fresh start
+  CheckpointMeta meta{};                              // of `resume`
+  CheckpointTokenizer tokenizer{};                    // the run's, recorded in every checkpoint
+  std::shared_ptr<const Tokenizer> text_tokenizer{};  // the same, to decode with (bits per byte)
+  std::unique_ptr<TaskEval> task{};                   // eval.task's items (every rank reads them: one error path)
   AsyncShape shape{};
   std::vector<std::string> hosts{};  // by rank: where each rank runs, for messages
   // The center's port and the requests of hosts that ask to join: made by the center once the run has started, and

@@ -147,7 +147,9 @@ TrainResult run_async_job(const World& world, const RunConfig& c, const std::str
   set_training_threads(c.training);
   AsyncJob job{world, c, config_ini, limits};
   // The tokenizer first: a mismatch with the shards or the model is refused before any heavy work.
-  job.tokenizer = checkpoint_tokenizer(*agree_run_tokenizer(world, c));
+  job.text_tokenizer = agree_run_tokenizer(world, c);
+  job.tokenizer = checkpoint_tokenizer(*job.text_tokenizer);
+  if (c.eval.task) job.task = std::make_unique<TaskEval>(c, *job.text_tokenizer);
   job.K = c.async.ranks_per_worker;
   job.workers = (world.size - 1) / job.K;
   job.hosts = all_gather_strings(world, world.host);

@@ -1,6 +1,6 @@
 // The whole GPT on the CPU backend: gradients against central finite differences of the loss, the init loss
 // against ln(V), determinism, activation recomputation (bitwise equal gradients, less memory), the padded vocabulary,
-// bf16 matmuls and storage, and the memory a step allocates.
+// bf16 matmuls and storage, the memory a step allocates, and forward_tail's losses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -152,6 +152,38 @@ TEST(GPT, ForwardBackwardIsBitwiseDeterministic) {
   auto a = run(), b = run();
   EXPECT_EQ(a.first, b.first);
   EXPECT_EQ(a.second, b.second);
+}
+
+// forward_tail forms logits only at each row's last `scored` positions before its end: its losses there are bitwise
+// forward's, at fp32 and bf16 storage, with rows ending anywhere (one shorter than `scored`, whose missing positions
+// hold 0); forward's own losses are left as they were.
+TEST(GPT, ForwardTailIsForwardAtTheScoredPositions) {
+  for (MatmulPrecision p : {MatmulPrecision::fp32, MatmulPrecision::bf16}) {
+    SCOPED_TRACE(matmul_precision_name(p));
+    const ModelConfig c = tiny_config();
+    auto backend = make_cpu_backend();
+    backend->set_matmul_precision(p);
+    const int B = 3, T = 11, scored = 4;
+    const int ends[B] = {11, 7, 3};
+    GPT model(c, *backend, B, T, /*with_grads=*/false);
+    model.init_weights(5);
+    const auto in = random_tokens(size_t(B) * T, c.vocab_size, 5), tg = random_tokens(size_t(B) * T, c.vocab_size, 6);
+    model.forward(in.data(), tg.data(), B, T);
+    const std::vector<float> full(model.token_losses().begin(), model.token_losses().end());
+    ASSERT_EQ(full.size(), size_t(B) * T);
+    std::vector<int32_t> tail(size_t(B) * scored, 0);
+    for (int r = 0; r < B; ++r)
+      for (int j = 0; j < scored; ++j)
+        if (ends[r] - scored + j >= 0) tail[size_t(r) * scored + j] = tg[size_t(r) * T + ends[r] - scored + j];
+    model.forward_tail(in.data(), tail.data(), B, T, ends, scored);
+    const std::span<const float> got = model.token_losses();
+    ASSERT_EQ(got.size(), size_t(B) * scored);
+    for (int r = 0; r < B; ++r)
+      for (int j = 0; j < scored; ++j) {
+        const int t = ends[r] - scored + j;
+        EXPECT_EQ(got[size_t(r) * scored + j], t >= 0 ? full[size_t(r) * T + t] : 0.0f) << r << " " << j;
+      }
+  }
 }
 
 // forward_backward takes the loss and its gradient in one op (the fused classifier), which on the CPU is the two

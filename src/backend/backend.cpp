@@ -49,6 +49,13 @@ void Backend::check_attention_layer(const AttentionLayer& layer, int C, int NH, 
   EMBER_ASSERT(layer.rope_theta == 0.0f || (C / NH) % 2 == 0, std::string(op) + ": rope needs an even head size");
 }
 
+size_t quantized_copy_bytes(MatmulPrecision precision, size_t in, size_t out, bool forward_only) {
+  if (precision == MatmulPrecision::fp8) return in * out + sizeof(float);
+  if (precision != MatmulPrecision::int8) return 0;
+  const size_t forward = in * out + out * sizeof(float);
+  return forward_only ? forward : forward + in * out + in * sizeof(float);
+}
+
 void* Backend::alloc_host(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64 + (bytes == 0 ? 64 : 0);  // aligned_alloc's size rule
   void* ptr = std::aligned_alloc(64, rounded);

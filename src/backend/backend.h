@@ -351,7 +351,7 @@ class Backend {
   // changes a weight in place calls it before the next product (the model does after an optimizer step, a load or an
   // exchange), so a weight is quantized once per step however many micro-batches read it. free() implies it.
   virtual void weights_changed() {}
-  // The bytes those copies hold now (GPT::quantized_weight_copy_bytes predicts them for a model's dense layers).
+  // The bytes those copies hold now (quantized_copy_bytes below predicts them, weight by weight).
   virtual size_t quantized_weight_copy_bytes() const { return 0; }
 
   // --- determinism: on (the default), repeated runs give bitwise-equal results; off lets a backend use faster
@@ -396,6 +396,12 @@ class Backend {
   std::unordered_map<const void*, size_t> live_;
   size_t allocated_ = 0, peak_ = 0;
 };
+
+// The bytes a backend keeps beside one weight of in x out values read by products at `precision`
+// (Backend::weights_changed): under int8 the forward product's copy, scaled per output channel, and unless
+// `forward_only` the input-gradient product's, scaled per input channel, each int8 with an fp32 scale per channel;
+// under fp8 one copy and one fp32 scale; else none.
+size_t quantized_copy_bytes(MatmulPrecision precision, size_t in, size_t out, bool forward_only = false);
 
 // The CPU backend (OpenMP + OpenBLAS), always built; it is the reference for every other backend.
 std::unique_ptr<Backend> make_cpu_backend();

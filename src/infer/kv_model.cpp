@@ -62,12 +62,13 @@ KvModelShape resolved(const ModelConfig& config, KvModelShape shape) {
 
 size_t KvModel::quantized_weight_copy_bytes(const ModelConfig& config, MatmulPrecision precision) {
   if (precision != MatmulPrecision::int8) return 0;
-  // Per layer: c_attn (C, 3C), attention's c_proj (C, C), c_fc (C, 4C), the MLP's c_proj (4C, C): 12 C^2 int8 values
-  // and an fp32 scale per output channel (3C + C + 4C + C).
-  const size_t C = size_t(config.n_embd);
-  // And the lm_head's: wte (V, C), an fp32 scale per row.
-  const size_t V = size_t(config.vocab_size);
-  return size_t(config.n_layer) * (12 * C * C + 9 * C * sizeof(float)) + V * C + V * sizeof(float);
+  // The forward products' copies only: each layer's c_attn, attention's c_proj, c_fc and the MLP's c_proj, and the
+  // lm_head's (wte, V output rows).
+  const size_t C = size_t(config.n_embd), V = size_t(config.vocab_size);
+  size_t layer = 0;
+  for (const auto& [in, out] : dense_weight_shapes(config))
+    layer += quantized_copy_bytes(precision, in, out, /*forward_only=*/true);
+  return size_t(config.n_layer) * layer + quantized_copy_bytes(precision, C, V, /*forward_only=*/true);
 }
 
 size_t KvModel::footprint_bytes(const ModelConfig& config, KvModelShape shape, MatmulPrecision precision) {

@@ -45,14 +45,8 @@ size_t add_sat(size_t a, size_t b) {
 
 size_t GPT::quantized_weight_copy_bytes(const ModelConfig& config, MatmulPrecision precision) {
   if (!dense_weights_quantized(precision)) return 0;
-  const size_t C = size_t(config.n_embd);
-  // (in, out) of each dense layer. int8: two copies of in * out values, with one scale per output (forward) or input
-  // (backward) channel; fp8: one copy, with one scale.
-  const size_t dense[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
-  const bool int8 = precision == MatmulPrecision::int8;
   size_t bytes = 0;
-  for (const auto& [in, out] : dense)
-    bytes += int8 ? 2 * in * out + (in + out) * sizeof(float) : in * out + sizeof(float);
+  for (const auto& [in, out] : dense_weight_shapes(config)) bytes += quantized_copy_bytes(precision, in, out);
   return bytes * size_t(config.n_layer);
 }
 
@@ -102,9 +96,8 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     : config_(config),
       backend_(backend),
       recompute_(recompute),
-      bf16_storage_(gemm_inputs_in_bf16(backend.matmul_precision())),
-      dense_from_masters_(dense_weights_quantized(backend.matmul_precision())),
-      int8_(backend.matmul_precision() == MatmulPrecision::int8),
+      precision_(backend.matmul_precision()),
+      bf16_storage_(gemm_inputs_in_bf16(precision_)),
       table_(config),
       max_B_(max_B),
       max_T_(max_T) {
@@ -353,7 +346,7 @@ void GPT::mlp_out(int l) {
 }
 
 void GPT::set_dither(int l, int which) {
-  if (!int8_) return;
+  if (precision_ != MatmulPrecision::int8) return;
   const uint32_t stream = uint32_t(l) * 4 + uint32_t(which);
   EMBER_ASSERT(stream < kDitherStreams, "too many layers for the dither streams");
   backend_.set_gradient_dither({dither_seed_, uint32_t(dither_sample_ >> 32), uint32_t(dither_sample_), stream});

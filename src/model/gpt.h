@@ -150,7 +150,7 @@ class GPT {
   }
   // A dense layer's weight as its GEMMs read it: under int8 and fp8 the fp32 master, which the products quantize.
   TensorIn dense_w(const ParamInfo& info) const {
-    return dense_from_masters_ ? TensorIn(params_ + info.offset) : w(info);
+    return dense_weights_quantized(precision_) ? TensorIn(params_ + info.offset) : w(info);
   }
   // The attention projection's weight, stored as atty is (which is fp32 where attention is, at any precision).
   TensorIn proj_weight(int l) const {
@@ -179,9 +179,9 @@ class GPT {
   ModelConfig config_;
   Backend& backend_;
   Recompute recompute_ = Recompute::none;
+  MatmulPrecision precision_;  // the backend's at construction; the dense layers' products under int8 and fp8
+                               // quantize the fp32 masters, and int8 dithers the output gradients
   bool bf16_storage_ = false;
-  bool dense_from_masters_ = false;               // the dense layers' products quantize the fp32 masters (int8, fp8)
-  bool int8_ = false;                             // the backend's matmul precision is int8
   uint64_t dither_seed_ = 0, dither_sample_ = 0;  // set_dither_seed, set_dither_sample
   bool bf16_attention_out_ = false;  // attention's output is stored in bf16 (bf16 storage and attention_in_bf16)
   size_t weight_bytes_ = 0, activation_bytes_ = 0;

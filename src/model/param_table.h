@@ -4,6 +4,7 @@
 // its numel: the lm_head reads and writes (V_padded, C) there, everything that walks the table only its V rows.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -70,5 +71,12 @@ class ParamTable {
   size_t vocab_padding_ = 0;  // arena floats wte's padding rows add to its aligned size
   size_t first_block_ = 2;    // the row of block 0's first tensor: after wte and wpe, or after wte alone
 };
+
+// (in, out) of a layer's four dense weights, as its products read them: c_attn, attention's c_proj, c_fc and the
+// MLP's c_proj.
+inline std::array<std::array<size_t, 2>, 4> dense_weight_shapes(const ModelConfig& config) {
+  const size_t C = size_t(config.n_embd);
+  return {{{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}};
+}
 
 }  // namespace ember

@@ -31,6 +31,7 @@ void BackgroundEval::start(const float* params, size_t n, int64_t step, uint64_t
       result_.bits_per_byte = evaluator_.bits_per_byte(result_.loss);
       if (with_task_) result_.task = task_->score(model_, 0, 1);
       backend_.synchronize();
+      result_.ms = 1e3 * (now_seconds() - t0_);  // the evaluation's own time, not when the caller polled
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -51,7 +52,6 @@ std::optional<BackgroundEval::Result> BackgroundEval::wait() {
 BackgroundEval::Result BackgroundEval::finish() {
   thread_.join();
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-  result_.ms = 1e3 * (now_seconds() - t0_);
   return result_;
 }
 

@@ -28,9 +28,14 @@ namespace {
 
 int64_t next_multiple(int64_t step, int every) { return every > 0 ? (step / every + 1) * every : INT64_MAX; }
 
-// Loads the resume checkpoint into the model and the outer optimizer's momentum; returns the counters
-// (version, tokens, samples) it continues from. A sync checkpoint gives zero momentum and version 0.
-void resume_center(AsyncJob& job, OuterOptimizer& outer, uint64_t& version, uint64_t& tokens, uint64_t& samples) {
+// Where the center starts: the version, tokens and samples a resume continues from (all 0 for a fresh start).
+struct CenterStart {
+  uint64_t version = 0, tokens = 0, samples = 0;
+};
+
+// Loads the resume checkpoint into the model and the outer optimizer's momentum; returns where it continues from. A
+// sync checkpoint gives zero momentum and version 0.
+CenterStart resume_center(AsyncJob& job, OuterOptimizer& outer) {
   GPT& model = *job.model;
   std::vector<float> params(model.arena_numel(), 0.0f);
   const bool async_file = job.meta.mode == TrainingMode::async;
@@ -39,9 +44,7 @@ void resume_center(AsyncJob& job, OuterOptimizer& outer, uint64_t& version, uint
   CheckpointMeta meta;
   load_checkpoint(job.resume, model.table(), sets, meta);
   job.backend->copy_to_device(model.params(), params.data(), params.size() * sizeof(float));
-  tokens = uint64_t(meta.tokens_seen);
-  samples = meta.ranks.at(0).data_cursor;
-  version = async_file ? meta.async_version : 0;
+  const CenterStart at{async_file ? meta.async_version : 0, uint64_t(meta.tokens_seen), meta.ranks.at(0).data_cursor};
   const int old_workers = async_file ? meta.world_size - 1 : 0;  // worker ranks, as `workers` below
   const int workers = job.world.size - 1;
   const char* path = job.resume.c_str();
@@ -60,8 +63,24 @@ void resume_center(AsyncJob& job, OuterOptimizer& outer, uint64_t& version, uint
         "notice: %s holds the state of %d workers; %d resume theirs, the state of worker rank(s) %d..%d is "
         "dropped (what their residuals still owed is lost)",
         path, old_workers, workers, workers + 1, old_workers);
-  log_info("resumed from %s at step %lld (%llu tokens seen, version %llu)", path, (long long)job.step_of(samples),
-           (unsigned long long)tokens, (unsigned long long)version);
+  log_info("resumed from %s at step %lld (%llu tokens seen, version %llu)", path, (long long)job.step_of(at.samples),
+           (unsigned long long)at.tokens, (unsigned long long)at.version);
+  return at;
+}
+
+// Resumes, or initialises the model's weights for a fresh start.
+CenterStart start_center(AsyncJob& job, OuterOptimizer& outer) {
+  if (!job.resume.empty()) return resume_center(job, outer);
+  job.model->init_weights(job.c.training.seed);
+  log_info("starting from scratch (seed %llu)", (unsigned long long)job.c.training.seed);
+  return {};
+}
+
+// The model's weights on the host: the global parameters the center serves.
+std::vector<float> host_weights(AsyncJob& job) {
+  std::vector<float> global(job.model->table().total_numel());
+  job.backend->copy_to_host(global.data(), std::as_const(*job.model).params(), global.size() * sizeof(float));
+  return global;
 }
 
 // Drops workers that gave no sign of life for async.worker_timeout: the center takes nothing of them any more, and no
@@ -156,8 +175,8 @@ class CenterLoop {
   const RunConfig& c_;
   const size_t n_;
   OuterOptimizer outer_;
-  uint64_t version_ = 0, tokens_ = 0, samples_ = 0;  // as the run starts (tokens_, samples_: as resumed)
-  std::vector<float> global_;
+  const CenterStart begin_;    // where this start of the run begins
+  std::vector<float> global_;  // the parameters the center serves
   std::unique_ptr<AsyncCenter> center_ptr_;
   AsyncCenter& center_;
   JoinDesk* desk_ = nullptr;
@@ -168,7 +187,6 @@ class CenterLoop {
   TrainResult result_;
   int64_t first_step_ = 0, next_eval_ = 0, next_ckpt_ = 0, next_log_ = 0;
   int64_t next_task_ = 0;  // eval.task goes with the first validation at or after it
-  uint64_t first_version_ = 0;
   double start_ = 0.0;
   double loss_sum_ = 0.0;  // the workers' training losses since the last log line
   int loss_count_ = 0;
@@ -180,27 +198,16 @@ class CenterLoop {
   std::deque<AsyncMessage> queued_;
 };
 
-AsyncCenter& make_center(AsyncJob& job, OuterOptimizer& outer, std::vector<float>& global, uint64_t& version,
-                         uint64_t& tokens, uint64_t& samples, std::unique_ptr<AsyncCenter>& out) {
-  GPT& model = *job.model;
-  if (!job.resume.empty()) {
-    resume_center(job, outer, version, tokens, samples);
-  } else {
-    model.init_weights(job.c.training.seed);
-    log_info("starting from scratch (seed %llu)", (unsigned long long)job.c.training.seed);
-  }
-  global.resize(model.table().total_numel());
-  job.backend->copy_to_host(global.data(), std::as_const(model).params(), global.size() * sizeof(float));
-  out = std::make_unique<AsyncCenter>(job.exchange->world().comm, job.shape, global.data(), version, tokens, samples);
-  return *out;
-}
-
 CenterLoop::CenterLoop(AsyncJob& job)
     : job_(job),
       c_(job.c),
       n_(job.model->table().total_numel()),
       outer_(n_, job.c.async),
-      center_(make_center(job, outer_, global_, version_, tokens_, samples_, center_ptr_)),
+      begin_(start_center(job, outer_)),
+      global_(host_weights(job)),
+      center_ptr_(std::make_unique<AsyncCenter>(job.exchange->world().comm, job.shape, global_.data(), begin_.version,
+                                                begin_.tokens, begin_.samples)),
+      center_(*center_ptr_),
       watch_(job, center_),
       eval_(job.c, *job.text_tokenizer, job.task.get(), *job.model, *job.backend),
       metrics_(*job.metrics),
@@ -212,12 +219,11 @@ CenterLoop::CenterLoop(AsyncJob& job)
     *job.desk = std::make_unique<JoinDesk>(c_, job.config_ini, spans_hosts);
   }
   desk_ = job.desk ? job.desk->get() : nullptr;
-  first_step_ = job.step_of(samples_);
+  first_step_ = job.step_of(begin_.samples);
   next_eval_ = next_multiple(first_step_, c_.eval.every);
   next_task_ = next_multiple(first_step_, c_.eval.task_every);
   next_ckpt_ = next_multiple(first_step_, c_.checkpoint.interval);
   next_log_ = next_multiple(first_step_, c_.run.log_every);
-  first_version_ = version_;
   start_ = now_seconds();
 }
 
@@ -274,7 +280,7 @@ void CenterLoop::fold(std::vector<AsyncMessage> taken) {
                   {"version", version},
                   {"tokens_seen", center_.tokens_applied()},
                   {"deltas", deltas},
-                  {"versions_per_min", minutes > 0 ? double(version - first_version_) / minutes : 0.0},
+                  {"versions_per_min", minutes > 0 ? double(version - begin_.version) / minutes : 0.0},
                   {"bytes_ratio", double(center_.messages_taken()) * 4.0 * double(n_) /
                                       double(std::max<uint64_t>(center_.bytes_taken(), 1))}});
   if (c_.async.test_center_stall > 0 && version >= uint64_t(c_.async.test_center_stall)) {
@@ -292,9 +298,9 @@ void CenterLoop::log_progress() {
       "step %5lld/%d | loss %.4f | version %llu | %.0f versions/min | max staleness %llu | %.0f tok/s | "
       "eta %s",
       (long long)s, c_.training.steps, loss_sum_ / loss_count_, (unsigned long long)center_.version(),
-      double(center_.version() - first_version_) / std::max((now - start_) / 60.0, 1e-9),
-      (unsigned long long)max_staleness_, double(center_.tokens_applied() - tokens_) / std::max(now - start_, 1e-9),
-      format_hms(eta).c_str());
+      double(center_.version() - begin_.version) / std::max((now - start_) / 60.0, 1e-9),
+      (unsigned long long)max_staleness_,
+      double(center_.tokens_applied() - begin_.tokens) / std::max(now - start_, 1e-9), format_hms(eta).c_str());
   loss_sum_ = 0.0;
   loss_count_ = 0;
   max_staleness_ = 0;
@@ -361,7 +367,7 @@ TrainResult CenterLoop::finish() {
   eval_.start(global_.data(), n_, result_.step, center_.tokens_applied(), now_seconds() - start_, /*with_task=*/true);
   record_val(*eval_.wait());
   const double minutes = (now_seconds() - start_) / 60.0;
-  const uint64_t versions = center_.version() - first_version_;
+  const uint64_t versions = center_.version() - begin_.version;
   log_info("center: %llu versions in %.1f min (%.0f/min), %llu deltas, %.1fx fewer bytes than fp32 deltas",
            (unsigned long long)versions, minutes, double(versions) / minutes,
            (unsigned long long)center_.messages_taken(),

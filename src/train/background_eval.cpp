@@ -20,7 +20,8 @@ void BackgroundEval::start(const float* params, size_t n, int64_t step, uint64_t
                            bool with_task) {
   EMBER_ASSERT(!running(), "BackgroundEval::start while an evaluation runs");
   backend_.copy_to_device(model_.params(), params, n * sizeof(float));
-  result_ = Result{step, tokens_seen, elapsed_s};
+  result_ = Result{};
+  result_.step = step, result_.tokens_seen = tokens_seen, result_.elapsed_s = elapsed_s;
   with_task_ = with_task && task_;
   done_.store(false, std::memory_order_relaxed);
   t0_ = now_seconds();

@@ -97,8 +97,9 @@ TEST_F(CudaOpsOffload, AStepHandedOffLayerByLayerIsTheStepAfterBackward) {
       EXPECT_EQ(handed.losses, after.losses);
       EXPECT_EQ(handed.norms, after.norms);
       expect_bitwise("handed-off weights", handed.params, after.params);
-      if (max_norm > 0.0f)
+      if (max_norm > 0.0f) {
         for (float norm : after.norms) EXPECT_GT(norm, max_norm) << "a step that did not clip";
+      }
       EXPECT_NE(after.losses.back(), after.losses.front()) << "the steps changed nothing";
     }
 }

@@ -58,6 +58,12 @@ class AdamW {
   float* exp_avg() { return m_; }
   float* exp_avg_sq() { return v_; }
   bool moments_on_host() const { return offloaded() || backend_.host_addressable(); }
+  // Offloaded: the fp32 master weights of the shard in host memory (element 0 is arena element shard_begin), read
+  // from params (the whole arena) first where they are stale: what a checkpoint writes without a device copy.
+  const float* host_masters(const float* params) {
+    refresh_masters(params);
+    return host_masters_;
+  }
   // Sets both moments from host arrays of (shard_end - shard_begin) values; read_moments copies them into such arrays.
   void load_moments(const float* m, const float* v);
   void read_moments(float* m, float* v) const;

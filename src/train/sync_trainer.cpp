@@ -69,11 +69,14 @@ struct SyncTrainer::State {
   size_t write_begin() const { return std::min(shard_begin, model->table().total_numel()); }
   size_t write_end() const { return std::min(shard_end, model->table().total_numel()); }
 
-  // The checkpoint's tensor sets over host copies of the weights (whole arena) and the moments (the whole arena, or
-  // under ZeRO-1 this rank's shard).
-  std::vector<TensorSet> tensor_sets(float* params, float* m, float* v) const {
+  // The checkpoint's tensor sets over host copies of the weights (whole arena, or with `params_as_moments` the
+  // optimizer's range as the moments are: an offloaded optimizer's masters) and the moments (the whole arena, or under
+  // ZeRO-1 this rank's shard).
+  std::vector<TensorSet> tensor_sets(float* params, float* m, float* v, bool params_as_moments = false) const {
     const size_t begin = zero() ? write_begin() : 0, end = zero() ? write_end() : SIZE_MAX;
-    return {{SET_MODEL, params}, {SET_EXP_AVG, m, begin, end}, {SET_EXP_AVG_SQ, v, begin, end}};
+    const TensorSet weights =
+        params_as_moments ? TensorSet{SET_MODEL, params, begin, end} : TensorSet{SET_MODEL, params};
+    return {weights, {SET_EXP_AVG, m, begin, end}, {SET_EXP_AVG_SQ, v, begin, end}};
   }
   void resume_from(const std::string& path);
   void init_from(const std::string& path);
@@ -204,9 +207,13 @@ std::string SyncTrainer::State::save() {
   Backend& be = backend();
   const size_t arena = model->arena_numel(), moments = optimizer->shard_end() - optimizer->shard_begin();
   const float* device_params = std::as_const(*model).params();
-  // A save only reads the sets: arrays the host can read are written as they are.
+  // A save only reads the sets: arrays the host can read are written as they are, an offloaded optimizer's masters
+  // (the weights, in the range this rank writes) among them.
   float *params = const_cast<float*>(device_params), *m = optimizer->exp_avg(), *v = optimizer->exp_avg_sq();
-  if (!be.host_addressable()) {
+  const bool masters = optimizer->offloaded();
+  if (masters)
+    params = const_cast<float*>(optimizer->host_masters(device_params));
+  else if (!be.host_addressable()) {
     if (!saved_params) saved_params = std::make_unique_for_overwrite<float[]>(arena);
     params = saved_params.get();
     be.copy_to_host(params, device_params, arena * sizeof(float));
@@ -217,8 +224,7 @@ std::string SyncTrainer::State::save() {
       saved_v = std::make_unique_for_overwrite<float[]>(moments);
     }
     m = saved_m.get(), v = saved_v.get();
-    be.copy_to_host(m, optimizer->exp_avg(), moments * sizeof(float));
-    be.copy_to_host(v, optimizer->exp_avg_sq(), moments * sizeof(float));
+    optimizer->read_moments(m, v);
   }
   CheckpointMeta meta = run_checkpoint_meta(c, config_ini, tokenizer);
   meta.step = step;
@@ -229,7 +235,7 @@ std::string SyncTrainer::State::save() {
   meta.lr = lr_at_step(c, std::max<int64_t>(step - 1, 0));
   meta.ranks.assign(size_t(world.size), CheckpointMeta::RankState{train_data->cursor(), 0});
   CheckpointContents contents;
-  contents.sets = tensor_sets(params, m, v);
+  contents.sets = tensor_sets(params, m, v, masters);
   contents.write_begin = write_begin();
   contents.write_end = write_end();
   return save_run_checkpoint(c, meta, model->table(), contents, world);

@@ -80,8 +80,9 @@ std::vector<Binding> bindings(RunConfig& c) {
                        "(whole layers; only layer outputs are kept)"));
   b.push_back(bind_key("training.offload", &c.training.offload,
                        "none, or optimizer: the fp32 master weights and AdamW's moments in host memory, the update "
-                       "run there by host threads, the device keeping the weights it computes with and the "
-                       "gradients; one rank hands each layer's gradients over as backward finishes it"));
+                       "run there by host threads, the device keeping the weights it computes with (in sync runs at "
+                       "bf16, int8 or fp8 only the bf16 copy and fp32 vectors, no fp32 arena) and the gradients; "
+                       "one rank hands each layer's gradients over as backward finishes it"));
   b.push_back(bind_key("training.precision", &c.training.precision,
                        "GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32, bf16 (rounded to bf16, accumulated "
                        "in fp32; weights, gradients and AdamW stay fp32), int8 (bf16, with the dense layers' "

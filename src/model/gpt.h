@@ -7,9 +7,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/device_weights.h"
 #include "model/model_config.h"
 #include "model/param_table.h"
 
@@ -36,8 +38,12 @@ class GPT {
   // params()). That changes no value (those inputs are rounded to bf16 anyway) and halves their memory. So are the
   // outputs of c_attn (where attention is bf16), c_fc and the two projections (c_proj's), their biases added in bf16
   // (core/dtype.h): GELU then reads its input rounded to bf16, and the residual adds each branch's output so.
+  // host_masters (training.offload = optimizer; host_masters_possible): the fp32 master weights are the optimizer's,
+  // on the host, and this model keeps no fp32 arena: only the bf16 working copy and the packed fp32 tensors
+  // (model/device_weights.h), which the optimizer writes (device_weights()) and set_weights() sets. The numbers are
+  // those of a model with the arena: the copy holds the same bf16 values, the packed tensors the same fp32 ones.
   GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true,
-      Recompute recompute = Recompute::none);
+      Recompute recompute = Recompute::none, bool host_masters = false);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -54,7 +60,10 @@ class GPT {
     size_t activation_bytes = 0;  // as activation_bytes()
   };
   static Footprint footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
-                             bool bf16_storage);
+                             bool bf16_storage, bool host_masters = false);
+  // Whether a model of `config` may be built with host masters at `precision`: where every weight the products read
+  // has a bf16 copy (bf16 storage, and attention's output in bf16, which its projection's weight is read as).
+  static bool host_masters_possible(const ModelConfig& config, MatmulPrecision precision);
   // Under matmul precision int8 or fp8, what the backend keeps beside the model: each dense layer's weight (c_attn,
   // attn c_proj, c_fc, mlp c_proj) in int8 twice, scaled per output channel for the forward product and per input
   // channel for the input-gradient product, with an fp32 scale per row of each; or in fp8 once, with one scale. 0
@@ -72,17 +81,33 @@ class GPT {
   const ParamTable& table() const { return table_; }
   Backend& backend() { return backend_; }
   // (arena_numel()) backend memory, zero past total_numel(). The mutable form is taken to write them: under bf16
-  // storage the next forward() recasts the working copy (and only then, so micro-batches share one cast).
+  // storage the next forward() recasts the working copy (and only then, so micro-batches share one cast). Not with
+  // host masters, where there is no such arena.
   float* params() {
     weights_changed_ = true;
-    return params_;
+    return const_cast<float*>(std::as_const(*this).params());
   }
-  const float* params() const { return params_; }
+  const float* params() const;
+  bool host_masters() const { return host_masters_; }
+  // params(), or null with host masters: what an optimizer step is given, which then writes device_weights() instead.
+  // Either way the weights count as changed (the next forward recasts or requantizes what it must).
+  float* device_masters() {
+    weights_changed_ = true;
+    return host_masters_ ? nullptr : params_;
+  }
+  // With host masters, the bf16 copy and the packed fp32 tensors; without, nothing (a null layout).
+  DeviceWeights device_weights() {
+    return host_masters_ ? DeviceWeights{params_bf16_, params_, &packed_} : DeviceWeights{};
+  }
+  // Sets every weight from a host arena (arena_numel() values): into params(), or with host masters into the bf16
+  // copy (cast on the host, to nearest even as the backend casts) and the packed tensors.
+  void set_weights(const float* host);
   float* grads() { return grads_; }  // same layout as params()
 
   // GPT-2 initialisation from Philox keyed by (seed, parameter index): N(0, 0.02) for matrices and embeddings,
   // residual projections scaled by 1/sqrt(2 n_layer), zero biases, LayerNorm weights 1.
   void init_weights(uint64_t seed);
+  std::vector<float> initial_weights(uint64_t seed) const;  // those weights as a host arena (arena_numel() values)
 
   // Forward over host token ids inputs (B, T). With targets (B, T) it computes per-token losses and returns their
   // mean (nats/token); without, it returns 0 and only the logits are valid.
@@ -135,7 +160,7 @@ class GPT {
     TensorOut fch_gelu;          // (B, T, 4C), a GEMM input
     float* residual3;            // (B, T, C) block output
   };
-  float* p(const ParamInfo& info) { return params_ + info.offset; }
+  float* p(const ParamInfo& info) { return params_ + fp32_offset_[size_t(&info - table_.params().data())]; }
   float* g(const ParamInfo& info) { return grads_ + info.offset; }
   // A tensor the model may lack (wpe): null where it does.
   float* p(const ParamInfo* info) { return info ? p(*info) : nullptr; }
@@ -146,11 +171,12 @@ class GPT {
   }
   // A dense layer's bias as its GEMM adds it: stored as the layer's output is.
   TensorIn bias(const ParamInfo& info, TensorOut out) const {
-    return out.bf16 ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
+    return out.bf16 ? TensorIn(params_bf16_ + info.offset) : TensorIn(const_cast<GPT*>(this)->p(info));
   }
-  // A dense layer's weight as its GEMMs read it: under int8 and fp8 the fp32 master, which the products quantize.
+  // A dense layer's weight as its GEMMs read it: under int8 and fp8 the fp32 master, which the products quantize (with
+  // host masters, the bf16 copy: the only form on the device).
   TensorIn dense_w(const ParamInfo& info) const {
-    return dense_weights_quantized(precision_) ? TensorIn(params_ + info.offset) : w(info);
+    return dense_weights_quantized(precision_) && !host_masters_ ? TensorIn(params_ + info.offset) : w(info);
   }
   // The attention projection's weight, stored as atty is (which is fp32 where attention is, at any precision).
   TensorIn proj_weight(int l) const {
@@ -182,10 +208,13 @@ class GPT {
   MatmulPrecision precision_;  // the backend's at construction; the dense layers' products under int8 and fp8
                                // quantize the fp32 masters, and int8 dithers the output gradients
   bool bf16_storage_ = false;
+  bool host_masters_ = false;
   uint64_t dither_seed_ = 0, dither_sample_ = 0;  // set_dither_seed, set_dither_sample
   bool bf16_attention_out_ = false;  // attention's output is stored in bf16 (bf16 storage and attention_in_bf16)
   size_t weight_bytes_ = 0, activation_bytes_ = 0;
   ParamTable table_;
+  PackedFp32Layout packed_;
+  std::vector<size_t> fp32_offset_;  // each table row's first element in params_: its arena offset, or packed
   size_t arena_numel_ = 0;
   std::function<void(int)> backward_hook_;
   int max_B_, max_T_;
@@ -193,7 +222,7 @@ class GPT {
   bool have_targets_ = false;
   std::vector<void*> allocations_;
 
-  float* params_ = nullptr;
+  float* params_ = nullptr;  // (arena_numel) the fp32 weights; with host masters (packed_.numel()) the packed ones
   float* grads_ = nullptr;
   BFloat16* params_bf16_ = nullptr;                 // (arena_numel) the working copy under bf16 storage
   bool weights_changed_ = true;                     // since the working copy was cast

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
 
 #include "core/error.h"
+#include "model/gpt.h"
 #include "train/adamw_handoff.h"
 
 namespace ember {
@@ -21,20 +23,34 @@ constexpr size_t kOffloadChunk = size_t(1) << 22;
 }  // namespace
 
 AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin,
-             size_t shard_end, Offload offload, bool handoff)
-    : backend_(backend), table_(table), config_(config), begin_(shard_begin), end_(shard_end), offload_(offload) {
+             size_t shard_end, Offload offload, bool handoff, DeviceWeights device)
+    : backend_(backend),
+      table_(table),
+      config_(config),
+      begin_(shard_begin),
+      end_(shard_end),
+      offload_(offload),
+      device_(device) {
   EMBER_ASSERT(shard_begin <= shard_end, "empty or inverted optimizer shard");
+  EMBER_ASSERT(!device_.layout || offloaded(), "AdamW: device weights need the optimizer offloaded");
   const size_t n = std::max<size_t>(end_ - begin_, 1);
   if (offloaded()) {  // zeroed host memory (page-locked on a GPU), as the backend's is
     host_ = make_cpu_backend();
+    const auto [p0, p1] = device_.layout ? device_.layout->range(begin_, end_) : std::make_pair(size_t(0), size_t(0));
+    packed_begin_ = p0, packed_end_ = p1;
     try {
       host_masters_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
       m_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
       v_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
       host_grads_ = static_cast<float*>(backend_.alloc_host((offload_host_bytes(n, handoff) - 3 * n * sizeof(float))));
+      if (device_.layout) {
+        host_bf16_ = static_cast<BFloat16*>(backend_.alloc_host(n * sizeof(BFloat16)));
+        host_packed_ = static_cast<float*>(backend_.alloc_host(std::max<size_t>(p1 - p0, 1) * sizeof(float)));
+      }
       if (handoff) handoff_ = std::make_unique<Handoff>();
     } catch (...) {  // no destructor runs for a constructor that throws: free what was allocated
-      for (float* p : {m_, v_, host_masters_, host_grads_}) backend_.free_host(p);
+      for (void* p : std::initializer_list<void*>{m_, v_, host_masters_, host_grads_, host_bf16_, host_packed_})
+        backend_.free_host(p);
       throw;
     }
   } else {
@@ -59,7 +75,8 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
 AdamW::~AdamW() {
   stop_handoff();
   if (offloaded()) {
-    for (float* p : {m_, v_, host_masters_, host_grads_}) backend_.free_host(p);
+    for (void* p : std::initializer_list<void*>{m_, v_, host_masters_, host_grads_, host_bf16_, host_packed_})
+      backend_.free_host(p);
     return;
   }
   backend_.free(m_);
@@ -94,11 +111,11 @@ void AdamW::offloaded_step(float* params, const float* shard_grads, float lr, fl
     backend_.wait_copy(next);
     if (k + 1 < chunks) next = fetch(k + 1);  // its buffer held chunk k - 1, whose update is done
     update_on_host(c0, c1, host_grads_ + (k % 2) * staging, lr, grad_scale);
-    back.push_back(backend_.copy_to_device_async(params + begin_ + c0, host_masters_ + c0, (c1 - c0) * sizeof(float)));
-    if (back.size() + 1 >= size_t(Backend::kCopyTickets)) {  // room for the next fetch
+    while (back.size() + 3 > size_t(Backend::kCopyTickets)) {  // room for this chunk's two and the next fetch
       backend_.wait_copy(back.front());
       back.pop_front();
     }
+    send_weights(params, c0, c1, back);
   }
   for (Backend::CopyTicket t : back) backend_.wait_copy(t);
 }
@@ -113,8 +130,31 @@ void AdamW::update_on_host(size_t c0, size_t c1, const float* g, float lr, float
                                  config_.beta2, config_.eps, t_, grad_scale);
 }
 
+void AdamW::send_weights(float* params, size_t c0, size_t c1, std::deque<Backend::CopyTicket>& copies) {
+  if (!device_.layout) {
+    copies.push_back(
+        backend_.copy_to_device_async(params + begin_ + c0, host_masters_ + c0, (c1 - c0) * sizeof(float)));
+    return;
+  }
+  host_->cast_to_bf16(host_bf16_ + c0, host_masters_ + c0, c1 - c0);
+  copies.push_back(
+      backend_.copy_to_device_async(device_.bf16 + begin_ + c0, host_bf16_ + c0, (c1 - c0) * sizeof(BFloat16)));
+  const auto [p0, p1] = device_.layout->range(begin_ + c0, begin_ + c1);
+  if (p0 == p1) return;
+  device_.layout->pack(begin_ + c0, begin_ + c1, host_masters_ + c0, host_packed_ + (p0 - packed_begin_));
+  copies.push_back(
+      backend_.copy_to_device_async(device_.fp32 + p0, host_packed_ + (p0 - packed_begin_), (p1 - p0) * sizeof(float)));
+}
+
+void AdamW::weights_loaded(const float* host_arena) {
+  if (!offloaded()) return;
+  std::memcpy(host_masters_, host_arena + begin_, (end_ - begin_) * sizeof(float));
+  masters_stale_ = false;
+}
+
 void AdamW::refresh_masters(const float* params) {
   if (!masters_stale_) return;
+  EMBER_ASSERT(!device_.layout, "AdamW: with device weights the masters are set from the host (weights_loaded)");
   backend_.copy_to_host(host_masters_, params + begin_, (end_ - begin_) * sizeof(float));
   masters_stale_ = false;
 }
@@ -141,8 +181,21 @@ void AdamW::read_moments(float* m, float* v) const {
   }
 }
 
-size_t AdamW::offload_host_bytes(size_t shard, bool handoff) {
-  return (3 * shard + (handoff ? shard : 2 * std::min(shard, kOffloadChunk))) * sizeof(float);
+size_t AdamW::offload_host_bytes(size_t shard, bool handoff, std::optional<size_t> packed) {
+  const size_t device_weights = packed ? shard * sizeof(BFloat16) + *packed * sizeof(float) : 0;
+  return (3 * shard + (handoff ? shard : 2 * std::min(shard, kOffloadChunk))) * sizeof(float) + device_weights;
+}
+
+bool offload_host_masters(const RunConfig& c, MatmulPrecision precision) {
+  return c.training.offload == Offload::optimizer && c.training.mode == TrainingMode::sync &&
+         GPT::host_masters_possible(c.model, precision);
+}
+
+size_t AdamW::host_bytes() const {
+  if (!offloaded()) return 0;
+  const std::optional<size_t> packed =
+      device_.layout ? std::optional<size_t>(packed_end_ - packed_begin_) : std::nullopt;
+  return offload_host_bytes(end_ - begin_, handoff_enabled(), packed);
 }
 
 float clip_scale(float norm, float max_norm) {

@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/device_weights.h"
 #include "model/param_table.h"
 #include "train/offload.h"
 #include "train/run_config.h"
@@ -25,8 +27,11 @@ class AdamW {
   // Owns moments for the arena elements [shard_begin, shard_end) (the whole arena without ZeRO-1).
   // handoff: offloaded, the step may be handed off stage by stage (begin_handoff), which takes host memory for the
   // whole shard's gradients instead of two chunks' (offload_host_bytes).
+  // device (offloaded, a model built with host masters: GPT::device_weights): the model has no fp32 arena, and each
+  // updated range goes back as the bf16 copy (cast on the host) and the packed fp32 tensors; the params given to the
+  // steps are then null. The weights are set from the host (weights_loaded), never read from the device.
   AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin, size_t shard_end,
-        Offload offload = Offload::none, bool handoff = false);
+        Offload offload = Offload::none, bool handoff = false, DeviceWeights device = {});
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -39,6 +44,9 @@ class AdamW {
   // The weights in the arena were set from outside the optimizer (a load): the offloaded masters follow at the next
   // step. Nothing to do without offload.
   void params_changed() { masters_stale_ = true; }
+  // The weights were set from a host arena (arena element 0 first): offloaded, the masters take the shard's from it
+  // (with device weights, the only way they are set). Nothing to do without offload.
+  void weights_loaded(const float* host_arena);
 
   // The step handed off stage by stage during backward (constructed with handoff; for gradients that nothing reduces
   // between backward and the update: one rank, or an async worker). begin_handoff, before the last micro-batch's
@@ -70,8 +78,10 @@ class AdamW {
   int step_count() const { return t_; }
   void set_step_count(int t) { t_ = t; }
   // Host memory an offloaded optimizer of `shard` elements holds: masters, moments and the gradients' staging (two
-  // chunks, or with handoff the whole shard).
-  static size_t offload_host_bytes(size_t shard, bool handoff = false);
+  // chunks, or with handoff the whole shard); with device weights of `packed` packed elements in the shard, the
+  // staging of the bf16 copy and of those.
+  static size_t offload_host_bytes(size_t shard, bool handoff = false, std::optional<size_t> packed = std::nullopt);
+  size_t host_bytes() const;  // what this one holds there (0 without offload)
 
  private:
   struct Handoff;  // train/adamw_handoff.cpp
@@ -83,6 +93,9 @@ class AdamW {
   void update_on_host(size_t c0, size_t c1, const float* g, float lr, float grad_scale);
   // Reads the masters from the backend's weights where they are stale.
   void refresh_masters(const float* params);
+  // Sends shard elements [c0, c1) of the masters to the backend (into params, or as device_ takes them), appending
+  // the copies' tickets (two at most) to `copies`.
+  void send_weights(float* params, size_t c0, size_t c1, std::deque<Backend::CopyTicket>& copies);
 
   Backend& backend_;
   const ParamTable& table_;
@@ -99,12 +112,23 @@ class AdamW {
   float* host_masters_ = nullptr;
   float* host_grads_ = nullptr;
   bool masters_stale_ = true;
+  // With device weights: where they go, and the host's staging of what goes there (the shard's bf16 copy; its packed
+  // elements, packed_begin_ the first).
+  DeviceWeights device_;
+  BFloat16* host_bf16_ = nullptr;
+  float* host_packed_ = nullptr;
+  size_t packed_begin_ = 0, packed_end_ = 0;
   std::unique_ptr<Handoff> handoff_;  // constructed with handoff (and offloaded)
 };
 
 // Whether training with `config` on `world_size` ranks (an async run: each worker) hands the offloaded optimizer's
 // step off stage by stage: an offloaded run whose gradients nothing reduces between backward and the update.
 bool offload_hands_off(const RunConfig& config, int world_size);
+
+// Whether training with `config` at `precision` keeps the fp32 masters on the host only, the device holding the bf16
+// copy and the packed fp32 tensors (GPT's host masters): an offloaded sync run where the model has that copy. Async
+// workers keep the fp32 arena on the device, where each round's exchange rebases the weights.
+bool offload_host_masters(const RunConfig& config, MatmulPrecision precision);
 
 // The factor that scales gradients of global norm `norm` to max_norm, when max_norm > 0 and norm exceeds it; else 1.
 float clip_scale(float norm, float max_norm);

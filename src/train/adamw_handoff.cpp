@@ -71,12 +71,11 @@ void AdamW::run_handoff() {
         float* params = h.params;
         lock.unlock();
         update_on_host(r.begin, r.end, host_grads_ + r.begin, lr, scale);
-        if (returns.size() == Handoff::kReturns) {
+        while (returns.size() + 2 > Handoff::kReturns) {  // room for the range's copies (two at most)
           backend_.wait_copy(returns.front());
           returns.pop_front();
         }
-        returns.push_back(backend_.copy_to_device_async(params + r.begin, host_masters_ + r.begin,
-                                                        (r.end - r.begin) * sizeof(float)));
+        send_weights(params, r.begin, r.end, returns);
         lock.lock();
       } else {
         break;  // closed: every range arrived and was updated

@@ -15,8 +15,8 @@
 namespace ember {
 
 struct AdamW::Handoff {
-  // At most this many gradient copies to the host, and this many weight copies back, outstanding at once: together
-  // under Backend::kCopyTickets.
+  // At most this many gradient copies to the host, and this many weight copies back (a range's one or two:
+  // AdamW::send_weights), outstanding at once: together under Backend::kCopyTickets.
   static constexpr size_t kFetches = 4, kReturns = 3;
   struct Range {
     size_t begin, end;  // shard elements

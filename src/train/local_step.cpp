@@ -34,7 +34,7 @@ float apply_update(AdamW& optimizer, float* params, const float* grads, float no
 std::function<void(int)> begin_handoff_step(AdamW& optimizer, GPT& model, const RunConfig& config, int64_t step) {
   const std::optional<float> scale =
       config.training.max_norm > 0.0f ? std::nullopt : std::optional<float>(clip_scale(0.0f, 0.0f));
-  optimizer.begin_handoff(model.params(), model.grads(), lr_at_step(config, step), scale);
+  optimizer.begin_handoff(model.device_masters(), model.grads(), lr_at_step(config, step), scale);
   // One stage per layer, as GPT's backward hook counts them (bucket size 0: every layer its own bucket).
   return [&optimizer,
           stages = gradient_buckets(model.table(), config.model.n_layer, model.arena_numel(), 0.0f)](int stage) {

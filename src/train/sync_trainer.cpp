@@ -78,9 +78,12 @@ struct SyncTrainer::State {
         params_as_moments ? TensorSet{SET_MODEL, params, begin, end} : TensorSet{SET_MODEL, params};
     return {weights, {SET_EXP_AVG, m, begin, end}, {SET_EXP_AVG_SQ, v, begin, end}};
   }
+  // Sets the model's weights and the optimizer's masters from a host arena.
+  void load_weights(const float* host);
   void resume_from(const std::string& path);
   void init_from(const std::string& path);
   std::string save();
+  void gather_weights();
   double evaluate();
 
   // What one optimizer step did, for its record and log line.
@@ -128,18 +131,19 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
   require_memory("training", estimate_training_memory(c, world.size, be.matmul_precision()), be, world.local_size,
                  training_memory_hint());
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
-                                  c.training.recompute);
+                                  c.training.recompute, offload_host_masters(c, be.matmul_precision()));
   s.model->set_dither_seed(c.training.seed);
   const ParamTable& table = s.model->table();
   const size_t arena = s.model->arena_numel(), share = arena / size_t(world.size);
   s.shard_begin = share * size_t(world.rank);
   s.shard_end = s.shard_begin + share;
   if (s.zero()) {
-    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, s.shard_begin, s.shard_end, c.training.offload);
+    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, s.shard_begin, s.shard_end, c.training.offload,
+                                          /*handoff=*/false, s.model->device_weights());
     s.shard_grads = static_cast<float*>(be.alloc(share * sizeof(float)));
   } else {
-    s.optimizer =
-        std::make_unique<AdamW>(be, table, c.optimizer, 0, arena, c.training.offload, offload_hands_off(c, world.size));
+    s.optimizer = std::make_unique<AdamW>(be, table, c.optimizer, 0, arena, c.training.offload,
+                                          offload_hands_off(c, world.size), s.model->device_weights());
     if (world.size > 1) s.buckets = gradient_buckets(table, c.model.n_layer, arena, c.training.bucket_mb);
   }
   s.counted_bytes = log_model_memory(*s.model, *s.optimizer, be, s.zero() ? share * sizeof(float) : 0);
@@ -154,24 +158,27 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
   } else if (!init.empty()) {
     s.init_from(init);
   } else {
-    s.model->init_weights(c.training.seed);
+    s.load_weights(s.model->initial_weights(c.training.seed).data());
     log_info("starting from scratch (seed %llu)", (unsigned long long)c.training.seed);
   }
+}
+
+void SyncTrainer::State::load_weights(const float* host) {
+  model->set_weights(host);
+  optimizer->weights_loaded(host);
 }
 
 // Only the weights: step, tokens, data cursor, AdamW moments and its step count stay as a fresh start has them.
 void SyncTrainer::State::init_from(const std::string& path) {
   std::vector<float> params(model->arena_numel(), 0.0f);
   load_init_weights(world, path, model->table(), params.data());
-  backend().copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
-  optimizer->params_changed();
+  load_weights(params.data());
   log_info("starting from the weights of %s (checkpoint.init_from) at step 0, with a fresh optimizer and data order",
            path.c_str());
 }
 
 void SyncTrainer::State::resume_from(const std::string& path) {
   const RunConfig& c = cfg;
-  Backend& be = backend();
   const ParamTable& table = model->table();
   std::vector<float> params(model->arena_numel(), 0.0f), m(optimizer->shard_end() - optimizer->shard_begin(), 0.0f),
       v(m.size(), 0.0f);
@@ -179,8 +186,7 @@ void SyncTrainer::State::resume_from(const std::string& path) {
   load_checkpoint(path, table, tensor_sets(params.data(), m.data(), v.data()), meta);
   check_resumable(path, meta, c);
   check_resume_tokenizer(path, meta, tokenizer);
-  be.copy_to_device(model->params(), params.data(), params.size() * sizeof(float));
-  optimizer->params_changed();
+  load_weights(params.data());
   optimizer->load_moments(m.data(), v.data());
   optimizer->set_step_count(int(meta.optimizer_step));
   step = meta.step;
@@ -206,7 +212,7 @@ std::string SyncTrainer::State::save() {
   const RunConfig& c = cfg;
   Backend& be = backend();
   const size_t arena = model->arena_numel(), moments = optimizer->shard_end() - optimizer->shard_begin();
-  const float* device_params = std::as_const(*model).params();
+  const float* device_params = model->host_masters() ? nullptr : std::as_const(*model).params();
   // A save only reads the sets: arrays the host can read are written as they are, an offloaded optimizer's masters
   // (the weights, in the range this rank writes) among them.
   float *params = const_cast<float*>(device_params), *m = optimizer->exp_avg(), *v = optimizer->exp_avg_sq();
@@ -242,6 +248,24 @@ std::string SyncTrainer::State::save() {
 }
 
 // Rank r evaluates batches r, r + N, ...; the sum is all-reduced.
+// ZeRO-1: every rank's updated shard to every rank, in place: the fp32 arena, or with host masters the bf16 copy and
+// then each rank's packed fp32 tensors (a broadcast from each: the shards' packed parts differ in size).
+void SyncTrainer::State::gather_weights() {
+  GPT& m = *model;
+  const size_t share = shard_end - shard_begin;
+  if (!m.host_masters()) {
+    comm->all_gather(m.params() + shard_begin, m.params(), share);
+    return;
+  }
+  const DeviceWeights d = m.device_weights();
+  // The bf16 pairs moved as floats, bits as they are: share is even (an aligned arena over a power-of-two world).
+  comm->all_gather(reinterpret_cast<const float*>(d.bf16 + shard_begin), reinterpret_cast<float*>(d.bf16), share / 2);
+  for (int r = 0; r < world.size; ++r) {
+    const auto [p0, p1] = d.layout->range(share * size_t(r), share * size_t(r + 1));
+    if (p1 > p0) comm->broadcast(d.fp32 + p0, (p1 - p0) * sizeof(float), r);
+  }
+}
+
 double SyncTrainer::State::evaluate() {
   double sum = evaluator->loss_sum(*model, world.rank, world.size);
   comm->all_reduce(&sum, 1, REDUCE_OP_SUM);
@@ -319,11 +343,10 @@ SyncTrainer::State::StepStats SyncTrainer::State::train_step(TokenBatch& batch) 
   st.loss = scalars[0] / N;
   st.grad_norm = float(std::sqrt(zero() ? scalars[1] : be.sum_squares(grads, grad_n)));
   st.stop_requested = scalars[2] > 0.0;
-  st.lr = apply_update(*optimizer, m.params(), grads, st.grad_norm, c, step);
+  st.lr = apply_update(*optimizer, m.device_masters(), grads, st.grad_norm, c, step);
   if (zero()) {
-    // Every rank's updated shard to every rank, in place.
     const double t_gather = now_seconds();
-    comm->all_gather(m.params() + shard_begin, m.params(), share);
+    gather_weights();
     st.exposed_ms += 1e3 * (now_seconds() - t_gather);
   }
   if (zero() || N == 1) st.comm_ms = st.exposed_ms;  // nothing overlaps: all communication is exposed

@@ -51,24 +51,77 @@ TEST_F(CudaOpsOffload, OffloadedAdamWIsTheCpusUpdate) {
   EXPECT_EQ(p[1][end], p0[end]);
 }
 
+// With a model that keeps no fp32 arena (GPT's host masters) the offloaded step sends each chunk back as the bf16
+// copy (cast on the host) and the packed fp32 tensors (model/device_weights.h): over the same shard of three chunks,
+// the copy holds the CPU's updated weights rounded to bf16 and the packed tensors hold them as they are, bit for bit;
+// nothing outside the shard is written; the masters are the CPU's weights.
+TEST_F(CudaOpsOffload, WithHostMastersTheStepWritesTheBf16CopyAndThePackedTensors) {
+  ModelConfig mc;
+  mc.n_layer = 3, mc.n_head = 6, mc.n_embd = 384, mc.vocab_size = 257, mc.block_size = 64;
+  const ParamTable table(mc);
+  const PackedFp32Layout layout(table);
+  const size_t n = table.total_numel(), begin = 1000, end = n - 500;
+  Rng rng(37);
+  const Floats p0 = rng.normal(n), g = rng.normal(end - begin, 0.1f);
+  Floats want = p0;
+  {
+    FBuf pi(*cpu, p0), gi(*cpu, g);
+    AdamW adam(*cpu, table, OptimizerConfig{}, begin, end);
+    for (int t = 1; t <= 3; ++t) adam.step(pi.get(), gi.get(), 1e-3f, t == 2 ? 0.5f : 1.0f);
+    want = pi.host();
+  }
+  HBuf copy(*gpu, n);
+  FBuf packed(*gpu, layout.numel()), gi(*gpu, g);
+  AdamW adam(*gpu, table, OptimizerConfig{}, begin, end, Offload::optimizer, false,
+             DeviceWeights{copy.get(), packed.get(), &layout});
+  adam.weights_loaded(p0.data());
+  for (int t = 1; t <= 3; ++t) adam.step(nullptr, gi.get(), 1e-3f, t == 2 ? 0.5f : 1.0f);
+  Halves want_copy(n);  // zero outside the shard: never written
+  for (size_t i = begin; i < end; ++i) want_copy[i] = to_bf16(want[i]);
+  Floats want_packed(layout.numel(), 0.0f);
+  const auto [p0_, p1_] = layout.range(begin, end);
+  ASSERT_LT(p0_, p1_);
+  layout.pack(begin, end, want.data() + begin, want_packed.data() + p0_);
+  const Halves got_copy = copy.host();
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += got_copy[i].bits != want_copy[i].bits;
+  EXPECT_EQ(differ, 0u) << "bf16 copy: " << differ << " of " << n << " differ";
+  expect_bitwise("packed fp32 tensors", packed.host(), want_packed);
+  const float* masters = adam.host_masters(nullptr);
+  expect_bitwise("host masters", Floats(masters, masters + (end - begin)),
+                 Floats(want.begin() + begin, want.begin() + end));
+}
+
 // Three training steps of a small GPT on `be` with an offloaded AdamW, each stepped after backward (handoff false) or
 // handed off layer by layer as backward finishes each (begin_handoff_step, as the trainers arm it): each step's loss
 // and gradient norm, and the weights after the last.
+// With host_masters (in bf16) the model keeps no fp32 arena: params are then the host's masters, and the device's bf16
+// copy and packed tensors are kept too.
 struct Trained {
   std::vector<double> losses;
   std::vector<float> norms;
   Floats params;
+  Halves copy;
+  Floats packed;
 };
-Trained train_offloaded(Backend& be, bool handoff, float max_norm) {
+ModelConfig small_model() {
+  ModelConfig m;
+  m.n_layer = 3, m.n_head = 2, m.n_embd = 32, m.vocab_size = 67, m.block_size = 32;
+  return m;
+}
+Trained train_offloaded(Backend& be, bool handoff, float max_norm, bool host_masters = false) {
   RunConfig c;
-  c.model.n_layer = 3, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 67, c.model.block_size = 32;
+  c.model = small_model();
   c.training.max_norm = max_norm;
   c.training.steps = 3;
   c.optimizer.warmup_steps = 1;
   const int B = 2, T = 16;
-  GPT model(c.model, be, B, T);
-  model.init_weights(7);
-  AdamW adam(be, model.table(), c.optimizer, 0, model.arena_numel(), Offload::optimizer, handoff);
+  GPT model(c.model, be, B, T, true, Recompute::none, host_masters);
+  const Floats w0 = model.initial_weights(7);
+  model.set_weights(w0.data());
+  AdamW adam(be, model.table(), c.optimizer, 0, model.arena_numel(), Offload::optimizer, handoff,
+             model.device_weights());
+  adam.weights_loaded(w0.data());
   EXPECT_EQ(adam.handoff_enabled(), handoff);
   Rng rng(43);
   const Ints in = rng.tokens(size_t(B) * T, c.model.vocab_size), tg = rng.tokens(size_t(B) * T, c.model.vocab_size);
@@ -79,10 +132,20 @@ Trained train_offloaded(Backend& be, bool handoff, float max_norm) {
     out.losses.push_back(model.forward_backward(in.data(), tg.data(), B, T, 1.0f));
     model.set_backward_hook(nullptr);
     out.norms.push_back(float(std::sqrt(be.sum_squares(model.grads(), model.arena_numel()))));
-    apply_update(adam, model.params(), model.grads(), out.norms.back(), c, step);
+    apply_update(adam, model.device_masters(), model.grads(), out.norms.back(), c, step);
   }
   out.params.resize(model.arena_numel());
-  be.copy_to_host(out.params.data(), std::as_const(model).params(), out.params.size() * sizeof(float));
+  if (!host_masters) {
+    be.copy_to_host(out.params.data(), std::as_const(model).params(), out.params.size() * sizeof(float));
+    return out;
+  }
+  const float* masters = adam.host_masters(nullptr);
+  out.params.assign(masters, masters + model.arena_numel());
+  const DeviceWeights d = model.device_weights();
+  out.copy.resize(model.arena_numel());
+  out.packed.resize(d.layout->numel());
+  be.copy_to_host(out.copy.data(), d.bf16, out.copy.size() * sizeof(BFloat16));
+  be.copy_to_host(out.packed.data(), d.fp32, out.packed.size() * sizeof(float));
   return out;
 }
 
@@ -101,6 +164,37 @@ TEST_F(CudaOpsOffload, AStepHandedOffLayerByLayerIsTheStepAfterBackward) {
         for (float norm : after.norms) EXPECT_GT(norm, max_norm) << "a step that did not clip";
       }
       EXPECT_NE(after.losses.back(), after.losses.front()) << "the steps changed nothing";
+    }
+}
+
+// In bf16 with host masters (no fp32 arena on the device: the bf16 copy and the packed tensors, written from the
+// host), chunked or handed off layer by layer, three steps are those of the model with its fp32 arena, bit for bit:
+// losses, norms, the masters, and the device's copy and packed tensors are the arena's weights cast and packed. Under
+// the kernel model a weight copy left unwaited holds NaN, which the next forward would read.
+TEST_F(CudaOpsOffload, WithHostMastersTheStepsAreThoseOfTheFp32Arena) {
+  for (Backend* be : {cpu.get(), gpu.get()})
+    for (float max_norm : {0.0f, 0.05f}) {
+      SCOPED_TRACE(be->name() + ", max_norm " + std::to_string(max_norm));
+      be->set_matmul_precision(MatmulPrecision::bf16);
+      const Trained arena = train_offloaded(*be, false, max_norm);
+      for (bool handoff : {false, true}) {
+        SCOPED_TRACE(handoff ? "handed off" : "chunked");
+        const Trained host = train_offloaded(*be, handoff, max_norm, /*host_masters=*/true);
+        EXPECT_EQ(host.losses, arena.losses);
+        EXPECT_EQ(host.norms, arena.norms);
+        expect_bitwise("host masters", host.params, arena.params);
+        Halves cast(arena.params.size());
+        for (size_t i = 0; i < cast.size(); ++i) cast[i] = to_bf16(arena.params[i]);
+        size_t differ = 0;
+        for (size_t i = 0; i < cast.size(); ++i) differ += host.copy[i].bits != cast[i].bits;
+        EXPECT_EQ(differ, 0u) << "bf16 copy: " << differ << " differ";
+        const PackedFp32Layout layout{ParamTable(small_model())};
+        Floats packed(layout.numel(), 0.0f);
+        layout.pack(0, arena.params.size(), arena.params.data(), packed.data());
+        expect_bitwise("packed tensors", host.packed, packed);
+      }
+      EXPECT_NE(arena.losses.back(), arena.losses.front()) << "the steps changed nothing";
+      be->set_matmul_precision(MatmulPrecision::fp32);
     }
 }
 

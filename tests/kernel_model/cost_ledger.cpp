@@ -107,12 +107,13 @@ void print_header(const char* what) {
 // The step of an offloaded optimizer handed off layer by layer (train/adamw.h), as the code runs it at one rank: each
 // stage's gradients (fp32) go to the host on the copy stream as the last micro-step's backward finishes the stage; a
 // host thread updates each stage once its gradients are there (without clipping) or once backward and the norm are
-// done (with it: the update needs the scale), and sends the stage's weights (fp32) back on the same stream, whose
-// copies run one after the other. The stages' backward is taken as even: stage j of L + 1 (layers L-1..0, then the
-// embeddings, which finish with layer 0) is final after min(j + 1, L) / L of the last backward; the norm takes
-// `norm` after it. Returns the time from the end of backward to the last weight's return.
-double handed_off_exposed(const std::vector<double>& stage_params, int n_layer, double backward, double norm,
-                          double pcie, double rate, bool clip) {
+// done (with it: the update needs the scale), and sends the stage's weights back on the same stream (return_bytes:
+// fp32, or with the model's host masters the bf16 copy and the packed fp32 tensors), whose copies run one after the
+// other. The stages' backward is taken as even: stage j of L + 1 (layers L-1..0, then the embeddings, which finish
+// with layer 0) is final after min(j + 1, L) / L of the last backward; the norm takes `norm` after it. Returns the
+// time from the end of backward to the last weight's return.
+double handed_off_exposed(const std::vector<double>& stage_params, const std::vector<double>& return_bytes, int n_layer,
+                          double backward, double norm, double pcie, double rate, bool clip) {
   double stream = 0.0, host = clip ? backward + norm : 0.0, end = backward;  // times from the last backward's start
   std::vector<double> arrived;
   for (size_t j = 0; j < stage_params.size(); ++j) {
@@ -122,7 +123,7 @@ double handed_off_exposed(const std::vector<double>& stage_params, int n_layer, 
   }
   for (size_t j = 0; j < stage_params.size(); ++j) {  // the returns queue behind every fetch (issued first)
     host = std::max(host, arrived[j]) + stage_params[j] / rate;
-    stream = std::max(stream, host) + 4.0 * stage_params[j] / pcie;
+    stream = std::max(stream, host) + return_bytes[j] / pcie;
     end = stream;
   }
   return end - backward;
@@ -144,9 +145,16 @@ void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries,
   off.training.offload = Offload::optimizer;
   const MemoryEstimate plain = estimate_training_memory(c, 1, precision),
                        offloaded = estimate_training_memory(off, 1, precision);
-  std::vector<double> stage_params;  // the arena's elements, padding included: the code copies and updates them
-  for (const GradientBucket& b : gradient_buckets(table, c.model.n_layer, arena, 0.0f))
+  // The arena's elements, padding included: the code copies and updates them; what goes back per stage.
+  const bool host_masters = offload_host_masters(off, precision);
+  const PackedFp32Layout packed(table);
+  std::vector<double> stage_params, return_bytes;
+  for (const GradientBucket& b : gradient_buckets(table, c.model.n_layer, arena, 0.0f)) {
+    const auto [p0, p1] = packed.range(b.begin, b.end);
     stage_params.push_back(double(b.end - b.begin));
+    return_bytes.push_back(host_masters ? 2.0 * double(b.end - b.begin) + 4.0 * double(p1 - p0)
+                                        : 4.0 * double(b.end - b.begin));
+  }
   const double gib = 1.0 / 1073741824.0;
   printf(
       "\noptimizer step: %d micro-step(s) of %d x %d tokens, one rank; device memory (estimate) %.2f GiB, with "
@@ -158,22 +166,26 @@ void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries,
     const double micro = by_phase["forward"].time[i] + by_phase["backward"].time[i];
     const double device = by_phase["zero_grad"].time[i] + A * micro;
     const double step = device + by_phase["optimizer"].time[i];
-    const double rate = std::min(h.cores * kHostAdamWPerCore, h.host_bandwidth / kHostAdamWBytes);
-    double total = 0.0;
+    // With host masters the host also casts each updated weight to bf16 (6 bytes more a parameter; not in the
+    // measured per-core rate, so counted against the bandwidth only).
+    const double moved = kHostAdamWBytes + (host_masters ? 6.0 : 0.0);
+    const double rate = std::min(h.cores * kHostAdamWPerCore, h.host_bandwidth / moved);
+    double total = 0.0, returned = 0.0;
     for (double p : stage_params) total += p;
+    for (double b : return_bytes) returned += b;
     const double norm = by_phase["optimizer"].time[i] - adamw.time[i];  // on the device, after backward
     double exposed[2], step_off[2];
     for (int clip = 0; clip < 2; ++clip) {
-      exposed[clip] = handed_off_exposed(stage_params, c.model.n_layer, by_phase["backward"].time[i], norm, h.pcie,
-                                         rate, clip == 1);
+      exposed[clip] = handed_off_exposed(stage_params, return_bytes, c.model.n_layer, by_phase["backward"].time[i],
+                                         norm, h.pcie, rate, clip == 1);
       step_off[clip] = device + std::max(norm, exposed[clip]);
     }
     printf(
         "%s: %.3f s per step, %.0f tokens/s; offloaded (PCIe %.0f GB/s each way, %d host cores): copies %.3f s and "
         "host update %.3f s in all, handed off per layer %.3f s past backward with clipping (%.3f s per step, %.0f "
         "tokens/s), %.3f s without (%.3f s, %.0f tokens/s)\n",
-        kDevices[i].name, step, tokens / step, h.pcie / 1e9, h.cores, 8.0 * total / h.pcie, total / rate, exposed[1],
-        step_off[1], tokens / step_off[1], exposed[0], step_off[0], tokens / step_off[0]);
+        kDevices[i].name, step, tokens / step, h.pcie / 1e9, h.cores, (4.0 * total + returned) / h.pcie, total / rate,
+        exposed[1], step_off[1], tokens / step_off[1], exposed[0], step_off[0], tokens / step_off[0]);
   }
 }
 

@@ -1,0 +1,47 @@
+// A model's weights on the device when its fp32 masters live on the host (GPT built with host masters, for
+// training.offload = optimizer): there is no fp32 arena there. The products read the bf16 copy of the whole arena;
+// the tensors read in fp32 (the embeddings, the layernorms and the biases: every table row but the layers' four dense
+// weights) are packed, in arena order, into one small fp32 array. The optimizer updates the masters on the host and
+// sends each updated range in both forms.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/param_table.h"
+
+namespace ember {
+
+class PackedFp32Layout {
+ public:
+  explicit PackedFp32Layout(const ParamTable& table);
+
+  size_t numel() const { return numel_; }  // the packed array's elements
+  // Table row `row`'s first element in the packed array; not_packed for a dense weight.
+  static constexpr size_t not_packed = ~size_t(0);
+  size_t offset(size_t row) const { return row_offset_[row]; }
+  // The packed elements [first, second) of arena range [begin, end).
+  std::pair<size_t, size_t> range(size_t begin, size_t end) const;
+  // The packed rows' elements of arena range [begin, end), from src (arena element `begin` first) into dst (packed
+  // element range(begin, end).first first).
+  void pack(size_t begin, size_t end, const float* src, float* dst) const;
+
+ private:
+  struct Span {
+    size_t arena, numel, packed;  // a packed row: its arena offset, its elements, its packed offset
+  };
+  std::vector<Span> spans_;  // in arena order
+  std::vector<size_t> row_offset_;
+  size_t numel_ = 0;
+};
+
+// Where an optimizer that keeps the masters on the host writes such a model's weights (GPT::device_weights).
+struct DeviceWeights {
+  BFloat16* bf16 = nullptr;                  // (arena) the copy the products read
+  float* fp32 = nullptr;                     // (layout->numel()) the packed fp32 tensors
+  const PackedFp32Layout* layout = nullptr;  // null: the model has an fp32 arena (no host masters)
+};
+
+}  // namespace ember

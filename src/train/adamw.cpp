@@ -121,7 +121,8 @@ void AdamW::offloaded_step(float* params, const float* shard_grads, float lr, fl
 }
 
 void AdamW::update_on_host(size_t c0, size_t c1, const float* g, float lr, float grad_scale) {
-  std::vector<AdamWSegment> cut;
+  std::vector<AdamWSegment>& cut = cut_;  // one thread updates at a time: the step's, or the hand-off's
+  cut.clear();
   for (const AdamWSegment& s : segments_)
     if (std::max(s.begin, c0) < std::min(s.end, c1))
       cut.push_back({std::max(s.begin, c0) - c0, std::min(s.end, c1) - c0, s.weight_decay});

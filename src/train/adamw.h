@@ -106,6 +106,7 @@ class AdamW {
   float* v_ = nullptr;
   int t_ = 0;
   std::vector<AdamWSegment> segments_;  // the shard's table rows, relative to begin_, merged where decay agrees
+  std::vector<AdamWSegment> cut_;       // update_on_host's segments cut to a range, kept for the next
   // Offloaded: the CPU backend that runs the update on the host, and the host's masters and gradient staging
   // (m_ and v_ are host memory too), from backend_.alloc_host.
   std::unique_ptr<Backend> host_;

@@ -14,7 +14,7 @@ ARGS=(--config "$SRC/configs/tiny.ini" --data.dir=data --training.mode=async --t
 train() {  # train NP LOG ARGS...: an async run of NP ranks (timeout 300: a hang fails instead of blocking)
   local np=$1 log=$2
   shift 2
-  timeout 300 mpirun -np "$np" --oversubscribe "$EMBER" train "${ARGS[@]}" "$@" >"$log" 2>&1
+  mpi_train "$np" "$log" "${ARGS[@]}" "$@"
 }
 
 # 1. Center + 2 groups of 2 ranks, 60 steps.

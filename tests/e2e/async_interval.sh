@@ -5,10 +5,9 @@ source "$(dirname "$0")/support/common.bash"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 UCX_TLS=tcp,self
 
 "$EMBER" prep --input "$SRC/src" --output data --val-fraction 0.1 >/dev/null
-timeout 300 mpirun -np 3 --oversubscribe "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data \
-  --training.mode=async --training.threads=1 --async.local_steps=4 --eval.every=0 --eval.batches=2 --run.dir=a \
-  --training.steps=40 --checkpoint.interval=8 --checkpoint.keep_latest_k=0 >a.log 2>&1 ||
-  { cat a.log >&2; fail "async run failed"; }
+must_train 3 a.log --config "$SRC/configs/tiny.ini" --data.dir=data --training.mode=async --training.threads=1 \
+  --async.local_steps=4 --eval.every=0 --eval.batches=2 --run.dir=a --training.steps=40 --checkpoint.interval=8 \
+  --checkpoint.keep_latest_k=0
 grep -q "done at step 40" a.log || { cat a.log >&2; fail "async run did not reach step 40"; }
 
 want="step_00000008.h5 step_00000016.h5 step_00000024.h5 step_00000032.h5 step_00000040.h5"

@@ -18,7 +18,7 @@ ARGS=(--config "$SRC/configs/tiny.ini" --data.dir=data --training.mode=async --t
 train() {  # train NP LOG ARGS...: an async run of NP ranks (timeout 300: a hang fails instead of blocking)
   local np=$1 log=$2
   shift 2
-  timeout 300 mpirun -np "$np" --oversubscribe "$EMBER" train "${ARGS[@]}" "$@" >"$log" 2>&1
+  mpi_train "$np" "$log" "${ARGS[@]}" "$@"
 }
 
 # 1. Center + 2 workers, 60 steps, checkpoints every 20.
@@ -87,12 +87,10 @@ EOF
 # a worker adds its delta back onto the parameters it started from), far from sync at the default beta1, and its
 # checkpoint records the beta1 its moments were taken with.
 ONE=(--config "$SRC/configs/tiny.ini" --data.dir=data --training.threads=1 --training.steps=30 --eval.batches=4)
-timeout 300 mpirun -np 2 --oversubscribe "$EMBER" train "${ONE[@]}" --run.dir=beta_async --training.mode=async \
-  --async.compression=none --async.outer_lr=1 --async.outer_momentum=0 --async.inner_beta1=0.5 >beta_async.log 2>&1 ||
-  { cat beta_async.log >&2; fail "async run with async.inner_beta1=0.5"; }
+must_train 2 beta_async.log "${ONE[@]}" --run.dir=beta_async --training.mode=async --async.compression=none \
+  --async.outer_lr=1 --async.outer_momentum=0 --async.inner_beta1=0.5
 for beta in 0.5 0.9; do
-  timeout 300 mpirun -np 1 "$EMBER" train "${ONE[@]}" --run.dir="beta_sync$beta" --optimizer.beta1="$beta" \
-    >"beta_sync$beta.log" 2>&1 || { cat "beta_sync$beta.log" >&2; fail "sync run with optimizer.beta1=$beta"; }
+  must_train 1 "beta_sync$beta.log" "${ONE[@]}" --run.dir="beta_sync$beta" --optimizer.beta1="$beta"
 done
 "$EMBER" inspect beta_async/checkpoints/step_00000030.h5 >beta_inspect.log 2>&1 ||
   { cat beta_inspect.log >&2; fail "inspect rejects the async checkpoint of beta_async"; }

@@ -16,10 +16,9 @@ for kind in bpe bytes; do
   "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data_$kind --run.dir=run_$kind --training.steps=8 \
     --eval.every=4 --eval.batches=$BATCHES --model.vocab_size=$vocab --training.precision=fp32 > train_$kind.log 2>&1 ||
     { cat train_$kind.log >&2; fail "train $kind"; }
-  timeout 300 mpirun -np 2 --oversubscribe "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data_$kind \
-    --run.dir=async_$kind --training.mode=async --training.steps=8 --async.local_steps=2 --eval.every=4 \
-    --eval.batches=$BATCHES --model.vocab_size=$vocab > async_$kind.log 2>&1 ||
-    { cat async_$kind.log >&2; fail "async $kind"; }
+  must_train 2 async_$kind.log --config "$SRC/configs/tiny.ini" --data.dir=data_$kind --run.dir=async_$kind \
+    --training.mode=async --training.steps=8 --async.local_steps=2 --eval.every=4 --eval.batches=$BATCHES \
+    --model.vocab_size=$vocab
   "$EMBER" eval --checkpoint run_$kind/checkpoints/step_00000008.h5 --data data_$kind --batch-size $B --seq-len $T \
     --max-batches $BATCHES --json > eval_$kind.json || fail "ember eval $kind"
   "$PYTHON" - $kind $B $T $BATCHES <<'PY' || fail "bits per byte ($kind)"

@@ -75,10 +75,9 @@ for np in 1 2; do
     --training.batch_size=$((4 / np)) --training.precision=fp32 "${TASK[@]}" > task$np.log 2>&1 ||
     { cat task$np.log >&2; fail "training with eval.task at $np rank(s)"; }
 done
-timeout 300 mpirun -np 2 --oversubscribe "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data \
-  --run.dir=task_async --training.mode=async --training.steps=8 --async.local_steps=2 --eval.every=4 \
-  --model.vocab_size=448 --model.block_size=64 --training.seq_len=64 "${TASK[@]}" > task_async.log 2>&1 ||
-  { cat task_async.log >&2; fail "async training with eval.task"; }
+must_train 2 task_async.log --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=task_async \
+  --training.mode=async --training.steps=8 --async.local_steps=2 --eval.every=4 --model.vocab_size=448 \
+  --model.block_size=64 --training.seq_len=64 "${TASK[@]}"
 "$PYTHON" - <<'PY' || fail "the task's records"
 import json
 def recs(run):

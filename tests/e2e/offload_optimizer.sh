@@ -16,9 +16,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 run() {  # run NAME NP [extra args]
   local name=$1 np=$2
   shift 2
-  mpirun -np "$np" --oversubscribe "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir="$name" \
-    --training.steps=8 --training.precision="${PRECISION:-fp32}" --eval.every=4 --checkpoint.interval=0 --run.log_every=4 "$@" \
-    > "$name.log" 2>&1 || { cat "$name.log" >&2; fail "$name failed"; }
+  must_train "$np" "$name.log" --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir="$name" --training.steps=8 \
+    --training.precision="${PRECISION:-fp32}" --eval.every=4 --checkpoint.interval=0 --run.log_every=4 "$@"
 }
 same() {  # same A B: equal losses (every one, as printed) and equal final weights and moments
   losses "$1/metrics.jsonl" > "$1.losses"
@@ -109,12 +108,12 @@ unset PRECISION
 # came down) were alike in both runs must give bitwise the same loss, the others are not compared. A pair of runs in
 # which no later round is comparable (the machine busy enough to move every fetch) is run again, up to 3 times. A
 # worker whose host masters missed a rebase differs from its second round on.
-arun() {  # arun NAME NP [extra args]: 16 steps in rounds of 4 (timeout 300: a hang fails instead of blocking)
+arun() {  # arun NAME NP [extra args]: 16 steps in rounds of 4
   local name=$1 np=$2
   shift 2
-  timeout 300 mpirun -np "$np" --oversubscribe "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data \
-    --run.dir="$name" --training.mode=async --training.steps=16 --async.local_steps=4 --training.precision=fp32 \
-    --eval.every=0 --checkpoint.interval=0 --log-all-ranks "$@" > "$name.log" 2>&1 || { cat "$name.log" >&2; fail "$name failed"; }
+  must_train "$np" "$name.log" --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir="$name" --training.mode=async \
+    --training.steps=16 --async.local_steps=4 --training.precision=fp32 --eval.every=0 --checkpoint.interval=0 \
+    --log-all-ranks "$@"
 }
 first_round() { head -1 "$1/metrics_rank1.jsonl" | "$PYTHON" -c 'import json, sys; print(repr(json.load(sys.stdin)["loss"]))'; }
 same_rounds() {  # same_rounds A B: the later rounds that started alike, each checked bitwise; prints their count

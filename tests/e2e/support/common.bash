@@ -37,6 +37,19 @@ prep_demo_corpus() {
   "$EMBER" prep --input corpus --output "$1" --tokenizer bytes --val-fraction 0.05 >/dev/null
 }
 
+# mpi_train NP LOG ARGS...: `ember train ARGS` on NP ranks under mpirun, its output in LOG, bounded by
+# $TRAIN_TIMEOUT seconds (default 300: a hang fails instead of blocking); returns the run's status (124 at the bound).
+mpi_train() {
+  local np=$1 log=$2
+  shift 2
+  timeout "${TRAIN_TIMEOUT:-300}" mpirun -np "$np" --oversubscribe "$EMBER" train "$@" >"$log" 2>&1
+}
+
+# must_train NP LOG ARGS...: mpi_train, failing the script, with LOG shown, where the run does not succeed.
+must_train() {
+  mpi_train "$@" || { cat "$2" >&2; fail "ember train on $1 rank(s) failed (log: $2)"; }
+}
+
 # losses FILE: the "loss" of every record in a metrics.jsonl, one per line, as printed (exact).
 losses() {
   "$PYTHON" -c 'import json,sys

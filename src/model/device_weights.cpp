@@ -13,15 +13,20 @@ bool dense_weight(const ParamInfo& p) { return p.layer >= 0 && p.shape.size() ==
 
 }  // namespace
 
+// Each packed row takes its whole extent in the arena (up to the next row): its alignment, and wte's padding rows,
+// which the lm_head reads (zero).
 PackedFp32Layout::PackedFp32Layout(const ParamTable& table) {
-  for (const ParamInfo& p : table.params()) {
+  const std::vector<ParamInfo>& rows = table.params();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ParamInfo& p = rows[i];
     if (dense_weight(p)) {
       row_offset_.push_back(not_packed);
       continue;
     }
+    const size_t extent = (i + 1 < rows.size() ? rows[i + 1].offset : table.total_numel()) - p.offset;
     row_offset_.push_back(numel_);
-    spans_.push_back({p.offset, p.numel, numel_});
-    numel_ += (p.numel + 15) / 16 * 16;  // 64-byte aligned, as in the arena
+    spans_.push_back({p.offset, extent, numel_});
+    numel_ += extent;
   }
 }
 

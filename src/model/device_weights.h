@@ -30,18 +30,27 @@ class PackedFp32Layout {
 
  private:
   struct Span {
-    size_t arena, numel, packed;  // a packed row: its arena offset, its elements, its packed offset
+    size_t arena, numel, packed;  // a packed row: its arena offset, its extent there, its packed offset
   };
   std::vector<Span> spans_;  // in arena order
   std::vector<size_t> row_offset_;
   size_t numel_ = 0;
 };
 
+// Where a model's weights live (GPT's constructor; training.offload = optimizer chooses):
+//  device: the fp32 arena on the device (and its bf16 copy under bf16 storage);
+//  host: the fp32 masters on the host only; the device keeps the bf16 copy of the arena and the packed fp32 tensors;
+//  host_dense: as host, and the dense weights' bf16 copy stays on the host too (int8 and fp8, whose products read
+//   only their quantized copies: the backend quantizes them from the host's copy, once per step); the device keeps the
+//   packed tensors in fp32 and in bf16.
+enum class WeightHome { device, host, host_dense };
+
 // Where an optimizer that keeps the masters on the host writes such a model's weights (GPT::device_weights).
 struct DeviceWeights {
-  BFloat16* bf16 = nullptr;                  // (arena) the copy the products read
+  BFloat16* bf16 = nullptr;                  // (arena) the bf16 copy the products read; null under host_dense
+  BFloat16* packed_bf16 = nullptr;           // (layout->numel()) under host_dense: the packed tensors' bf16 copy
   float* fp32 = nullptr;                     // (layout->numel()) the packed fp32 tensors
-  const PackedFp32Layout* layout = nullptr;  // null: the model has an fp32 arena (no host masters)
+  const PackedFp32Layout* layout = nullptr;  // null: the model has an fp32 arena (WeightHome::device)
 };
 
 }  // namespace ember

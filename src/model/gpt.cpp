@@ -55,7 +55,7 @@ bool GPT::host_masters_possible(const ModelConfig& config, MatmulPrecision preci
 }
 
 GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
-                              bool bf16_storage, bool host_masters) {
+                              bool bf16_storage, WeightHome home) {
   // The constructor's allocations below, in the same order, counted instead of made.
   const size_t BT = mul_sat(size_t(max_B), size_t(max_T)), C = config.n_embd, V = config.padded_vocab_size(),
                NH = config.n_head;
@@ -64,9 +64,11 @@ GPT::Footprint GPT::footprint(const ModelConfig& config, int max_B, int max_T, b
   const size_t f32 = sizeof(float), gemm_in = bf16_storage ? sizeof(BFloat16) : sizeof(float),
                att = bf16_attention_out ? sizeof(BFloat16) : sizeof(float);
   Footprint fp;
-  const size_t fp32_weights = host_masters ? PackedFp32Layout(ParamTable(config)).numel() : arena;
-  fp.weight_bytes = add_sat(mul_sat(fp32_weights, f32),
-                            mul_sat(arena, (bf16_storage ? sizeof(BFloat16) : 0) + (with_grads ? f32 : 0)));
+  const size_t packed = home == WeightHome::device ? 0 : PackedFp32Layout(ParamTable(config)).numel();
+  const size_t fp32_weights = home == WeightHome::device ? arena : packed;
+  const size_t bf16_weights = !bf16_storage ? 0 : home == WeightHome::host_dense ? packed : arena;
+  fp.weight_bytes = add_sat(add_sat(mul_sat(fp32_weights, f32), mul_sat(bf16_weights, sizeof(BFloat16))),
+                            mul_sat(arena, with_grads ? f32 : 0));
   size_t a = mul_sat(BT, 2 * sizeof(int32_t) + C * f32 + 2 * C * gemm_in);  // token ids; encoded; attproj, fcproj
   const size_t attention = mul_sat(BT, C * gemm_in + 2 * f32 + 3 * C * att + C * att + NH * f32);
   const size_t mlp = mul_sat(BT, C * f32 + C * gemm_in + 2 * f32 + 8 * C * gemm_in);
@@ -99,13 +101,13 @@ TensorOut GPT::alloc_activation(size_t n, bool bf16) {
 }
 
 GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads, Recompute recompute,
-         bool host_masters)
+         WeightHome home)
     : config_(config),
       backend_(backend),
       recompute_(recompute),
       precision_(backend.matmul_precision()),
       bf16_storage_(gemm_inputs_in_bf16(precision_)),
-      host_masters_(host_masters),
+      home_(home),
       table_(config),
       packed_(table_),
       max_B_(max_B),
@@ -114,16 +116,21 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
   EMBER_ASSERT(max_B >= 1, "max_B must be positive");
   EMBER_ASSERT(config.n_embd % config.n_head == 0, "n_embd must be a multiple of n_head");
   EMBER_ASSERT(attention_schedule_problem(config).empty(), attention_schedule_problem(config));
-  EMBER_ASSERT(!host_masters || host_masters_possible(config, precision_), "host masters need a bf16 weight copy");
+  EMBER_ASSERT(!host_masters() || host_masters_possible(config, precision_), "host masters need a bf16 weight copy");
+  EMBER_ASSERT(home != WeightHome::host_dense || dense_weights_quantized(precision_),
+               "only quantized products leave the dense weights' copy on the host");
   const size_t BT = size_t(max_B) * max_T, C = config.n_embd, V = config.padded_vocab_size(), NH = config.n_head;
   arena_numel_ = (table_.total_numel() + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
   bf16_attention_out_ = bf16_storage_ && attention_in_bf16(MatmulPrecision::bf16, int(C / NH));
-  for (size_t i = 0; i < table_.params().size(); ++i)
-    fp32_offset_.push_back(host_masters_ ? packed_.offset(i) : table_.params()[i].offset);
-  params_ = alloc_floats(host_masters_ ? packed_.numel() : arena_numel_, /*weights=*/true);
+  for (size_t i = 0; i < table_.params().size(); ++i) {
+    fp32_offset_.push_back(host_masters() ? packed_.offset(i) : table_.params()[i].offset);
+    bf16_offset_.push_back(home == WeightHome::host_dense ? packed_.offset(i) : table_.params()[i].offset);
+  }
+  params_ = alloc_floats(host_masters() ? packed_.numel() : arena_numel_, /*weights=*/true);
   if (bf16_storage_) {
-    params_bf16_ = static_cast<BFloat16*>(backend_.alloc(arena_numel_ * sizeof(BFloat16)));
-    weight_bytes_ += arena_numel_ * sizeof(BFloat16);
+    const size_t n = home == WeightHome::host_dense ? packed_.numel() : arena_numel_;
+    params_bf16_ = static_cast<BFloat16*>(backend_.alloc(n * sizeof(BFloat16)));
+    weight_bytes_ += n * sizeof(BFloat16);
     allocations_.push_back(params_bf16_);
   }
   inputs_ = static_cast<int32_t*>(backend_.alloc(BT * sizeof(int32_t)));
@@ -176,7 +183,7 @@ GPT::GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool
     d3C_ = alloc_activation(BT * 3 * C, bf16_attention_out_);
     d4C_ = alloc_activation(BT * 4 * C, bf16_storage_);
   }
-  const Footprint fp = footprint(config, max_B, max_T, with_grads, recompute, bf16_storage_, host_masters_);
+  const Footprint fp = footprint(config, max_B, max_T, with_grads, recompute, bf16_storage_, home_);
   EMBER_ASSERT(fp.weight_bytes == weight_bytes_ && fp.activation_bytes == activation_bytes_,
                "GPT::footprint() disagrees with what the constructor allocated");
 }
@@ -212,22 +219,30 @@ std::vector<float> GPT::initial_weights(uint64_t seed) const {
 }
 
 const float* GPT::params() const {
-  EMBER_ASSERT(!host_masters_, "GPT::params(): a model with host masters has no fp32 arena");
+  EMBER_ASSERT(!host_masters(), "GPT::params(): a model with host masters has no fp32 arena");
   return params_;
 }
 
 void GPT::set_weights(const float* host) {
   weights_changed_ = true;
-  if (!host_masters_) {
+  if (!host_masters()) {
     backend_.copy_to_device(params_, host, arena_numel_ * sizeof(float));
     return;
   }
   std::vector<float> packed(packed_.numel(), 0.0f);
   packed_.pack(0, arena_numel_, host, packed.data());
   backend_.copy_to_device(params_, packed.data(), packed.size() * sizeof(float));
-  std::vector<BFloat16> copy(arena_numel_);
-  for (size_t i = 0; i < copy.size(); ++i) copy[i] = to_bf16(host[i]);
+  // The bf16 copy: of the arena, or under host_dense of the packed tensors (the dense weights' is the host's).
+  const float* from = home_ == WeightHome::host_dense ? packed.data() : host;
+  std::vector<BFloat16> copy(home_ == WeightHome::host_dense ? packed.size() : arena_numel_);
+  for (size_t i = 0; i < copy.size(); ++i) copy[i] = to_bf16(from[i]);
   backend_.copy_to_device(params_bf16_, copy.data(), copy.size() * sizeof(BFloat16));
+}
+
+DeviceWeights GPT::device_weights() {
+  if (!host_masters()) return {};
+  if (home_ == WeightHome::host_dense) return {nullptr, params_bf16_, params_, &packed_};
+  return {params_bf16_, nullptr, params_, &packed_};
 }
 
 double GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
@@ -279,7 +294,8 @@ void GPT::forward_blocks(const int32_t* inputs, int B, int T) {
   // through params()): one cast over the arena, 6 bytes per parameter, once per step however many micro-batches;
   // under int8 the backend likewise quantizes each dense weight again, once, as the step's first product reads it.
   if (weights_changed_) {
-    if (bf16_storage_ && !host_masters_) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+    if (bf16_storage_ && !host_masters()) be.cast_to_bf16(params_bf16_, params_, table_.total_numel());
+    EMBER_ASSERT(home_ != WeightHome::host_dense || host_bf16_, "GPT: no host weight copy (set_host_weight_copy)");
     be.weights_changed();
   }
   weights_changed_ = false;

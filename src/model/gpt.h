@@ -38,12 +38,14 @@ class GPT {
   // params()). That changes no value (those inputs are rounded to bf16 anyway) and halves their memory. So are the
   // outputs of c_attn (where attention is bf16), c_fc and the two projections (c_proj's), their biases added in bf16
   // (core/dtype.h): GELU then reads its input rounded to bf16, and the residual adds each branch's output so.
-  // host_masters (training.offload = optimizer; host_masters_possible): the fp32 master weights are the optimizer's,
-  // on the host, and this model keeps no fp32 arena: only the bf16 working copy and the packed fp32 tensors
-  // (model/device_weights.h), which the optimizer writes (device_weights()) and set_weights() sets. The numbers are
-  // those of a model with the arena: the copy holds the same bf16 values, the packed tensors the same fp32 ones.
+  // home other than device (training.offload = optimizer; host_masters_possible; model/device_weights.h): the fp32
+  // master weights are the optimizer's, on the host, and this model keeps no fp32 arena: only the bf16 working copy
+  // (under host_dense, of the packed tensors only; the dense weights' is the host's, set_host_weight_copy) and the
+  // packed fp32 tensors, which the optimizer writes (device_weights()) and set_weights() sets. The numbers are those of
+  // a model with the arena: the copy holds the same bf16 values, the packed tensors the same fp32 ones (under int8 and
+  // fp8 the products quantize the bf16 copy instead of the fp32 masters).
   GPT(const ModelConfig& config, Backend& backend, int max_B, int max_T, bool with_grads = true,
-      Recompute recompute = Recompute::none, bool host_masters = false);
+      Recompute recompute = Recompute::none, WeightHome home = WeightHome::device);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -60,7 +62,7 @@ class GPT {
     size_t activation_bytes = 0;  // as activation_bytes()
   };
   static Footprint footprint(const ModelConfig& config, int max_B, int max_T, bool with_grads, Recompute recompute,
-                             bool bf16_storage, bool host_masters = false);
+                             bool bf16_storage, WeightHome home = WeightHome::device);
   // Whether a model of `config` may be built with host masters at `precision`: where every weight the products read
   // has a bf16 copy (bf16 storage, and attention's output in bf16, which its projection's weight is read as).
   static bool host_masters_possible(const ModelConfig& config, MatmulPrecision precision);
@@ -88,17 +90,19 @@ class GPT {
     return const_cast<float*>(std::as_const(*this).params());
   }
   const float* params() const;
-  bool host_masters() const { return host_masters_; }
+  bool host_masters() const { return home_ != WeightHome::device; }
+  WeightHome home() const { return home_; }
+  // Under host_dense: the host's bf16 copy of the whole arena (page-locked, so that a GPU reads it in place), from
+  // which the backend quantizes the dense weights. Set before the first forward, kept current by its owner.
+  void set_host_weight_copy(const BFloat16* host) { host_bf16_ = host; }
   // params(), or null with host masters: what an optimizer step is given, which then writes device_weights() instead.
   // Either way the weights count as changed (the next forward recasts or requantizes what it must).
   float* device_masters() {
     weights_changed_ = true;
-    return host_masters_ ? nullptr : params_;
+    return host_masters() ? nullptr : params_;
   }
   // With host masters, the bf16 copy and the packed fp32 tensors; without, nothing (a null layout).
-  DeviceWeights device_weights() {
-    return host_masters_ ? DeviceWeights{params_bf16_, params_, &packed_} : DeviceWeights{};
-  }
+  DeviceWeights device_weights();
   // Sets every weight from a host arena (arena_numel() values): into params(), or with host masters into the bf16
   // copy (cast on the host, to nearest even as the backend casts) and the packed tensors.
   void set_weights(const float* host);
@@ -165,18 +169,21 @@ class GPT {
   // A tensor the model may lack (wpe): null where it does.
   float* p(const ParamInfo* info) { return info ? p(*info) : nullptr; }
   float* g(const ParamInfo* info) { return info ? g(*info) : nullptr; }
+  size_t row(const ParamInfo& info) const { return size_t(&info - table_.params().data()); }
+  BFloat16* b(const ParamInfo& info) const { return params_bf16_ + bf16_offset_[row(info)]; }  // in the bf16 copy
   // A weight as the GEMMs read it: the bf16 working copy, or the master weight.
   TensorIn w(const ParamInfo& info) const {
-    return bf16_storage_ ? TensorIn(params_bf16_ + info.offset) : TensorIn(params_ + info.offset);
+    return bf16_storage_ ? TensorIn(b(info)) : TensorIn(const_cast<GPT*>(this)->p(info));
   }
   // A dense layer's bias as its GEMM adds it: stored as the layer's output is.
   TensorIn bias(const ParamInfo& info, TensorOut out) const {
-    return out.bf16 ? TensorIn(params_bf16_ + info.offset) : TensorIn(const_cast<GPT*>(this)->p(info));
+    return out.bf16 ? TensorIn(b(info)) : TensorIn(const_cast<GPT*>(this)->p(info));
   }
   // A dense layer's weight as its GEMMs read it: under int8 and fp8 the fp32 master, which the products quantize (with
-  // host masters, the bf16 copy: the only form on the device).
+  // host masters, the bf16 copy: the only form there is; under host_dense the host's).
   TensorIn dense_w(const ParamInfo& info) const {
-    return dense_weights_quantized(precision_) && !host_masters_ ? TensorIn(params_ + info.offset) : w(info);
+    if (home_ == WeightHome::host_dense) return TensorIn(host_bf16_ + info.offset);
+    return dense_weights_quantized(precision_) && !host_masters() ? TensorIn(params_ + info.offset) : w(info);
   }
   // The attention projection's weight, stored as atty is (which is fp32 where attention is, at any precision).
   TensorIn proj_weight(int l) const {
@@ -208,13 +215,15 @@ class GPT {
   MatmulPrecision precision_;  // the backend's at construction; the dense layers' products under int8 and fp8
                                // quantize the fp32 masters, and int8 dithers the output gradients
   bool bf16_storage_ = false;
-  bool host_masters_ = false;
+  WeightHome home_ = WeightHome::device;
+  const BFloat16* host_bf16_ = nullptr;           // under host_dense: set_host_weight_copy
   uint64_t dither_seed_ = 0, dither_sample_ = 0;  // set_dither_seed, set_dither_sample
   bool bf16_attention_out_ = false;  // attention's output is stored in bf16 (bf16 storage and attention_in_bf16)
   size_t weight_bytes_ = 0, activation_bytes_ = 0;
   ParamTable table_;
   PackedFp32Layout packed_;
   std::vector<size_t> fp32_offset_;  // each table row's first element in params_: its arena offset, or packed
+  std::vector<size_t> bf16_offset_;  // and in params_bf16_ (packed under host_dense)
   size_t arena_numel_ = 0;
   std::function<void(int)> backward_hook_;
   int max_B_, max_T_;
@@ -224,7 +233,7 @@ class GPT {
 
   float* params_ = nullptr;  // (arena_numel) the fp32 weights; with host masters (packed_.numel()) the packed ones
   float* grads_ = nullptr;
-  BFloat16* params_bf16_ = nullptr;                 // (arena_numel) the working copy under bf16 storage
+  BFloat16* params_bf16_ = nullptr;                 // (arena_numel, or packed) the working copy under bf16 storage
   bool weights_changed_ = true;                     // since the working copy was cast
   int32_t *inputs_ = nullptr, *targets_ = nullptr;  // (B, T)
   float* encoded_ = nullptr;                        // (B, T, C) block 0 input

@@ -44,12 +44,16 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
       v_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
       host_grads_ = static_cast<float*>(backend_.alloc_host((offload_host_bytes(n, handoff) - 3 * n * sizeof(float))));
       if (device_.layout) {
+        const size_t packed = std::max<size_t>(p1 - p0, 1);
         host_bf16_ = static_cast<BFloat16*>(backend_.alloc_host(n * sizeof(BFloat16)));
-        host_packed_ = static_cast<float*>(backend_.alloc_host(std::max<size_t>(p1 - p0, 1) * sizeof(float)));
+        host_packed_ = static_cast<float*>(backend_.alloc_host(packed * sizeof(float)));
+        if (device_.packed_bf16)
+          host_packed_bf16_ = static_cast<BFloat16*>(backend_.alloc_host(packed * sizeof(BFloat16)));
       }
       if (handoff) handoff_ = std::make_unique<Handoff>();
     } catch (...) {  // no destructor runs for a constructor that throws: free what was allocated
-      for (void* p : std::initializer_list<void*>{m_, v_, host_masters_, host_grads_, host_bf16_, host_packed_})
+      for (void* p : std::initializer_list<void*>{m_, v_, host_masters_, host_grads_, host_bf16_, host_packed_,
+                                                  host_packed_bf16_})
         backend_.free_host(p);
       throw;
     }
@@ -75,7 +79,8 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
 AdamW::~AdamW() {
   stop_handoff();
   if (offloaded()) {
-    for (void* p : std::initializer_list<void*>{m_, v_, host_masters_, host_grads_, host_bf16_, host_packed_})
+    for (void* p :
+         std::initializer_list<void*>{m_, v_, host_masters_, host_grads_, host_bf16_, host_packed_, host_packed_bf16_})
       backend_.free_host(p);
     return;
   }
@@ -138,18 +143,24 @@ void AdamW::send_weights(float* params, size_t c0, size_t c1, std::deque<Backend
     return;
   }
   host_->cast_to_bf16(host_bf16_ + c0, host_masters_ + c0, c1 - c0);
-  copies.push_back(
-      backend_.copy_to_device_async(device_.bf16 + begin_ + c0, host_bf16_ + c0, (c1 - c0) * sizeof(BFloat16)));
+  if (device_.bf16)
+    copies.push_back(
+        backend_.copy_to_device_async(device_.bf16 + begin_ + c0, host_bf16_ + c0, (c1 - c0) * sizeof(BFloat16)));
   const auto [p0, p1] = device_.layout->range(begin_ + c0, begin_ + c1);
   if (p0 == p1) return;
-  device_.layout->pack(begin_ + c0, begin_ + c1, host_masters_ + c0, host_packed_ + (p0 - packed_begin_));
-  copies.push_back(
-      backend_.copy_to_device_async(device_.fp32 + p0, host_packed_ + (p0 - packed_begin_), (p1 - p0) * sizeof(float)));
+  float* packed = host_packed_ + (p0 - packed_begin_);
+  device_.layout->pack(begin_ + c0, begin_ + c1, host_masters_ + c0, packed);
+  copies.push_back(backend_.copy_to_device_async(device_.fp32 + p0, packed, (p1 - p0) * sizeof(float)));
+  if (!device_.packed_bf16) return;
+  BFloat16* packed_bf16 = host_packed_bf16_ + (p0 - packed_begin_);
+  host_->cast_to_bf16(packed_bf16, packed, p1 - p0);
+  copies.push_back(backend_.copy_to_device_async(device_.packed_bf16 + p0, packed_bf16, (p1 - p0) * sizeof(BFloat16)));
 }
 
 void AdamW::weights_loaded(const float* host_arena) {
   if (!offloaded()) return;
   std::memcpy(host_masters_, host_arena + begin_, (end_ - begin_) * sizeof(float));
+  if (host_bf16_) host_->cast_to_bf16(host_bf16_, host_masters_, end_ - begin_);
   masters_stale_ = false;
 }
 
@@ -182,21 +193,24 @@ void AdamW::read_moments(float* m, float* v) const {
   }
 }
 
-size_t AdamW::offload_host_bytes(size_t shard, bool handoff, std::optional<size_t> packed) {
-  const size_t device_weights = packed ? shard * sizeof(BFloat16) + *packed * sizeof(float) : 0;
+size_t AdamW::offload_host_bytes(size_t shard, bool handoff, std::optional<size_t> packed, bool packed_bf16) {
+  const size_t device_weights =
+      packed ? shard * sizeof(BFloat16) + *packed * (sizeof(float) + (packed_bf16 ? sizeof(BFloat16) : 0)) : 0;
   return (3 * shard + (handoff ? shard : 2 * std::min(shard, kOffloadChunk))) * sizeof(float) + device_weights;
 }
 
-bool offload_host_masters(const RunConfig& c, MatmulPrecision precision) {
-  return c.training.offload == Offload::optimizer && c.training.mode == TrainingMode::sync &&
-         GPT::host_masters_possible(c.model, precision);
+WeightHome offload_weight_home(const RunConfig& c, MatmulPrecision precision) {
+  if (c.training.offload != Offload::optimizer || c.training.mode != TrainingMode::sync ||
+      !GPT::host_masters_possible(c.model, precision))
+    return WeightHome::device;
+  return dense_weights_quantized(precision) && c.training.zero == 0 ? WeightHome::host_dense : WeightHome::host;
 }
 
 size_t AdamW::host_bytes() const {
   if (!offloaded()) return 0;
   const std::optional<size_t> packed =
       device_.layout ? std::optional<size_t>(packed_end_ - packed_begin_) : std::nullopt;
-  return offload_host_bytes(end_ - begin_, handoff_enabled(), packed);
+  return offload_host_bytes(end_ - begin_, handoff_enabled(), packed, device_.packed_bf16 != nullptr);
 }
 
 float clip_scale(float norm, float max_norm) {

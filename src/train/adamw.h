@@ -28,8 +28,10 @@ class AdamW {
   // handoff: offloaded, the step may be handed off stage by stage (begin_handoff), which takes host memory for the
   // whole shard's gradients instead of two chunks' (offload_host_bytes).
   // device (offloaded, a model built with host masters: GPT::device_weights): the model has no fp32 arena, and each
-  // updated range goes back as the bf16 copy (cast on the host) and the packed fp32 tensors; the params given to the
-  // steps are then null. The weights are set from the host (weights_loaded), never read from the device.
+  // updated range goes back as the bf16 copy (cast on the host) and the packed fp32 tensors, or where the dense
+  // weights' bf16 copy stays on the host (device.bf16 null: host_bf16()) as the packed tensors in fp32 and bf16; the
+  // params given to the steps are then null. The weights are set from the host (weights_loaded), never read from the
+  // device.
   AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin, size_t shard_end,
         Offload offload = Offload::none, bool handoff = false, DeviceWeights device = {});
   ~AdamW();
@@ -45,8 +47,11 @@ class AdamW {
   // step. Nothing to do without offload.
   void params_changed() { masters_stale_ = true; }
   // The weights were set from a host arena (arena element 0 first): offloaded, the masters take the shard's from it
-  // (with device weights, the only way they are set). Nothing to do without offload.
+  // (with device weights, the only way they are set; and the host's bf16 copy). Nothing to do without offload.
   void weights_loaded(const float* host_arena);
+  // With device weights: the host's bf16 copy of the shard's weights (page-locked; element 0 is arena element
+  // shard_begin), current after each step and load: what a model whose dense weights' copy stays on the host reads.
+  const BFloat16* host_bf16() const { return host_bf16_; }
 
   // The step handed off stage by stage during backward (constructed with handoff; for gradients that nothing reduces
   // between backward and the update: one rank, or an async worker). begin_handoff, before the last micro-batch's
@@ -79,8 +84,9 @@ class AdamW {
   void set_step_count(int t) { t_ = t; }
   // Host memory an offloaded optimizer of `shard` elements holds: masters, moments and the gradients' staging (two
   // chunks, or with handoff the whole shard); with device weights of `packed` packed elements in the shard, the
-  // staging of the bf16 copy and of those.
-  static size_t offload_host_bytes(size_t shard, bool handoff = false, std::optional<size_t> packed = std::nullopt);
+  // staging of the bf16 copy and of those (in fp32, and with packed_bf16 in bf16 too).
+  static size_t offload_host_bytes(size_t shard, bool handoff = false, std::optional<size_t> packed = std::nullopt,
+                                   bool packed_bf16 = false);
   size_t host_bytes() const;  // what this one holds there (0 without offload)
 
  private:
@@ -118,6 +124,7 @@ class AdamW {
   DeviceWeights device_;
   BFloat16* host_bf16_ = nullptr;
   float* host_packed_ = nullptr;
+  BFloat16* host_packed_bf16_ = nullptr;  // where device_.packed_bf16 is
   size_t packed_begin_ = 0, packed_end_ = 0;
   std::unique_ptr<Handoff> handoff_;  // constructed with handoff (and offloaded)
 };
@@ -126,10 +133,13 @@ class AdamW {
 // step off stage by stage: an offloaded run whose gradients nothing reduces between backward and the update.
 bool offload_hands_off(const RunConfig& config, int world_size);
 
-// Whether training with `config` at `precision` keeps the fp32 masters on the host only, the device holding the bf16
-// copy and the packed fp32 tensors (GPT's host masters): an offloaded sync run where the model has that copy. Async
-// workers keep the fp32 arena on the device, where each round's exchange rebases the weights.
-bool offload_host_masters(const RunConfig& config, MatmulPrecision precision);
+// Where training with `config` at `precision` keeps the weights (model/device_weights.h): on the host only, the device
+// holding the bf16 copy and the packed fp32 tensors (GPT's host masters), in an offloaded sync run where the model
+// has that copy; else on the device. Async workers keep the fp32 arena on the device, where each round's exchange
+// rebases the weights.
+// host_dense where the products quantize their weights (int8, fp8) and each rank updates the whole arena (no ZeRO-1:
+// the host then has the whole bf16 copy).
+WeightHome offload_weight_home(const RunConfig& config, MatmulPrecision precision);
 
 // The factor that scales gradients of global norm `norm` to max_norm, when max_norm > 0 and norm exceeds it; else 1.
 float clip_scale(float norm, float max_norm);

@@ -10,9 +10,9 @@
 namespace ember {
 
 MemoryEstimate estimate_training_memory(const RunConfig& c, int world_size, MatmulPrecision precision) {
-  const bool host_masters = offload_host_masters(c, precision);
+  const WeightHome home = offload_weight_home(c, precision);
   const GPT::Footprint fp = GPT::footprint(c.model, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
-                                           c.training.recompute, gemm_inputs_in_bf16(precision), host_masters);
+                                           c.training.recompute, gemm_inputs_in_bf16(precision), home);
   // As the trainers shard it: each rank holds arena / world_size of the moments (and a gradient shard) under ZeRO-1.
   const size_t arena = (ParamTable(c.model).total_numel() + GPT::ARENA_ALIGN - 1) / GPT::ARENA_ALIGN * GPT::ARENA_ALIGN;
   const bool zero = c.training.zero == 1 && c.training.mode == TrainingMode::sync;
@@ -25,8 +25,10 @@ MemoryEstimate estimate_training_memory(const RunConfig& c, int world_size, Matm
   // With host masters the host also stages the bf16 copy and the packed tensors (all of them: rank 0's shard, which
   // holds wte, the largest, has nearly all).
   const std::optional<size_t> packed =
-      host_masters ? std::optional<size_t>(PackedFp32Layout(ParamTable(c.model)).numel()) : std::nullopt;
-  m.host = offload ? AdamW::offload_host_bytes(shard, offload_hands_off(c, world_size), packed) : 0;
+      home != WeightHome::device ? std::optional<size_t>(PackedFp32Layout(ParamTable(c.model)).numel()) : std::nullopt;
+  m.host = offload ? AdamW::offload_host_bytes(shard, offload_hands_off(c, world_size), packed,
+                                               home == WeightHome::host_dense)
+                   : 0;
   m.extra = zero ? shard * sizeof(float) : 0;
   return m;
 }

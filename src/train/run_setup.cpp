@@ -64,15 +64,18 @@ size_t log_model_memory(const GPT& model, const AdamW& optimizer, const Backend&
   const MatmulPrecision precision = backend.matmul_precision();
   const size_t copies = GPT::quantized_weight_copy_bytes(model.config(), precision);
   const size_t total = model.weight_bytes() + copies + moments + model.activation_bytes() + extra_bytes;
-  char shard[64] = "", quantized[64] = "", adam[320] = "";
+  char shard[64] = "", quantized[64] = "", adam[384] = "";
   if (optimizer.offloaded())
     snprintf(adam, sizeof(adam),
              "AdamW on the host (training.offload = optimizer: master weights, moments and "
              "staging %.1f MiB there%s%s)",
              double(optimizer.host_bytes()) * mib,
-             model.host_masters() ? "; the device keeps no fp32 arena, only the bf16 copy and the fp32 embeddings, "
-                                    "layernorms and biases"
-                                  : "",
+             model.home() == WeightHome::host_dense
+                 ? "; the device keeps no fp32 arena, only the fp32 and bf16 embeddings, layernorms and biases: the "
+                   "products quantize the dense weights from the host's bf16 copy"
+             : model.host_masters() ? "; the device keeps no fp32 arena, only the bf16 copy and the fp32 embeddings, "
+                                      "layernorms and biases"
+                                    : "",
              optimizer.handoff_enabled() ? "; each layer's gradients go there as backward finishes it" : "");
   else
     snprintf(adam, sizeof(adam), "AdamW moments %.1f MiB", double(moments) * mib);

@@ -131,7 +131,7 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
   require_memory("training", estimate_training_memory(c, world.size, be.matmul_precision()), be, world.local_size,
                  training_memory_hint());
   s.model = std::make_unique<GPT>(c.model, be, c.training.batch_size, c.training.seq_len, /*with_grads=*/true,
-                                  c.training.recompute, offload_host_masters(c, be.matmul_precision()));
+                                  c.training.recompute, offload_weight_home(c, be.matmul_precision()));
   s.model->set_dither_seed(c.training.seed);
   const ParamTable& table = s.model->table();
   const size_t arena = s.model->arena_numel(), share = arena / size_t(world.size);
@@ -146,6 +146,7 @@ SyncTrainer::SyncTrainer(const World& world, const RunConfig& config, std::strin
                                           offload_hands_off(c, world.size), s.model->device_weights());
     if (world.size > 1) s.buckets = gradient_buckets(table, c.model.n_layer, arena, c.training.bucket_mb);
   }
+  if (s.model->home() == WeightHome::host_dense) s.model->set_host_weight_copy(s.optimizer->host_bf16());
   s.counted_bytes = log_model_memory(*s.model, *s.optimizer, be, s.zero() ? share * sizeof(float) : 0);
   log_info("world: %d rank(s) | data parallel%s | global batch %d x %d tokens x %d accumulation x %d ranks", world.size,
            s.zero() ? " + ZeRO-1" : "", c.training.batch_size, c.training.seq_len, c.training.grad_accum_steps,

@@ -69,7 +69,7 @@ class Ledger final : public LaunchCostSink {
   // The fused classifier (the loss and its gradient) ends the forward phase.
   void record(const LaunchCost& c) override {
     entries.push_back({phase, c});
-    if (std::strcmp(c.name, "crossentropy_forward_backward") == 0) phase = "backward";
+    if (phase == "forward" && std::strcmp(c.name, "crossentropy_forward_backward") == 0) phase = "backward";
   }
 };
 
@@ -146,14 +146,17 @@ void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries,
   const MemoryEstimate plain = estimate_training_memory(c, 1, precision),
                        offloaded = estimate_training_memory(off, 1, precision);
   // The arena's elements, padding included: the code copies and updates them; what goes back per stage.
-  const bool host_masters = offload_host_masters(off, precision);
+  const WeightHome home = offload_weight_home(off, precision);
+  const bool host_masters = home != WeightHome::device;
   const PackedFp32Layout packed(table);
   std::vector<double> stage_params, return_bytes;
   for (const GradientBucket& b : gradient_buckets(table, c.model.n_layer, arena, 0.0f)) {
     const auto [p0, p1] = packed.range(b.begin, b.end);
     stage_params.push_back(double(b.end - b.begin));
-    return_bytes.push_back(host_masters ? 2.0 * double(b.end - b.begin) + 4.0 * double(p1 - p0)
-                                        : 4.0 * double(b.end - b.begin));
+    // fp32; or the bf16 copy and the packed fp32 tensors; or under host_dense the packed tensors in fp32 and bf16.
+    return_bytes.push_back(home == WeightHome::host_dense ? 6.0 * double(p1 - p0)
+                           : host_masters                 ? 2.0 * double(b.end - b.begin) + 4.0 * double(p1 - p0)
+                                                          : 4.0 * double(b.end - b.begin));
   }
   const double gib = 1.0 / 1073741824.0;
   printf(
@@ -163,8 +166,13 @@ void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries,
       double(offloaded.host) * gib);
   for (int i = 0; i < 2; ++i) {
     const OffloadHost& h = kOffloadHosts[i];
-    const double micro = by_phase["forward"].time[i] + by_phase["backward"].time[i];
-    const double device = by_phase["zero_grad"].time[i] + A * micro;
+    // The first micro-step also makes the weights' quantized copies (once per step); under host_dense they read
+    // their bf16 source from the host, over the link (the device model's copies read fp32 masters: half the bytes).
+    const double later = by_phase["again"].time[i];
+    const double once = by_phase["forward"].time[i] + by_phase["backward"].time[i] - later;
+    const double once_read = by_phase["forward"].read + by_phase["backward"].read - by_phase["again"].read;
+    const double once_off = home == WeightHome::host_dense ? std::max(once, 0.5 * once_read / h.pcie) : once;
+    const double device = by_phase["zero_grad"].time[i] + A * later + once;
     const double step = device + by_phase["optimizer"].time[i];
     // With host masters the host also casts each updated weight to bf16 (6 bytes more a parameter; not in the
     // measured per-core rate, so counted against the bandwidth only).
@@ -178,14 +186,14 @@ void print_optimizer_step(const RunConfig& c, const std::vector<Entry>& entries,
     for (int clip = 0; clip < 2; ++clip) {
       exposed[clip] = handed_off_exposed(stage_params, return_bytes, c.model.n_layer, by_phase["backward"].time[i],
                                          norm, h.pcie, rate, clip == 1);
-      step_off[clip] = device + std::max(norm, exposed[clip]);
+      step_off[clip] = device - once + once_off + std::max(norm, exposed[clip]);
     }
     printf(
-        "%s: %.3f s per step, %.0f tokens/s; offloaded (PCIe %.0f GB/s each way, %d host cores): copies %.3f s and "
-        "host update %.3f s in all, handed off per layer %.3f s past backward with clipping (%.3f s per step, %.0f "
-        "tokens/s), %.3f s without (%.3f s, %.0f tokens/s)\n",
-        kDevices[i].name, step, tokens / step, h.pcie / 1e9, h.cores, (4.0 * total + returned) / h.pcie, total / rate,
-        exposed[1], step_off[1], tokens / step_off[1], exposed[0], step_off[0], tokens / step_off[0]);
+        "%s: %.3f s per step (weight copies %.3f s), %.0f tokens/s; offloaded (PCIe %.0f GB/s each way, %d host "
+        "cores): weight copies %.3f s, copies %.3f s and host update %.3f s in all, handed off per layer %.3f s past "
+        "backward with clipping (%.3f s per step, %.0f tokens/s), %.3f s without (%.3f s, %.0f tokens/s)\n",
+        kDevices[i].name, step, once, tokens / step, h.pcie / 1e9, h.cores, once_off, (4.0 * total + returned) / h.pcie,
+        total / rate, exposed[1], step_off[1], tokens / step_off[1], exposed[0], step_off[0], tokens / step_off[0]);
   }
 }
 
@@ -219,10 +227,14 @@ int run(int argc, char** argv) {
 
   const KernelModelCounts before = kernel_model_counts();
   ledger.entries.clear();
-  // One micro-step as the trainer takes it (train/local_step.cpp), then the update; clipping counted as active.
+  // One micro-step as the trainer takes it (train/local_step.cpp), then the update; clipping counted as active. A
+  // second micro-step ("again", kept apart from the step's sums) shows what a step's later micro-steps cost: the
+  // first makes the weights' quantized copies, once per step.
   ledger.phase = "zero_grad";
   model.zero_grad();
   ledger.phase = "forward";  // the classifier's launch turns it into "backward" (Ledger::record)
+  model.forward_backward(tokens.data(), tokens.data(), B, T, 1.0f);
+  ledger.phase = "again";
   model.forward_backward(tokens.data(), tokens.data(), B, T, 1.0f);
   ledger.phase = "optimizer";
   be->sum_squares(model.grads(), arena);
@@ -262,7 +274,7 @@ int run(int argc, char** argv) {
   const double want_backward = 2.0 * want_forward + 2.0 * step_tokens * c.model.n_layer * rerun * Cm * Cm;
   double gemm_forward = 0.0, gemm_backward = 0.0;
   for (const Entry& e : ledger.entries)
-    if (e.cost.gemm) (e.phase == "forward" ? gemm_forward : gemm_backward) += e.cost.flops;
+    if (e.cost.gemm && e.phase != "again") (e.phase == "forward" ? gemm_forward : gemm_backward) += e.cost.flops;
   if (std::fabs(gemm_forward / want_forward - 1.0) > 1e-9 || std::fabs(gemm_backward / want_backward - 1.0) > 1e-9) {
     fprintf(
         stderr,
@@ -279,6 +291,7 @@ int run(int argc, char** argv) {
   for (const Entry& e : ledger.entries) {
     if (!by_phase.count(e.phase)) phase_order.push_back(e.phase);
     by_phase[e.phase].add(e.cost);
+    if (e.phase == "again") continue;
     by_kernel[e.cost.name].add(e.cost);
     total.add(e.cost);
     (e.cost.gemm ? gemm : other).add(e.cost);
@@ -313,7 +326,9 @@ int run(int argc, char** argv) {
   }
   printf("by phase:\n");
   print_header("phase");
-  for (const std::string& p : phase_order) print_row(p, by_phase[p]);
+  for (const std::string& p : phase_order)
+    if (p != "again") print_row(p, by_phase[p]);
+  print_row("(a later micro-step)", by_phase["again"]);
   printf("\nby launch:\n");
   print_header("launch");
   for (const auto& [name, s] : by_kernel) print_row(name, s);

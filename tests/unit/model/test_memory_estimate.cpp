@@ -125,16 +125,20 @@ TEST(MemoryEstimate, ShortfallGivesTheEstimateAndWhatIsAvailable) {
 // training.offload = optimizer: the moments leave the backend's memory (GPT and AdamW allocate the estimate's
 // total there, no moments) and the host holds the masters, moments and gradient staging the estimate's host part
 // counts: two chunks' where the gradients are averaged over 2 ranks first, the whole arena's where one rank hands
-// them off layer by layer (offload_hands_off). In bf16 the model keeps no fp32 arena (host masters) and the host
-// stages the bf16 copy and the packed tensors: the estimate counts all of those, rank 0's shard under ZeRO-1 fewer.
+// them off layer by layer (offload_hands_off). In bf16 and int8 the model keeps no fp32 arena (host masters; in int8
+// without ZeRO-1 the dense weights' bf16 copy stays on the host too) and the host stages the bf16 copy and the packed
+// tensors: the estimate counts all of those, rank 0's shard under ZeRO-1 fewer.
 TEST(MemoryEstimate, OffloadMovesTheMomentsToTheHost) {
   struct Case {
     int world, zero;
     MatmulPrecision precision;
+    WeightHome home;
   };
-  for (const Case k :
-       {Case{2, 0, MatmulPrecision::fp32}, Case{2, 1, MatmulPrecision::fp32}, Case{1, 0, MatmulPrecision::fp32},
-        Case{2, 0, MatmulPrecision::bf16}, Case{2, 1, MatmulPrecision::bf16}, Case{1, 0, MatmulPrecision::bf16}}) {
+  const auto fp32 = MatmulPrecision::fp32, bf16 = MatmulPrecision::bf16, int8 = MatmulPrecision::int8;
+  for (const Case k : {Case{2, 0, fp32, WeightHome::device}, Case{2, 1, fp32, WeightHome::device},
+                       Case{1, 0, fp32, WeightHome::device}, Case{2, 0, bf16, WeightHome::host},
+                       Case{2, 1, bf16, WeightHome::host}, Case{1, 0, bf16, WeightHome::host},
+                       Case{1, 0, int8, WeightHome::host_dense}, Case{2, 1, int8, WeightHome::host}}) {
     SCOPED_TRACE("world " + std::to_string(k.world) + ", zero " + std::to_string(k.zero) + ", " +
                  matmul_precision_name(k.precision));
     RunConfig c = odd_config();
@@ -143,9 +147,8 @@ TEST(MemoryEstimate, OffloadMovesTheMomentsToTheHost) {
     std::unique_ptr<Backend> be = make_cpu_backend();
     be->set_matmul_precision(k.precision);
     const MemoryEstimate est = estimate_training_memory(c, k.world, k.precision);
-    const bool host_masters = offload_host_masters(c, k.precision);
-    EXPECT_EQ(host_masters, k.precision == MatmulPrecision::bf16);
-    GPT model(c.model, *be, c.training.batch_size, c.training.seq_len, true, Recompute::none, host_masters);
+    EXPECT_EQ(offload_weight_home(c, k.precision), k.home);
+    GPT model(c.model, *be, c.training.batch_size, c.training.seq_len, true, Recompute::none, k.home);
     const size_t share = k.zero ? model.arena_numel() / size_t(k.world) : model.arena_numel();
     const bool handoff = offload_hands_off(c, k.world);
     EXPECT_EQ(handoff, k.world == 1);
@@ -153,17 +156,21 @@ TEST(MemoryEstimate, OffloadMovesTheMomentsToTheHost) {
     void* grad_shard = k.zero ? be->alloc(share * sizeof(float)) : nullptr;
     EXPECT_EQ(est.moments, 0u);
     // Masters, two moments, and the staging: two buffers of the shard here (smaller than a chunk), or the gradients;
-    // in bf16 the bf16 copy's and the packed tensors'.
-    const size_t packed = host_masters ? PackedFp32Layout(model.table()).numel() : 0;
-    EXPECT_EQ(est.host, (handoff ? 4 : 5) * share * sizeof(float) + (host_masters ? share * 2 + packed * 4 : 0));
-    if (k.zero && host_masters) {
+    // with host masters the bf16 copy's and the packed tensors' (in bf16 too under host_dense).
+    const bool host = k.home != WeightHome::device;
+    const size_t packed = host ? PackedFp32Layout(model.table()).numel() : 0;
+    const size_t packed_bytes = k.home == WeightHome::host_dense ? 6 : 4;
+    EXPECT_EQ(est.host, (handoff ? 4 : 5) * share * sizeof(float) + (host ? share * 2 + packed * packed_bytes : 0));
+    if (k.zero && host) {
       EXPECT_LT(adam.host_bytes(), est.host);
-      EXPECT_GE(adam.host_bytes() + packed * sizeof(float), est.host);
+      EXPECT_GE(adam.host_bytes() + packed * packed_bytes, est.host);
     } else {
       EXPECT_EQ(adam.host_bytes(), est.host);
     }
-    EXPECT_LE(est.total(), be->peak_allocated_bytes());
-    EXPECT_LT(be->peak_allocated_bytes() - est.total(), kRoundingSlack);
+    // The backend makes its int8 copies only when a product runs, which none does here.
+    const size_t allocated = est.total() - GPT::quantized_weight_copy_bytes(c.model, k.precision);
+    EXPECT_LE(allocated, be->peak_allocated_bytes());
+    EXPECT_LT(be->peak_allocated_bytes() - allocated, kRoundingSlack);
     if (grad_shard) be->free(grad_shard);
   }
 }
@@ -188,6 +195,12 @@ TEST(MemoryEstimate, OffloadFitsGpt2XlOnA24GBDevice) {
   // The device holds no fp32 arena then (GPT's host masters): the weights' part drops by 1.558e9 x 4 bytes less the
   // packed fp32 tensors' (wte, wpe and the layers' vectors: 83.0e6 x 4); the host stages the bf16 copy instead.
   EXPECT_NEAR(double(plain.weights - offloaded.weights) / double(gb), 5.49, 0.01);
+  // In int8 the dense weights' bf16 copy stays on the host too (host_dense): the device keeps the packed tensors in
+  // fp32 and bf16, the int8 copies (2 bytes a dense parameter), the gradients and the activations.
+  const MemoryEstimate int8 = estimate_training_memory(c, 1, MatmulPrecision::int8);
+  EXPECT_NEAR(double(int8.total()) / double(gb), 9.99, 0.01);
+  std::printf("1.5B int8: device %.2f GiB (weights %.2f), host %.2f GiB\n", double(int8.total()) / double(gb),
+              double(int8.weights) / double(gb), double(int8.host) / double(gb));
   std::printf("1.5B bf16, B 2, full recompute: device %.2f GiB (weights %.2f), host %.2f GiB\n",
               double(offloaded.total()) / double(gb), double(offloaded.weights) / double(gb),
               double(offloaded.host) / double(gb));

@@ -231,6 +231,7 @@ const std::vector<EnumKey> kEnumKeys = {
     {"training.comm", {"auto", "nccl", "mpi"}, "gloo"},
     {"training.recompute", {"none", "attention", "full"}, "selective"},
     {"training.precision", {"auto", "fp32", "bf16", "int8", "fp8"}, "fp16"},
+    {"training.offload", {"none", "optimizer"}, "cpu"},
 };
 
 // "section.key = value" as the rendered INI writes it: "[section]\n...key = value\n".
@@ -265,6 +266,9 @@ TEST(Options, EveryEnumNameParsesToItsValue) {
   EXPECT_EQ(with("training.precision", "auto").config.training.precision, PrecisionRequest::automatic);
   EXPECT_EQ(with("training.precision", "fp32").config.training.precision, PrecisionRequest::fp32);
   EXPECT_EQ(with("training.precision", "bf16").config.training.precision, PrecisionRequest::bf16);
+  EXPECT_EQ(defaults.training.offload, Offload::none);
+  EXPECT_EQ(with("training.offload", "none").config.training.offload, Offload::none);
+  EXPECT_EQ(with("training.offload", "optimizer").config.training.offload, Offload::optimizer);
 
   // Every name is accepted from an INI file too, and rendered back as it was written.
   for (const EnumKey& k : kEnumKeys) {

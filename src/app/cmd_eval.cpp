@@ -11,6 +11,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/eval_output.h"
 #include "app/eval_task.h"
 #include "core/atomic_file.h"
 #include "core/dtype.h"
@@ -60,14 +61,7 @@ struct LogitsFiles {
 LogitsFiles stage_logits_files(const std::string& path, bool overwrite) {
   const std::string stem = path.size() > 4 && path.ends_with(".npy") ? path.substr(0, path.size() - 4) : path;
   auto stage = [&](const std::string& p) {
-    const OutputRule rule{.path = p,
-                          .option = "--logits-out",
-                          .command = "ember eval",
-                          .kind = OutputKind::file,
-                          .overwrite = overwrite,
-                          .is_ours = [](const std::string& f) { return file_starts_with(f, "\x93NUMPY"); },
-                          .looks_like = "a NumPy .npy file"};
-    return std::make_unique<StagedOutput>(rule);
+    return stage_eval_output(p, "--logits-out", overwrite, "\x93NUMPY", "a NumPy .npy file");
   };
   return {stage(path), stage(stem + ".inputs.npy"), stage(stem + ".targets.npy")};
 }

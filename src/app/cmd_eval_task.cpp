@@ -8,10 +8,10 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/eval_output.h"
 #include "app/eval_task.h"
 #include "core/error.h"
 #include "core/output.h"
-#include "core/regular_file.h"
 #include "core/timer.h"
 #include "infer/choice_score_kv.h"
 #include "infer/kv_model.h"
@@ -26,17 +26,6 @@ namespace {
 constexpr int kContextRows = 2048;
 
 // --items-out: one JSON line per item, under the output rule (core/output.h). Taken before the model loads.
-std::unique_ptr<StagedOutput> stage_items_file(const std::string& path, bool overwrite) {
-  const OutputRule rule{.path = path,
-                        .option = "--items-out",
-                        .command = "ember eval",
-                        .kind = OutputKind::file,
-                        .overwrite = overwrite,
-                        .is_ours = [](const std::string& f) { return file_starts_with(f, "{\"line\":"); },
-                        .looks_like = "a JSONL file of per-item records"};
-  return std::make_unique<StagedOutput>(rule);
-}
-
 void write_items(StagedOutput& out, const std::vector<ChoiceItem>& items, const std::vector<ChoiceScore>& scores) {
   std::ofstream f(out.staging(), std::ios::binary);
   for (size_t i = 0; i < items.size(); ++i) {
@@ -61,7 +50,10 @@ int eval_task(const EvalTaskArgs& a) {
   if (!format) throw_error("ember eval: --task " + a.task + " is not a task", "give --task hellaswag or --task choice");
   // The cheap checks first (the output, the checkpoint's metadata, the task file), the model's allocation last.
   std::unique_ptr<StagedOutput> items_out;
-  if (!a.items_out.empty()) items_out = stage_items_file(a.items_out, a.overwrite);
+  // Its records begin with "answer" (a JSON object's keys are written in order), which marks the file as ours.
+  if (!a.items_out.empty())
+    items_out =
+        stage_eval_output(a.items_out, "--items-out", a.overwrite, "{\"answer\":", "a JSONL file of per-item records");
   const DeviceRequest request = parse_device_option(a.device);
   const CheckpointMeta meta = read_checkpoint_meta(a.checkpoint);
   const int T = model_seq_len(meta, a.seq_len);

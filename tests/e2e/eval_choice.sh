@@ -65,6 +65,16 @@ assert len(a) == 25 and json.load(open("limited.json"))["items"] == 25
 for x, y in zip(a, b):
     assert x["pred"] == y["pred"] and max(abs(p - q) for p, q in zip(x["logprob"], y["logprob"])) < 1e-4, (x, y)
 PY
+# --items-out replaces a file of its own only with --overwrite, and never a file of another kind.
+few=(--checkpoint "$ckpt" --task choice --data items.jsonl --limit 3)
+"$EMBER" eval "${few[@]}" --items-out limited.jsonl > /dev/null 2>&1 && fail "--items-out replaced a file without --overwrite"
+"$EMBER" eval "${few[@]}" --items-out limited.jsonl --overwrite > /dev/null 2> overwrite.err ||
+  { cat overwrite.err >&2; fail "--items-out --overwrite refused its own file"; }
+[ "$(wc -l < limited.jsonl)" -eq 3 ] || fail "--items-out --overwrite did not replace the file"
+echo "not ours" > foreign.jsonl
+expect_error items_foreign "foreign.jsonl exists and is not a JSONL file" "$EMBER" eval "${few[@]}" \
+  --items-out foreign.jsonl --overwrite
+[ "$(cat foreign.jsonl)" = "not ours" ] || fail "--items-out changed a file of another kind"
 
 # During training: the records carry the task's acc and acc_norm at every eval.task_every steps and the last, the
 # same at 1 and 2 ranks (the ranks score alternate items and add up), and in async mode the center's.

@@ -131,6 +131,16 @@ expect_error no_task '--task nope is not a task' "${E[@]}" --task nope --data it
 expect_error train_bad_task 'line 1: no field "answer"' "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data \
   --run.dir=bad_task --model.vocab_size=448 --eval.task=choice --eval.task_data=missing.jsonl
 [ ! -e bad_task/metrics.jsonl ] || fail "a run with a bad task file wrote metrics"
+# Async: only the center reads the task file; its error reaches every rank, and all of them exit.
+mpi_train 3 bad_task_async.log --config "$SRC/configs/tiny.ini" --data.dir=data --run.dir=bad_task_async \
+  --training.mode=async --training.steps=4 --model.vocab_size=448 --eval.task=choice --eval.task_data=missing.jsonl &&
+  fail "async training with a bad task file succeeded"
+for r in 0 1 2; do
+  grep -q "^\[rank $r\] error: .*line 1: no field \"answer\"" bad_task_async.log ||
+    { cat bad_task_async.log >&2; fail "async: rank $r did not report the task file's error"; }
+done
+grep -q "^hint: " bad_task_async.log || fail "async: no hint for the task file's error"
+[ ! -e bad_task_async/metrics.jsonl ] || fail "an async run with a bad task file wrote metrics"
 expect_error train_no_data 'eval.task' "$EMBER" train --config "$SRC/configs/tiny.ini" --data.dir=data \
   --run.dir=bad_task --model.vocab_size=448 --eval.task=hellaswag
 echo PASS

@@ -58,7 +58,7 @@ struct AsyncJob {
   CheckpointMeta meta{};                              // of `resume`
   CheckpointTokenizer tokenizer{};                    // the run's, recorded in every checkpoint
   std::shared_ptr<const Tokenizer> text_tokenizer{};  // the same, to decode with (bits per byte)
-  std::unique_ptr<TaskEval> task{};                   // eval.task's items (every rank reads them: one error path)
+  std::unique_ptr<TaskEval> task{};                   // eval.task's items, on the center (which scores them)
   AsyncShape shape{};
   std::vector<std::string> hosts{};  // by rank: where each rank runs, for messages
   // The center's port and the requests of hosts that ask to join: made by the center once the run has started, and

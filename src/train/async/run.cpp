@@ -149,7 +149,11 @@ TrainResult run_async_job(const World& world, const RunConfig& c, const std::str
   // The tokenizer first: a mismatch with the shards or the model is refused before any heavy work.
   job.text_tokenizer = agree_run_tokenizer(world, c);
   job.tokenizer = checkpoint_tokenizer(*job.text_tokenizer);
-  if (c.eval.task) job.task = std::make_unique<TaskEval>(c, *job.text_tokenizer);
+  // Only the center scores eval.task: it reads the items, and every rank exits with its error where it fails.
+  if (c.eval.task)
+    run_agreed(
+        world, /*root_only=*/true, [&] { job.task = std::make_unique<TaskEval>(c, *job.text_tokenizer); },
+        "check eval.task_data: a JSONL file of the eval.task format");
   job.K = c.async.ranks_per_worker;
   job.workers = (world.size - 1) / job.K;
   job.hosts = all_gather_strings(world, world.host);

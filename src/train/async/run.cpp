@@ -18,6 +18,7 @@
 #include "train/async/job.h"
 #include "train/async/join.h"
 #include "train/async/onebit_codec.h"
+#include "train/async/pass_limits.h"
 #include "train/memory_estimate.h"
 #include "train/run_checkpoint.h"
 #include "train/run_setup.h"
@@ -240,41 +241,6 @@ TrainResult run_async_job(const World& world, const RunConfig& c, const std::str
   joined = std::move(job.joined);
   return result;
 }
-
-// This invocation's limits (--stop-after, --max-runtime) over its passes: a join barrier ends a pass, and the next
-// starts again from that barrier's checkpoint, so each pass gets what the earlier ones left. The run folder's start
-// (on_start) is the first pass's alone: it is collective over the first launch's ranks, some of which may be gone by
-// then (a dropped worker), and the run state says "running" since.
-class PassLimits {
- public:
-  explicit PassLimits(TrainLimits limits) : limits_(std::move(limits)), start_(now_seconds()) {}
-
-  // The limits of the next pass.
-  TrainLimits next() {
-    TrainLimits pass = limits_;
-    if (limits_.max_runtime > 0) pass.max_runtime = std::max(1.0, limits_.max_runtime - (now_seconds() - start_));
-    if (limits_.stop_after > 0) pass.stop_after = int(std::max<int64_t>(1, limits_.stop_after - steps_done_));
-    pass.on_start = [this, on_start = passes_ == 0 ? limits_.on_start : nullptr](int64_t step) {
-      first_step_ = step;
-      if (on_start) on_start(step);
-    };
-    ++passes_;
-    return pass;
-  }
-
-  // A pass ended at `step`.
-  void ended(int64_t step) {
-    if (first_step_ >= 0) steps_done_ += step - first_step_;
-    first_step_ = -1;
-  }
-
- private:
-  TrainLimits limits_;
-  double start_;
-  int passes_ = 0;
-  int64_t first_step_ = -1;  // where the current pass started (-1: not started)
-  int64_t steps_done_ = 0;   // optimizer steps of the passes that ended
-};
 
 }  // namespace
 

@@ -82,8 +82,7 @@ std::vector<Binding> bindings(RunConfig& c) {
                        "none, or optimizer: the fp32 master weights and AdamW's moments in host memory, the update "
                        "run there by host threads, the device keeping the weights it computes with (in sync runs at "
                        "bf16, int8 or fp8 no fp32 arena: the bf16 or quantized copies and fp32 vectors) and the "
-                       "gradients; "
-                       "one rank hands each layer's gradients over as backward finishes it"));
+                       "gradients; one rank hands each layer's gradients over as backward finishes it"));
   b.push_back(bind_key("training.precision", &c.training.precision,
                        "GEMM inputs: auto (bf16 on cuda, fp32 on cpu), fp32, bf16 (rounded to bf16, accumulated "
                        "in fp32; weights, gradients and AdamW stay fp32), int8 (bf16, with the dense layers' "

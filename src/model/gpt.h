@@ -164,12 +164,12 @@ class GPT {
     TensorOut fch_gelu;          // (B, T, 4C), a GEMM input
     float* residual3;            // (B, T, C) block output
   };
-  float* p(const ParamInfo& info) { return params_ + fp32_offset_[size_t(&info - table_.params().data())]; }
+  size_t row(const ParamInfo& info) const { return size_t(&info - table_.params().data()); }  // its table index
+  float* p(const ParamInfo& info) { return params_ + fp32_offset_[row(info)]; }
   float* g(const ParamInfo& info) { return grads_ + info.offset; }
   // A tensor the model may lack (wpe): null where it does.
   float* p(const ParamInfo* info) { return info ? p(*info) : nullptr; }
   float* g(const ParamInfo* info) { return info ? g(*info) : nullptr; }
-  size_t row(const ParamInfo& info) const { return size_t(&info - table_.params().data()); }
   BFloat16* b(const ParamInfo& info) const { return params_bf16_ + bf16_offset_[row(info)]; }  // in the bf16 copy
   // A weight as the GEMMs read it: the bf16 working copy, or the master weight.
   TensorIn w(const ParamInfo& info) const {

@@ -248,7 +248,6 @@ std::string SyncTrainer::State::save() {
   return save_run_checkpoint(c, meta, model->table(), contents, world);
 }
 
-// Rank r evaluates batches r, r + N, ...; the sum is all-reduced.
 // ZeRO-1: every rank's updated shard to every rank, in place: the fp32 arena, or with host masters the bf16 copy and
 // then each rank's packed fp32 tensors (a broadcast from each: the shards' packed parts differ in size).
 void SyncTrainer::State::gather_weights() {
@@ -267,6 +266,7 @@ void SyncTrainer::State::gather_weights() {
   }
 }
 
+// Rank r evaluates batches r, r + N, ...; the sum is all-reduced.
 double SyncTrainer::State::evaluate() {
   double sum = evaluator->loss_sum(*model, world.rank, world.size);
   comm->all_reduce(&sum, 1, REDUCE_OP_SUM);

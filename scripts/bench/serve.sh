@@ -64,6 +64,7 @@ ckpt=run/checkpoints/step_00000001.h5
 "$EMBER" export --checkpoint "$ckpt" --output hf >export.log 2>&1 ||
   { cat export.log >&2; die "ember export failed" "the bench compares the same weights on both sides"; }
 
+: >serve.err # read by the poll below, perhaps before the server's shell opens it
 "$EMBER" serve --checkpoint "$ckpt" --port 0 --max-batch 32 --max-tokens-limit "$TOKENS" --precision "$PRECISION" \
   2>serve.err &
 server_pid=$!

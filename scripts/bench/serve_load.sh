@@ -23,6 +23,7 @@ ckpt=run/checkpoints/step_00000010.h5
 echo "date: $(date -u +%F), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 for bin in "${BINS[@]}"; do
   echo "== $bin ($(cd "$(dirname "$bin")/.." && git log -1 --format=%h 2>/dev/null || echo '?'))"
+  : > serve.err # read by the poll below, perhaps before the server's shell opens it
   "$bin" serve --checkpoint $ckpt --port 0 --max-batch 16 --max-queue 64 > serve.out 2> serve.err &
   pid=$!
   port=""

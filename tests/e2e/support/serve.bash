@@ -7,6 +7,9 @@ trap stop_server EXIT
 start_server() {
   local name=$1
   shift
+  # The log exists before the poll reads it: the background shell may not have opened it yet, and a sed of a missing
+  # file inside `port=$(...)` would end the script under `set -e` with no word of why.
+  : > "$name.err"
   "$EMBER" serve --port 0 "$@" > "$name.out" 2> "$name.err" &
   server_pid=$!
   port=""

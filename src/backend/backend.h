@@ -323,6 +323,17 @@ class Backend {
       adamw_update(params + segs[k].begin, grads + segs[k].begin, m + segs[k].begin, v + segs[k].begin,
                    segs[k].end - segs[k].begin, lr, beta1, beta2, eps, segs[k].weight_decay, t, grad_scale);
   }
+  // adamw_update_segments that also writes each updated weight rounded to bf16 (as cast_to_bf16) into params_bf16,
+  // indexed as params (elements between segments untouched): the weights' bf16 copy made in the update's own pass,
+  // which an offloaded optimizer's host update would otherwise make in a pass of its own. This default casts each
+  // segment after its update.
+  virtual void adamw_update_segments_bf16(float* params, BFloat16* params_bf16, const float* grads, float* m, float* v,
+                                          const AdamWSegment* segs, size_t nseg, float lr, float beta1, float beta2,
+                                          float eps, int t, float grad_scale) {
+    adamw_update_segments(params, grads, m, v, segs, nseg, lr, beta1, beta2, eps, t, grad_scale);
+    for (size_t k = 0; k < nseg; ++k)
+      cast_to_bf16(params_bf16 + segs[k].begin, params + segs[k].begin, segs[k].end - segs[k].begin);
+  }
 
   // --- the precision of the four matmul ops' GEMM inputs (core/dtype.h); fp32 until set ---
   void set_matmul_precision(MatmulPrecision p) { matmul_precision_ = p; }

@@ -30,23 +30,32 @@ PackedFp32Layout::PackedFp32Layout(const ParamTable& table) {
   }
 }
 
-std::pair<size_t, size_t> PackedFp32Layout::range(size_t begin, size_t end) const {
+template <class F>
+std::pair<size_t, size_t> PackedFp32Layout::walk(size_t begin, size_t end, F&& f) const {
+  // The first span that ends after begin: the spans are sorted and disjoint, so their ends are sorted too.
+  auto it =
+      std::partition_point(spans_.begin(), spans_.end(), [&](const Span& s) { return s.arena + s.numel <= begin; });
   size_t first = numel_, last = numel_;
-  for (const Span& s : spans_) {
-    const size_t lo = std::max(begin, s.arena), hi = std::min(end, s.arena + s.numel);
+  for (; it != spans_.end() && it->arena < end; ++it) {
+    const size_t lo = std::max(begin, it->arena), hi = std::min(end, it->arena + it->numel);
     if (lo >= hi) continue;
-    first = std::min(first, s.packed + (lo - s.arena));
-    last = s.packed + (hi - s.arena);
+    const size_t p = it->packed + (lo - it->arena);
+    f(lo, hi, p);
+    if (first == numel_) first = p;
+    last = p + (hi - lo);
   }
-  return first < last ? std::make_pair(first, last) : std::make_pair(last, last);
+  return {first, last};
 }
 
-void PackedFp32Layout::pack(size_t begin, size_t end, const float* src, float* dst) const {
-  const size_t first = range(begin, end).first;
-  for (const Span& s : spans_) {
-    const size_t lo = std::max(begin, s.arena), hi = std::min(end, s.arena + s.numel);
-    if (lo < hi) std::memcpy(dst + (s.packed + (lo - s.arena) - first), src + (lo - begin), (hi - lo) * sizeof(float));
-  }
+std::pair<size_t, size_t> PackedFp32Layout::range(size_t begin, size_t end) const {
+  return walk(begin, end, [](size_t, size_t, size_t) {});
+}
+
+std::pair<size_t, size_t> PackedFp32Layout::pack(size_t begin, size_t end, const float* src, float* dst,
+                                                 size_t origin) const {
+  return walk(begin, end, [&](size_t lo, size_t hi, size_t p) {
+    std::memcpy(dst + (p - origin), src + (lo - begin), (hi - lo) * sizeof(float));
+  });
 }
 
 }  // namespace ember

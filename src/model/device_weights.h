@@ -22,16 +22,21 @@ class PackedFp32Layout {
   // Table row `row`'s first element in the packed array; not_packed for a dense weight.
   static constexpr size_t not_packed = ~size_t(0);
   size_t offset(size_t row) const { return row_offset_[row]; }
-  // The packed elements [first, second) of arena range [begin, end).
+  // The packed elements [first, second) of arena range [begin, end) (an empty range where it holds none).
   std::pair<size_t, size_t> range(size_t begin, size_t end) const;
-  // The packed rows' elements of arena range [begin, end), from src (arena element `begin` first) into dst (packed
-  // element range(begin, end).first first).
-  void pack(size_t begin, size_t end, const float* src, float* dst) const;
+  // Copies the packed rows' elements of arena range [begin, end) from src (arena element `begin` first) into dst
+  // (packed element `origin` first: packed element p goes to dst[p - origin]) and returns their range (range()).
+  std::pair<size_t, size_t> pack(size_t begin, size_t end, const float* src, float* dst, size_t origin = 0) const;
 
  private:
   struct Span {
     size_t arena, numel, packed;  // a packed row: its arena offset, its extent there, its packed offset
   };
+  // Calls f(lo, hi, p) for each packed row overlapping arena range [begin, end), in arena order: [lo, hi) the overlap,
+  // p its packed offset; returns range(begin, end). A binary search finds the first row (a 1.5B model packs about
+  // 400, and a step asks for each chunk's).
+  template <class F>
+  std::pair<size_t, size_t> walk(size_t begin, size_t end, F&& f) const;
   std::vector<Span> spans_;  // in arena order
   std::vector<size_t> row_offset_;
   size_t numel_ = 0;

@@ -20,6 +20,9 @@ namespace {
 // Elements per chunk of an offloaded update (16 MiB): each of the host's two gradient staging buffers holds one.
 constexpr size_t kOffloadChunk = size_t(1) << 22;
 
+// The elements of an offloaded shard's gradient staging on the host: two chunks, or handed off the whole shard.
+size_t gradient_staging(size_t shard, bool handoff) { return handoff ? shard : 2 * std::min(shard, kOffloadChunk); }
+
 }  // namespace
 
 AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& config, size_t shard_begin,
@@ -42,7 +45,7 @@ AdamW::AdamW(Backend& backend, const ParamTable& table, const OptimizerConfig& c
       host_masters_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
       m_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
       v_ = static_cast<float*>(backend_.alloc_host(n * sizeof(float)));
-      host_grads_ = static_cast<float*>(backend_.alloc_host((offload_host_bytes(n, handoff) - 3 * n * sizeof(float))));
+      host_grads_ = static_cast<float*>(backend_.alloc_host(gradient_staging(n, handoff) * sizeof(float)));
       if (device_.layout) {
         const size_t packed = std::max<size_t>(p1 - p0, 1);
         host_bf16_ = static_cast<BFloat16*>(backend_.alloc_host(n * sizeof(BFloat16)));
@@ -131,7 +134,11 @@ void AdamW::update_on_host(size_t c0, size_t c1, const float* g, float lr, float
   for (const AdamWSegment& s : segments_)
     if (std::max(s.begin, c0) < std::min(s.end, c1))
       cut.push_back({std::max(s.begin, c0) - c0, std::min(s.end, c1) - c0, s.weight_decay});
-  if (!cut.empty())
+  if (cut.empty()) return;
+  if (host_bf16_)  // with device weights the update writes the bf16 copy too (padding between rows keeps its cast)
+    host_->adamw_update_segments_bf16(host_masters_ + c0, host_bf16_ + c0, g, m_ + c0, v_ + c0, cut.data(), cut.size(),
+                                      lr, config_.beta1, config_.beta2, config_.eps, t_, grad_scale);
+  else
     host_->adamw_update_segments(host_masters_ + c0, g, m_ + c0, v_ + c0, cut.data(), cut.size(), lr, config_.beta1,
                                  config_.beta2, config_.eps, t_, grad_scale);
 }
@@ -142,14 +149,12 @@ void AdamW::send_weights(float* params, size_t c0, size_t c1, std::deque<Backend
         backend_.copy_to_device_async(params + begin_ + c0, host_masters_ + c0, (c1 - c0) * sizeof(float)));
     return;
   }
-  host_->cast_to_bf16(host_bf16_ + c0, host_masters_ + c0, c1 - c0);
-  if (device_.bf16)
+  if (device_.bf16)  // host_bf16_ was written by the update (update_on_host)
     copies.push_back(
         backend_.copy_to_device_async(device_.bf16 + begin_ + c0, host_bf16_ + c0, (c1 - c0) * sizeof(BFloat16)));
-  const auto [p0, p1] = device_.layout->range(begin_ + c0, begin_ + c1);
+  const auto [p0, p1] = device_.layout->pack(begin_ + c0, begin_ + c1, host_masters_ + c0, host_packed_, packed_begin_);
   if (p0 == p1) return;
-  float* packed = host_packed_ + (p0 - packed_begin_);
-  device_.layout->pack(begin_ + c0, begin_ + c1, host_masters_ + c0, packed);
+  const float* packed = host_packed_ + (p0 - packed_begin_);
   copies.push_back(backend_.copy_to_device_async(device_.fp32 + p0, packed, (p1 - p0) * sizeof(float)));
   if (!device_.packed_bf16) return;
   BFloat16* packed_bf16 = host_packed_bf16_ + (p0 - packed_begin_);
@@ -193,10 +198,12 @@ void AdamW::read_moments(float* m, float* v) const {
   }
 }
 
-size_t AdamW::offload_host_bytes(size_t shard, bool handoff, std::optional<size_t> packed, bool packed_bf16) {
-  const size_t device_weights =
-      packed ? shard * sizeof(BFloat16) + *packed * (sizeof(float) + (packed_bf16 ? sizeof(BFloat16) : 0)) : 0;
-  return (3 * shard + (handoff ? shard : 2 * std::min(shard, kOffloadChunk))) * sizeof(float) + device_weights;
+size_t AdamW::offload_host_bytes(const HostShard& s) {
+  size_t bytes = (3 * s.numel + gradient_staging(s.numel, s.handoff)) * sizeof(float);
+  if (s.home != WeightHome::device)
+    bytes += s.numel * sizeof(BFloat16) +
+             s.packed * (sizeof(float) + (s.home == WeightHome::host_dense ? sizeof(BFloat16) : 0));
+  return bytes;
 }
 
 WeightHome offload_weight_home(const RunConfig& c, MatmulPrecision precision) {
@@ -208,9 +215,10 @@ WeightHome offload_weight_home(const RunConfig& c, MatmulPrecision precision) {
 
 size_t AdamW::host_bytes() const {
   if (!offloaded()) return 0;
-  const std::optional<size_t> packed =
-      device_.layout ? std::optional<size_t>(packed_end_ - packed_begin_) : std::nullopt;
-  return offload_host_bytes(end_ - begin_, handoff_enabled(), packed, device_.packed_bf16 != nullptr);
+  const WeightHome home = !device_.layout       ? WeightHome::device
+                          : device_.packed_bf16 ? WeightHome::host_dense
+                                                : WeightHome::host;
+  return offload_host_bytes({end_ - begin_, handoff_enabled(), home, packed_end_ - packed_begin_});
 }
 
 float clip_scale(float norm, float max_norm) {

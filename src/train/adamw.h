@@ -82,11 +82,16 @@ class AdamW {
   void read_moments(float* m, float* v) const;
   int step_count() const { return t_; }
   void set_step_count(int t) { t_ = t; }
-  // Host memory an offloaded optimizer of `shard` elements holds: masters, moments and the gradients' staging (two
-  // chunks, or with handoff the whole shard); with device weights of `packed` packed elements in the shard, the
-  // staging of the bf16 copy and of those (in fp32, and with packed_bf16 in bf16 too).
-  static size_t offload_host_bytes(size_t shard, bool handoff = false, std::optional<size_t> packed = std::nullopt,
-                                   bool packed_bf16 = false);
+  // What an offloaded optimizer keeps on the host: masters, moments and the gradients' staging (two chunks, or with
+  // handoff the whole shard); with device weights, the staging of the bf16 copy and of the shard's packed elements (in
+  // fp32, and where the device takes them in bf16 too: WeightHome::host_dense).
+  struct HostShard {
+    size_t numel = 0;  // the shard's elements
+    bool handoff = false;
+    WeightHome home = WeightHome::device;
+    size_t packed = 0;  // the shard's packed elements (home not device)
+  };
+  static size_t offload_host_bytes(const HostShard& shard);
   size_t host_bytes() const;  // what this one holds there (0 without offload)
 
  private:

@@ -24,11 +24,8 @@ MemoryEstimate estimate_training_memory(const RunConfig& c, int world_size, Matm
   m.moments = offload ? 0 : 2 * shard * sizeof(float);
   // With host masters the host also stages the bf16 copy and the packed tensors (all of them: rank 0's shard, which
   // holds wte, the largest, has nearly all).
-  const std::optional<size_t> packed =
-      home != WeightHome::device ? std::optional<size_t>(PackedFp32Layout(ParamTable(c.model)).numel()) : std::nullopt;
-  m.host = offload ? AdamW::offload_host_bytes(shard, offload_hands_off(c, world_size), packed,
-                                               home == WeightHome::host_dense)
-                   : 0;
+  const size_t packed = home != WeightHome::device ? PackedFp32Layout(ParamTable(c.model)).numel() : 0;
+  m.host = offload ? AdamW::offload_host_bytes({shard, offload_hands_off(c, world_size), home, packed}) : 0;
   m.extra = zero ? shard * sizeof(float) : 0;
   return m;
 }

@@ -74,9 +74,8 @@ TEST_F(CudaOpsOffload, WithHostMastersTheStepWritesTheBf16CopyAndThePackedTensor
   Halves want_copy(n);  // zero outside the shard: never written
   for (size_t i = begin; i < end; ++i) want_copy[i] = to_bf16(want[i]);
   Floats want_packed(layout.numel(), 0.0f);
-  const auto [p0_, p1_] = layout.range(begin, end);
+  const auto [p0_, p1_] = layout.pack(begin, end, want.data() + begin, want_packed.data());
   ASSERT_LT(p0_, p1_);
-  layout.pack(begin, end, want.data() + begin, want_packed.data() + p0_);
   Halves want_packed_bf16(layout.numel());
   for (size_t i = p0_; i < p1_; ++i) want_packed_bf16[i] = to_bf16(want_packed[i]);
   auto differing = [](const Halves& got, const Halves& want) {

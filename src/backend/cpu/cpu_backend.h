@@ -83,6 +83,9 @@ class CpuBackend final : public Backend {
   double sum_squares(const float* x, size_t n) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, int t, float grad_scale) override;
+  void adamw_update_segments_bf16(float* params, BFloat16* params_bf16, const float* grads, float* m, float* v,
+                                  const AdamWSegment* segs, size_t nseg, float lr, float beta1, float beta2, float eps,
+                                  int t, float grad_scale) override;
 
  private:
   // The matmul ops' widened or rounded copies of their inputs under bf16 (inp, weight, dout), then a bf16-stored

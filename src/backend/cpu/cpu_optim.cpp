@@ -1,4 +1,5 @@
-// CPU backend: the fp64 sum of squares behind gradient clipping, and the AdamW parameter update.
+// CPU backend: the fp64 sum of squares behind gradient clipping, and the AdamW parameter update (with, for an
+// offloaded optimizer's host update, the weights' bf16 copy written in the same pass).
 // The sum keeps one partial per thread over a static split, combined in thread order, so it is reproducible.
 #include <omp.h>
 
@@ -29,12 +30,16 @@ double CpuBackend::sum_squares(const float* x,  // (n)
   return total;
 }
 
-void CpuBackend::adamw_update(float* params,       // (n)
-                              const float* grads,  // (n)
-                              float* m,            // (n)
-                              float* v,            // (n)
-                              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
-                              float grad_scale) {
+namespace {
+
+// One AdamW update of n elements; with kCopy each updated weight also goes, rounded to bf16, into copy[i].
+template <bool kCopy>
+void adamw_pass(float* params,       // (n)
+                BFloat16* copy,      // (n) with kCopy
+                const float* grads,  // (n)
+                float* m,            // (n)
+                float* v,            // (n)
+                size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
   // Bias corrections in fp64: beta2^t with beta2 = 0.999 loses digits in fp32 over thousands of steps.
   const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
   const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
@@ -47,7 +52,26 @@ void CpuBackend::adamw_update(float* params,       // (n)
     m[i] = mi;
     v[i] = vi;
     const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
-    params[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * params[i]);
+    const float p = params[i] - lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * params[i]);
+    params[i] = p;
+    if constexpr (kCopy) copy[i] = to_bf16(p);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                              float beta2, float eps, float weight_decay, int t, float grad_scale) {
+  adamw_pass<false>(params, nullptr, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+}
+
+void CpuBackend::adamw_update_segments_bf16(float* params, BFloat16* params_bf16, const float* grads, float* m,
+                                            float* v, const AdamWSegment* segs, size_t nseg, float lr, float beta1,
+                                            float beta2, float eps, int t, float grad_scale) {
+  for (size_t k = 0; k < nseg; ++k) {
+    const size_t b = segs[k].begin;
+    adamw_pass<true>(params + b, params_bf16 + b, grads + b, m + b, v + b, segs[k].end - b, lr, beta1, beta2, eps,
+                     segs[k].weight_decay, t, grad_scale);
   }
 }
 

@@ -208,6 +208,45 @@ TEST_F(OpsLossOptim, AdamWSegmentsEqualOneUpdatePerSegmentAndSkipGaps) {
   EXPECT_NE(ph[530], p0[530]);
 }
 
+// The update with the weights' bf16 copy written in its pass (an offloaded optimizer's host update): the weights and
+// moments bitwise those of adamw_update_segments, the copy each updated weight cast (nearest even, as cast_to_bf16),
+// and the copy's elements between segments untouched. Large enough for the threaded pass.
+TEST_F(OpsLossOptim, AdamWSegmentsBf16WritesTheUpdatedWeightsCast) {
+  const size_t n = 3 * cpu::kMinParallelWork + 77;
+  const std::vector<AdamWSegment> segs = {{5, n / 3, 0.1f}, {n / 3, n / 2 + 3, 0.0f}, {n / 2 + 40, n - 9, 0.1f}};
+  Rng rng(311);
+  const auto p0 = rng.normal(n), g = rng.normal(n, 0.1f);
+  Floats p(*be, p0), m(*be, n), v(*be, n), gb(*be, g);
+  Floats q(*be, p0), qm(*be, n), qv(*be, n);
+  const std::vector<BFloat16> sentinel(n, BFloat16{0x7fc1});
+  test::BackendArray<BFloat16> copy(*be, sentinel);
+  for (int t = 1; t <= 3; ++t) {
+    be->adamw_update_segments_bf16(p.get(), copy.get(), gb.get(), m.get(), v.get(), segs.data(), segs.size(), 1e-2f,
+                                   0.9f, 0.95f, 1e-8f, t, 0.75f);
+    be->adamw_update_segments(q.get(), gb.get(), qm.get(), qv.get(), segs.data(), segs.size(), 1e-2f, 0.9f, 0.95f,
+                              1e-8f, t, 0.75f);
+  }
+  const auto ph = p.host();
+  EXPECT_EQ(ph, q.host());
+  EXPECT_EQ(m.host(), qm.host());
+  EXPECT_EQ(v.host(), qv.host());
+  const std::vector<BFloat16> got = copy.host();
+  size_t cast = 0, wrong = 0, gap_written = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool in =
+        std::any_of(segs.begin(), segs.end(), [&](const AdamWSegment& s) { return i >= s.begin && i < s.end; });
+    if (in) {
+      wrong += got[i].bits != to_bf16(ph[i]).bits;
+      cast += got[i].bits != to_bf16(p0[i]).bits;  // the copy is of the updated weights, not the old ones
+    } else {
+      gap_written += got[i].bits != sentinel[i].bits;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << n << " elements, the copy is not the updated weight cast";
+  EXPECT_EQ(gap_written, 0u) << "elements between segments were written";
+  EXPECT_GT(cast, n / 2) << "the copy holds the weights before the update";
+}
+
 TEST_F(OpsLossOptim, ExpApprox) {
   // The vectorised exp behind softmax, attention and GELU: within 3e-7 relative of exp over [-87, 88] (glibc's
   // expf is within 1 ulp; 3e-7 is 2.5 ulp), finite above, and e^-87 (not a denormal) below.

@@ -2,11 +2,9 @@
 # All-reduce benchmark (ember's MPI communicator vs raw MPI_Allreduce, 4 KB .. 256 MB at np 2 and 4) and the
 # training throughput it leads to (tokens/s and communication time of `ember train` at np 1, 2, 4). Prints a report.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-# Knobs (environment): build directory, bench sizes, rank counts, training steps and warm-up steps left out of means.
-BUILD_DIR=${EMBER_BUILD_DIR:-build}
+# Knobs (environment): bench sizes, rank counts, training steps and warm-up steps left out of means; EMBER_BUILD_DIR.
 MAX_BYTES=${BENCH_MAX_BYTES:-268435456}
 BENCH_NPS=${BENCH_NPS:-"2 4"}
 TRAIN_NPS=${BENCH_TRAIN_NPS:-"1 2 4"}
@@ -14,36 +12,17 @@ STEPS=${BENCH_STEPS:-20}
 WARMUP=${BENCH_WARMUP:-3}
 PYTHON=${PYTHON:-python3}
 
-die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
-
 [[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ && "$MAX_BYTES" =~ ^[0-9]+$ ]] ||
   die "BENCH_STEPS, BENCH_WARMUP and BENCH_MAX_BYTES must be non-negative integers" "e.g. BENCH_STEPS=20"
 (( STEPS > WARMUP )) || die "BENCH_STEPS=$STEPS leaves no step after BENCH_WARMUP=$WARMUP" "raise BENCH_STEPS"
 command -v mpirun >/dev/null || die "mpirun is not on PATH" "run scripts/setup.sh (it installs Open MPI)"
 command -v "$PYTHON" >/dev/null || die "$PYTHON is not on PATH" "set PYTHON to a python3 interpreter"
 
-# --- build (an existing build directory is reused; otherwise a Release one is configured) ---
-BUILD_LOG=$(mktemp "${TMPDIR:-/tmp}/ember-allreduce-build.XXXXXX.log")
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >"$BUILD_LOG" 2>&1 ||
-    { tail -n 30 "$BUILD_LOG" >&2; die "configuring $BUILD_DIR failed (last lines above)" "run scripts/setup.sh"; }
-fi
-build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-[[ "$build_type" == "Release" ]] || echo "warning: $BUILD_DIR is a '$build_type' build; timings assume Release" >&2
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember bench_allreduce >>"$BUILD_LOG" 2>&1 || {
-  tail -n 30 "$BUILD_LOG" >&2
-  die "building ember and bench_allreduce in $BUILD_DIR failed (last lines above)" \
-      "bench_allreduce is part of the test tree: configure with -DEMBER_BUILD_TESTS=ON, or use EMBER_BUILD_DIR=..."
-}
-rm -f "$BUILD_LOG"
-abs() { [[ "$1" == /* ]] && echo "$1" || echo "$ROOT/$1"; }
-EMBER=$(abs "$BUILD_DIR/ember")
-BENCH=$(abs "$BUILD_DIR/tests/bench/bench_allreduce")
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-allreduce.XXXXXX")
-# Kept after a failure, so the logs behind the printed commands can be inspected.
-cleanup() { local rc=$?; if (( rc == 0 )); then rm -rf "$WORK"; else echo "bench: work directory kept: $WORK" >&2; fi; }
-trap cleanup EXIT
+BUILD_HINT="bench_allreduce is part of the test tree: configure with -DEMBER_BUILD_TESTS=ON" \
+  build_targets ember bench_allreduce
+EMBER=$(built ember)
+BENCH=$(built tests/bench/bench_allreduce)
+work_folder allreduce
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 CORES=$(nproc)
@@ -51,10 +30,8 @@ CORES=$(nproc)
 threads_for() { local t=$(( CORES / $1 )); (( t > 0 )) || t=1; echo "$t"; }
 relative() { local s="$*"; echo "${s//$ROOT\//}"; }
 
-CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
-[[ -n "$CPU_MODEL" ]] || CPU_MODEL=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
 echo "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-echo "machine: ${CPU_MODEL:-unknown}, nproc $CORES, $(mpirun --version 2>/dev/null | head -n 1)"
+echo "machine: $(cpu_model), nproc $CORES, $(mpirun --version 2>/dev/null | head -n 1)"
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) (1/5/15-minute averages before the runs)"
 echo
 

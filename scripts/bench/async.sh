@@ -5,17 +5,10 @@
 # Pareto sweep of local steps H and compression (gap against upload bits per parameter per step). Prints a report
 # and writes the loss curves and the Pareto plot as PNGs.
 set -euo pipefail
-CALLER_DIR=$(pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
-# A path the user gave is taken relative to the directory the script was started from.
-from_caller() { [[ "$1" == /* ]] && echo "$1" || echo "$CALLER_DIR/$1"; }
-
-# Knobs (environment): build directory, model config, sync-equivalent steps of the loss runs and of the utilisation
+# Knobs (environment; paths relative to the folder the script was started from): EMBER_BUILD_DIR, model config, sync-equivalent steps of the loss runs and of the utilisation
 # runs, local steps per sync, evaluation interval (steps), slowdown of the slowed worker, plot path, interpreter.
-BUILD_DIR=${EMBER_BUILD_DIR:-build}
 CONFIG=$([[ -n "${BENCH_CONFIG:-}" ]] && from_caller "$BENCH_CONFIG" || echo "$ROOT/configs/demo.ini")
 STEPS=${BENCH_STEPS:-300}
 UTIL_STEPS=${BENCH_UTIL_STEPS:-192}
@@ -78,31 +71,16 @@ if ! "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
     "check: $PYTHON -c 'import matplotlib'"
 fi
 
-# --- build (an existing build directory is reused; otherwise a Release one is configured) ---
-BUILD_LOG=$(mktemp "${TMPDIR:-/tmp}/ember-async-build.XXXXXX.log")
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 >"$BUILD_LOG" 2>&1 ||
-    { tail -n 30 "$BUILD_LOG" >&2; die "configuring $BUILD_DIR failed (last lines above)" "run scripts/setup.sh"; }
-fi
-build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-[[ "$build_type" == "Release" ]] || echo "warning: $BUILD_DIR is a '$build_type' build; timings assume Release" >&2
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember >>"$BUILD_LOG" 2>&1 ||
-  { tail -n 30 "$BUILD_LOG" >&2; die "building ember in $BUILD_DIR failed (last lines above)" "run scripts/setup.sh"; }
-rm -f "$BUILD_LOG"
-EMBER=$([[ "$BUILD_DIR" == /* ]] && echo "$BUILD_DIR/ember" || echo "$ROOT/$BUILD_DIR/ember")
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-async.XXXXXX")
-# Kept after a failure, so the logs behind the printed commands can be inspected.
-cleanup() { local rc=$?; if (( rc == 0 )); then rm -rf "$WORK"; else echo "bench: work directory kept: $WORK" >&2; fi; }
-trap cleanup EXIT
+# --- build ---
+build_targets ember
+EMBER=$(built ember)
+work_folder async
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 relative() { local s="$*"; s="${s//$ROOT\//}"; echo "${s//$WORK/\$WORK}"; }
 
-CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
-[[ -n "$CPU_MODEL" ]] || CPU_MODEL=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
 echo "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-echo "machine: ${CPU_MODEL:-unknown}, nproc $(nproc), $(mpirun --version 2>/dev/null | head -n 1)"
+echo "machine: $(cpu_model), nproc $(nproc), $(mpirun --version 2>/dev/null | head -n 1)"
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) (1/5/15-minute averages before the runs)"
 echo "config:  $(relative "$CONFIG"), async.local_steps $LOCAL_STEPS, one thread per rank, seeds 1..$SEEDS"
 echo "work:    WORK=$WORK (data, logs and metrics; removed after a successful run)"

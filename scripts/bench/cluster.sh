@@ -6,16 +6,10 @@
 # wall-clock time to reach sync's final validation loss, tokens/s, the workers' busy share and the bytes that crossed
 # one worker host's link, and writes the loss-against-time plot. Needs root (network namespaces).
 set -euo pipefail
-CALLER_DIR=$(pwd)
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
-from_caller() { [[ "$1" == /* ]] && echo "$1" || echo "$CALLER_DIR/$1"; }
-
-# Knobs (environment): build directory, model config, sync steps, async local steps, evaluation interval, the
+# Knobs (environment; EMBER_BUILD_DIR too): model config, sync steps, async local steps, evaluation interval, the
 # comm/compute ratios to emulate (name:ratio), the async runs' step allowance over sync's (to reach its loss), plot.
-BUILD_DIR=${EMBER_BUILD_DIR:-build}
 CONFIG=$([[ -n "${BENCH_CONFIG:-}" ]] && from_caller "$BENCH_CONFIG" || echo "$ROOT/configs/demo.ini")
 STEPS=${BENCH_STEPS:-200}
 LOCAL_STEPS=${BENCH_LOCAL_STEPS:-10}
@@ -35,9 +29,9 @@ for r in $RATIOS; do
   [[ "$r" =~ ^[a-z0-9]+:[0-9.]+$ ]] || die "BENCH_RATIOS holds '$r', not NAME:RATIO" 'e.g. BENCH_RATIOS="1gbit:5.03"'
 done
 [[ $(id -u) -eq 0 ]] || die "the emulated cluster needs root" "run as root (network namespaces, veth links, tc)"
-EMBER="$ROOT/$BUILD_DIR/ember"
-[[ -x "$EMBER" ]] || die "no ember binary at $EMBER" "build first: scripts/test.sh or cmake --build $BUILD_DIR"
 [[ -f "$CONFIG" ]] || die "config $CONFIG does not exist" "set BENCH_CONFIG to an INI file"
+build_targets ember
+EMBER=$(built ember)
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 EMBER_CLUSTER=$NAME
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-bench-cluster.XXXXXX")

@@ -4,20 +4,16 @@
 # BENCH_PRECISIONS="fp32 bf16 int8 fp8" runs Ember once per training.precision, each against Ember's first and
 # PyTorch; int8-wgrad is int8 with training.int8_weight_gradient = true.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 # Knobs (environment): the config whose model and batch shapes are measured, steps, warm-up steps left out of the
-# mean, threads, the build directory; BENCH_<KEY> overrides one shape (BENCH_N_LAYER, BENCH_SEQ_LEN, ...).
+# mean, threads; BENCH_<KEY> overrides one shape (BENCH_N_LAYER, BENCH_SEQ_LEN, ...); EMBER_BUILD_DIR.
 CONFIG=${BENCH_CONFIG:-configs/demo.ini}
 STEPS=${BENCH_STEPS:-30}
 WARMUP=${BENCH_WARMUP:-5}
 THREADS=${BENCH_THREADS:-$(nproc)}
 read -r -a PRECISIONS <<<"${BENCH_PRECISIONS:-fp32}"
-BUILD_DIR=${EMBER_BUILD_DIR:-build}
 PYTHON=/usr/bin/python3   # Debian's python: python3-torch is installed for it, not for a pyenv/venv python
-
-die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
 
 [[ -f "$CONFIG" ]] || die "config '$CONFIG' not found" "set BENCH_CONFIG to an INI file under configs/"
 [[ "$STEPS" =~ ^[0-9]+$ && "$WARMUP" =~ ^[0-9]+$ && "$THREADS" =~ ^[0-9]+$ ]] ||
@@ -46,17 +42,9 @@ if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
     "check the error above; a broken numpy or a conflicting pip torch in ~/.local can shadow Debian's"
 fi
 
-# --- Ember (Release; an existing build directory is reused) ---
-if [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-  [[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
-    "use another directory: EMBER_BUILD_DIR=build-release $0"
-else
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
-fi
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember >/dev/null
-EMBER="$ROOT/$BUILD_DIR/ember"
-[[ "$BUILD_DIR" == /* ]] && EMBER="$BUILD_DIR/ember"
+# --- Ember ---
+build_targets ember
+EMBER=$(built ember)
 
 # --- shapes: from the config (missing keys take Ember's defaults, src/model/model_config.h and
 # src/train/run_config.h), then BENCH_* overrides. Both trainers get every value explicitly. ---
@@ -76,10 +64,7 @@ print(" ".join(values))
 PY
 )
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-bench.XXXXXX")
-# Kept after a failure, so the logs and the data behind the printed commands can be inspected.
-cleanup() { local rc=$?; if (( rc == 0 )); then rm -rf "$WORK"; else echo "bench: work directory kept: $WORK" >&2; fi; }
-trap cleanup EXIT
+work_folder bench
 
 # A small real-text corpus (this project's sources, plus the system's licence texts when present); the loader wraps
 # around, so its size does not matter, only that prep and the data path run as in a real job.
@@ -131,8 +116,6 @@ fi
 TORCH_TPS=$(sed -n 's/^tokens_per_s //p' "$WORK/torch.log" | tail -n 1)
 TORCH_INFO=$(head -n 1 "$WORK/torch.log")
 
-CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
-[[ -n "$CPU_MODEL" ]] || CPU_MODEL=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
 ratio() { "$PYTHON" -c "print(f'{$1 / $2:.2f}')"; }
 FIRST=${PRECISIONS[0]}
 EMBER_ROWS=""
@@ -149,7 +132,7 @@ cat <<TABLE
 | item              | value |
 |-------------------|-------|
 | date              | $(date -u +%Y-%m-%dT%H:%M:%SZ) |
-| machine           | ${CPU_MODEL:-unknown}, nproc $(nproc) |
+| machine           | $(cpu_model), nproc $(nproc) |
 | load average      | $LOAD_BEFORE before, $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo unknown) after (1 minute) |
 | threads           | $THREADS |
 | model             | n_layer $N_LAYER, n_head $N_HEAD, n_embd $N_EMBD, block_size $BLOCK_SIZE, vocab_size $VOCAB_SIZE |

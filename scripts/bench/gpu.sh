@@ -3,12 +3,11 @@
 # model, batch and sequence length, in one run: tokens/s, MFU against the device's measured bf16 GEMM peak
 # (tests/bench/gpu_gemm_peak.cpp), peak memory, and the ratio. Defaults: GPT-2 124M and 350M at T = 1024.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
 # Knobs (environment): the model configs measured (their model shapes and batch_size), the sequence length, a batch
 # size for every config, steps and warm-up steps left out of the mean (torch.compile compiles during warm-up), the
-# matmul precision, the Python with a CUDA build of PyTorch (BENCH_TORCH=0 leaves PyTorch out), the build folder
+# matmul precision, the Python with a CUDA build of PyTorch (BENCH_TORCH=0 leaves PyTorch out), EMBER_BUILD_DIR
 # (BENCH_PREBUILT=1: use its binaries without building).
 # BENCH_DEVICE=cpu runs the whole script on the CPU, fp32, without MFU: a check of the script itself, not a benchmark.
 # BENCH_PROFILE=1 (the default where Nsight Systems' nsys is on PATH) adds, after each config's timed run, a short
@@ -22,10 +21,8 @@ PRECISION=${BENCH_PRECISION:-bf16}
 DEVICE=${BENCH_DEVICE:-cuda}
 PYTHON=${BENCH_PYTHON:-python3}
 WITH_TORCH=${BENCH_TORCH:-1}
-BUILD_DIR=${EMBER_BUILD_DIR:-build}
 PROFILE=${BENCH_PROFILE:-$(command -v nsys >/dev/null && echo 1 || echo 0)}
 
-die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
 # Python, with the machine's own library path where the caller saved one in BENCH_PYTHON_LD_LIBRARY_PATH:
 # scripts/device/gpu-run.sh puts its private prefix of Debian libraries first on LD_LIBRARY_PATH for Ember, and the
 # machine's own Python and PyTorch must not load those in place of their own.
@@ -72,26 +69,14 @@ if [[ "${BENCH_PREBUILT:-0}" == 1 ]]; then
       "build it (cmake --build $BUILD_DIR --target $(basename "$target")) or leave BENCH_PREBUILT unset"
   done
 else
-  if [[ -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-    build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-    [[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
-      "use another folder: EMBER_BUILD_DIR=build-release $0"
-  else
-    bash scripts/setup.sh
-    cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  fi
   names=()
   for target in "${targets[@]}"; do names+=("$(basename "$target")"); done
-  cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${names[@]}" >/dev/null ||
-    die "building ${names[*]} in $BUILD_DIR failed" "run: cmake --build $BUILD_DIR --target ${names[*]}" \
-        "gpu_gemm_peak exists only in a CUDA build (nvcc found at configure time)"
+  BUILD_HINT="gpu_gemm_peak exists only in a CUDA build (nvcc found at configure time)" build_targets "${names[@]}"
 fi
 [[ "$BUILD_DIR" == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 EMBER=$BUILD_DIR/ember
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-gpu-bench.XXXXXX")
-cleanup() { local rc=$?; if (( rc == 0 )); then rm -rf "$WORK"; else echo "bench: work folder kept: $WORK" >&2; fi; }
-trap cleanup EXIT
+work_folder gpu-bench
 
 # --- the device's bf16 GEMM peak, the MFU denominator ---
 PEAK_TFLOPS=""

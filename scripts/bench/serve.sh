@@ -5,11 +5,10 @@
 # The model is trained for one step (speed does not depend on the weights), exported with `ember export`, checked
 # greedy token for token on both sides, then timed. Prints one table with the ratio; it is not a test.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-# Knobs (environment): model shape, new tokens per stream, repeats of the single-stream runs, threads, build folder,
-# the Python with transformers and torch.
+# Knobs (environment): model shape, new tokens per stream, repeats of the single-stream runs, threads, the Python with
+# transformers and torch, the work folder (kept; by default a fresh one); EMBER_BUILD_DIR.
 N_LAYER=${BENCH_N_LAYER:-6}
 N_HEAD=${BENCH_N_HEAD:-6}
 N_EMBD=${BENCH_N_EMBD:-384}
@@ -19,15 +18,9 @@ PRECISION=${BENCH_PRECISION:-fp32}
 TOKENS=${BENCH_TOKENS:-128}
 REPEATS=${BENCH_REPEATS:-3}
 THREADS=${BENCH_THREADS:-$(nproc)}
-BUILD_DIR=${EMBER_BUILD_DIR:-build}
 VENV_PYTHON=${EMBER_VENV_PYTHON:-$ROOT/.venv/bin/python}
-WORK=${BENCH_WORK:-$(mktemp -d /tmp/ember_serve_bench.XXXXXX)}
 
-die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
-
-for v in N_LAYER N_HEAD N_EMBD BLOCK_SIZE VOCAB TOKENS REPEATS THREADS; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "BENCH_$v=${!v} is not a positive integer" "e.g. BENCH_TOKENS=128"
-done
+require_positive N_LAYER N_HEAD N_EMBD BLOCK_SIZE VOCAB TOKENS REPEATS THREADS
 (( TOKENS + 64 <= BLOCK_SIZE )) || die "64 prompt tokens + BENCH_TOKENS=$TOKENS exceed BENCH_BLOCK_SIZE=$BLOCK_SIZE" \
   "lower BENCH_TOKENS or raise BENCH_BLOCK_SIZE"
 "$VENV_PYTHON" -c "import torch, transformers" 2>/dev/null ||
@@ -40,17 +33,12 @@ if [[ -n "$CT2_TYPE" ]] && ! "$VENV_PYTHON" -c "import ctranslate2" 2>/dev/null;
     die "installing ctranslate2 into $VENV_PYTHON's environment failed" "pip install ctranslate2 there by hand"
 fi
 
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
-fi
-build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
-[[ "$build_type" == "Release" ]] || die "$BUILD_DIR is a '$build_type' build; timings need Release" \
-  "use another directory: EMBER_BUILD_DIR=build-release $0"
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember >/dev/null
-EMBER=$(cd "$BUILD_DIR" && pwd)/ember
+build_targets ember
+EMBER=$(built ember)
 DRIVER="$ROOT/scripts/bench/serve_bench.py"
 export OMP_NUM_THREADS=$THREADS
 
+WORK=$([[ -n "${BENCH_WORK:-}" ]] && from_caller "$BENCH_WORK" || mktemp -d /tmp/ember_serve_bench.XXXXXX)
 mkdir -p "$WORK"
 cd "$WORK"
 echo "bench: work folder $WORK; model n_layer=$N_LAYER n_head=$N_HEAD n_embd=$N_EMBD block_size=$BLOCK_SIZE" \

@@ -3,13 +3,12 @@
 # one): a burst of 500 clients at once against a queue of 64 (how many got 200, 429, or a reset), and /health beside
 # 150 and 300 idle connections (its latency, or no answer within 10 s). Reliability counts, not speed: the client is
 # tests/e2e/support/serve_http.py.
-#   scripts/bench/serve_load.sh [EMBER_BINARY...]    (default: build/ember)
+#   scripts/bench/serve_load.sh [EMBER_BINARY...]    (default: the ember of EMBER_BUILD_DIR, build)
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$PWD
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 BINS=()
-for b in "$@"; do BINS+=("$(realpath "$b")"); done
-((${#BINS[@]})) || BINS=("$ROOT/build/ember")
+for b in "$@"; do BINS+=("$(realpath "$(from_caller "$b")")"); done
+((${#BINS[@]})) || BINS=("$(built ember)")
 PY=/usr/bin/python3
 CLIENT=$ROOT/tests/e2e/support/serve_http.py
 WORK=$(mktemp -d /tmp/ember-serve-load.XXXXXX)

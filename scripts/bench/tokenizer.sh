@@ -2,42 +2,25 @@
 # Tokenizer benchmark: Ember's BPE encode against tiktoken and Hugging Face tokenizers on the same text and the same
 # vocabulary (trained here with `ember tokenizer train`), ids checked equal first; prints tokens/s, MB/s and ratios.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ROOT=$(pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 
-# Knobs (environment): build directory, text (default: the repository and licence texts repeated to BENCH_MB),
-# vocabulary size, threads for the parallel variants, timed rounds per variant.
-BUILD_DIR=${EMBER_BUILD_DIR:-build}
-TEXT=${BENCH_TEXT:-}
+# Knobs (environment): text (default: the repository and licence texts repeated to BENCH_MB), vocabulary size,
+# threads for the parallel variants, timed rounds per variant; EMBER_BUILD_DIR.
+TEXT=$([[ -n "${BENCH_TEXT:-}" ]] && from_caller "$BENCH_TEXT" || echo "")
 MB=${BENCH_MB:-50}
 VOCAB=${BENCH_VOCAB:-32768}
 THREADS=${BENCH_THREADS:-$(nproc)}
 ROUNDS=${BENCH_ROUNDS:-3}
 PYTHON=$ROOT/.venv/bin/python
 
-die() { echo "error: $1" >&2; shift; for line in "$@"; do echo "hint: $line" >&2; done; exit 1; }
-
-[[ "$MB" =~ ^[0-9]+$ && "$VOCAB" =~ ^[0-9]+$ && "$THREADS" =~ ^[0-9]+$ && "$ROUNDS" =~ ^[0-9]+$ ]] ||
-  die "BENCH_MB, BENCH_VOCAB, BENCH_THREADS and BENCH_ROUNDS must be non-negative integers" "e.g. BENCH_MB=50"
-(( THREADS >= 1 && ROUNDS >= 1 && MB >= 1 )) || die "BENCH_THREADS, BENCH_ROUNDS and BENCH_MB must be at least 1" \
-  "e.g. BENCH_THREADS=16"
+require_positive MB VOCAB THREADS ROUNDS
 [[ -z "$TEXT" || -f "$TEXT" ]] || die "BENCH_TEXT=$TEXT is not a file" "give a UTF-8 text file, or leave it unset"
 bash scripts/python_env.sh
 
-# --- build (an existing build directory is reused; otherwise a Release one is configured) ---
-BUILD_LOG=$(mktemp "${TMPDIR:-/tmp}/ember-tokenizer-build.XXXXXX.log")
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >"$BUILD_LOG" 2>&1 ||
-    { tail -n 30 "$BUILD_LOG" >&2; die "configuring $BUILD_DIR failed (last lines above)" "run scripts/setup.sh"; }
-fi
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target ember bench_tokenizer >>"$BUILD_LOG" 2>&1 || {
-  tail -n 30 "$BUILD_LOG" >&2
-  die "building ember and bench_tokenizer in $BUILD_DIR failed (last lines above)" "run scripts/setup.sh"
-}
-rm -f "$BUILD_LOG"
+build_targets ember bench_tokenizer
+EMBER=$(built ember)
+work_folder tokenizer-bench
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ember-tokenizer-bench.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
 # The default text: every UTF-8 text file of the repository and the licence texts, repeated up to BENCH_MB.
 if [[ -z "$TEXT" ]]; then
   TEXT=$WORK/text.txt
@@ -64,9 +47,8 @@ fi
 
 # The vocabulary is trained on the text once over (a repeated text adds nothing but time).
 [[ -f $WORK/base.txt ]] || cp "$TEXT" "$WORK/base.txt"
-EMBER=$ROOT/$BUILD_DIR/ember
 "$EMBER" tokenizer train --input "$WORK/base.txt" --vocab-size "$VOCAB" --output "$WORK/tok" --threads "$THREADS" >&2
-"$ROOT/$BUILD_DIR/tests/bench/bench_tokenizer" --tokenizer "$WORK/tok" --text "$TEXT" --threads "$THREADS" \
+"$(built tests/bench/bench_tokenizer)" --tokenizer "$WORK/tok" --text "$TEXT" --threads "$THREADS" \
   --rounds "$ROUNDS" --ids-out "$WORK/ids.bin" | tee "$WORK/ember.txt"
 RAYON_NUM_THREADS=$THREADS "$PYTHON" tests/bench/tokenizer_reference.py --tokenizer "$WORK/tok" --text "$TEXT" \
   --ember-ids "$WORK/ids.bin" --ember-results "$WORK/ember.txt" --threads "$THREADS" --rounds "$ROUNDS"

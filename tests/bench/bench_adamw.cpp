@@ -52,11 +52,12 @@ int main(int argc, char** argv) {
   AdamW optimizer(*be, table, OptimizerConfig{}, 0, n);
   // With a bf16 copy: the backend's update over the table's rows as segments (the decay as AdamW gives it), and the
   // copy, as an offloaded optimizer's host update runs them.
+  const OptimizerConfig oc;
   std::vector<AdamWSegment> segments;
-  for (const ParamInfo& p : table.params()) segments.push_back({p.offset, p.offset + p.numel, p.decay ? 0.1f : 0.0f});
+  for (const ParamInfo& p : table.params())
+    segments.push_back({p.offset, p.offset + p.numel, p.decay ? oc.weight_decay : 0.0f});
   std::vector<float> m(bf16_copy ? n : 0), v(bf16_copy ? n : 0);
   std::vector<BFloat16> copy(bf16_copy ? n : 0);
-  const OptimizerConfig oc;
   auto step = [&](int t) {
     if (bf16_copy == 0) return optimizer.step(params, grads, 6e-4f);
     if (bf16_copy == 1)

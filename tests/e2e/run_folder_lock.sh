@@ -85,8 +85,8 @@ assert steps == list(range(1, int(sys.argv[2]) + 1)), steps' $dir/metrics.jsonl 
   grep -q '"state":"running"' $dir/run_state.json || fail "np $np: run state after the crash: $(cat $dir/run_state.json)"
   latest=$(cat $dir/checkpoints/latest)
   step=$((10#${latest:5:8}))
-  timeout 300 mpirun -np "$np" --oversubscribe "${train[@]}" --run.dir=$dir --training.steps=$((step + 3)) \
-    --checkpoint.interval=3 --resume auto >restart$np.log 2>&1 || { cat restart$np.log >&2; fail "np $np: restart failed"; }
+  must_train "$np" restart$np.log "${train[@]:2}" --run.dir=$dir --training.steps=$((step + 3)) \
+    --checkpoint.interval=3 --resume auto
   # Not anchored: mpirun forwards each rank's output in chunks of 1024 bytes, so in a log that merges stdout and
   # stderr this line may follow part of the start-up config's.
   grep -q "warning: run folder $dir: reclaimed a stale lock (its process [0-9]* is gone" restart$np.log ||

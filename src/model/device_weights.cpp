@@ -51,11 +51,27 @@ std::pair<size_t, size_t> PackedFp32Layout::range(size_t begin, size_t end) cons
   return walk(begin, end, [](size_t, size_t, size_t) {});
 }
 
+namespace {
+
+// Copies the overlap [lo, hi) of an arena range that starts at `begin` from src to packed element p of dst (packed
+// element `origin` first).
+template <class T>
+auto packer(size_t begin, const T* src, T* dst, size_t origin) {
+  return [=](size_t lo, size_t hi, size_t p) {
+    std::memcpy(dst + (p - origin), src + (lo - begin), (hi - lo) * sizeof(T));
+  };
+}
+
+}  // namespace
+
 std::pair<size_t, size_t> PackedFp32Layout::pack(size_t begin, size_t end, const float* src, float* dst,
                                                  size_t origin) const {
-  return walk(begin, end, [&](size_t lo, size_t hi, size_t p) {
-    std::memcpy(dst + (p - origin), src + (lo - begin), (hi - lo) * sizeof(float));
-  });
+  return walk(begin, end, packer(begin, src, dst, origin));
+}
+
+std::pair<size_t, size_t> PackedFp32Layout::pack(size_t begin, size_t end, const BFloat16* src, BFloat16* dst,
+                                                 size_t origin) const {
+  return walk(begin, end, packer(begin, src, dst, origin));
 }
 
 }  // namespace ember

@@ -27,6 +27,8 @@ class PackedFp32Layout {
   // Copies the packed rows' elements of arena range [begin, end) from src (arena element `begin` first) into dst
   // (packed element `origin` first: packed element p goes to dst[p - origin]) and returns their range (range()).
   std::pair<size_t, size_t> pack(size_t begin, size_t end, const float* src, float* dst, size_t origin = 0) const;
+  // The same for a bf16 copy of the arena (its packed bf16 copy, which host_dense's device takes).
+  std::pair<size_t, size_t> pack(size_t begin, size_t end, const BFloat16* src, BFloat16* dst, size_t origin = 0) const;
 
  private:
   struct Span {

@@ -157,8 +157,9 @@ void AdamW::send_weights(float* params, size_t c0, size_t c1, std::deque<Backend
   const float* packed = host_packed_ + (p0 - packed_begin_);
   copies.push_back(backend_.copy_to_device_async(device_.fp32 + p0, packed, (p1 - p0) * sizeof(float)));
   if (!device_.packed_bf16) return;
-  BFloat16* packed_bf16 = host_packed_bf16_ + (p0 - packed_begin_);
-  host_->cast_to_bf16(packed_bf16, packed, p1 - p0);
+  // Their bf16 copy from the shard's, which the update wrote (the same bits as casting the packed masters).
+  device_.layout->pack(begin_ + c0, begin_ + c1, host_bf16_ + c0, host_packed_bf16_, packed_begin_);
+  const BFloat16* packed_bf16 = host_packed_bf16_ + (p0 - packed_begin_);
   copies.push_back(backend_.copy_to_device_async(device_.packed_bf16 + p0, packed_bf16, (p1 - p0) * sizeof(BFloat16)));
 }
 

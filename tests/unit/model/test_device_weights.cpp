@@ -1,6 +1,6 @@
 // PackedFp32Layout against a map built element by element: which arena elements are packed, where each one lands,
 // and what range() and pack() give for ranges that start and end inside rows, between them, inside a dense weight
-// and past the arena's end (the chunks and stages an offloaded step sends fall anywhere).
+// and past the arena's end (the chunks and stages an offloaded step sends fall anywhere), in fp32 and in bf16.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -43,6 +43,8 @@ TEST(PackedFp32Layout, RangeAndPackFollowTheElementMap) {
 
   std::vector<float> src(arena);
   for (size_t e = 0; e < arena; ++e) src[e] = float(e) + 0.5f;
+  std::vector<BFloat16> src16(arena);
+  for (size_t e = 0; e < arena; ++e) src16[e] = to_bf16(src[e]);
   // Every row boundary, one element either side of it, and a spread of points between.
   std::vector<size_t> cuts = {0, 1, arena - 1, arena};
   for (const ParamInfo& p : table.params())
@@ -69,6 +71,11 @@ TEST(PackedFp32Layout, RangeAndPackFollowTheElementMap) {
       for (size_t e = begin; e < end; ++e)
         if (map[e] != kNone) expect[map[e] - origin] = src[e];
       ASSERT_EQ(dst, expect) << "[" << begin << ", " << end << ")";
+      // The bf16 overload moves the same elements.
+      std::vector<BFloat16> dst16(layout.numel(), BFloat16{0xffff});
+      ASSERT_EQ(layout.pack(begin, end, src16.data() + begin, dst16.data(), origin), want);
+      for (size_t p = 0; p < layout.numel(); ++p)
+        ASSERT_EQ(dst16[p].bits, expect[p] == -1.0f ? 0xffff : to_bf16(expect[p]).bits) << "packed element " << p;
       ++checked;
       empty += want.first == want.second;
     }
